@@ -1,0 +1,316 @@
+// The tilestream command-line tool: parses options, calls the library, prints results.
+#include "cli_args.hpp"
+
+#include <tilestream/devices.hpp>
+#include <tilestream/error.hpp>
+#include <tilestream/gemm.hpp>
+#include <tilestream/json.hpp>
+#include <tilestream/npy.hpp>
+#include <tilestream/verify.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <limits>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace ts = tilestream;
+
+namespace {
+
+constexpr int exit_check_failed = 1;
+constexpr int exit_usage = 2;
+constexpr int exit_runtime = 3;
+
+const char* usage_text =
+    "usage: tilestream <command> [options]\n"
+    "commands:\n"
+    "  devices [--json]                 list the devices present\n"
+    "  gemm [options]                   C <- alpha*op(A)*op(B) + beta*C on a device\n"
+    "run 'tilestream <command> --help' for the options of a command\n";
+
+const char* gemm_help =
+    "usage: tilestream gemm [options]\n"
+    "  random inputs:  --m M --n N --k K [--dtype f32|f64] [--seed S] [--layout row|col]\n"
+    "  file inputs:    --a A.npy --b B.npy [--c C.npy]   (layout from each file's order)\n"
+    "  --out C.npy               write C (atomically)\n"
+    "  --alpha X --beta Y        scalars (default 1, 0)\n"
+    "  --op-a n|t --op-b n|t     transposes\n"
+    "  --kernel reference|naive|tiled|vendor   (default vendor)\n"
+    "  --math strict|tf32        f32 math mode (tf32: CUDA vendor kernel only)\n"
+    "  --devices SPEC            e.g. cpu, cpu:2, cuda:0, cpu@512MiB (default cpu)\n"
+    "  --memory-budget BYTES     budget of each device, e.g. 512MiB\n"
+    "  --cpu-threads N           threads per CPU device\n"
+    "  --check                   compare with a float64 reference; exit 1 when over tolerance\n"
+    "  --repeat R                run R times, report the median\n"
+    "  --json                    print one JSON object\n";
+
+ts::open_options device_options(const ts::cli::args& a) {
+    ts::open_options o;
+    if (auto b = a.get("memory-budget")) o.memory_budget = ts::parse_bytes(*b);
+    o.cpu_threads = static_cast<int>(a.integer("cpu-threads", 0, 1, 4096));
+    return o;
+}
+
+int cmd_devices(int argc, char** argv) {
+    ts::cli::args a(argc, argv, 2, {}, {"json", "help"});
+    if (a.flag("help")) {
+        std::cout << "usage: tilestream devices [--json]\n";
+        return 0;
+    }
+    const auto& inv = ts::inventory();
+    auto devs = ts::open_devices("all");
+    if (a.flag("json")) {
+        std::vector<std::string> items;
+        for (const auto& d : devs) {
+            const auto& i = d->info();
+            ts::json_object o;
+            o.add("id", i.id).add("kind", std::string(ts::to_string(i.kind))).add("name", i.name);
+            o.add("memory_bytes", i.memory_bytes).add("memory_free_bytes", i.memory_free);
+            o.add("budget_bytes", i.budget_bytes).add("threads", i.threads);
+            if (i.kind == ts::device_kind::cuda) {
+                o.add("compute_capability", std::to_string(i.cc_major) + "." + std::to_string(i.cc_minor));
+                o.add("sm_count", i.threads);
+                std::vector<std::string> peers;
+                for (int p : i.peer_access) peers.push_back(std::to_string(p));
+                o.raw("peer_access", ts::json_array(peers));
+            }
+            items.push_back(o.str());
+        }
+        ts::json_object top;
+        top.raw("devices", ts::json_array(items));
+        top.add("cpu_cores", inv.cpu_cores).add("cuda_status", inv.cuda_status);
+        std::cout << top.str() << "\n";
+        return 0;
+    }
+    std::printf("%-10s %-5s %-40s %12s %12s %8s\n", "id", "kind", "name", "memory", "free", "threads");
+    for (const auto& d : devs) {
+        const auto& i = d->info();
+        std::printf("%-10s %-5s %-40s %12s %12s %8d\n", i.id.c_str(), std::string(ts::to_string(i.kind)).c_str(),
+                    i.name.c_str(), ts::format_bytes(i.memory_bytes).c_str(),
+                    ts::format_bytes(i.memory_free).c_str(), i.threads);
+        if (i.kind == ts::device_kind::cuda) {
+            std::string peers;
+            for (int p : i.peer_access) peers += (peers.empty() ? "" : ",") + std::to_string(p);
+            std::printf("           compute capability %d.%d, %d SMs, peer access: %s\n", i.cc_major,
+                        i.cc_minor, i.threads, peers.empty() ? "none" : peers.c_str());
+        }
+    }
+    std::printf("CUDA: %s\n", inv.cuda_status.c_str());
+    return 0;
+}
+
+/// Operands of one gemm run, owned here (random) or mapped from files.
+template <class T>
+struct gemm_operands {
+    ts::host_matrix<T> a_own, b_own, c_init;
+    ts::npy_array a_file, b_file;
+    ts::host_matrix_view<const T> a, b;
+};
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const std::size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+template <class T>
+int run_gemm(const ts::cli::args& a, ts::dtype type) {
+    const ts::op op_a = ts::parse_op(a.get_or("op-a", "n"));
+    const ts::op op_b = ts::parse_op(a.get_or("op-b", "n"));
+    const T alpha = static_cast<T>(a.real("alpha", 1.0));
+    const T beta = static_cast<T>(a.real("beta", 0.0));
+    const auto seed = static_cast<std::uint64_t>(a.integer("seed", 42, 0, std::numeric_limits<ts::index_t>::max()));
+    const int repeat = static_cast<int>(a.integer("repeat", 1, 1, 100000));
+    ts::gemm_options opt;
+    opt.kernel = ts::parse_gemm_kernel(a.get_or("kernel", "vendor"));
+    opt.math = ts::parse_math_mode(a.get_or("math", "strict"));
+
+    gemm_operands<T> ops;
+    ts::index_t m, n, k;
+    ts::layout c_layout = ts::layout::row_major;
+    const bool from_files = a.has("a") || a.has("b");
+    if (from_files) {
+        if (!a.has("a") || !a.has("b")) throw ts::invalid_argument("gemm: --a and --b go together");
+        for (const char* o : {"m", "n", "k", "layout", "seed"})
+            if (a.has(o)) throw ts::invalid_argument(std::string("gemm: --") + o + " is for random inputs, not with --a/--b");
+        ops.a_file = ts::read_npy(*a.get("a"));
+        ops.b_file = ts::read_npy(*a.get("b"));
+        ops.a = ops.a_file.template view<T>();
+        ops.b = ops.b_file.template view<T>();
+        m = op_a == ts::op::n ? ops.a.rows() : ops.a.cols();
+        k = op_a == ts::op::n ? ops.a.cols() : ops.a.rows();
+        n = op_b == ts::op::n ? ops.b.cols() : ops.b.rows();
+        ts::validate_gemm(op_a, op_b, ops.a.rows(), ops.a.cols(), ops.b.rows(), ops.b.cols(), m, n);
+        if (a.has("c")) {
+            auto cf = ts::read_npy(*a.get("c"));
+            auto cv = cf.template view<T>();
+            ts::validate_gemm(op_a, op_b, ops.a.rows(), ops.a.cols(), ops.b.rows(), ops.b.cols(), cv.rows(), cv.cols());
+            c_layout = cv.layout();
+            ops.c_init = ts::host_matrix<T>(m, n, c_layout);
+            for (ts::index_t i = 0; i < m; ++i)
+                for (ts::index_t j = 0; j < n; ++j) ops.c_init(i, j) = cv(i, j);
+        } else if (beta != T(0)) {
+            throw ts::invalid_argument("gemm: --beta is not 0 but no --c file was given");
+        }
+    } else {
+        if (a.has("c")) throw ts::invalid_argument("gemm: --c needs --a and --b");
+        if (!a.has("m") || !a.has("n") || !a.has("k"))
+            throw ts::invalid_argument("gemm: give --m, --n and --k (random inputs) or --a and --b (files)");
+        const auto big = std::numeric_limits<ts::index_t>::max();
+        m = a.integer("m", 0, 1, big);
+        n = a.integer("n", 0, 1, big);
+        k = a.integer("k", 0, 1, big);
+        ts::checked_bytes(m, k, type, "gemm: A");
+        ts::checked_bytes(k, n, type, "gemm: B");
+        ts::checked_bytes(m, n, type, "gemm: C");
+        const std::string lay = a.get_or("layout", "row");
+        if (lay != "row" && lay != "col") throw ts::invalid_argument("--layout expects row or col, got '" + lay + "'");
+        c_layout = lay == "row" ? ts::layout::row_major : ts::layout::col_major;
+        const bool na = op_a == ts::op::n, nb = op_b == ts::op::n;
+        ops.a_own = ts::host_matrix<T>(na ? m : k, na ? k : m, c_layout);
+        ops.b_own = ts::host_matrix<T>(nb ? k : n, nb ? n : k, c_layout);
+        ts::fill_random(ops.a_own.view(), seed);
+        ts::fill_random(ops.b_own.view(), seed + 1);
+        ops.a = ops.a_own.view();
+        ops.b = ops.b_own.view();
+        if (beta != T(0)) {
+            ops.c_init = ts::host_matrix<T>(m, n, c_layout);
+            ts::fill_random(ops.c_init.view(), seed + 2);
+        }
+    }
+
+    std::optional<std::string> out_path = a.get("out");
+    const std::string spec = a.get_or("devices", "cpu");
+    auto devs = ts::open_devices(spec, device_options(a));
+    if (devs.size() != 1)
+        throw ts::invalid_argument("gemm: in-core gemm runs on one device, but '" + spec + "' names " +
+                                   std::to_string(devs.size()));
+    ts::device& dev = *devs.front();
+
+    ts::host_matrix<T> c(m, n, c_layout);
+    std::vector<double> seconds, kernel_seconds;
+    ts::gemm_report last;
+    for (int r = 0; r < repeat; ++r) {
+        if (beta != T(0))
+            std::copy(ops.c_init.data(), ops.c_init.data() + m * n, c.data());
+        else
+            ts::fill_nan(c.view());  // beta = 0 must overwrite whatever C holds
+        last = ts::gemm<T>(dev, op_a, op_b, alpha, ops.a, ops.b, beta, c.view(), opt);
+        seconds.push_back(last.seconds);
+        kernel_seconds.push_back(last.kernel_seconds);
+    }
+    const double secs = median(seconds), ksecs = median(kernel_seconds);
+    const double flops = 2.0 * double(m) * double(n) * double(k);
+
+    std::optional<double> rel_error;
+    double tol = 0;
+    if (a.flag("check")) {
+        // float64 reference from the same inputs.
+        ts::host_matrix<double> ad(ops.a.rows(), ops.a.cols()), bd(ops.b.rows(), ops.b.cols()), cd(m, n);
+        for (ts::index_t i = 0; i < ops.a.rows(); ++i)
+            for (ts::index_t j = 0; j < ops.a.cols(); ++j) ad(i, j) = ops.a(i, j);
+        for (ts::index_t i = 0; i < ops.b.rows(); ++i)
+            for (ts::index_t j = 0; j < ops.b.cols(); ++j) bd(i, j) = ops.b(i, j);
+        for (ts::index_t i = 0; i < m; ++i)
+            for (ts::index_t j = 0; j < n; ++j) cd(i, j) = beta != T(0) ? double(ops.c_init(i, j)) : 0.0;
+        ts::reference_gemm<double>(op_a, op_b, double(alpha), ad.view(), bd.view(), double(beta), cd.view());
+        rel_error = ts::relative_frobenius_error<T>(c.view(), cd.view());
+        tol = ts::gemm_tolerance(type, k, opt.math);
+    }
+    if (out_path) ts::write_npy<T>(*out_path, c.view());
+
+    const bool ok = !rel_error || *rel_error <= tol;
+    if (a.flag("json")) {
+        ts::json_object o;
+        o.add("m", m).add("n", n).add("k", k).add("dtype", std::string(ts::to_string(type)));
+        o.add("kernel", std::string(ts::to_string(opt.kernel))).add("math", std::string(ts::to_string(opt.math)));
+        o.add("devices", dev.id()).add("op_a", std::string(ts::to_string(op_a))).add("op_b", std::string(ts::to_string(op_b)));
+        o.add("alpha", double(alpha)).add("beta", double(beta)).add("repeat", repeat);
+        o.add("seconds", secs).add("gflops", flops / secs * 1e-9);
+        o.add("kernel_seconds", ksecs).add("kernel_gflops", ksecs > 0 ? flops / ksecs * 1e-9 : 0.0);
+        o.add("bytes_h2d", last.bytes_h2d).add("bytes_d2h", last.bytes_d2h).add("peak_device_bytes", last.peak_device_bytes);
+        if (rel_error) o.add("rel_error", *rel_error).add("tolerance", tol).add("check_passed", ok);
+        std::cout << o.str() << "\n";
+    } else {
+        std::printf("gemm %lldx%lldx%lld %s op(A)=%s op(B)=%s kernel=%s on %s: %.4f s (median of %d), %.1f GFLOP/s"
+                    " (kernel alone %.1f GFLOP/s)\n",
+                    (long long)m, (long long)n, (long long)k, std::string(ts::to_string(type)).c_str(),
+                    std::string(ts::to_string(op_a)).c_str(), std::string(ts::to_string(op_b)).c_str(),
+                    std::string(ts::to_string(opt.kernel)).c_str(), dev.id().c_str(), secs, repeat,
+                    flops / secs * 1e-9, ksecs > 0 ? flops / ksecs * 1e-9 : 0.0);
+        if (rel_error)
+            std::printf("check: relative Frobenius error %.3e (tolerance %.3e): %s\n", *rel_error, tol,
+                        ok ? "OK" : "FAILED");
+        if (out_path) std::printf("wrote %s\n", out_path->c_str());
+    }
+    return ok ? 0 : exit_check_failed;
+}
+
+int cmd_gemm(int argc, char** argv) {
+    ts::cli::args a(argc, argv, 2,
+                    {"m", "n", "k", "dtype", "seed", "layout", "a", "b", "c", "out", "alpha", "beta", "op-a",
+                     "op-b", "kernel", "math", "devices", "memory-budget", "cpu-threads", "repeat"},
+                    {"check", "json", "help"});
+    if (a.flag("help")) {
+        std::cout << gemm_help;
+        return 0;
+    }
+    if (!a.positional().empty()) throw ts::invalid_argument("gemm: unexpected argument '" + a.positional().front() + "'");
+    ts::dtype type = ts::parse_dtype(a.get_or("dtype", "f32"));
+    if (a.has("a")) {
+        // The dtype comes from the files and must match across them.
+        if (!a.has("b")) throw ts::invalid_argument("gemm: --a and --b go together");
+        const auto fa = ts::read_npy(*a.get("a"));
+        const auto fb = ts::read_npy(*a.get("b"));
+        if (fa.type() != fb.type())
+            throw ts::invalid_argument("gemm: dtypes differ: " + fa.path() + " is " + std::string(ts::to_string(fa.type())) +
+                                       ", " + fb.path() + " is " + std::string(ts::to_string(fb.type())));
+        if (a.has("c")) {
+            const auto fc = ts::read_npy(*a.get("c"));
+            if (fc.type() != fa.type())
+                throw ts::invalid_argument("gemm: dtypes differ: " + fa.path() + " is " + std::string(ts::to_string(fa.type())) +
+                                           ", " + fc.path() + " is " + std::string(ts::to_string(fc.type())));
+        }
+        if (a.has("dtype") && type != fa.type())
+            throw ts::invalid_argument("gemm: --dtype " + *a.get("dtype") + " but " + fa.path() + " holds " +
+                                       std::string(ts::to_string(fa.type())));
+        type = fa.type();
+    }
+    return ts::visit_dtype(type, [&]<class T>() { return run_gemm<T>(a, type); });
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    if (argc < 2) {
+        std::cerr << usage_text;
+        return exit_usage;
+    }
+    const std::string cmd = argv[1];
+    try {
+        if (cmd == "devices") return cmd_devices(argc, argv);
+        if (cmd == "gemm") return cmd_gemm(argc, argv);
+        if (cmd == "--help" || cmd == "help" || cmd == "-h") {
+            std::cout << usage_text;
+            return 0;
+        }
+        std::cerr << "tilestream: unknown command '" << cmd << "'\n" << usage_text;
+        return exit_usage;
+    } catch (const ts::invalid_argument& e) {
+        std::cerr << "tilestream " << cmd << ": error: " << e.what() << "\n";
+        return exit_usage;
+    } catch (const ts::file_error& e) {
+        std::cerr << "tilestream " << cmd << ": error: " << e.what() << "\n";
+        return exit_usage;
+    } catch (const ts::out_of_budget& e) {
+        std::cerr << "tilestream " << cmd << ": error: " << e.what() << "\n";
+        return exit_usage;
+    } catch (const std::exception& e) {
+        std::cerr << "tilestream " << cmd << ": error: " << e.what() << "\n";
+        return exit_runtime;
+    }
+}

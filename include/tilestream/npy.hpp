@@ -1,0 +1,51 @@
+// NumPy .npy files: read (versions 1-3, <f4/<f8, C or Fortran order, memory-mapped) and write
+// (atomically: a temporary file renamed into place).
+#pragma once
+
+#include <tilestream/matrix.hpp>
+#include <tilestream/types.hpp>
+
+#include <memory>
+#include <string>
+
+namespace tilestream {
+
+/// A 2-D array read from a .npy file. C order is row-major, Fortran order column-major.
+/// A 1-D array of length n reads as n x 1.
+class npy_array {
+public:
+    dtype type() const { return type_; }
+    index_t rows() const { return rows_; }
+    index_t cols() const { return cols_; }
+    tilestream::layout layout() const { return layout_; }
+    const void* data() const { return data_; }
+    const std::string& path() const { return path_; }
+
+    /// A typed view; throws invalid_argument when T does not match the file's dtype.
+    template <class T>
+    host_matrix_view<const T> view() const;
+
+    npy_array() = default;
+    npy_array(npy_array&&) noexcept = default;
+    npy_array& operator=(npy_array&&) noexcept = default;
+    ~npy_array() = default;
+
+private:
+    friend npy_array read_npy(const std::string& path);
+    std::shared_ptr<void> storage_;  // the mapping (or buffer) that owns data_
+    const void* data_ = nullptr;
+    dtype type_ = dtype::f32;
+    index_t rows_ = 0, cols_ = 0;
+    tilestream::layout layout_ = layout::row_major;
+    std::string path_;
+};
+
+/// Reads a .npy file (memory-mapped). Throws file_error naming the file and what is wrong.
+npy_array read_npy(const std::string& path);
+
+/// Writes m as a .npy file (row-major -> C order, column-major -> Fortran order). Writes to a
+/// temporary file beside `path` and renames it, so a failure leaves no partial file.
+template <class T>
+void write_npy(const std::string& path, host_matrix_view<const T> m);
+
+}  // namespace tilestream

@@ -1,0 +1,322 @@
+// The CPU device: a separate memory arena, streams run in order on their own threads, kernels on
+// the device's worker pool. It is the model of an accelerator that CI can run everywhere.
+#include "backends/backends.hpp"
+#include "backends/cpu/cpu_kernels.hpp"
+#include "backends/reference/reference_kernels.hpp"
+
+#include <tilestream/error.hpp>
+#include <tilestream/matrix.hpp>
+
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace tilestream::backends {
+namespace {
+
+class cpu_device;
+
+/// One in-order queue served by a dedicated thread (the "copy engine" or "launcher").
+class cpu_stream final : public stream {
+public:
+    struct task {
+        std::function<void()> fn;
+        bool always_run = false;  // event records and waits run even after an error, so no waiter hangs
+        span_kind kind = span_kind::host;
+        std::string name;
+        std::size_t bytes = 0;
+        double flops = 0;
+    };
+
+    cpu_stream(device& owner, int id) : stream(owner, id), thread_([this] { serve(); }) {}
+    ~cpu_stream() override;
+
+    void stop() {
+        {
+            std::lock_guard lock(mutex_);
+            stopping_ = true;
+        }
+        cv_.notify_all();
+        thread_.join();
+    }
+
+    void push(task t) {
+        {
+            std::lock_guard lock(mutex_);
+            queue_.push_back(std::move(t));
+            ++pending_;
+        }
+        cv_.notify_all();
+    }
+
+    void synchronize() override {
+        std::unique_lock lock(mutex_);
+        idle_cv_.wait(lock, [this] { return pending_ == 0; });
+        if (error_) {
+            auto e = error_;
+            error_ = nullptr;
+            std::rethrow_exception(e);
+        }
+    }
+
+private:
+    void serve() {
+        for (;;) {
+            task t;
+            bool skip = false;
+            {
+                std::unique_lock lock(mutex_);
+                cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+                if (queue_.empty()) return;
+                t = std::move(queue_.front());
+                queue_.pop_front();
+                skip = error_ != nullptr && !t.always_run;
+            }
+            if (!skip) run(t);
+            {
+                std::lock_guard lock(mutex_);
+                --pending_;
+            }
+            idle_cv_.notify_all();
+        }
+    }
+
+    void run(task& t) {
+        trace_sink* sink = owner().trace();
+        const double t0 = sink ? trace_clock_seconds() : 0;
+        try {
+            t.fn();
+        } catch (...) {
+            std::lock_guard lock(mutex_);
+            if (!error_) error_ = std::current_exception();
+        }
+        if (sink && !t.always_run)
+            sink->record(owner().id(), id(), t.kind, t.name, t.bytes, t.flops, t0,
+                         trace_clock_seconds());
+    }
+
+    std::mutex mutex_;
+    std::condition_variable cv_, idle_cv_;
+    std::deque<task> queue_;
+    std::size_t pending_ = 0;
+    bool stopping_ = false;
+    std::exception_ptr error_;
+    std::thread thread_;  // last: starts after the members it uses
+};
+
+/// Completion counter: record() bumps `recorded`, the stream bumps `reached` when it gets there.
+class cpu_event final : public event {
+public:
+    void record(stream& s) override {
+        auto* csp = dynamic_cast<cpu_stream*>(&s);
+        if (csp == nullptr)
+            throw invalid_argument("cpu event recorded on a stream of " + s.owner().id() +
+                                   " (a cpu event can only mark a cpu stream)");
+        auto& cs = *csp;
+        std::uint64_t gen;
+        {
+            std::lock_guard lock(state_->mutex);
+            gen = ++state_->recorded;
+        }
+        auto st = state_;
+        cs.push({[st, gen] {
+                     {
+                         std::lock_guard lock(st->mutex);
+                         if (gen > st->reached) st->reached = gen;
+                     }
+                     st->cv.notify_all();
+                 },
+                 true});
+    }
+    bool ready() override {
+        std::lock_guard lock(state_->mutex);
+        return state_->reached >= state_->recorded;
+    }
+    /// A task that blocks until the point recorded last (as of now) is reached; it holds the
+    /// shared state, so the event may be destroyed before the task runs.
+    std::function<void()> waiter() {
+        auto st = state_;
+        const std::uint64_t gen = current_target();
+        return [st, gen] {
+            std::unique_lock lock(st->mutex);
+            st->cv.wait(lock, [&] { return st->reached >= gen; });
+        };
+    }
+    void synchronize() override { waiter()(); }
+
+private:
+    std::uint64_t current_target() {
+        std::lock_guard lock(state_->mutex);
+        return state_->recorded;
+    }
+    struct state {
+        std::mutex mutex;
+        std::condition_variable cv;
+        std::uint64_t recorded = 0, reached = 0;
+    };
+    std::shared_ptr<state> state_ = std::make_shared<state>();
+};
+
+class cpu_device final : public device {
+public:
+    explicit cpu_device(device_info info) : device(std::move(info)), pool_(info_.threads) {}
+    ~cpu_device() override = default;
+
+    bool host_addressable() const override { return true; }
+
+    host_staging_buffer allocate_host_staging(std::size_t bytes) override {
+        void* p = detail::aligned_host_alloc(bytes);
+        return host_staging_buffer(p, bytes, [](void* q) { std::free(q); });
+    }
+    void register_host(void*, std::size_t) override {}
+    void unregister_host(void*) override {}
+
+    std::unique_ptr<stream> create_stream(stream_priority) override {
+        std::lock_guard lock(mutex_);
+        auto s = std::make_unique<cpu_stream>(*this, next_stream_id_++);
+        streams_.push_back(s.get());
+        return s;
+    }
+    std::unique_ptr<event> create_event() override { return std::make_unique<cpu_event>(); }
+
+    void wait(stream& s, event& e) override {
+        if (auto* ce = dynamic_cast<cpu_event*>(&e)) {
+            inner(s).push({ce->waiter(), true});
+        } else {
+            // An event of another backend: the stream thread blocks on it from the host side.
+            inner(s).push({[&e] { e.synchronize(); }, true});
+        }
+    }
+
+    void synchronize() override {
+        std::vector<cpu_stream*> streams;
+        {
+            std::lock_guard lock(mutex_);
+            streams = streams_;
+        }
+        for (auto* s : streams) s->synchronize();
+    }
+
+    void enqueue_host(stream& s, std::function<void()> fn, const std::string& name) override {
+        inner(s).push({std::move(fn), false, span_kind::host, name});
+    }
+
+    void copy_to_device(stream& s, void* dst, const void* src, std::size_t bytes) override {
+        push_copy(s, span_kind::copy_h2d, "h2d", dst, src, bytes);
+    }
+    void copy_to_host(stream& s, void* dst, const void* src, std::size_t bytes) override {
+        push_copy(s, span_kind::copy_d2h, "d2h", dst, src, bytes);
+    }
+    void copy_within(stream& s, void* dst, const void* src, std::size_t bytes) override {
+        push_copy(s, span_kind::copy_d2d, "d2d", dst, src, bytes);
+    }
+    void copy_2d_to_device(stream& s, const copy_2d_desc& c) override {
+        push_copy_2d(s, span_kind::copy_h2d, "h2d 2-D", c);
+    }
+    void copy_2d_to_host(stream& s, const copy_2d_desc& c) override {
+        push_copy_2d(s, span_kind::copy_d2h, "d2h 2-D", c);
+    }
+    void copy_2d_within(stream& s, const copy_2d_desc& c) override {
+        push_copy_2d(s, span_kind::copy_d2d, "d2d 2-D", c);
+    }
+    bool can_copy_peer(const device& other) const override { return other.host_addressable(); }
+    void copy_peer(stream& s, device& other, void* dst, const void* src, std::size_t bytes) override {
+        check_peer(other);
+        push_copy(s, span_kind::copy_peer, "peer to " + other.id(), dst, src, bytes);
+    }
+    void copy_2d_peer(stream& s, device& other, const copy_2d_desc& c) override {
+        check_peer(other);
+        push_copy_2d(s, span_kind::copy_peer, "peer 2-D to " + other.id(), c);
+    }
+
+    bool supports(gemm_kernel) const override { return true; }
+
+    void gemm(stream& s, const gemm_call& call) override {
+        inner(s).push({[this, call] {
+                           switch (call.kernel) {
+                               case gemm_kernel::reference: reference::gemm(call); break;
+                               case gemm_kernel::naive: cpu::gemm_naive(call, pool_); break;
+                               case gemm_kernel::tiled: cpu::gemm_tiled(call, pool_); break;
+                               case gemm_kernel::vendor: cpu::gemm_vendor(call, pool_); break;
+                           }
+                       },
+                       false, span_kind::kernel, "gemm " + std::string(to_string(call.kernel)), 0,
+                       call.flops()});
+    }
+
+    void jacobi_sweep(stream& s, const jacobi_call& call) override {
+        const double points = double(call.row_end - call.row_begin) * double(call.col_end - call.col_begin);
+        inner(s).push({[this, call] { cpu::jacobi_sweep(call, pool_); }, false, span_kind::kernel,
+                       "jacobi", 0, 4.0 * points});
+    }
+
+protected:
+    void* raw_allocate(std::size_t bytes) override { return detail::aligned_host_alloc(bytes); }
+    void raw_free(void* p) noexcept override { std::free(p); }
+
+private:
+    cpu_stream& inner(stream& s) {
+        if (&s.owner() != this)
+            throw invalid_argument(id() + ": stream belongs to device " + s.owner().id());
+        return static_cast<cpu_stream&>(s);
+    }
+public:
+    void unlist(cpu_stream* s) {
+        std::lock_guard lock(mutex_);
+        std::erase(streams_, s);
+    }
+private:
+    void check_peer(const device& other) const {
+        if (!can_copy_peer(other))
+            throw invalid_argument(id() + ": no peer path to " + other.id() + " (copy through the host)");
+    }
+    void push_copy(stream& s, span_kind kind, std::string name, void* dst, const void* src,
+                   std::size_t bytes) {
+        inner(s).push({[=] {
+                           if (bytes) std::memcpy(dst, src, bytes);
+                       },
+                       false, kind, std::move(name), bytes});
+    }
+    void push_copy_2d(stream& s, span_kind kind, std::string name, const copy_2d_desc& c) {
+        if (c.height > 1 && (c.dst_pitch < c.width_bytes || c.src_pitch < c.width_bytes))
+            throw invalid_argument(id() + ": 2-D copy pitch smaller than its row width");
+        inner(s).push({[c] {
+                           auto* d = static_cast<char*>(c.dst);
+                           const auto* r = static_cast<const char*>(c.src);
+                           if (c.width_bytes == 0) return;
+                           for (std::size_t row = 0; row < c.height; ++row)
+                               std::memcpy(d + row * c.dst_pitch, r + row * c.src_pitch, c.width_bytes);
+                       },
+                       false, kind, std::move(name), c.width_bytes * c.height});
+    }
+
+    cpu::thread_pool pool_;
+    std::mutex mutex_;
+    std::vector<cpu_stream*> streams_;
+    int next_stream_id_ = 0;
+};
+
+cpu_stream::~cpu_stream() {
+    stop();
+    static_cast<cpu_device&>(owner()).unlist(this);
+}
+
+}  // namespace
+
+std::unique_ptr<device> make_cpu_device(const cpu_device_config& cfg) {
+    device_info info;
+    info.id = "cpu:" + std::to_string(cfg.index);
+    info.kind = device_kind::cpu;
+    info.name = cfg.name;
+    info.memory_bytes = cfg.memory;
+    info.memory_free = cfg.memory;
+    info.budget_bytes = cfg.budget;
+    info.threads = std::max(1, cfg.threads);
+    return std::make_unique<cpu_device>(std::move(info));
+}
+
+}  // namespace tilestream::backends

@@ -1,0 +1,21 @@
+// GEMM and Jacobi kernels of the CPU backend; each runs on the device's thread pool.
+#pragma once
+
+#include "thread_pool.hpp"
+
+#include <tilestream/kernels.hpp>
+
+namespace tilestream::cpu {
+
+/// One output element per work item, the parallel loop over C's elements.
+void gemm_naive(const gemm_call& call, thread_pool& pool);
+/// Cache-blocked GEMM with packed A and B panels and a register-blocked micro-kernel (BLIS style).
+void gemm_tiled(const gemm_call& call, thread_pool& pool);
+/// OpenBLAS through CBLAS, one single-threaded call per worker on its block of C, so concurrent
+/// devices never share OpenBLAS's own thread pool.
+void gemm_vendor(const gemm_call& call, thread_pool& pool);
+
+/// Jacobi sweep: rows split over the workers, inner loop vectorised.
+void jacobi_sweep(const jacobi_call& call, thread_pool& pool);
+
+}  // namespace tilestream::cpu

@@ -1,0 +1,126 @@
+// The vendor CPU GEMM: OpenBLAS through CBLAS, one single-threaded call per worker on its block of C.
+#include "cpu_kernels.hpp"
+
+#include <tilestream/error.hpp>
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <climits>
+#include <mutex>
+#include <string>
+#include <type_traits>
+
+namespace tilestream::cpu {
+
+namespace {
+
+// OpenBLAS's own thread pool is process-wide; devices sharing it would serialise on it and
+// oversubscribe the cores, so it is switched off and parallelism comes from the device's pool.
+void make_openblas_single_threaded() {
+    static std::once_flag once;
+    std::call_once(once, [] { openblas_set_num_threads(1); });
+}
+
+// How one operand is handed to CBLAS: the transpose flag and a leading dimension it accepts.
+struct cblas_operand {
+    CBLAS_TRANSPOSE trans;
+    index_t ld;
+};
+
+// op(X) is rows x cols; CBLAS wants it stored in `order` (NoTrans) or its transpose stored in
+// `order` (Trans). op(X) is stored in layout(X), flipped when X is transposed.
+cblas_operand map_operand(layout stored, op o, index_t ld, index_t rows, index_t cols,
+                          layout order, const char* name) {
+    const bool op_row_major = (stored == layout::row_major) == (o == op::n);
+    const bool order_row_major = order == layout::row_major;
+    const bool no_trans = op_row_major == order_row_major;
+    // op(X) in memory is `lines` lines of `len` elements, ld apart.
+    const index_t lines = op_row_major ? rows : cols, len = op_row_major ? cols : rows;
+    index_t eff = ld;
+    // With a single line the leading dimension is never used, but CBLAS still checks it.
+    if (lines <= 1) eff = std::max<index_t>({ld, len, 1});
+    if (eff < std::max<index_t>(len, 1))
+        throw invalid_argument(std::string("gemm (vendor): leading dimension of ") + name + " is " +
+                               std::to_string(ld) + ", below its " + std::to_string(len) +
+                               "-element lines");
+    return {no_trans ? CblasNoTrans : CblasTrans, eff};
+}
+
+bool fits_int(index_t v) { return v <= INT_MAX; }
+
+template <class T>
+void cblas_gemm(CBLAS_ORDER order, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, index_t m, index_t n,
+                index_t k, T alpha, const T* a, index_t lda, const T* b, index_t ldb, T beta, T* c,
+                index_t ldc) {
+    if constexpr (std::is_same_v<T, float>)
+        cblas_sgemm(order, ta, tb, int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c,
+                    int(ldc));
+    else
+        cblas_dgemm(order, ta, tb, int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c,
+                    int(ldc));
+}
+
+template <class T>
+void gemm_vendor_typed(const gemm_call& call, thread_pool& pool) {
+    T* c = static_cast<T*>(call.c);
+    const index_t crs = call.c_row_stride(), ccs = call.c_col_stride();
+    const index_t m = call.m, n = call.n, k = call.k;
+    const bool split_rows = m >= n;
+    const index_t extent = split_rows ? m : n;
+    const int parts = static_cast<int>(std::min<index_t>(extent, pool.size()));
+
+    if (call.alpha == 0.0 || k == 0) {
+        // C = beta * C done here: A and B must not be read, and beta == 0 must not read C.
+        const T beta = static_cast<T>(call.beta);
+        pool.run(parts, [&](int part) {
+            const index_t b0 = extent * part / parts, b1 = extent * (part + 1) / parts;
+            const index_t i0 = split_rows ? b0 : 0, i1 = split_rows ? b1 : m;
+            const index_t j0 = split_rows ? 0 : b0, j1 = split_rows ? n : b1;
+            for (index_t j = j0; j < j1; ++j)
+                for (index_t i = i0; i < i1; ++i) {
+                    T& cij = c[i * crs + j * ccs];
+                    cij = call.beta == 0.0 ? T(0) : beta * cij;
+                }
+        });
+        return;
+    }
+
+    const layout order = call.layout_c;
+    const cblas_operand a = map_operand(call.layout_a, call.op_a, call.lda, m, k, order, "A");
+    const cblas_operand b = map_operand(call.layout_b, call.op_b, call.ldb, k, n, order, "B");
+    const cblas_operand cc = map_operand(call.layout_c, op::n, call.ldc, m, n, order, "C");
+    if (!fits_int(m) || !fits_int(n) || !fits_int(k) || !fits_int(a.ld) || !fits_int(b.ld) ||
+        !fits_int(cc.ld)) {
+        // CBLAS takes 32-bit sizes; the blocked kernel is 64-bit clean and gives the same result.
+        gemm_tiled(call, pool);
+        return;
+    }
+    make_openblas_single_threaded();
+
+    const T* pa = static_cast<const T*>(call.a);
+    const T* pb = static_cast<const T*>(call.b);
+    const index_t ars = call.a_row_stride(), bcs = call.b_col_stride();
+    const CBLAS_ORDER cblas_order = order == layout::row_major ? CblasRowMajor : CblasColMajor;
+    pool.run(parts, [&](int part) {
+        const index_t b0 = extent * part / parts, b1 = extent * (part + 1) / parts;
+        if (b0 >= b1) return;
+        // A block of rows of C needs the same rows of op(A) and all of op(B); a block of columns
+        // the same columns of op(B) and all of op(A).
+        if (split_rows)
+            cblas_gemm<T>(cblas_order, a.trans, b.trans, b1 - b0, n, k, T(call.alpha),
+                          pa + b0 * ars, a.ld, pb, b.ld, T(call.beta), c + b0 * crs, cc.ld);
+        else
+            cblas_gemm<T>(cblas_order, a.trans, b.trans, m, b1 - b0, k, T(call.alpha), pa, a.ld,
+                          pb + b0 * bcs, b.ld, T(call.beta), c + b0 * ccs, cc.ld);
+    });
+}
+
+}  // namespace
+
+void gemm_vendor(const gemm_call& call, thread_pool& pool) {
+    if (call.m <= 0 || call.n <= 0) return;
+    visit_dtype(call.type, [&]<class T>() { gemm_vendor_typed<T>(call, pool); });
+}
+
+}  // namespace tilestream::cpu

@@ -1,0 +1,394 @@
+// The CUDA backend's own GEMM kernels: naive (one thread per element of C), tiled (shared-memory
+// tiles, register blocking, 16-byte loads) and the C <- beta*C kernel used when alpha == 0 or k == 0.
+//
+// Every operand is read through strides, so any layout/op combination works: op(A)(i, p) is
+// a[i * a_rs + p * a_cs] (likewise B, C). The tiled kernel is specialised on which index of each
+// operand is contiguous ("k-contiguous" or not) so that its global loads can be 16-byte vectors;
+// ragged edges and misaligned operands take a scalar, bounds-checked path.
+#include "backends/cuda/cuda_kernels.hpp"
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <type_traits>
+
+namespace tilestream::cuda {
+namespace {
+
+template <class T>
+struct gemm_args {
+    index_t m, n, k;
+    T alpha, beta;
+    const T* a;
+    index_t a_rs, a_cs;
+    const T* b;
+    index_t b_rs, b_cs;
+    T* c;
+    index_t c_rs, c_cs;
+};
+
+template <class T>
+gemm_args<T> make_args(const gemm_call& call) {
+    return {call.m,
+            call.n,
+            call.k,
+            static_cast<T>(call.alpha),
+            static_cast<T>(call.beta),
+            static_cast<const T*>(call.a),
+            call.a_row_stride(),
+            call.a_col_stride(),
+            static_cast<const T*>(call.b),
+            call.b_row_stride(),
+            call.b_col_stride(),
+            static_cast<T*>(call.c),
+            call.c_row_stride(),
+            call.c_col_stride()};
+}
+
+constexpr int threads_per_block = 256;
+
+// Blocks for a grid-stride loop over `total` items: enough to fill any GPU, never more than needed.
+unsigned grid_for(index_t total) {
+    const index_t blocks = (total + threads_per_block - 1) / threads_per_block;
+    return static_cast<unsigned>(std::min<index_t>(std::max<index_t>(blocks, 1), index_t(1) << 20));
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
+
+// ---------------------------------------------------------------- C <- beta*C
+
+template <class T>
+__global__ void gemm_scale_c_kernel(gemm_args<T> p) {
+    const index_t total = p.m * p.n;
+    const bool rows_contiguous = p.c_cs == 1;  // walk C's contiguous index fastest
+    for (index_t idx = blockIdx.x * index_t(blockDim.x) + threadIdx.x; idx < total;
+         idx += index_t(gridDim.x) * blockDim.x) {
+        const index_t i = rows_contiguous ? idx / p.n : idx % p.m;
+        const index_t j = rows_contiguous ? idx % p.n : idx / p.m;
+        T* c = p.c + i * p.c_rs + j * p.c_cs;
+        *c = p.beta == T(0) ? T(0) : p.beta * *c;  // beta == 0 never reads C (NaN stays out)
+    }
+}
+
+// ---------------------------------------------------------------- naive
+
+template <class T>
+__global__ void gemm_naive_kernel(gemm_args<T> p) {
+    const index_t total = p.m * p.n;
+    const bool rows_contiguous = p.c_cs == 1;
+    for (index_t idx = blockIdx.x * index_t(blockDim.x) + threadIdx.x; idx < total;
+         idx += index_t(gridDim.x) * blockDim.x) {
+        // Neighbouring threads take neighbouring elements of C along its contiguous index.
+        const index_t i = rows_contiguous ? idx / p.n : idx % p.m;
+        const index_t j = rows_contiguous ? idx % p.n : idx / p.m;
+        const T* a = p.a + i * p.a_rs;
+        const T* b = p.b + j * p.b_cs;
+        T acc = 0;
+        for (index_t q = 0; q < p.k; ++q) acc = fma(a[q * p.a_cs], b[q * p.b_rs], acc);
+        T* c = p.c + i * p.c_rs + j * p.c_cs;
+        *c = p.beta == T(0) ? p.alpha * acc : p.alpha * acc + p.beta * *c;
+    }
+}
+
+// ---------------------------------------------------------------- tiled
+
+// 16-byte vectors: float4 for f32, double2 for f64.
+template <class T>
+__device__ __forceinline__ void load16_global(T* r, const T* p) {
+    if constexpr (std::is_same_v<T, float>) {
+        const float4 v = __ldg(reinterpret_cast<const float4*>(p));
+        r[0] = v.x, r[1] = v.y, r[2] = v.z, r[3] = v.w;
+    } else {
+        const double2 v = __ldg(reinterpret_cast<const double2*>(p));
+        r[0] = v.x, r[1] = v.y;
+    }
+}
+
+template <class T>
+__device__ __forceinline__ void load16(T* r, const T* p) {
+    if constexpr (std::is_same_v<T, float>) {
+        const float4 v = *reinterpret_cast<const float4*>(p);
+        r[0] = v.x, r[1] = v.y, r[2] = v.z, r[3] = v.w;
+    } else {
+        const double2 v = *reinterpret_cast<const double2*>(p);
+        r[0] = v.x, r[1] = v.y;
+    }
+}
+
+template <class T>
+__device__ __forceinline__ void store16(T* p, const T* r) {
+    if constexpr (std::is_same_v<T, float>) {
+        *reinterpret_cast<float4*>(p) = make_float4(r[0], r[1], r[2], r[3]);
+    } else {
+        *reinterpret_cast<double2*>(p) = make_double2(r[0], r[1]);
+    }
+}
+
+// Tile geometry. S = elements per 16-byte vector (4 for f32, 2 for f64). A block of 256 threads
+// (8 warps as 2 x 4) computes a BM x BN = 32S x 32S tile of C: 128x128 for f32, 64x64 for f64.
+// Each warp owns 16S x 8S, each lane a 2S x 2S micro-tile made of 2 x 2 sub-tiles of S x S that
+// sit 8S rows and 4S columns apart, so that the fragment reads of a warp from shared memory are
+// contiguous 16-byte vectors (conflict-free) and a thread's accumulators stay in registers.
+template <class T>
+struct tile_shape {
+    static constexpr int S = 16 / int(sizeof(T));
+    static constexpr int BM = 32 * S;
+    static constexpr int BN = 32 * S;
+    static constexpr int BK = 8;
+    static constexpr int TM = 2 * S;  // micro-tile rows per thread
+    static constexpr int TN = 2 * S;
+    // Shared tiles are stored k-major (As[k][m], Bs[k][n]); one vector of padding per row keeps
+    // the transposing stores of k-contiguous operands free of bank conflicts and 16-byte aligned.
+    static constexpr int LDA = BM + S;
+    static constexpr int LDB = BN + S;
+};
+
+// A_KC: op(A) is contiguous along k (a_cs == 1); otherwise along m (a_rs == 1).
+// B_KC: op(B) is contiguous along k (b_rs == 1); otherwise along n (b_cs == 1).
+// VEC: A and B are 16-byte aligned with leading dimensions a multiple of S, so every full
+// vector of a tile can be one 16-byte load.
+template <class T, bool A_KC, bool B_KC, bool VEC>
+__global__ void __launch_bounds__(threads_per_block, 2)
+    gemm_tiled_kernel(gemm_args<T> p, bool c_vec) {
+    using shape = tile_shape<T>;
+    constexpr int S = shape::S, BM = shape::BM, BN = shape::BN, BK = shape::BK;
+    constexpr int TM = shape::TM, TN = shape::TN, LDA = shape::LDA, LDB = shape::LDB;
+    static_assert(BM * BK == threads_per_block * S && BN * BK == threads_per_block * S,
+                  "each thread loads exactly one 16-byte vector of A and of B per k-tile");
+
+    __shared__ __align__(16) T As[2][BK][LDA];
+    __shared__ __align__(16) T Bs[2][BK][LDB];
+
+    const int tid = threadIdx.x;
+    const index_t M = p.m, N = p.n, K = p.k;
+    const index_t lda = A_KC ? p.a_rs : p.a_cs;
+    const index_t ldb = B_KC ? p.b_cs : p.b_rs;
+
+    // Grouped tile order: runs of 8 tile rows share B panels in L2.
+    const int tiles_m = int((M + BM - 1) / BM), tiles_n = int((N + BN - 1) / BN);
+    constexpr int group = 8;
+    const int id = blockIdx.x;
+    const int per_group = group * tiles_n;
+    const int first_m = (id / per_group) * group;
+    const int group_rows = min(tiles_m - first_m, group);
+    const int tile_m = first_m + (id % per_group) % group_rows;
+    const int tile_n = (id % per_group) / group_rows;
+    const index_t m0 = index_t(tile_m) * BM, n0 = index_t(tile_n) * BN;
+
+    // Which vector of each k-tile this thread loads.
+    constexpr int kvecs = BK / S;                           // vectors along a k-row of 8
+    const int a_row = A_KC ? tid / kvecs : (tid % (BM / S)) * S;
+    const int a_k = A_KC ? (tid % kvecs) * S : tid / (BM / S);
+    const int b_col = B_KC ? tid / kvecs : (tid % (BN / S)) * S;
+    const int b_k = B_KC ? (tid % kvecs) * S : tid / (BN / S);
+
+    T ra[S], rb[S];
+    auto load_a = [&](index_t k0) {
+        if constexpr (A_KC) {
+            const index_t gi = m0 + a_row, gk = k0 + a_k;
+            const T* src = p.a + gi * lda + gk;
+            if (VEC && gi < M && gk + S <= K) {
+                load16_global(ra, src);
+            } else {
+#pragma unroll
+                for (int q = 0; q < S; ++q) ra[q] = (gi < M && gk + q < K) ? __ldg(src + q) : T(0);
+            }
+        } else {
+            const index_t gk = k0 + a_k, gi = m0 + a_row;
+            const T* src = p.a + gk * lda + gi;
+            if (VEC && gk < K && gi + S <= M) {
+                load16_global(ra, src);
+            } else {
+#pragma unroll
+                for (int q = 0; q < S; ++q) ra[q] = (gk < K && gi + q < M) ? __ldg(src + q) : T(0);
+            }
+        }
+    };
+    auto load_b = [&](index_t k0) {
+        if constexpr (B_KC) {
+            const index_t gj = n0 + b_col, gk = k0 + b_k;
+            const T* src = p.b + gj * ldb + gk;
+            if (VEC && gj < N && gk + S <= K) {
+                load16_global(rb, src);
+            } else {
+#pragma unroll
+                for (int q = 0; q < S; ++q) rb[q] = (gj < N && gk + q < K) ? __ldg(src + q) : T(0);
+            }
+        } else {
+            const index_t gk = k0 + b_k, gj = n0 + b_col;
+            const T* src = p.b + gk * ldb + gj;
+            if (VEC && gk < K && gj + S <= N) {
+                load16_global(rb, src);
+            } else {
+#pragma unroll
+                for (int q = 0; q < S; ++q) rb[q] = (gk < K && gj + q < N) ? __ldg(src + q) : T(0);
+            }
+        }
+    };
+    auto store_tiles = [&](int buf) {
+        if constexpr (A_KC) {
+#pragma unroll
+            for (int q = 0; q < S; ++q) As[buf][a_k + q][a_row] = ra[q];
+        } else {
+            store16(&As[buf][a_k][a_row], ra);
+        }
+        if constexpr (B_KC) {
+#pragma unroll
+            for (int q = 0; q < S; ++q) Bs[buf][b_k + q][b_col] = rb[q];
+        } else {
+            store16(&Bs[buf][b_k][b_col], rb);
+        }
+    };
+
+    // This thread's micro-tile: rows am + {0, 8S} + [0, S), columns bn + {0, 4S} + [0, S).
+    const int warp = tid / 32, lane = tid % 32;
+    const int am = (warp / 4) * (16 * S) + (lane / 4) * S;
+    const int bn = (warp % 4) * (8 * S) + (lane % 4) * S;
+
+    T acc[TM][TN];
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i][j] = T(0);
+
+    const index_t k_tiles = (K + BK - 1) / BK;
+    load_a(0);
+    load_b(0);
+    store_tiles(0);
+    __syncthreads();
+
+    // Double-buffered main loop: the global loads of tile t+1 are in flight while tile t is
+    // multiplied out of shared memory; one barrier per tile suffices because the buffer written
+    // after the multiply was last read before the previous barrier.
+    for (index_t t = 0; t < k_tiles; ++t) {
+        const int cur = int(t & 1);
+        const bool more = t + 1 < k_tiles;
+        if (more) {
+            load_a((t + 1) * BK);
+            load_b((t + 1) * BK);
+        }
+#pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            T fa[TM], fb[TN];
+            load16(fa, &As[cur][kk][am]);
+            load16(fa + S, &As[cur][kk][am + 8 * S]);
+            load16(fb, &Bs[cur][kk][bn]);
+            load16(fb + S, &Bs[cur][kk][bn + 4 * S]);
+#pragma unroll
+            for (int i = 0; i < TM; ++i)
+#pragma unroll
+                for (int j = 0; j < TN; ++j) acc[i][j] = fma(fa[i], fb[j], acc[i][j]);
+        }
+        if (more) store_tiles(cur ^ 1);
+        __syncthreads();
+    }
+
+    // Epilogue: C <- alpha*acc + beta*C, in 16-byte vectors along C's contiguous index where the
+    // vector is whole and aligned; beta == 0 never reads C.
+    const T alpha = p.alpha, beta = p.beta;
+    const bool c_row_major = p.c_cs == 1;
+    const index_t ldc = c_row_major ? p.c_rs : p.c_cs;
+#pragma unroll
+    for (int si = 0; si < 2; ++si) {
+#pragma unroll
+        for (int sj = 0; sj < 2; ++sj) {
+            const index_t r0 = m0 + am + si * 8 * S, c0 = n0 + bn + sj * 4 * S;
+#pragma unroll
+            for (int u = 0; u < S; ++u) {
+                // Row-major C: u walks rows and the vector runs along a row; col-major: transposed.
+                const index_t i_out = c_row_major ? r0 + u : c0 + u;  // outer index of the vector
+                const index_t v0 = c_row_major ? c0 : r0;              // first inner index
+                const index_t outer_n = c_row_major ? M : N, inner_n = c_row_major ? N : M;
+                if (i_out >= outer_n) continue;
+                T v[S];
+#pragma unroll
+                for (int e = 0; e < S; ++e)
+                    v[e] = alpha * (c_row_major ? acc[si * S + u][sj * S + e]
+                                                : acc[si * S + e][sj * S + u]);
+                T* dst = p.c + i_out * ldc + v0;
+                if (c_vec && v0 + S <= inner_n) {
+                    if (beta != T(0)) {
+                        T old[S];
+                        load16(old, dst);
+#pragma unroll
+                        for (int e = 0; e < S; ++e) v[e] = fma(beta, old[e], v[e]);
+                    }
+                    store16(dst, v);
+                } else {
+#pragma unroll
+                    for (int e = 0; e < S; ++e)
+                        if (v0 + e < inner_n)
+                            dst[e] = beta != T(0) ? fma(beta, dst[e], v[e]) : v[e];
+                }
+            }
+        }
+    }
+}
+
+template <class T, bool A_KC, bool B_KC, bool VEC>
+cudaError_t launch_tiled_variant(const gemm_args<T>& args, bool c_vec, cudaStream_t stream) {
+    using shape = tile_shape<T>;
+    const index_t tiles = ((args.m + shape::BM - 1) / shape::BM) * ((args.n + shape::BN - 1) / shape::BN);
+    if (tiles > INT_MAX) return cudaErrorInvalidConfiguration;
+    gemm_tiled_kernel<T, A_KC, B_KC, VEC>
+        <<<static_cast<unsigned>(tiles), threads_per_block, 0, stream>>>(args, c_vec);
+    return cudaGetLastError();
+}
+
+template <class T, bool A_KC, bool B_KC>
+cudaError_t launch_tiled_vec(const gemm_args<T>& args, bool vec, bool c_vec, cudaStream_t s) {
+    return vec ? launch_tiled_variant<T, A_KC, B_KC, true>(args, c_vec, s)
+               : launch_tiled_variant<T, A_KC, B_KC, false>(args, c_vec, s);
+}
+
+template <class T>
+cudaError_t launch_tiled(const gemm_call& call, cudaStream_t stream) {
+    const gemm_args<T> args = make_args<T>(call);
+    constexpr index_t S = tile_shape<T>::S;
+    // When a stride is 1 in both directions (a single row or column) either reading is right.
+    const bool a_kc = args.a_cs == 1, b_kc = args.b_rs == 1;
+    const index_t lda = a_kc ? args.a_rs : args.a_cs;
+    const index_t ldb = b_kc ? args.b_cs : args.b_rs;
+    const index_t ldc = args.c_cs == 1 ? args.c_rs : args.c_cs;
+    const bool vec = aligned16(args.a) && aligned16(args.b) && lda % S == 0 && ldb % S == 0;
+    const bool c_vec = aligned16(args.c) && ldc % S == 0;
+    if (a_kc) {
+        return b_kc ? launch_tiled_vec<T, true, true>(args, vec, c_vec, stream)
+                    : launch_tiled_vec<T, true, false>(args, vec, c_vec, stream);
+    }
+    return b_kc ? launch_tiled_vec<T, false, true>(args, vec, c_vec, stream)
+                : launch_tiled_vec<T, false, false>(args, vec, c_vec, stream);
+}
+
+template <class T>
+cudaError_t launch_naive(const gemm_call& call, cudaStream_t stream) {
+    const gemm_args<T> args = make_args<T>(call);
+    gemm_naive_kernel<T><<<grid_for(args.m * args.n), threads_per_block, 0, stream>>>(args);
+    return cudaGetLastError();
+}
+
+template <class T>
+cudaError_t launch_scale_c(const gemm_call& call, cudaStream_t stream) {
+    const gemm_args<T> args = make_args<T>(call);
+    gemm_scale_c_kernel<T><<<grid_for(args.m * args.n), threads_per_block, 0, stream>>>(args);
+    return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t launch_gemm_naive(const gemm_call& call, cudaStream_t stream) {
+    return call.type == dtype::f32 ? launch_naive<float>(call, stream)
+                                   : launch_naive<double>(call, stream);
+}
+
+cudaError_t launch_gemm_tiled(const gemm_call& call, cudaStream_t stream) {
+    return call.type == dtype::f32 ? launch_tiled<float>(call, stream)
+                                   : launch_tiled<double>(call, stream);
+}
+
+cudaError_t launch_gemm_scale_c(const gemm_call& call, cudaStream_t stream) {
+    return call.type == dtype::f32 ? launch_scale_c<float>(call, stream)
+                                   : launch_scale_c<double>(call, stream);
+}
+
+}  // namespace tilestream::cuda

@@ -1,0 +1,65 @@
+// Sequential reference GEMM and Jacobi sweep on host memory: the oracle the other kernels are tested against.
+#include "reference_kernels.hpp"
+
+namespace tilestream::reference {
+
+namespace {
+
+template <class T>
+void gemm_typed(const gemm_call& call) {
+    const T* a = static_cast<const T*>(call.a);
+    const T* b = static_cast<const T*>(call.b);
+    T* c = static_cast<T*>(call.c);
+    const index_t ars = call.a_row_stride(), acs = call.a_col_stride();
+    const index_t brs = call.b_row_stride(), bcs = call.b_col_stride();
+    const index_t crs = call.c_row_stride(), ccs = call.c_col_stride();
+    // BLAS semantics: alpha == 0 never reads A or B, beta == 0 never reads C, so NaN or
+    // uninitialised memory in an operand that does not contribute cannot leak into C.
+    const bool read_ab = call.alpha != 0.0;
+    const bool read_c = call.beta != 0.0;
+    for (index_t i = 0; i < call.m; ++i) {
+        for (index_t j = 0; j < call.n; ++j) {
+            double acc = 0.0;
+            if (read_ab)
+                for (index_t p = 0; p < call.k; ++p)
+                    acc += double(a[i * ars + p * acs]) * double(b[p * brs + j * bcs]);
+            T& cij = c[i * crs + j * ccs];
+            double r = read_ab ? call.alpha * acc : 0.0;
+            if (read_c) r += call.beta * double(cij);
+            cij = static_cast<T>(r);  // the only rounding to T
+        }
+    }
+}
+
+template <class T>
+void jacobi_typed(const jacobi_call& call) {
+    const T* in = static_cast<const T*>(call.in);
+    T* out = static_cast<T*>(call.out);
+    const index_t ld = call.ld;
+    double sum = 0.0;
+    for (index_t i = call.row_begin; i < call.row_end; ++i) {
+        for (index_t j = call.col_begin; j < call.col_end; ++j) {
+            const T n = in[(i - 1) * ld + j], s = in[(i + 1) * ld + j];
+            const T w = in[i * ld + j - 1], e = in[i * ld + j + 1];
+            // The order (N+S)+(W+E) is part of the contract: every backend must match it bitwise.
+            const T v = T(0.25) * ((n + s) + (w + e));
+            out[i * ld + j] = v;
+            const double d = double(v) - double(in[i * ld + j]);
+            sum += d * d;
+        }
+    }
+    if (call.residual) *call.residual += sum;
+}
+
+}  // namespace
+
+void gemm(const gemm_call& call) {
+    if (call.m <= 0 || call.n <= 0) return;
+    visit_dtype(call.type, [&]<class T>() { gemm_typed<T>(call); });
+}
+
+void jacobi_sweep(const jacobi_call& call) {
+    visit_dtype(call.type, [&]<class T>() { jacobi_typed<T>(call); });
+}
+
+}  // namespace tilestream::reference

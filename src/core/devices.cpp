@@ -1,0 +1,188 @@
+// Device specs, discovery of what is present, and opening the devices a spec names.
+#include "backends/backends.hpp"
+
+#include <tilestream/devices.hpp>
+#include <tilestream/error.hpp>
+
+#include <algorithm>
+#include <charconv>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include <sched.h>
+#include <unistd.h>
+
+namespace tilestream {
+namespace {
+
+int parse_positive(std::string_view s, const std::string& item, const char* what) {
+    int v = 0;
+    const auto* end = s.data() + s.size();
+    auto [p, ec] = std::from_chars(s.data(), end, v);
+    if (s.empty() || ec != std::errc() || p != end || v < 0)
+        throw invalid_argument("bad device '" + item + "': " + what + " '" + std::string(s) +
+                               "' is not a non-negative integer");
+    return v;
+}
+
+std::string trim(std::string_view s) {
+    const auto b = s.find_first_not_of(" \t");
+    if (b == std::string_view::npos) return {};
+    const auto e = s.find_last_not_of(" \t");
+    return std::string(s.substr(b, e - b + 1));
+}
+
+int count_cpu_cores() {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+    return std::max(1u, std::thread::hardware_concurrency());
+}
+
+std::string read_cpu_name() {
+    std::ifstream in("/proc/cpuinfo");
+    std::string line;
+    while (std::getline(in, line))
+        if (line.rfind("model name", 0) == 0) {
+            const auto colon = line.find(':');
+            if (colon != std::string::npos) return trim(line.substr(colon + 1));
+        }
+    return "CPU";
+}
+
+}  // namespace
+
+std::vector<device_request> parse_device_spec(std::string_view spec) {
+    std::vector<device_request> out;
+    const std::string all(spec);
+    if (trim(all).empty()) throw invalid_argument("empty device spec (examples: cpu, cpu:2, cuda:0, all)");
+    std::size_t start = 0;
+    while (start <= all.size()) {
+        const std::size_t comma = all.find(',', start);
+        const std::string item = trim(std::string_view(all).substr(
+            start, comma == std::string::npos ? std::string::npos : comma - start));
+        start = comma == std::string::npos ? all.size() + 1 : comma + 1;
+        if (item.empty()) throw invalid_argument("empty item in device spec '" + all + "'");
+        device_request r;
+        r.text = item;
+        std::string body = item;
+        if (const auto at = item.find('@'); at != std::string::npos) {
+            body = item.substr(0, at);
+            try {
+                r.budget = parse_bytes(item.substr(at + 1));
+            } catch (const invalid_argument& e) {
+                throw invalid_argument("bad device '" + item + "': " + e.what());
+            }
+        }
+        std::string lower = body;
+        std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
+        if (lower == "all") {
+            r.kind = device_request::what::all;
+        } else if (lower == "cpu") {
+            r.kind = device_request::what::cpu;
+        } else if (lower.rfind("cpu:", 0) == 0) {
+            r.kind = device_request::what::cpu;
+            r.count = parse_positive(std::string_view(lower).substr(4), item, "CPU device count");
+            if (r.count < 1) throw invalid_argument("bad device '" + item + "': cpu:N needs N >= 1");
+        } else if (lower.rfind("cuda:", 0) == 0) {
+            r.kind = device_request::what::cuda;
+            const std::string rest = lower.substr(5);
+            const auto x = rest.find('x');
+            r.index = parse_positive(std::string_view(rest).substr(0, x), item, "GPU index");
+            if (x != std::string::npos) {
+                r.slices = parse_positive(std::string_view(rest).substr(x + 1), item, "slice count");
+                if (r.slices < 1) throw invalid_argument("bad device '" + item + "': cuda:IxK needs K >= 1");
+            }
+        } else {
+            throw invalid_argument("unknown device '" + item + "' (expected all, cpu, cpu:N, cuda:I or "
+                                   "cuda:IxK, optionally @budget); devices present: " +
+                                   describe_present_devices());
+        }
+        if (r.budget && *r.budget == 0) throw invalid_argument("bad device '" + item + "': zero budget");
+        out.push_back(std::move(r));
+    }
+    return out;
+}
+
+const system_inventory& inventory() {
+    static system_inventory inv;
+    static std::once_flag once;
+    std::call_once(once, [] {
+        inv.cpu_cores = count_cpu_cores();
+        inv.cpu_name = read_cpu_name();
+        const long pages = sysconf(_SC_PHYS_PAGES);
+        const long page = sysconf(_SC_PAGESIZE);
+        inv.host_memory = pages > 0 && page > 0 ? std::size_t(pages) * std::size_t(page) : 0;
+        auto cuda = backends::discover_cuda();
+        inv.gpus = std::move(cuda.gpus);
+        inv.cuda_status = std::move(cuda.status);
+    });
+    return inv;
+}
+
+std::string describe_present_devices() {
+    const auto& inv = inventory();
+    std::ostringstream s;
+    s << "cpu (" << inv.cpu_name << ", " << inv.cpu_cores << " cores, " << format_bytes(inv.host_memory)
+      << ")";
+    if (inv.gpus.empty()) {
+        s << "; no CUDA GPU (" << inv.cuda_status << ")";
+    } else {
+        for (const auto& g : inv.gpus)
+            s << "; " << g.id << " (" << g.name << ", " << format_bytes(g.memory_bytes) << ")";
+    }
+    return s.str();
+}
+
+std::vector<std::unique_ptr<device>> open_devices(std::string_view spec, const open_options& opt) {
+    const auto requests = parse_device_spec(spec);
+    const auto& inv = inventory();
+    if (opt.cpu_threads < 0) throw invalid_argument("--cpu-threads must be >= 1");
+    if (opt.memory_budget && *opt.memory_budget == 0) throw invalid_argument("memory budget must be > 0");
+    std::vector<std::unique_ptr<device>> out;
+    int next_cpu = 0;
+
+    const auto open_cpus = [&](int count, std::optional<std::size_t> budget) {
+        for (int i = 0; i < count; ++i) {
+            backends::cpu_device_config cfg;
+            cfg.index = next_cpu++;
+            // Split the cores: the first (cores % count) devices take one more.
+            cfg.threads = opt.cpu_threads > 0
+                              ? opt.cpu_threads
+                              : std::max(1, inv.cpu_cores / count + (i < inv.cpu_cores % count ? 1 : 0));
+            cfg.memory = inv.host_memory / std::size_t(count);
+            cfg.budget = budget ? *budget : (opt.memory_budget ? *opt.memory_budget : cfg.memory);
+            cfg.name = inv.cpu_name;
+            out.push_back(backends::make_cpu_device(cfg));
+        }
+    };
+    const auto open_gpu = [&](const device_request& r, std::optional<std::size_t> budget) {
+        if (r.index >= static_cast<int>(inv.gpus.size()))
+            throw invalid_argument("unknown device '" + r.text + "': devices present: " +
+                                   describe_present_devices());
+        for (int s = 0; s < r.slices; ++s)
+            out.push_back(backends::make_cuda_device(r.index, s, r.slices, budget));
+    };
+
+    for (const auto& r : requests) {
+        const auto budget = r.budget ? r.budget : opt.memory_budget;
+        switch (r.kind) {
+            case device_request::what::cpu: open_cpus(r.count, budget); break;
+            case device_request::what::cuda: open_gpu(r, budget); break;
+            case device_request::what::all:
+                for (const auto& g : inv.gpus) {
+                    device_request one;
+                    one.kind = device_request::what::cuda;
+                    one.index = g.physical_index;
+                    one.text = g.id;
+                    open_gpu(one, budget);
+                }
+                open_cpus(1, budget);
+                break;
+        }
+    }
+    return out;
+}
+
+}  // namespace tilestream

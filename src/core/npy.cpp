@@ -1,0 +1,523 @@
+// Reading (memory-mapped) and atomic writing of NumPy .npy files holding 2-D <f4/<f8 arrays.
+#include <tilestream/error.hpp>
+#include <tilestream/npy.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace tilestream {
+
+// .npy data is little-endian and we hand out pointers into the mapping without byte swapping.
+static_assert(std::endian::native == std::endian::little,
+              "tilestream's .npy reader and writer assume a little-endian host");
+
+namespace {
+
+constexpr char npy_magic[] = "\x93NUMPY";
+constexpr std::size_t npy_magic_size = 6;
+// Above this many characters a malformed header is cut short in error messages.
+constexpr std::size_t header_quote_limit = 200;
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+[[noreturn]] void fail(const std::string& path, const std::string& what) {
+    throw file_error(path + ": " + what);
+}
+
+std::string_view descr_of(dtype t) { return t == dtype::f32 ? "<f4" : "<f8"; }
+
+std::string quote_header(std::string_view header) {
+    while (!header.empty() && (header.back() == ' ' || header.back() == '\n'))
+        header.remove_suffix(1);
+    if (header.size() <= header_quote_limit) return std::string(header);
+    return std::string(header.substr(0, header_quote_limit)) + "...";
+}
+
+std::string shape_text(const std::vector<index_t>& shape) {
+    std::string s = "(";
+    for (std::size_t i = 0; i < shape.size(); ++i) {
+        if (i) s += ", ";
+        s += std::to_string(shape[i]);
+    }
+    if (shape.size() == 1) s += ",";
+    return s + ")";
+}
+
+std::string dims_text(const std::vector<index_t>& shape) {
+    std::string s;
+    for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? "x" : "") + std::to_string(shape[i]);
+    return s;
+}
+
+/// Closes a file descriptor on scope exit.
+class unique_fd {
+public:
+    explicit unique_fd(int fd) : fd_(fd) {}
+    unique_fd(const unique_fd&) = delete;
+    unique_fd& operator=(const unique_fd&) = delete;
+    ~unique_fd() {
+        if (fd_ >= 0) ::close(fd_);
+    }
+    int get() const { return fd_; }
+    /// Closes now and reports close()'s errno (0 on success); a later destructor does nothing.
+    int close_checked() {
+        const int fd = std::exchange(fd_, -1);
+        return fd >= 0 && ::close(fd) != 0 ? errno : 0;
+    }
+
+private:
+    int fd_;
+};
+
+/// What the header dictionary says.
+struct npy_header {
+    std::string descr;  // the dtype string, or the raw text of a non-string descr
+    bool descr_is_string = false;
+    bool fortran_order = false;
+    std::vector<index_t> shape;
+};
+
+/// Parses the Python literal dictionary numpy writes, e.g.
+/// {'descr': '<f8', 'fortran_order': False, 'shape': (3, 4), }
+/// It accepts any key order, either quote character, any whitespace and trailing commas, which
+/// covers every writer we know of, without being a general Python literal parser.
+class header_parser {
+public:
+    header_parser(std::string_view text, const std::string& path) : text_(text), path_(path) {}
+
+    npy_header parse() {
+        npy_header h;
+        bool have_descr = false, have_order = false, have_shape = false;
+        skip_space();
+        expect('{', "expected '{' at the start of the header dictionary");
+        for (;;) {
+            skip_space();
+            if (peek() == '}') {
+                ++pos_;
+                break;
+            }
+            const std::string key = parse_string("expected a quoted key");
+            skip_space();
+            expect(':', "expected ':' after key '" + key + "'");
+            skip_space();
+            if (key == "descr") {
+                if (have_descr) malformed("duplicate key 'descr'");
+                have_descr = true;
+                if (peek() == '\'' || peek() == '"') {
+                    h.descr = parse_string("expected a string for 'descr'");
+                    h.descr_is_string = true;
+                } else {
+                    // A structured dtype is a list of tuples; keep its text for the error message.
+                    h.descr = skip_value();
+                }
+            } else if (key == "fortran_order") {
+                if (have_order) malformed("duplicate key 'fortran_order'");
+                have_order = true;
+                h.fortran_order = parse_bool();
+            } else if (key == "shape") {
+                if (have_shape) malformed("duplicate key 'shape'");
+                have_shape = true;
+                h.shape = parse_shape();
+            } else {
+                malformed("unexpected key '" + key + "'");
+            }
+            skip_space();
+            if (peek() == ',') {
+                ++pos_;
+            } else if (peek() != '}') {
+                malformed("expected ',' or '}' after the value of '" + key + "'");
+            }
+        }
+        skip_space();
+        if (pos_ != text_.size()) malformed("unexpected text after the closing '}'");
+        if (!have_descr) malformed("no 'descr' key");
+        if (!have_order) malformed("no 'fortran_order' key");
+        if (!have_shape) malformed("no 'shape' key");
+        return h;
+    }
+
+private:
+    char peek() const { return pos_ < text_.size() ? text_[pos_] : '\0'; }
+
+    void skip_space() {
+        while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\t' ||
+                                       text_[pos_] == '\n' || text_[pos_] == '\r'))
+            ++pos_;
+    }
+
+    [[noreturn]] void malformed(const std::string& why) const {
+        fail(path_, "malformed header: " + why + " at byte " + std::to_string(pos_) +
+                        " of the header: " + quote_header(text_));
+    }
+
+    void expect(char c, const std::string& why) {
+        if (peek() != c) malformed(why);
+        ++pos_;
+    }
+
+    std::string parse_string(const std::string& why) {
+        const char quote = peek();
+        if (quote != '\'' && quote != '"') malformed(why);
+        ++pos_;
+        std::string s;
+        while (pos_ < text_.size() && text_[pos_] != quote) {
+            if (text_[pos_] == '\\' && pos_ + 1 < text_.size()) ++pos_;
+            s += text_[pos_++];
+        }
+        if (pos_ >= text_.size()) malformed("unterminated string");
+        ++pos_;
+        return s;
+    }
+
+    bool parse_bool() {
+        const std::string_view rest = text_.substr(pos_);
+        if (rest.starts_with("True")) {
+            pos_ += 4;
+            return true;
+        }
+        if (rest.starts_with("False")) {
+            pos_ += 5;
+            return false;
+        }
+        malformed("expected True or False for 'fortran_order'");
+    }
+
+    std::vector<index_t> parse_shape() {
+        expect('(', "expected a tuple for 'shape'");
+        std::vector<index_t> shape;
+        for (;;) {
+            skip_space();
+            if (peek() == ')') {
+                ++pos_;
+                return shape;
+            }
+            if (peek() < '0' || peek() > '9')
+                malformed("expected a non-negative integer in 'shape'");
+            index_t v = 0;
+            while (peek() >= '0' && peek() <= '9') {
+                if (__builtin_mul_overflow(v, index_t{10}, &v) ||
+                    __builtin_add_overflow(v, index_t{peek() - '0'}, &v))
+                    malformed("a dimension in 'shape' does not fit in 64 bits");
+                ++pos_;
+            }
+            // Python 2 numpy wrote long integers as 3L.
+            if (peek() == 'L') ++pos_;
+            shape.push_back(v);
+            skip_space();
+            if (peek() == ',') {
+                ++pos_;
+            } else if (peek() != ')') {
+                malformed("expected ',' or ')' in 'shape'");
+            }
+        }
+    }
+
+    /// Skips a bracketed or bare value and returns its text.
+    std::string skip_value() {
+        const std::size_t start = pos_;
+        int depth = 0;
+        while (pos_ < text_.size()) {
+            const char c = text_[pos_];
+            if (c == '\'' || c == '"') {
+                parse_string("");
+                continue;
+            }
+            if (c == '[' || c == '(' || c == '{') ++depth;
+            if (c == ']' || c == ')' || c == '}') {
+                if (depth == 0) break;
+                --depth;
+            }
+            if (c == ',' && depth == 0) break;
+            ++pos_;
+        }
+        std::string_view v = text_.substr(start, pos_ - start);
+        while (!v.empty() && v.back() == ' ') v.remove_suffix(1);
+        if (v.empty()) malformed("expected a value for 'descr'");
+        return std::string(v);
+    }
+
+    std::string_view text_;
+    const std::string& path_;
+    std::size_t pos_ = 0;
+};
+
+std::uint32_t read_le(const unsigned char* p, int bytes) {
+    std::uint32_t v = 0;
+    for (int i = bytes - 1; i >= 0; --i) v = (v << 8) | p[i];
+    return v;
+}
+
+}  // namespace
+
+npy_array read_npy(const std::string& path) {
+    if (path.empty()) throw file_error("read_npy: empty file name");
+
+    // O_NONBLOCK so that a FIFO given by mistake is rejected below instead of blocking open().
+    unique_fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+    if (fd.get() < 0) fail(path, "cannot open: " + errno_text(errno));
+    struct stat st {};
+    if (::fstat(fd.get(), &st) != 0) fail(path, "cannot stat: " + errno_text(errno));
+    if (S_ISDIR(st.st_mode)) fail(path, "cannot read: " + errno_text(EISDIR));
+    // mmap needs a file whose size is known; pipes and devices are not .npy files we can map.
+    if (!S_ISREG(st.st_mode)) fail(path, "cannot read: not a regular file");
+
+    const auto file_size = static_cast<std::size_t>(st.st_size);
+    if (file_size < npy_magic_size)
+        fail(path, "not a .npy file (bad magic; the file has only " + std::to_string(file_size) +
+                       " bytes)");
+
+    // The whole file is mapped so that the header and data come from one consistent view;
+    // the file is never empty here, so mmap never sees a zero length.
+    void* base = ::mmap(nullptr, file_size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
+    if (base == MAP_FAILED) {
+        const int err = errno;
+        fail(path, "cannot map " + std::to_string(file_size) + " bytes: " + errno_text(err));
+    }
+    std::shared_ptr<void> mapping(base, [file_size](void* p) { ::munmap(p, file_size); });
+    // The mapping keeps the file's pages; the descriptor is no longer needed.
+    fd.close_checked();
+
+    const auto* bytes = static_cast<const unsigned char*>(base);
+    if (std::memcmp(bytes, npy_magic, npy_magic_size) != 0)
+        fail(path, "not a .npy file (bad magic)");
+    if (file_size < 8)
+        fail(path, "truncated header: the file ends at byte " + std::to_string(file_size) +
+                       ", before the format version");
+    const int major = bytes[6], minor = bytes[7];
+    if (major < 1 || major > 3 || minor != 0)
+        fail(path, "unsupported .npy format version " + std::to_string(major) + "." +
+                       std::to_string(minor) + " (tilestream reads 1.0, 2.0 and 3.0)");
+    // Version 1 stores the header length in 2 bytes, versions 2 and 3 in 4.
+    const std::size_t length_bytes = major == 1 ? 2 : 4;
+    const std::size_t header_start = 8 + length_bytes;
+    if (file_size < header_start)
+        fail(path, "truncated header: the file ends at byte " + std::to_string(file_size) +
+                       ", inside the " + std::to_string(header_start) + "-byte preamble");
+    const std::size_t header_len = read_le(bytes + 8, static_cast<int>(length_bytes));
+    if (header_len > file_size - header_start)
+        fail(path, "truncated header: the preamble announces " + std::to_string(header_len) +
+                       " header bytes but only " + std::to_string(file_size - header_start) +
+                       " follow");
+    const std::size_t data_offset = header_start + header_len;
+
+    // Version 3 headers are UTF-8, 1 and 2 latin-1; the keys and values we accept are ASCII
+    // in both, and any other text can only appear inside a descr we reject.
+    const std::string_view header_text(reinterpret_cast<const char*>(bytes + header_start),
+                                       header_len);
+    const npy_header h = header_parser(header_text, path).parse();
+
+    dtype type = dtype::f32;
+    if (h.descr_is_string && h.descr == "<f4")
+        type = dtype::f32;
+    else if (h.descr_is_string && h.descr == "<f8")
+        type = dtype::f64;
+    else
+        fail(path, "unsupported dtype " + (h.descr_is_string ? "'" + h.descr + "'" : h.descr) +
+                       " (tilestream reads '<f4' and '<f8')");
+
+    if (h.shape.empty() || h.shape.size() > 2)
+        fail(path,
+             "unsupported shape " + shape_text(h.shape) + ": tilestream reads 1-D and 2-D arrays");
+    const index_t rows = h.shape[0];
+    const index_t cols = h.shape.size() == 2 ? h.shape[1] : 1;
+
+    index_t data_bytes = 0;
+    try {
+        data_bytes = checked_mul(checked_mul(rows, cols, "shape"),
+                                 static_cast<index_t>(size_of(type)), "shape");
+    } catch (const size_overflow&) {
+        fail(path, "shape " + shape_text(h.shape) + " " + h.descr + " needs more than 2^63 bytes");
+    }
+    const std::size_t available = file_size - data_offset;
+    if (static_cast<std::uint64_t>(data_bytes) > available)
+        fail(path, "truncated: header says " + dims_text(h.shape) + " " + h.descr + " (" +
+                       std::to_string(data_bytes) + " bytes of data) but only " +
+                       std::to_string(available) + " bytes follow the header");
+
+    npy_array a;
+    const unsigned char* data = bytes + data_offset;
+    if (data_offset % size_of(type) == 0) {
+        a.storage_ = std::move(mapping);
+        a.data_ = data;
+    } else {
+        // numpy aligns data to 64 bytes, but a hand-made header may not; a misaligned float
+        // pointer is undefined behaviour, so such files are copied into aligned memory.
+        std::shared_ptr<void> buffer(
+            detail::aligned_host_alloc(static_cast<std::size_t>(data_bytes)),
+            detail::aligned_free{});
+        std::memcpy(buffer.get(), data, static_cast<std::size_t>(data_bytes));
+        a.data_ = buffer.get();
+        a.storage_ = std::move(buffer);
+    }
+    a.type_ = type;
+    a.rows_ = rows;
+    a.cols_ = cols;
+    a.layout_ = h.fortran_order ? layout::col_major : layout::row_major;
+    a.path_ = path;
+    return a;
+}
+
+template <class T>
+host_matrix_view<const T> npy_array::view() const {
+    if (dtype_of<T>() != type_)
+        throw invalid_argument(path_ + ": view<" + std::string(to_string(dtype_of<T>())) +
+                               "> of a file holding " + std::string(to_string(type_)) + " ('" +
+                               std::string(descr_of(type_)) + "')");
+    return host_matrix_view<const T>(static_cast<const T*>(data_), rows_, cols_, layout_);
+}
+
+template host_matrix_view<const float> npy_array::view<float>() const;
+template host_matrix_view<const double> npy_array::view<double>() const;
+
+namespace {
+
+/// A file created beside the target and renamed over it on commit; removed if never committed.
+class temp_file {
+public:
+    explicit temp_file(const std::string& target) : target_(target) {
+        static std::atomic<unsigned> counter{0};
+        int err = 0;
+        // O_EXCL with our own name rather than mkstemp: mkstemp creates the file 0600, while
+        // mode 0666 lets the umask give the result the permissions of any other new file.
+        for (int attempt = 0; attempt < 100; ++attempt) {
+            name_ = target + ".tmp." + std::to_string(::getpid()) + "." +
+                    std::to_string(counter.fetch_add(1));
+            fd_ = ::open(name_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+            if (fd_ >= 0) return;
+            err = errno;
+            if (err != EEXIST) break;
+        }
+        fail(target_, "cannot create temporary file '" + name_ + "': " + errno_text(err));
+    }
+    temp_file(const temp_file&) = delete;
+    temp_file& operator=(const temp_file&) = delete;
+    ~temp_file() {
+        if (fd_ >= 0) ::close(fd_);
+        if (!committed_) ::unlink(name_.c_str());
+    }
+
+    void write(const void* data, std::size_t n) {
+        const auto* p = static_cast<const char*>(data);
+        while (n > 0) {
+            const ssize_t w = ::write(fd_, p, n);
+            if (w < 0) {
+                const int err = errno;
+                if (err == EINTR) continue;
+                fail(target_, "cannot write '" + name_ + "': " + errno_text(err));
+            }
+            p += w;
+            n -= static_cast<std::size_t>(w);
+        }
+    }
+
+    void commit() {
+        // fsync before rename, so that after a crash the target holds the old or the new
+        // contents, never a renamed but empty file. Filesystems without fsync return EINVAL.
+        if (::fsync(fd_) != 0) {
+            const int err = errno;
+            if (err != EINVAL && err != EROFS)
+                fail(target_, "cannot flush '" + name_ + "': " + errno_text(err));
+        }
+        const int fd = std::exchange(fd_, -1);
+        if (::close(fd) != 0) {
+            const int err = errno;
+            fail(target_, "cannot close '" + name_ + "': " + errno_text(err));
+        }
+        if (::rename(name_.c_str(), target_.c_str()) != 0) {
+            const int err = errno;
+            fail(target_, "cannot rename '" + name_ + "' into place: " + errno_text(err));
+        }
+        committed_ = true;
+    }
+
+private:
+    std::string target_;
+    std::string name_;
+    int fd_ = -1;
+    bool committed_ = false;
+};
+
+std::string npy_preamble(dtype type, bool fortran_order, index_t rows, index_t cols) {
+    std::string dict = "{'descr': '" + std::string(descr_of(type)) +
+                       "', 'fortran_order': " + (fortran_order ? "True" : "False") +
+                       ", 'shape': (" + std::to_string(rows) + ", " + std::to_string(cols) + "), }";
+    // numpy pads with spaces and a final newline so that the data starts on a 64-byte boundary.
+    const auto padded = [&](std::size_t length_bytes) {
+        const std::size_t unpadded = npy_magic_size + 2 + length_bytes + dict.size() + 1;
+        return dict.size() + 1 + (64 - unpadded % 64) % 64;
+    };
+    std::size_t length_bytes = 2;
+    std::size_t header_len = padded(2);
+    if (header_len > 0xffff) {
+        length_bytes = 4;
+        header_len = padded(4);
+    }
+    std::string pre(npy_magic, npy_magic_size);
+    pre += static_cast<char>(length_bytes == 2 ? 1 : 2);
+    pre += '\0';
+    for (std::size_t i = 0; i < length_bytes; ++i)
+        pre += static_cast<char>((header_len >> (8 * i)) & 0xff);
+    pre += dict;
+    pre.append(header_len - dict.size() - 1, ' ');
+    pre += '\n';
+    return pre;
+}
+
+}  // namespace
+
+template <class T>
+void write_npy(const std::string& path, host_matrix_view<const T> m) {
+    if (path.empty()) throw file_error("write_npy: empty file name");
+    const dtype type = dtype_of<T>();
+    const bool col_major = m.layout() == layout::col_major;
+    // Total size is checked up front so that a view whose size overflows fails before any I/O.
+    checked_bytes(m.rows(), m.cols(), type, "write_npy");
+
+    temp_file out(path);
+    const std::string pre = npy_preamble(type, col_major, m.rows(), m.cols());
+    out.write(pre.data(), pre.size());
+
+    if (!m.empty()) {
+        // Lines are rows (C order) or columns (Fortran order); each is contiguous in memory.
+        const index_t lines = col_major ? m.cols() : m.rows();
+        const index_t line_len = col_major ? m.rows() : m.cols();
+        const std::size_t line_bytes = static_cast<std::size_t>(line_len) * sizeof(T);
+        if (m.ld() == line_len) {
+            out.write(m.data(), static_cast<std::size_t>(lines) * line_bytes);
+        } else {
+            // Gather strided lines into ~1 MiB chunks so that narrow sections do not become
+            // one system call per line.
+            constexpr std::size_t chunk_bytes = std::size_t{1} << 20;
+            std::vector<char> chunk;
+            chunk.reserve(std::max(chunk_bytes, line_bytes));
+            for (index_t l = 0; l < lines; ++l) {
+                if (chunk.size() + line_bytes > chunk.capacity()) {
+                    out.write(chunk.data(), chunk.size());
+                    chunk.clear();
+                }
+                const auto* src = reinterpret_cast<const char*>(m.data() + l * m.ld());
+                chunk.insert(chunk.end(), src, src + line_bytes);
+            }
+            out.write(chunk.data(), chunk.size());
+        }
+    }
+    out.commit();
+}
+
+template void write_npy<float>(const std::string&, host_matrix_view<const float>);
+template void write_npy<double>(const std::string&, host_matrix_view<const double>);
+
+}  // namespace tilestream
