@@ -6,7 +6,13 @@
 #include <tilestream/gemm.hpp>
 #include <tilestream/json.hpp>
 #include <tilestream/npy.hpp>
+#include <tilestream/trace.hpp>
 #include <tilestream/verify.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -44,6 +50,13 @@ const char* gemm_help =
     "  --devices SPEC            e.g. cpu, cpu:2, cuda:0, cpu@512MiB (default cpu)\n"
     "  --memory-budget BYTES     budget of each device, e.g. 512MiB\n"
     "  --cpu-threads N           threads per CPU device\n"
+    "  --strategy S              auto (default), in-core, tiles-3d, a-panel, a-panel-c-panel, b-panel, c-block\n"
+    "  --tile T | --tile-m/-n/-k override the planner's tile sizes\n"
+    "  --transfer 2d|pack        2-D strided copies (default) or pack tiles on the host first\n"
+    "  --rates h2d=12GB/s,d2h=12GB/s,gflops=150   declare rates instead of measuring them\n"
+    "  --explain                 print the plan before the run and measured-vs-predicted after (stderr)\n"
+    "  --trace run.json          write a Chrome trace (Perfetto, chrome://tracing)\n"
+    "  --quiet                   no progress line\n"
     "  --check                   compare with a float64 reference; exit 1 when over tolerance\n"
     "  --repeat R                run R times, report the median\n"
     "  --json                    print one JSON object\n";
@@ -109,6 +122,46 @@ struct gemm_operands {
     ts::host_matrix<T> a_own, b_own, c_init;
     ts::npy_array a_file, b_file;
     ts::host_matrix_view<const T> a, b;
+};
+
+/// A progress line on stderr (units done, GFLOP/s, ETA) for runs longer than a second, only when
+/// stderr is a terminal.
+class progress_line {
+public:
+    progress_line(std::size_t total, double flops_per_unit, bool enabled)
+        : total_(total), flops_per_unit_(flops_per_unit), enabled_(enabled && isatty(2)) {
+        if (enabled_) thread_ = std::thread([this] { loop(); });
+    }
+    ~progress_line() { finish(); }
+    void tick() { ++done_; }
+    void finish() {
+        if (!thread_.joinable()) return;
+        stop_ = true;
+        thread_.join();
+        if (printed_) std::fprintf(stderr, "\r%*s\r", 70, "");
+    }
+
+private:
+    void loop() {
+        const auto t0 = std::chrono::steady_clock::now();
+        while (!stop_) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(200));
+            const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            if (el < 1.0 || stop_) continue;
+            const std::size_t d = done_.load();
+            const double rate = double(d) * flops_per_unit_ / el;
+            const double eta = d ? el * double(total_ - std::min(total_, d)) / double(d) : 0.0;
+            std::fprintf(stderr, "\r  %zu/%zu tiles, %.1f GFLOP/s, ETA %.1f s   ", d, total_, rate * 1e-9, eta);
+            printed_ = true;
+        }
+    }
+    std::size_t total_;
+    double flops_per_unit_;
+    bool enabled_;
+    std::atomic<std::size_t> done_{0};
+    std::atomic<bool> stop_{false};
+    bool printed_ = false;
+    std::thread thread_;
 };
 
 double median(std::vector<double> v) {
@@ -186,25 +239,79 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
     std::optional<std::string> out_path = a.get("out");
     const std::string spec = a.get_or("devices", "cpu");
     auto devs = ts::open_devices(spec, device_options(a));
-    if (devs.size() != 1)
-        throw ts::invalid_argument("gemm: in-core gemm runs on one device, but '" + spec + "' names " +
-                                   std::to_string(devs.size()));
-    ts::device& dev = *devs.front();
+    std::vector<ts::device*> dev_ptrs;
+    std::size_t budget = std::numeric_limits<std::size_t>::max();
+    for (auto& d : devs) {
+        dev_ptrs.push_back(d.get());
+        budget = std::min(budget, d->budget());
+    }
+    std::string dev_names;
+    for (auto* d : dev_ptrs) dev_names += (dev_names.empty() ? "" : ",") + d->id();
+
+    ts::plan_options po;
+    po.strategy = ts::parse_gemm_strategy(a.get_or("strategy", "auto"));
+    const ts::index_t big = std::numeric_limits<ts::index_t>::max();
+    const ts::index_t tile = a.integer("tile", 0, 1, big);
+    po.tile_m = a.integer("tile-m", tile, 1, big);
+    po.tile_n = a.integer("tile-n", tile, 1, big);
+    po.tile_k = a.integer("tile-k", po.strategy == ts::gemm_strategy::a_panel ||
+                                            po.strategy == ts::gemm_strategy::a_panel_c_panel ||
+                                            po.strategy == ts::gemm_strategy::b_panel
+                                        ? 0
+                                        : tile,
+                          1, big);
+    const std::string transfer = a.get_or("transfer", "2d");
+    if (transfer != "2d" && transfer != "pack") throw ts::invalid_argument("--transfer expects 2d or pack, got '" + transfer + "'");
+    po.transfer = transfer == "2d" ? ts::transfer_mode::copy_2d : ts::transfer_mode::pack;
+    po.kernel = opt.kernel;
+    po.math = opt.math;
+    for (auto* d : dev_ptrs)
+        if (!d->supports(opt.kernel))
+            throw ts::invalid_argument("gemm: device " + d->id() + " has no '" + std::string(ts::to_string(opt.kernel)) +
+                                       "' kernel (the reference kernel runs on CPU devices only)");
 
     ts::host_matrix<T> c(m, n, c_layout);
-    std::vector<double> seconds, kernel_seconds;
+    const ts::gemm_problem problem = ts::describe_gemm<T>(op_a, op_b, alpha, ops.a, ops.b, beta, c.view());
+    const bool explain = a.flag("explain");
+    ts::device_rates rates;
+    if (a.has("rates")) rates = ts::parse_rates(*a.get("rates"));
+    else if (po.strategy == ts::gemm_strategy::automatic || explain)
+        rates = ts::measure_rates(*dev_ptrs.front(), type, opt.kernel, opt.math);
+    ts::gemm_plan plan;
+    try {
+        plan = ts::plan_gemm(problem, budget, rates, po);
+    } catch (const ts::out_of_budget& e) {
+        throw ts::out_of_budget(dev_names + ": " + e.what());
+    }
+    if (explain) std::fprintf(stderr, "%s", ts::explain(plan).c_str());
+
+    ts::trace_recorder recorder;
+    ts::gemm_run_options run;
+    if (a.has("trace")) run.trace = &recorder;
+    progress_line progress(plan.units * std::size_t(repeat), plan.problem.flops() / double(plan.units ? plan.units : 1),
+                           !a.flag("quiet"));
+    run.on_unit_done = [&progress](std::size_t) { progress.tick(); };
+
+    std::vector<double> seconds;
     ts::gemm_report last;
     for (int r = 0; r < repeat; ++r) {
         if (beta != T(0))
             std::copy(ops.c_init.data(), ops.c_init.data() + m * n, c.data());
         else
             ts::fill_nan(c.view());  // beta = 0 must overwrite whatever C holds
-        last = ts::gemm<T>(dev, op_a, op_b, alpha, ops.a, ops.b, beta, c.view(), opt);
+        last = ts::execute_gemm<T>(plan, dev_ptrs, alpha, ops.a, ops.b, beta, c.view(), run);
         seconds.push_back(last.seconds);
-        kernel_seconds.push_back(last.kernel_seconds);
     }
-    const double secs = median(seconds), ksecs = median(kernel_seconds);
+    progress.finish();
+    const double secs = median(seconds);
     const double flops = 2.0 * double(m) * double(n) * double(k);
+    if (explain)
+        std::fprintf(stderr,
+                     "measured: %.4f s (predicted %.4f s), bytes h2d %zu (predicted %zu), d2h %zu (predicted %zu), "
+                     "packed %zu (predicted %zu), peak device memory %zu (predicted %zu)\n",
+                     secs, plan.predicted_seconds, last.bytes_h2d, plan.bytes_h2d, last.bytes_d2h, plan.bytes_d2h,
+                     last.bytes_packed, plan.bytes_packed, last.peak_device_bytes, plan.peak_device_bytes);
+    if (a.has("trace")) recorder.write_chrome(*a.get("trace"));
 
     std::optional<double> rel_error;
     double tol = 0;
@@ -228,20 +335,29 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
         ts::json_object o;
         o.add("m", m).add("n", n).add("k", k).add("dtype", std::string(ts::to_string(type)));
         o.add("kernel", std::string(ts::to_string(opt.kernel))).add("math", std::string(ts::to_string(opt.math)));
-        o.add("devices", dev.id()).add("op_a", std::string(ts::to_string(op_a))).add("op_b", std::string(ts::to_string(op_b)));
+        o.add("devices", dev_names).add("op_a", std::string(ts::to_string(op_a))).add("op_b", std::string(ts::to_string(op_b)));
         o.add("alpha", double(alpha)).add("beta", double(beta)).add("repeat", repeat);
         o.add("seconds", secs).add("gflops", flops / secs * 1e-9);
-        o.add("kernel_seconds", ksecs).add("kernel_gflops", ksecs > 0 ? flops / ksecs * 1e-9 : 0.0);
-        o.add("bytes_h2d", last.bytes_h2d).add("bytes_d2h", last.bytes_d2h).add("peak_device_bytes", last.peak_device_bytes);
+        o.add("strategy", std::string(ts::to_string(plan.strategy))).add("transfer", std::string(ts::to_string(plan.transfer)));
+        o.add("tile_m", plan.tile_m).add("tile_n", plan.tile_n).add("tile_k", plan.tile_k);
+        o.add("bytes_h2d", last.bytes_h2d).add("bytes_d2h", last.bytes_d2h).add("bytes_packed", last.bytes_packed);
+        o.add("peak_device_bytes", last.peak_device_bytes).add("budget_bytes", budget);
+        o.add("predicted_seconds", plan.predicted_seconds).add("predicted_bound", plan.bound);
+        o.add("predicted_bytes_h2d", plan.bytes_h2d).add("predicted_bytes_d2h", plan.bytes_d2h);
+        o.add("predicted_bytes_packed", plan.bytes_packed).add("predicted_peak_device_bytes", plan.peak_device_bytes);
+        std::vector<std::string> shares;
+        for (const auto& d : last.devices)
+            shares.push_back(ts::json_object().add("id", d.id).add("units", d.units).add("flops", d.flops).str());
+        o.raw("device_shares", ts::json_array(shares));
         if (rel_error) o.add("rel_error", *rel_error).add("tolerance", tol).add("check_passed", ok);
         std::cout << o.str() << "\n";
     } else {
-        std::printf("gemm %lldx%lldx%lld %s op(A)=%s op(B)=%s kernel=%s on %s: %.4f s (median of %d), %.1f GFLOP/s"
-                    " (kernel alone %.1f GFLOP/s)\n",
+        std::printf("gemm %lldx%lldx%lld %s op(A)=%s op(B)=%s kernel=%s strategy=%s on %s: %.4f s (median of %d), "
+                    "%.1f GFLOP/s\n",
                     (long long)m, (long long)n, (long long)k, std::string(ts::to_string(type)).c_str(),
                     std::string(ts::to_string(op_a)).c_str(), std::string(ts::to_string(op_b)).c_str(),
-                    std::string(ts::to_string(opt.kernel)).c_str(), dev.id().c_str(), secs, repeat,
-                    flops / secs * 1e-9, ksecs > 0 ? flops / ksecs * 1e-9 : 0.0);
+                    std::string(ts::to_string(opt.kernel)).c_str(), std::string(ts::to_string(plan.strategy)).c_str(),
+                    dev_names.c_str(), secs, repeat, flops / secs * 1e-9);
         if (rel_error)
             std::printf("check: relative Frobenius error %.3e (tolerance %.3e): %s\n", *rel_error, tol,
                         ok ? "OK" : "FAILED");
@@ -253,8 +369,9 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
 int cmd_gemm(int argc, char** argv) {
     ts::cli::args a(argc, argv, 2,
                     {"m", "n", "k", "dtype", "seed", "layout", "a", "b", "c", "out", "alpha", "beta", "op-a",
-                     "op-b", "kernel", "math", "devices", "memory-budget", "cpu-threads", "repeat"},
-                    {"check", "json", "help"});
+                     "op-b", "kernel", "math", "devices", "memory-budget", "cpu-threads", "repeat", "strategy", "tile",
+                     "tile-m", "tile-n", "tile-k", "transfer", "rates", "trace"},
+                    {"check", "json", "help", "explain", "quiet"});
     if (a.flag("help")) {
         std::cout << gemm_help;
         return 0;

@@ -249,8 +249,8 @@ TEST(gemm_bad_input, BudgetTooSmallNamesDeviceRequestAndBudget) {
     } catch (const out_of_budget& e) {
         const std::string w = e.what();
         EXPECT_NE(w.find("cpu:0"), std::string::npos) << w;
-        EXPECT_NE(w.find("80000 bytes"), std::string::npos) << w;
-        EXPECT_NE(w.find("65536 bytes"), std::string::npos) << w;
+        EXPECT_NE(w.find("budget of 64.0 KiB (65536 bytes)"), std::string::npos) << w;
+        EXPECT_NE(w.find("smallest budget that would is 234.4 KiB (240000 bytes"), std::string::npos) << w;
     }
     EXPECT_EQ(devs.front()->bytes_in_use(), 0u);
 }

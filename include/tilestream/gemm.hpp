@@ -1,39 +1,72 @@
-// In-core GEMM through a device: C <- alpha*op(A)*op(B) + beta*C with BLAS semantics.
+// GEMM on devices with BLAS semantics: C <- alpha*op(A)*op(B) + beta*C, operands in host memory,
+// planned (in-core or chunked and streamed) and executed with copies overlapped with compute.
 #pragma once
 
 #include <tilestream/device.hpp>
 #include <tilestream/kernels.hpp>
 #include <tilestream/matrix.hpp>
+#include <tilestream/plan.hpp>
 
 #include <cstddef>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
 
 namespace tilestream {
 
 struct gemm_options {
     gemm_kernel kernel = gemm_kernel::vendor;
     math_mode math = math_mode::strict;
+    gemm_strategy strategy = gemm_strategy::in_core;  ///< the library call defaults to in-core
+    index_t tile_m = 0, tile_n = 0, tile_k = 0;
+    transfer_mode transfer = transfer_mode::copy_2d;
+    std::optional<device_rates> rates;  ///< declared rates; measured on the device when absent
 };
 
-/// What one GEMM did.
+/// What one device did in a run.
+struct device_share {
+    std::string id;
+    std::size_t units = 0;
+    double flops = 0;
+};
+
+/// What a run did, beside what its plan predicted.
 struct gemm_report {
-    double seconds = 0;         ///< host to host, copies included
-    double kernel_seconds = 0;  ///< the kernel alone on the device
-    std::size_t bytes_h2d = 0;
-    std::size_t bytes_d2h = 0;
-    std::size_t peak_device_bytes = 0;
+    gemm_plan plan;
+    double seconds = 0;  ///< host to host, copies included
+    std::size_t bytes_h2d = 0, bytes_d2h = 0, bytes_packed = 0;
+    std::size_t peak_device_bytes = 0;  ///< the largest over the devices
+    std::vector<device_share> devices;
+};
+
+struct gemm_run_options {
+    trace_sink* trace = nullptr;                   ///< receives a span per copy and kernel
+    std::function<void(std::size_t)> on_unit_done; ///< called (from a device stream) per finished unit
+    bool register_host = true;                     ///< pin host operands for devices that benefit
 };
 
 /// Throws dimension_mismatch / invalid_argument naming the operands when the shapes do not fit.
-void validate_gemm(op op_a, op op_b, index_t a_rows, index_t a_cols, index_t b_rows,
-                   index_t b_cols, index_t c_rows, index_t c_cols);
+void validate_gemm(op op_a, op op_b, index_t a_rows, index_t a_cols, index_t b_rows, index_t b_cols,
+                   index_t c_rows, index_t c_cols);
 
-/// Runs the GEMM on one device with all operands resident (in-core): copies A, B (and C when
-/// beta != 0) to the device, runs the kernel, copies C back. `reference` runs on the host.
-/// Throws out_of_budget when the operands do not fit the device budget.
+/// The planner's view of a GEMM on these operands.
+template <class T>
+gemm_problem describe_gemm(op op_a, op op_b, T alpha, host_matrix_view<const T> a, host_matrix_view<const T> b,
+                           T beta, host_matrix_view<T> c);
+
+/// Runs a plan on one or more devices. Work units go to the devices from a shared queue; every
+/// device must fit the plan's peak memory.
+template <class T>
+gemm_report execute_gemm(const gemm_plan& plan, std::span<device* const> devices, T alpha,
+                         host_matrix_view<const T> a, host_matrix_view<const T> b, T beta, host_matrix_view<T> c,
+                         const gemm_run_options& run = {});
+
+/// Plans (with opt) and runs on one device. Throws out_of_budget when nothing fits its budget.
 template <class T>
 gemm_report gemm(device& dev, op op_a, op op_b, T alpha, host_matrix_view<const T> a,
-                 host_matrix_view<const T> b, T beta, host_matrix_view<T> c,
-                 const gemm_options& opt = {});
+                 host_matrix_view<const T> b, T beta, host_matrix_view<T> c, const gemm_options& opt = {});
 
 /// The sequential reference on host data, accumulating in double (the test oracle).
 template <class T>

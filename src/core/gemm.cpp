@@ -4,7 +4,6 @@
 #include <tilestream/error.hpp>
 #include <tilestream/gemm.hpp>
 
-#include <chrono>
 #include <string>
 
 namespace tilestream {
@@ -36,26 +35,6 @@ gemm_call make_call(op op_a, op op_b, T alpha, host_matrix_view<const T> a, host
     return call;
 }
 
-/// Copies a host view into packed device storage (same layout) with one 2-D copy.
-template <class T>
-copy_2d_desc pack_desc(void* dst, host_matrix_view<const T> v) {
-    const bool row = v.layout() == layout::row_major;
-    const index_t inner = row ? v.cols() : v.rows();
-    const index_t outer = row ? v.rows() : v.cols();
-    copy_2d_desc d;
-    d.dst = dst;
-    d.dst_pitch = std::size_t(inner) * sizeof(T);
-    d.src = v.data();
-    d.src_pitch = std::size_t(v.ld()) * sizeof(T);
-    d.width_bytes = std::size_t(inner) * sizeof(T);
-    d.height = std::size_t(outer);
-    return d;
-}
-
-index_t packed_ld(index_t rows, index_t cols, layout l) {
-    return std::max<index_t>(1, l == layout::row_major ? cols : rows);
-}
-
 }  // namespace
 
 void validate_gemm(op op_a, op op_b, index_t a_rows, index_t a_cols, index_t b_rows, index_t b_cols,
@@ -85,63 +64,32 @@ void reference_gemm(op op_a, op op_b, T alpha, host_matrix_view<const T> a, host
 }
 
 template <class T>
-gemm_report gemm(device& dev, op op_a, op op_b, T alpha, host_matrix_view<const T> a,
-                 host_matrix_view<const T> b, T beta, host_matrix_view<T> c, const gemm_options& opt) {
-    using clock = std::chrono::steady_clock;
-    validate_gemm(op_a, op_b, a.rows(), a.cols(), b.rows(), b.cols(), c.rows(), c.cols());
+gemm_report gemm(device& dev, op op_a, op op_b, T alpha, host_matrix_view<const T> a, host_matrix_view<const T> b,
+                 T beta, host_matrix_view<T> c, const gemm_options& opt) {
+    const gemm_problem problem = describe_gemm(op_a, op_b, alpha, a, b, beta, c);
     if (!dev.supports(opt.kernel))
-        throw invalid_argument("gemm: device " + dev.id() + " has no '" +
-                               std::string(to_string(opt.kernel)) +
+        throw invalid_argument("gemm: device " + dev.id() + " has no '" + std::string(to_string(opt.kernel)) +
                                "' kernel (the reference kernel runs on CPU devices only)");
-    gemm_report rep;
-    const auto t_start = clock::now();
-    gemm_call call = make_call(op_a, op_b, alpha, a, b, beta, c);
-    if (call.m == 0 || call.n == 0) return rep;
-    const bool read_ab = alpha != T(0) && call.k > 0;
-    const bool read_c = beta != T(0);
-    call.kernel = opt.kernel;
-    call.math = opt.math;
-
-    const std::size_t peak_before = dev.bytes_in_use();
-    device_buffer da, db;
-    if (read_ab) {
-        da = dev.allocate(checked_bytes(a.rows(), a.cols(), dtype_of<T>(), "gemm: A"));
-        db = dev.allocate(checked_bytes(b.rows(), b.cols(), dtype_of<T>(), "gemm: B"));
+    plan_options po;
+    po.strategy = opt.strategy;
+    po.tile_m = opt.tile_m;
+    po.tile_n = opt.tile_n;
+    po.tile_k = opt.tile_k;
+    po.transfer = opt.transfer;
+    po.kernel = opt.kernel;
+    po.math = opt.math;
+    // Rates only steer the automatic choice; a fixed strategy runs without probing the device.
+    const device_rates rates = opt.rates ? *opt.rates
+                               : opt.strategy == gemm_strategy::automatic ? measure_rates(dev, problem.type, opt.kernel, opt.math)
+                                                                          : device_rates{};
+    gemm_plan plan;
+    try {
+        plan = plan_gemm(problem, dev.budget() - std::min(dev.budget(), dev.bytes_in_use()), rates, po);
+    } catch (const out_of_budget& e) {
+        throw out_of_budget(dev.id() + ": " + e.what());
     }
-    device_buffer dc = dev.allocate(checked_bytes(c.rows(), c.cols(), dtype_of<T>(), "gemm: C"));
-    rep.peak_device_bytes = dev.bytes_in_use() - peak_before;
-
-    auto s = dev.create_stream();
-    if (read_ab) {
-        dev.copy_2d_to_device(*s, pack_desc<T>(da.get(), a));
-        dev.copy_2d_to_device(*s, pack_desc<T>(db.get(), b));
-        rep.bytes_h2d += da.size() + db.size();
-    }
-    if (read_c) {
-        dev.copy_2d_to_device(*s, pack_desc<T>(dc.get(), host_matrix_view<const T>(c)));
-        rep.bytes_h2d += dc.size();
-    }
-    call.a = da.get();
-    call.lda = packed_ld(a.rows(), a.cols(), a.layout());
-    call.b = db.get();
-    call.ldb = packed_ld(b.rows(), b.cols(), b.layout());
-    call.c = dc.get();
-    call.ldc = packed_ld(c.rows(), c.cols(), c.layout());
-
-    clock::time_point k0, k1;
-    dev.enqueue_host(*s, [&k0] { k0 = clock::now(); }, "kernel start");
-    dev.gemm(*s, call);
-    dev.enqueue_host(*s, [&k1] { k1 = clock::now(); }, "kernel end");
-    copy_2d_desc back = pack_desc<T>(nullptr, host_matrix_view<const T>(c));
-    std::swap(back.dst_pitch, back.src_pitch);
-    back.dst = c.data();
-    back.src = dc.get();
-    dev.copy_2d_to_host(*s, back);
-    rep.bytes_d2h += dc.size();
-    s->synchronize();
-    rep.kernel_seconds = std::chrono::duration<double>(k1 - k0).count();
-    rep.seconds = std::chrono::duration<double>(clock::now() - t_start).count();
-    return rep;
+    device* devs[] = {&dev};
+    return execute_gemm<T>(plan, devs, alpha, a, b, beta, c);
 }
 
 #define TILESTREAM_INSTANTIATE(T)                                                                   \

@@ -143,11 +143,59 @@ struct tile_shape {
     static constexpr int LDB = BN + S;
 };
 
+// Block and thread index read with volatile asm, so that a second read after the main loop is
+// not merged with the first one and nothing derived from it has to stay live in a register.
+__device__ __forceinline__ int block_index() {
+#ifdef __CUDA_ARCH__
+    int v;
+    asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(v));
+    return v;
+#else
+    return int(blockIdx.x);
+#endif
+}
+__device__ __forceinline__ int thread_index() {
+#ifdef __CUDA_ARCH__
+    int v;
+    asm volatile("mov.u32 %0, %%tid.x;" : "=r"(v));
+    return v;
+#else
+    return int(threadIdx.x);
+#endif
+}
+
+// First row and column of block `id`'s tile of C. Grouped order: runs of 8 tile rows are walked
+// column by column, so consecutive blocks share panels of A and B in L2.
+template <class T>
+__device__ __forceinline__ void tile_origin(int id, index_t M, index_t N, index_t& m0, index_t& n0) {
+    using shape = tile_shape<T>;
+    const int tiles_m = int((M + shape::BM - 1) / shape::BM);
+    const int tiles_n = int((N + shape::BN - 1) / shape::BN);
+    constexpr int group = 8;
+    const int per_group = group * tiles_n;
+    const int first_m = (id / per_group) * group;
+    const int group_rows = min(tiles_m - first_m, group);
+    m0 = index_t(first_m + (id % per_group) % group_rows) * shape::BM;
+    n0 = index_t((id % per_group) / group_rows) * shape::BN;
+}
+
+// This thread's micro-tile within the block tile: rows am + {0, 8S} + [0, S), columns
+// bn + {0, 4S} + [0, S). Warps are laid out 2 (m) x 4 (n), lanes 8 (m) x 4 (n).
+template <class T>
+__device__ __forceinline__ void micro_tile_origin(int tid, int& am, int& bn) {
+    constexpr int S = tile_shape<T>::S;
+    const int warp = tid / 32, lane = tid % 32;
+    am = (warp / 4) * (16 * S) + (lane / 4) * S;
+    bn = (warp % 4) * (8 * S) + (lane % 4) * S;
+}
+
 // A_KC: op(A) is contiguous along k (a_cs == 1); otherwise along m (a_rs == 1).
 // B_KC: op(B) is contiguous along k (b_rs == 1); otherwise along n (b_cs == 1).
 // VEC: A and B are 16-byte aligned with leading dimensions a multiple of S, so every full
 // vector of a tile can be one 16-byte load.
-template <class T, bool A_KC, bool B_KC, bool VEC>
+// C_ROW: C is row-major. A compile-time layout keeps the epilogue from needing more registers
+// than the main loop (with a run-time flag ptxas spills).
+template <class T, bool A_KC, bool B_KC, bool VEC, bool C_ROW>
 __global__ void __launch_bounds__(threads_per_block, 2)
     gemm_tiled_kernel(gemm_args<T> p, bool c_vec) {
     using shape = tile_shape<T>;
@@ -159,21 +207,13 @@ __global__ void __launch_bounds__(threads_per_block, 2)
     __shared__ __align__(16) T As[2][BK][LDA];
     __shared__ __align__(16) T Bs[2][BK][LDB];
 
-    const int tid = threadIdx.x;
+    const int tid = thread_index();
     const index_t M = p.m, N = p.n, K = p.k;
     const index_t lda = A_KC ? p.a_rs : p.a_cs;
     const index_t ldb = B_KC ? p.b_cs : p.b_rs;
 
-    // Grouped tile order: runs of 8 tile rows share B panels in L2.
-    const int tiles_m = int((M + BM - 1) / BM), tiles_n = int((N + BN - 1) / BN);
-    constexpr int group = 8;
-    const int id = blockIdx.x;
-    const int per_group = group * tiles_n;
-    const int first_m = (id / per_group) * group;
-    const int group_rows = min(tiles_m - first_m, group);
-    const int tile_m = first_m + (id % per_group) % group_rows;
-    const int tile_n = (id % per_group) / group_rows;
-    const index_t m0 = index_t(tile_m) * BM, n0 = index_t(tile_n) * BN;
+    index_t m0, n0;
+    tile_origin<T>(block_index(), M, N, m0, n0);
 
     // Which vector of each k-tile this thread loads.
     constexpr int kvecs = BK / S;                           // vectors along a k-row of 8
@@ -182,48 +222,57 @@ __global__ void __launch_bounds__(threads_per_block, 2)
     const int b_col = B_KC ? tid / kvecs : (tid % (BN / S)) * S;
     const int b_k = B_KC ? (tid % kvecs) * S : tid / (BN / S);
 
+    // Per-thread source pointers advance by one k-tile per step; the row/column bounds of the
+    // vectors are loop-invariant, so only the k bound of the current tile is checked per step.
+    const index_t a_step = A_KC ? BK : BK * lda;
+    const index_t b_step = B_KC ? BK : BK * ldb;
+    const index_t a_outer = m0 + a_row, b_outer = n0 + b_col;  // first row of A / column of B
+    // Valid elements of this thread's vector along m (A not k-contiguous) or n (B likewise),
+    // or whether its row/column exists at all (k-contiguous), in [0, S].
+    const int a_valid = int(max(index_t(0), min(index_t(S), A_KC ? (a_outer < M ? S : 0) : M - a_outer)));
+    const int b_valid = int(max(index_t(0), min(index_t(S), B_KC ? (b_outer < N ? S : 0) : N - b_outer)));
+    const T* a_src = p.a + (A_KC ? min(a_outer, M - 1) * lda + a_k : a_k * lda + a_outer);
+    const T* b_src = p.b + (B_KC ? min(b_outer, N - 1) * ldb + b_k : b_k * ldb + b_outer);
+
     T ra[S], rb[S];
-    auto load_a = [&](index_t k0) {
+    // tile_k: the k extent of the current tile, min(BK, K - k0).
+    auto load_tiles = [&](int tile_k) {
         if constexpr (A_KC) {
-            const index_t gi = m0 + a_row, gk = k0 + a_k;
-            const T* src = p.a + gi * lda + gk;
-            if (VEC && gi < M && gk + S <= K) {
-                load16_global(ra, src);
+            if (VEC && a_valid == S && a_k + S <= tile_k) {
+                load16_global(ra, a_src);
             } else {
 #pragma unroll
-                for (int q = 0; q < S; ++q) ra[q] = (gi < M && gk + q < K) ? __ldg(src + q) : T(0);
+                for (int q = 0; q < S; ++q)
+                    ra[q] = (a_valid == S && a_k + q < tile_k) ? __ldg(a_src + q) : T(0);
             }
         } else {
-            const index_t gk = k0 + a_k, gi = m0 + a_row;
-            const T* src = p.a + gk * lda + gi;
-            if (VEC && gk < K && gi + S <= M) {
-                load16_global(ra, src);
+            if (VEC && a_valid == S && a_k < tile_k) {
+                load16_global(ra, a_src);
             } else {
 #pragma unroll
-                for (int q = 0; q < S; ++q) ra[q] = (gk < K && gi + q < M) ? __ldg(src + q) : T(0);
+                for (int q = 0; q < S; ++q)
+                    ra[q] = (q < a_valid && a_k < tile_k) ? __ldg(a_src + q) : T(0);
             }
         }
-    };
-    auto load_b = [&](index_t k0) {
         if constexpr (B_KC) {
-            const index_t gj = n0 + b_col, gk = k0 + b_k;
-            const T* src = p.b + gj * ldb + gk;
-            if (VEC && gj < N && gk + S <= K) {
-                load16_global(rb, src);
+            if (VEC && b_valid == S && b_k + S <= tile_k) {
+                load16_global(rb, b_src);
             } else {
 #pragma unroll
-                for (int q = 0; q < S; ++q) rb[q] = (gj < N && gk + q < K) ? __ldg(src + q) : T(0);
+                for (int q = 0; q < S; ++q)
+                    rb[q] = (b_valid == S && b_k + q < tile_k) ? __ldg(b_src + q) : T(0);
             }
         } else {
-            const index_t gk = k0 + b_k, gj = n0 + b_col;
-            const T* src = p.b + gk * ldb + gj;
-            if (VEC && gk < K && gj + S <= N) {
-                load16_global(rb, src);
+            if (VEC && b_valid == S && b_k < tile_k) {
+                load16_global(rb, b_src);
             } else {
 #pragma unroll
-                for (int q = 0; q < S; ++q) rb[q] = (gk < K && gj + q < N) ? __ldg(src + q) : T(0);
+                for (int q = 0; q < S; ++q)
+                    rb[q] = (q < b_valid && b_k < tile_k) ? __ldg(b_src + q) : T(0);
             }
         }
+        a_src += a_step;
+        b_src += b_step;
     };
     auto store_tiles = [&](int buf) {
         if constexpr (A_KC) {
@@ -241,9 +290,8 @@ __global__ void __launch_bounds__(threads_per_block, 2)
     };
 
     // This thread's micro-tile: rows am + {0, 8S} + [0, S), columns bn + {0, 4S} + [0, S).
-    const int warp = tid / 32, lane = tid % 32;
-    const int am = (warp / 4) * (16 * S) + (lane / 4) * S;
-    const int bn = (warp % 4) * (8 * S) + (lane % 4) * S;
+    int am, bn;
+    micro_tile_origin<T>(tid, am, bn);
 
     T acc[TM][TN];
 #pragma unroll
@@ -251,22 +299,18 @@ __global__ void __launch_bounds__(threads_per_block, 2)
 #pragma unroll
         for (int j = 0; j < TN; ++j) acc[i][j] = T(0);
 
-    const index_t k_tiles = (K + BK - 1) / BK;
-    load_a(0);
-    load_b(0);
+    index_t k_left = K;  // k extent from the start of the tile being loaded
+    load_tiles(int(min(k_left, index_t(BK))));
     store_tiles(0);
     __syncthreads();
 
     // Double-buffered main loop: the global loads of tile t+1 are in flight while tile t is
     // multiplied out of shared memory; one barrier per tile suffices because the buffer written
     // after the multiply was last read before the previous barrier.
-    for (index_t t = 0; t < k_tiles; ++t) {
-        const int cur = int(t & 1);
-        const bool more = t + 1 < k_tiles;
-        if (more) {
-            load_a((t + 1) * BK);
-            load_b((t + 1) * BK);
-        }
+    for (int cur = 0; k_left > 0; cur ^= 1) {
+        k_left -= BK;
+        const bool more = k_left > 0;
+        if (more) load_tiles(int(min(k_left, index_t(BK))));
 #pragma unroll
         for (int kk = 0; kk < BK; ++kk) {
             T fa[TM], fb[TN];
@@ -285,8 +329,12 @@ __global__ void __launch_bounds__(threads_per_block, 2)
 
     // Epilogue: C <- alpha*acc + beta*C, in 16-byte vectors along C's contiguous index where the
     // vector is whole and aligned; beta == 0 never reads C.
+    // The tile and micro-tile origins are recomputed from fresh reads of the block and thread
+    // indices rather than kept live through the main loop, which needs every register.
+    tile_origin<T>(block_index(), M, N, m0, n0);
+    micro_tile_origin<T>(thread_index(), am, bn);
     const T alpha = p.alpha, beta = p.beta;
-    const bool c_row_major = p.c_cs == 1;
+    constexpr bool c_row_major = C_ROW;
     const index_t ldc = c_row_major ? p.c_rs : p.c_cs;
 #pragma unroll
     for (int si = 0; si < 2; ++si) {
@@ -325,20 +373,27 @@ __global__ void __launch_bounds__(threads_per_block, 2)
     }
 }
 
-template <class T, bool A_KC, bool B_KC, bool VEC>
+template <class T, bool A_KC, bool B_KC, bool VEC, bool C_ROW>
 cudaError_t launch_tiled_variant(const gemm_args<T>& args, bool c_vec, cudaStream_t stream) {
     using shape = tile_shape<T>;
     const index_t tiles = ((args.m + shape::BM - 1) / shape::BM) * ((args.n + shape::BN - 1) / shape::BN);
     if (tiles > INT_MAX) return cudaErrorInvalidConfiguration;
-    gemm_tiled_kernel<T, A_KC, B_KC, VEC>
+    (void)cudaGetLastError();  // the status returned below is this launch's alone
+    gemm_tiled_kernel<T, A_KC, B_KC, VEC, C_ROW>
         <<<static_cast<unsigned>(tiles), threads_per_block, 0, stream>>>(args, c_vec);
     return cudaGetLastError();
 }
 
+template <class T, bool A_KC, bool B_KC, bool VEC>
+cudaError_t launch_tiled_c(const gemm_args<T>& args, bool c_vec, cudaStream_t s) {
+    return args.c_cs == 1 ? launch_tiled_variant<T, A_KC, B_KC, VEC, true>(args, c_vec, s)
+                          : launch_tiled_variant<T, A_KC, B_KC, VEC, false>(args, c_vec, s);
+}
+
 template <class T, bool A_KC, bool B_KC>
 cudaError_t launch_tiled_vec(const gemm_args<T>& args, bool vec, bool c_vec, cudaStream_t s) {
-    return vec ? launch_tiled_variant<T, A_KC, B_KC, true>(args, c_vec, s)
-               : launch_tiled_variant<T, A_KC, B_KC, false>(args, c_vec, s);
+    return vec ? launch_tiled_c<T, A_KC, B_KC, true>(args, c_vec, s)
+               : launch_tiled_c<T, A_KC, B_KC, false>(args, c_vec, s);
 }
 
 template <class T>
@@ -363,6 +418,7 @@ cudaError_t launch_tiled(const gemm_call& call, cudaStream_t stream) {
 template <class T>
 cudaError_t launch_naive(const gemm_call& call, cudaStream_t stream) {
     const gemm_args<T> args = make_args<T>(call);
+    (void)cudaGetLastError();
     gemm_naive_kernel<T><<<grid_for(args.m * args.n), threads_per_block, 0, stream>>>(args);
     return cudaGetLastError();
 }
@@ -370,6 +426,7 @@ cudaError_t launch_naive(const gemm_call& call, cudaStream_t stream) {
 template <class T>
 cudaError_t launch_scale_c(const gemm_call& call, cudaStream_t stream) {
     const gemm_args<T> args = make_args<T>(call);
+    (void)cudaGetLastError();
     gemm_scale_c_kernel<T><<<grid_for(args.m * args.n), threads_per_block, 0, stream>>>(args);
     return cudaGetLastError();
 }

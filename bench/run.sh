@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Runs the CPU benchmarks and writes their JSON under bench/results/ (named by benchmark, host, date).
+set -euo pipefail
+build=${1:-build}
+cd "$(dirname "$0")/.."
+hash=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+[ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ] && hash="$hash-dirty"
+date=$(date -u +%Y-%m-%d)
+host=$(hostname -s 2>/dev/null || echo host)
+mkdir -p bench/results
+"$build/bench/gemm_bench" --git-hash "$hash" --out "bench/results/gemm-cpu-$host-$date.json"

@@ -1,0 +1,115 @@
+// Planning a GEMM whose operands live in host memory: chunking strategies, tile sizes, and the
+// cost model (bytes copied and packed, peak device memory, predicted time with overlap).
+#pragma once
+
+#include <tilestream/device.hpp>
+#include <tilestream/kernels.hpp>
+#include <tilestream/types.hpp>
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace tilestream {
+
+/// How C = op(A) op(B) is chunked and streamed through a device.
+enum class gemm_strategy {
+    automatic,        ///< the planner's choice (minimum predicted time that fits the budget)
+    in_core,          ///< every operand resident at once, no overlap
+    tiles_3d,         ///< one tile size T for m, n, k; A and B tiles copied for every product
+    a_panel,          ///< a row panel of A (all of k) resident; B column panels streamed; C tiles back
+    a_panel_c_panel,  ///< as a_panel, with the whole C row panel resident and copied back once
+    b_panel,          ///< a column panel of B resident; A row panels streamed; C tiles back
+    c_block,          ///< a resident C block, k-slabs of A and B streamed through three buffers
+};
+std::string_view to_string(gemm_strategy s) noexcept;
+gemm_strategy parse_gemm_strategy(std::string_view s);
+
+/// How host tiles reach the device.
+enum class transfer_mode {
+    copy_2d,  ///< 2-D strided copies straight from the host operands (no packing)
+    pack,     ///< non-contiguous tiles gathered into host staging buffers, then 1-D copies
+};
+std::string_view to_string(transfer_mode t) noexcept;
+
+/// The shape of one GEMM as the planner sees it (no data).
+struct gemm_problem {
+    dtype type = dtype::f32;
+    op op_a = op::n, op_b = op::n;
+    index_t m = 0, n = 0, k = 0;
+    layout layout_a = layout::row_major, layout_b = layout::row_major, layout_c = layout::row_major;
+    index_t lda = 0, ldb = 0, ldc = 0;  ///< host leading dimensions (0 = packed)
+    bool reads_ab = true;               ///< false when alpha == 0 or k == 0
+    bool reads_c = false;               ///< true when beta != 0
+    double flops() const { return 2.0 * double(m) * double(n) * double(k); }
+};
+
+/// Throughputs the cost model uses (bytes/s, FLOP/s) and a fixed cost per operation (s).
+struct device_rates {
+    double h2d = 10e9, d2h = 10e9;
+    double flops = 100e9;
+    double op_overhead = 10e-6;
+    bool measured = false;
+};
+/// Measures copy bandwidths and the kernel's FLOP rate on dev with short probes (cached per
+/// device id, dtype and kernel within the process).
+device_rates measure_rates(device& dev, dtype t, gemm_kernel kernel, math_mode math = math_mode::strict);
+/// Parses "h2d=12GB/s,d2h=12GB/s,gflops=150,overhead=10us" over defaults.
+device_rates parse_rates(std::string_view text, device_rates base = {});
+
+struct plan_options {
+    gemm_strategy strategy = gemm_strategy::automatic;
+    index_t tile_m = 0, tile_n = 0, tile_k = 0;  ///< 0 = the planner's choice
+    transfer_mode transfer = transfer_mode::copy_2d;
+    gemm_kernel kernel = gemm_kernel::vendor;
+    math_mode math = math_mode::strict;
+};
+
+/// One work unit: a block of C and the steps (k-slabs) that accumulate into it, in fixed order.
+struct gemm_step {
+    index_t a_tile_row = 0;  ///< tile coordinates in op(A): row block, k block
+    index_t k_block = 0;
+    index_t b_tile_col = 0;  ///< tile coordinates in op(B): column block
+    index_t c_row = 0, c_col = 0;  ///< offset of the step's C sub-block inside the unit
+    index_t rows = 0, cols = 0, depth = 0;
+};
+struct gemm_unit {
+    index_t row0 = 0, col0 = 0, rows = 0, cols = 0;  ///< C block of this unit
+    std::vector<gemm_step> steps;
+};
+
+/// A complete plan: tiles, slots, the predicted traffic and time.
+struct gemm_plan {
+    gemm_problem problem;
+    gemm_strategy strategy = gemm_strategy::in_core;
+    transfer_mode transfer = transfer_mode::copy_2d;
+    gemm_kernel kernel = gemm_kernel::vendor;
+    math_mode math = math_mode::strict;
+    index_t tile_m = 0, tile_n = 0, tile_k = 0;
+    index_t tiles_m = 0, tiles_n = 0, tiles_k = 0;
+    /// Device buffers per operand ("slots") and the bytes of each.
+    int a_slots = 0, b_slots = 0, c_slots = 0;
+    std::size_t a_slot_bytes = 0, b_slot_bytes = 0, c_slot_bytes = 0;
+    bool reuse_a = false, reuse_b = false;  ///< a resident panel is kept and reused across units
+    // Predictions.
+    std::size_t bytes_h2d = 0, bytes_d2h = 0, bytes_packed = 0;
+    std::size_t peak_device_bytes = 0;
+    std::size_t budget = 0;
+    double predicted_seconds = 0, predicted_copy_seconds = 0, predicted_compute_seconds = 0;
+    std::string bound;  ///< "compute", "copy h2d", "copy d2h"
+    device_rates rates;
+    std::size_t units = 0, steps = 0;
+};
+
+/// Plans the problem for a device with `budget` bytes. Throws out_of_budget naming the smallest
+/// budget that would fit when nothing fits, invalid_argument for bad tiles or strategies.
+gemm_plan plan_gemm(const gemm_problem& p, std::size_t budget, const device_rates& rates,
+                    const plan_options& opt = {});
+
+/// The work units of a plan in their execution order.
+std::vector<gemm_unit> plan_units(const gemm_plan& plan);
+
+/// A human-readable explanation of the plan (strategy, tiles, bytes, memory, time and its bound).
+std::string explain(const gemm_plan& plan);
+
+}  // namespace tilestream

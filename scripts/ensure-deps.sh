@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs the Debian packages tilestream needs to build and test (as root), or prints the exact
+# apt-get line and stops (otherwise). CUDA is optional and comes from /usr/local/cuda, not apt.
+set -euo pipefail
+packages=(g++ make cmake ninja-build git libopenblas-dev libgtest-dev zlib1g-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+line="apt-get install -y --no-install-recommends ${missing[*]}"
+if [ "$(id -u)" -ne 0 ]; then
+  echo "tilestream needs these Debian packages: ${missing[*]}" >&2
+  echo "run as root:  apt-get update && $line" >&2
+  exit 1
+fi
+echo "installing: ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,898 @@
+// The CUDA device: budgeted device memory, pinned staging, streams with priorities, events,
+// asynchronous 1-D/2-D/peer copies, the GEMM kernels (cuBLAS, naive, tiled), Jacobi, and traces.
+#include "backends/cuda/cuda_device.hpp"
+
+#include "backends/backends.hpp"
+#include "backends/cuda/cuda_check.hpp"
+#include "backends/cuda/cuda_kernels.hpp"
+
+#include <tilestream/error.hpp>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <sstream>
+#include <utility>
+
+namespace tilestream::cuda {
+
+// ------------------------------------------------------------------ device_guard
+
+device_guard::device_guard(int ordinal, std::string_view device_id) {
+    TS_CUDA_CHECK(cudaGetDevice(&previous_), device_id);
+    if (previous_ != ordinal) {
+        TS_CUDA_CHECK(cudaSetDevice(ordinal), device_id);
+        switched_ = true;
+    }
+}
+
+device_guard::device_guard(int ordinal, std::nothrow_t) noexcept {
+    if (cudaGetDevice(&previous_) != cudaSuccess) {
+        (void)cudaGetLastError();
+        previous_ = -1;
+    }
+    if (previous_ != ordinal) {
+        if (cudaSetDevice(ordinal) == cudaSuccess)
+            switched_ = previous_ >= 0;
+        else
+            (void)cudaGetLastError();
+    }
+}
+
+device_guard::~device_guard() {
+    if (switched_ && cudaSetDevice(previous_) != cudaSuccess) (void)cudaGetLastError();
+}
+
+// ------------------------------------------------------------------ helpers
+
+namespace {
+
+constexpr std::size_t mib = std::size_t(1) << 20;
+
+std::string pointer_text(const void* p) {
+    std::ostringstream o;
+    o << p;
+    return o.str();
+}
+
+// Pinned user memory is process-wide (cudaHostRegisterPortable), while register_host may be
+// called by several devices for the same buffer: registrations are counted, and memory that was
+// pinned before tilestream saw it is never unpinned by tilestream.
+struct host_registration {
+    int count = 0;
+    bool external = false;
+};
+std::mutex& registry_mutex() {
+    static std::mutex m;
+    return m;
+}
+std::map<void*, host_registration>& registry() {
+    static std::map<void*, host_registration> r;
+    return r;
+}
+
+// Peer access is a property of the GPUs' (primary) contexts, shared by all devices of the process.
+std::mutex& peer_mutex() {
+    static std::mutex m;
+    return m;
+}
+std::map<std::pair<int, int>, bool>& peer_cache() {
+    static std::map<std::pair<int, int>, bool> c;
+    return c;
+}
+
+// Enables access from GPU `from` to GPU `to` once; true when possible.
+bool enable_peer_access(int from, int to, std::string_view device_id) {
+    std::lock_guard lock(peer_mutex());
+    auto& cache = peer_cache();
+    if (auto it = cache.find({from, to}); it != cache.end()) return it->second;
+    int can = 0;
+    TS_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, from, to), device_id);
+    if (can) {
+        device_guard guard(from, device_id);
+        const cudaError_t e = cudaDeviceEnablePeerAccess(to, 0);
+        if (e == cudaErrorPeerAccessAlreadyEnabled)
+            (void)cudaGetLastError();  // enabled before, by us or by the application
+        else
+            TS_CUDA_CHECK(e, device_id);
+    }
+    cache[{from, to}] = can != 0;
+    return can != 0;
+}
+
+std::string gemm_span_name(const gemm_call& c) {
+    std::string name = "gemm " + std::string(to_string(c.kernel)) + " " +
+                       std::string(to_string(c.type));
+    if (c.type == dtype::f32 && c.math == math_mode::tf32 && c.kernel == gemm_kernel::vendor)
+        name += "/tf32";
+    name += " " + std::string(to_string(c.op_a)) + std::string(to_string(c.op_b)) + " " +
+            std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k);
+    return name;
+}
+
+// Minimal leading dimension of a rows x cols matrix stored with layout l.
+index_t min_ld(index_t rows, index_t cols, layout l) {
+    return std::max<index_t>(1, l == layout::row_major ? cols : rows);
+}
+
+void check_operand(const std::string& dev, const char* name, const void* p, index_t rows,
+                   index_t cols, index_t ld, layout l) {
+    if (rows == 0 || cols == 0) return;
+    if (p == nullptr)
+        throw invalid_argument("gemm on " + dev + ": " + name + " is null for a " +
+                               std::to_string(rows) + "x" + std::to_string(cols) + " operand");
+    if (ld < min_ld(rows, cols, l))
+        throw invalid_argument("gemm on " + dev + ": leading dimension " + std::to_string(ld) +
+                               " of " + name + " is too small for a " + std::to_string(rows) + "x" +
+                               std::to_string(cols) + " " + std::string(to_string(l)) +
+                               " matrix (needs at least " + std::to_string(min_ld(rows, cols, l)) +
+                               ")");
+}
+
+}  // namespace
+
+std::size_t default_budget(std::size_t share) {
+    // 256 MiB covers the cuBLAS workspaces of a few streams; 1% more covers the growth of the
+    // context (module loads, peer mappings) on large GPUs. Never more than a quarter of the share.
+    const std::size_t reserve = std::min(share / 4, 256 * mib + share / 100);
+    return share - reserve;
+}
+
+// ------------------------------------------------------------------ clock_anchor
+
+clock_anchor::~clock_anchor() {
+    if (event == nullptr) return;
+    device_guard guard(ordinal, std::nothrow);
+    if (cudaEventDestroy(event) != cudaSuccess) (void)cudaGetLastError();
+}
+
+// ------------------------------------------------------------------ cuda_stream
+
+cuda_stream::cuda_stream(cuda_device& dev, int id, stream_priority priority)
+    : stream(dev, id), dev_(dev) {
+    device_guard guard(dev.ordinal(), dev.id());
+    int least = 0, greatest = 0;
+    TS_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest), dev.id());
+    // CUDA's greatest priority is its numerically lowest value.
+    const int value = priority == stream_priority::high ? greatest : least;
+    // Non-blocking: never implicitly ordered after the legacy default stream of other code.
+    TS_CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, value), dev.id());
+    dev_.add_stream(this);
+}
+
+cuda_stream::~cuda_stream() {
+    device_guard guard(dev_.ordinal(), std::nothrow);
+    // Host functions still queued point at this object: let them run before it goes away.
+    if (cudaStreamSynchronize(stream_) != cudaSuccess) (void)cudaGetLastError();
+    report_finished_spans();
+    {
+        std::lock_guard lock(spans_mutex_);
+        for (auto& s : spans_) {  // left over only after a failed operation
+            dev_.return_timing_event(s.begin);
+            dev_.return_timing_event(s.end);
+        }
+        spans_.clear();
+    }
+    if (blas_ != nullptr) (void)cublasDestroy(blas_);
+    if (cudaStreamDestroy(stream_) != cudaSuccess) (void)cudaGetLastError();
+    dev_.remove_stream(this);
+}
+
+void cuda_stream::synchronize() {
+    device_guard guard(dev_.ordinal(), dev_.id());
+    const cudaError_t e = cudaStreamSynchronize(stream_);
+    if (e != cudaSuccess)
+        throw_cuda_error("cudaStreamSynchronize",
+                         dev_.id() + " (stream " + std::to_string(id()) + ")", e);
+    report_finished_spans();
+    rethrow_stored_error();
+}
+
+cublasHandle_t cuda_stream::blas() {
+    if (blas_ == nullptr) {
+        cublasHandle_t h = nullptr;
+        TS_CUDA_CHECK(cublasCreate(&h), dev_.id());
+        const cublasStatus_t bound = cublasSetStream(h, stream_);
+        // Default math: fp32 stays IEEE fp32 (no TF32, no emulation) unless a call asks for TF32
+        // through its compute type.
+        const cublasStatus_t mode =
+            bound == CUBLAS_STATUS_SUCCESS ? cublasSetMathMode(h, CUBLAS_DEFAULT_MATH) : bound;
+        if (mode != CUBLAS_STATUS_SUCCESS) {
+            (void)cublasDestroy(h);
+            throw_cublas_error(bound != CUBLAS_STATUS_SUCCESS ? "cublasSetStream" : "cublasSetMathMode",
+                               dev_.id(), mode);
+        }
+        blas_ = h;
+    }
+    return blas_;
+}
+
+void cuda_stream::store_error(std::exception_ptr e) noexcept {
+    std::lock_guard lock(error_mutex_);
+    if (!error_) error_ = std::move(e);
+}
+
+void cuda_stream::rethrow_stored_error() {
+    std::exception_ptr e;
+    {
+        std::lock_guard lock(error_mutex_);
+        std::swap(e, error_);
+    }
+    if (e) std::rethrow_exception(e);
+}
+
+void cuda_stream::add_span(pending_span&& span) {
+    std::lock_guard lock(spans_mutex_);
+    spans_.push_back(std::move(span));
+}
+
+void cuda_stream::report_finished_spans() noexcept {
+    struct finished {
+        span_kind kind;
+        std::string name;
+        std::size_t bytes;
+        double flops, t0, t1;
+    };
+    std::vector<finished> done;
+    {
+        device_guard guard(dev_.ordinal(), std::nothrow);
+        std::lock_guard lock(spans_mutex_);
+        while (!spans_.empty()) {
+            pending_span& s = spans_.front();
+            const cudaError_t q = cudaEventQuery(s.end);
+            if (q != cudaSuccess) {
+                // Not finished yet, or the operation failed (the stream's synchronize says so).
+                if (q != cudaErrorNotReady) (void)cudaGetLastError();
+                break;
+            }
+            float ms0 = 0, ms1 = 0;
+            if (cudaEventElapsedTime(&ms0, s.anchor->event, s.begin) == cudaSuccess &&
+                cudaEventElapsedTime(&ms1, s.anchor->event, s.end) == cudaSuccess) {
+                done.push_back({s.kind, std::move(s.name), s.bytes, s.flops,
+                                s.anchor->host_seconds + 1e-3 * ms0,
+                                s.anchor->host_seconds + 1e-3 * ms1});
+            } else {
+                (void)cudaGetLastError();
+            }
+            dev_.return_timing_event(s.begin);
+            dev_.return_timing_event(s.end);
+            spans_.pop_front();
+        }
+    }
+    trace_sink* sink = dev_.trace();
+    if (sink == nullptr) return;
+    for (auto& d : done) {
+        try {
+            sink->record(dev_.id(), id(), d.kind, d.name, d.bytes, d.flops, d.t0, d.t1);
+        } catch (...) {
+            // A failing sink must not break the stream it observes.
+        }
+    }
+}
+
+// ------------------------------------------------------------------ cuda_event
+
+cuda_event::cuda_event(cuda_device& dev) : device_id_(dev.id()), ordinal_(dev.ordinal()) {
+    device_guard guard(ordinal_, device_id_);
+    // No timing: synchronisation events are lighter without it.
+    TS_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), device_id_);
+}
+
+cuda_event::~cuda_event() {
+    device_guard guard(ordinal_, std::nothrow);
+    if (cudaEventDestroy(event_) != cudaSuccess) (void)cudaGetLastError();
+}
+
+void cuda_event::record(stream& s) {
+    auto* cs = dynamic_cast<cuda_stream*>(&s);
+    if (cs == nullptr)
+        throw invalid_argument("event of " + device_id_ + " cannot be recorded on a stream of " +
+                               s.owner().id() + ", which is not a CUDA device");
+    const int gpu = cs->gpu().ordinal();
+    if (gpu != ordinal_) {
+        // A CUDA event can only be recorded on a stream of its own GPU: move it to that GPU.
+        device_guard guard(gpu, cs->gpu().id());
+        cudaEvent_t moved = nullptr;
+        TS_CUDA_CHECK(cudaEventCreateWithFlags(&moved, cudaEventDisableTiming), cs->gpu().id());
+        {
+            device_guard old(ordinal_, std::nothrow);
+            if (cudaEventDestroy(event_) != cudaSuccess) (void)cudaGetLastError();
+        }
+        event_ = moved;
+        ordinal_ = gpu;
+    }
+    device_id_ = cs->gpu().id();
+    device_guard guard(ordinal_, device_id_);
+    TS_CUDA_CHECK(cudaEventRecord(event_, cs->native()), device_id_);
+    recorded_.store(true);
+}
+
+void cuda_event::synchronize() {
+    if (!recorded_.load()) return;
+    device_guard guard(ordinal_, device_id_);
+    TS_CUDA_CHECK(cudaEventSynchronize(event_), device_id_);
+}
+
+bool cuda_event::ready() {
+    if (!recorded_.load()) return true;
+    device_guard guard(ordinal_, device_id_);
+    const cudaError_t e = cudaEventQuery(event_);
+    if (e == cudaErrorNotReady) return false;
+    TS_CUDA_CHECK(e, device_id_);
+    return true;
+}
+
+// ------------------------------------------------------------------ cuda_device
+
+cuda_device::cuda_device(device_info info, int ordinal) : device(std::move(info)), ordinal_(ordinal) {
+    device_guard guard(ordinal_, id());
+    int pitch = 0;
+    TS_CUDA_CHECK(cudaDeviceGetAttribute(&pitch, cudaDevAttrMaxPitch, ordinal_), id());
+    max_pitch_ = static_cast<std::size_t>(pitch);
+}
+
+cuda_device::~cuda_device() {
+    device_guard guard(ordinal_, std::nothrow);
+    anchor_.reset();
+    if (anchor_stream_ != nullptr && cudaStreamDestroy(anchor_stream_) != cudaSuccess)
+        (void)cudaGetLastError();
+    std::lock_guard lock(events_mutex_);
+    for (cudaEvent_t e : free_timing_events_)
+        if (cudaEventDestroy(e) != cudaSuccess) (void)cudaGetLastError();
+}
+
+void cuda_device::add_stream(cuda_stream* s) {
+    std::lock_guard lock(streams_mutex_);
+    streams_.push_back(s);
+}
+
+void cuda_device::remove_stream(cuda_stream* s) noexcept {
+    std::lock_guard lock(streams_mutex_);
+    streams_.erase(std::remove(streams_.begin(), streams_.end(), s), streams_.end());
+}
+
+cudaEvent_t cuda_device::take_timing_event() {
+    {
+        std::lock_guard lock(events_mutex_);
+        if (!free_timing_events_.empty()) {
+            cudaEvent_t e = free_timing_events_.back();
+            free_timing_events_.pop_back();
+            return e;
+        }
+    }
+    cudaEvent_t e = nullptr;
+    TS_CUDA_CHECK(cudaEventCreate(&e), id());  // with timing, for trace spans
+    return e;
+}
+
+void cuda_device::return_timing_event(cudaEvent_t e) noexcept {
+    if (e == nullptr) return;
+    std::lock_guard lock(events_mutex_);
+    free_timing_events_.push_back(e);
+}
+
+cuda_stream& cuda_device::own_stream(stream& s, const char* operation) {
+    auto* cs = dynamic_cast<cuda_stream*>(&s);
+    if (cs == nullptr || &cs->gpu() != this)
+        throw invalid_argument(std::string(operation) + " on " + id() +
+                               ": the stream belongs to " + s.owner().id());
+    return *cs;
+}
+
+// ---- memory
+
+void* cuda_device::raw_allocate(std::size_t bytes) {
+    device_guard guard(ordinal_, id());
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, bytes);
+    if (e == cudaErrorMemoryAllocation) {
+        (void)cudaGetLastError();
+        std::size_t free = 0, total = 0;
+        if (cudaMemGetInfo(&free, &total) != cudaSuccess) (void)cudaGetLastError();
+        throw out_of_budget("cudaMalloc failed on " + id() + ": out of memory allocating " +
+                            format_bytes(bytes) + " (" + format_bytes(free) + " free on GPU " +
+                            std::to_string(ordinal_) + ", budget " + format_bytes(budget()) +
+                            ", " + format_bytes(bytes_in_use()) + " in use)");
+    }
+    TS_CUDA_CHECK(e, id());
+    return p;
+}
+
+void cuda_device::raw_free(void* p) noexcept {
+    device_guard guard(ordinal_, std::nothrow);
+    const cudaError_t e = cudaFree(p);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        std::fprintf(stderr, "tilestream: cudaFree failed on %s: %s\n", id().c_str(),
+                     cudaGetErrorString(e));
+    }
+}
+
+host_staging_buffer cuda_device::allocate_host_staging(std::size_t bytes) {
+    if (bytes == 0) return {};
+    device_guard guard(ordinal_, id());
+    void* p = nullptr;
+    // Portable: pinned for every GPU of the process, so any device may copy from it.
+    const cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+    if (e != cudaSuccess) throw_cuda_error("cudaHostAlloc of " + format_bytes(bytes), id(), e);
+    const int gpu = ordinal_;  // the buffer may outlive this device
+    return host_staging_buffer(p, bytes, [gpu](void* q) {
+        device_guard g(gpu, std::nothrow);
+        if (cudaFreeHost(q) != cudaSuccess) (void)cudaGetLastError();
+    });
+}
+
+void cuda_device::register_host(void* p, std::size_t bytes) {
+    if (p == nullptr || bytes == 0) return;
+    std::lock_guard lock(registry_mutex());
+    auto& reg = registry();
+    if (auto it = reg.find(p); it != reg.end()) {
+        ++it->second.count;
+        return;
+    }
+    device_guard guard(ordinal_, id());
+    const cudaError_t e = cudaHostRegister(p, bytes, cudaHostRegisterPortable);
+    if (e == cudaErrorHostMemoryAlreadyRegistered) {
+        (void)cudaGetLastError();
+        reg[p] = {1, true};
+        return;
+    }
+    if (e != cudaSuccess)
+        throw_cuda_error("cudaHostRegister of " + format_bytes(bytes) + " at " + pointer_text(p),
+                         id(), e);
+    reg[p] = {1, false};
+}
+
+void cuda_device::unregister_host(void* p) {
+    if (p == nullptr) return;
+    std::lock_guard lock(registry_mutex());
+    auto& reg = registry();
+    auto it = reg.find(p);
+    if (it == reg.end())
+        throw invalid_argument("unregister_host on " + id() + ": " + pointer_text(p) +
+                               " was not registered with register_host");
+    if (--it->second.count > 0) return;
+    const bool external = it->second.external;
+    reg.erase(it);
+    if (external) return;
+    device_guard guard(ordinal_, id());
+    TS_CUDA_CHECK(cudaHostUnregister(p), id());
+}
+
+// ---- streams and events
+
+std::unique_ptr<stream> cuda_device::create_stream(stream_priority p) {
+    return std::make_unique<cuda_stream>(*this, next_stream_id_++, p);
+}
+
+std::unique_ptr<event> cuda_device::create_event() { return std::make_unique<cuda_event>(*this); }
+
+void cuda_device::wait(stream& s, event& e) {
+    cuda_stream& cs = own_stream(s, "wait");
+    if (auto* ce = dynamic_cast<cuda_event*>(&e)) {
+        if (!ce->recorded()) return;  // waiting for an event never recorded waits for nothing
+        device_guard guard(ordinal_, id());
+        // The event may live on another GPU: CUDA orders across GPUs without the host.
+        TS_CUDA_CHECK(cudaStreamWaitEvent(cs.native(), ce->native(), 0), id());
+        return;
+    }
+    // An event of another backend (a CPU device) cannot be waited for by the GPU: the host
+    // waits for it now, so everything enqueued on s after this call still starts after it.
+    e.synchronize();
+}
+
+void cuda_device::synchronize() {
+    std::exception_ptr first;
+    std::lock_guard lock(streams_mutex_);
+    for (cuda_stream* s : streams_) {
+        try {
+            s->synchronize();
+        } catch (...) {
+            if (!first) first = std::current_exception();
+        }
+    }
+    if (first) std::rethrow_exception(first);
+}
+
+namespace {
+struct host_call {
+    std::function<void()> fn;
+    cuda_stream* stream;
+    std::string name;
+};
+
+// Runs on a CUDA runtime thread: must not call CUDA, must not throw.
+void CUDART_CB run_host_call(void* data) {
+    std::unique_ptr<host_call> call(static_cast<host_call*>(data));
+    device& dev = call->stream->owner();
+    trace_sink* sink = dev.trace();
+    const double t0 = sink != nullptr ? trace_clock_seconds() : 0.0;
+    try {
+        call->fn();
+    } catch (const tilestream::error&) {
+        call->stream->store_error(std::current_exception());  // already names its operation
+    } catch (const std::exception& ex) {
+        call->stream->store_error(std::make_exception_ptr(device_error(
+            "host function '" + call->name + "' on " + dev.id() + " failed: " + ex.what())));
+    } catch (...) {
+        call->stream->store_error(std::make_exception_ptr(device_error(
+            "host function '" + call->name + "' on " + dev.id() + " failed: unknown exception")));
+    }
+    if (sink != nullptr) {
+        try {
+            sink->record(dev.id(), call->stream->id(), span_kind::host, call->name, 0, 0, t0,
+                         trace_clock_seconds());
+        } catch (...) {
+        }
+    }
+}
+}  // namespace
+
+void cuda_device::enqueue_host(stream& s, std::function<void()> fn, const std::string& name) {
+    cuda_stream& cs = own_stream(s, "enqueue_host");
+    auto call = std::make_unique<host_call>(host_call{std::move(fn), &cs, name});
+    device_guard guard(ordinal_, id());
+    TS_CUDA_CHECK(cudaLaunchHostFunc(cs.native(), run_host_call, call.get()), id());
+    call.release();  // owned by the callback now
+}
+
+// ---- tracing
+//
+// A span per copy or kernel comes from two timing events recorded around the operation on its
+// stream, converted to the host trace clock through an anchor: an event recorded on an idle
+// stream and waited for, whose host time is the midpoint of the record and the wait (a few
+// microseconds of uncertainty). Anchors are renewed every second so that the float milliseconds
+// of cudaEventElapsedTime stay precise. This does not stall the stream, unlike timestamps taken
+// in host functions around the operation, which would serialise it with the host. Spans are
+// read back when their events have completed: at the next traced operation of the stream, or at
+// its synchronize() at the latest.
+
+std::shared_ptr<const clock_anchor> cuda_device::current_anchor() {
+    std::lock_guard lock(anchor_mutex_);
+    const double now = trace_clock_seconds();
+    if (anchor_ && now - anchor_->host_seconds < 1.0) return anchor_;
+    device_guard guard(ordinal_, id());
+    if (anchor_stream_ == nullptr)
+        TS_CUDA_CHECK(cudaStreamCreateWithFlags(&anchor_stream_, cudaStreamNonBlocking), id());
+    auto a = std::make_shared<clock_anchor>();
+    a->ordinal = ordinal_;
+    TS_CUDA_CHECK(cudaEventCreate(&a->event), id());
+    const double before = trace_clock_seconds();
+    TS_CUDA_CHECK(cudaEventRecord(a->event, anchor_stream_), id());
+    TS_CUDA_CHECK(cudaEventSynchronize(a->event), id());
+    const double after = trace_clock_seconds();
+    a->host_seconds = 0.5 * (before + after);
+    anchor_ = std::move(a);
+    return anchor_;
+}
+
+template <class Name, class Op>
+void cuda_device::traced(cuda_stream& cs, span_kind kind, Name&& name, std::size_t bytes,
+                         double flops, Op&& op) {
+    if (trace() == nullptr) {
+        op();
+        return;
+    }
+    pending_span span;
+    span.anchor = current_anchor();
+    span.kind = kind;
+    span.name = name();
+    span.bytes = bytes;
+    span.flops = flops;
+    span.begin = take_timing_event();
+    try {
+        span.end = take_timing_event();
+        TS_CUDA_CHECK(cudaEventRecord(span.begin, cs.native()), id());
+        op();
+        TS_CUDA_CHECK(cudaEventRecord(span.end, cs.native()), id());
+    } catch (...) {
+        return_timing_event(span.begin);
+        return_timing_event(span.end);
+        throw;
+    }
+    cs.add_span(std::move(span));
+    cs.report_finished_spans();
+}
+
+// ---- copies
+
+void cuda_device::copy_1d(cuda_stream& cs, void* dst, const void* src, std::size_t bytes,
+                          cudaMemcpyKind kind, span_kind span, const char* name) {
+    if (bytes == 0) return;
+    device_guard guard(ordinal_, id());
+    traced(cs, span, [&] { return std::string(name); }, bytes, 0.0, [&] {
+        TS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, cs.native()), id());
+    });
+}
+
+void cuda_device::copy_2d(cuda_stream& cs, const copy_2d_desc& c, cudaMemcpyKind kind,
+                          span_kind span, const char* name) {
+    if (c.width_bytes == 0 || c.height == 0) return;
+    if (c.height > 1 && (c.dst_pitch < c.width_bytes || c.src_pitch < c.width_bytes))
+        throw invalid_argument(std::string(name) + " on " + id() + ": rows of " +
+                               std::to_string(c.width_bytes) + " bytes do not fit pitches of " +
+                               std::to_string(c.src_pitch) + " (source) and " +
+                               std::to_string(c.dst_pitch) + " (destination) bytes");
+    // One row, or rows back to back on both sides: a plain copy.
+    if (c.height == 1 || (c.dst_pitch == c.width_bytes && c.src_pitch == c.width_bytes)) {
+        copy_1d(cs, c.dst, c.src, c.width_bytes * c.height, kind, span, name);
+        return;
+    }
+    device_guard guard(ordinal_, id());
+    traced(cs, span, [&] { return std::string(name); }, c.width_bytes * c.height, 0.0, [&] {
+        if (c.dst_pitch <= max_pitch_ && c.src_pitch <= max_pitch_) {
+            TS_CUDA_CHECK(cudaMemcpy2DAsync(c.dst, c.dst_pitch, c.src, c.src_pitch, c.width_bytes,
+                                            c.height, kind, cs.native()),
+                          id());
+            return;
+        }
+        // Pitches beyond what cudaMemcpy2D accepts: one copy per row.
+        for (std::size_t r = 0; r < c.height; ++r)
+            TS_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(c.dst) + r * c.dst_pitch,
+                                          static_cast<const char*>(c.src) + r * c.src_pitch,
+                                          c.width_bytes, kind, cs.native()),
+                          id());
+    });
+}
+
+void cuda_device::copy_to_device(stream& s, void* dst, const void* host_src, std::size_t bytes) {
+    copy_1d(own_stream(s, "copy_to_device"), dst, host_src, bytes, cudaMemcpyHostToDevice,
+            span_kind::copy_h2d, "copy_to_device");
+}
+
+void cuda_device::copy_to_host(stream& s, void* host_dst, const void* src, std::size_t bytes) {
+    copy_1d(own_stream(s, "copy_to_host"), host_dst, src, bytes, cudaMemcpyDeviceToHost,
+            span_kind::copy_d2h, "copy_to_host");
+}
+
+void cuda_device::copy_within(stream& s, void* dst, const void* src, std::size_t bytes) {
+    copy_1d(own_stream(s, "copy_within"), dst, src, bytes, cudaMemcpyDeviceToDevice,
+            span_kind::copy_d2d, "copy_within");
+}
+
+void cuda_device::copy_2d_to_device(stream& s, const copy_2d_desc& c) {
+    copy_2d(own_stream(s, "copy_2d_to_device"), c, cudaMemcpyHostToDevice, span_kind::copy_h2d,
+            "copy_2d_to_device");
+}
+
+void cuda_device::copy_2d_to_host(stream& s, const copy_2d_desc& c) {
+    copy_2d(own_stream(s, "copy_2d_to_host"), c, cudaMemcpyDeviceToHost, span_kind::copy_d2h,
+            "copy_2d_to_host");
+}
+
+void cuda_device::copy_2d_within(stream& s, const copy_2d_desc& c) {
+    copy_2d(own_stream(s, "copy_2d_within"), c, cudaMemcpyDeviceToDevice, span_kind::copy_d2d,
+            "copy_2d_within");
+}
+
+bool cuda_device::can_copy_peer(const device& other) const {
+    const auto* o = dynamic_cast<const cuda_device*>(&other);
+    if (o == nullptr) return false;
+    if (o->ordinal_ == ordinal_) return true;  // slices of one GPU share its memory
+    // Copies are driven from this GPU; access both ways lets the copy engines of either side
+    // read and write directly over NVLink/PCIe.
+    if (!enable_peer_access(ordinal_, o->ordinal_, id())) return false;
+    enable_peer_access(o->ordinal_, ordinal_, o->id());
+    return true;
+}
+
+void cuda_device::copy_peer(stream& s, device& other, void* dst, const void* src,
+                            std::size_t bytes) {
+    cuda_stream& cs = own_stream(s, "copy_peer");
+    if (bytes == 0) return;
+    if (!can_copy_peer(other))
+        throw invalid_argument("copy_peer from " + id() + " to " + other.id() +
+                               ": no direct access between them (copy through the host instead)");
+    const int to = static_cast<const cuda_device&>(other).ordinal_;
+    if (to == ordinal_) {
+        copy_1d(cs, dst, src, bytes, cudaMemcpyDeviceToDevice, span_kind::copy_peer, "copy_peer");
+        return;
+    }
+    device_guard guard(ordinal_, id());
+    traced(cs, span_kind::copy_peer, [&] { return "copy_peer to " + other.id(); }, bytes, 0.0, [&] {
+        TS_CUDA_CHECK(cudaMemcpyPeerAsync(dst, to, src, ordinal_, bytes, cs.native()), id());
+    });
+}
+
+void cuda_device::copy_2d_peer(stream& s, device& other, const copy_2d_desc& c) {
+    cuda_stream& cs = own_stream(s, "copy_2d_peer");
+    if (c.width_bytes == 0 || c.height == 0) return;
+    if (!can_copy_peer(other))
+        throw invalid_argument("copy_2d_peer from " + id() + " to " + other.id() +
+                               ": no direct access between them (copy through the host instead)");
+    const int to = static_cast<const cuda_device&>(other).ordinal_;
+    if (to == ordinal_) {
+        copy_2d(cs, c, cudaMemcpyDeviceToDevice, span_kind::copy_peer, "copy_2d_peer");
+        return;
+    }
+    if (c.height == 1 || (c.dst_pitch == c.width_bytes && c.src_pitch == c.width_bytes)) {
+        copy_peer(s, other, c.dst, c.src, c.width_bytes * c.height);
+        return;
+    }
+    if (c.dst_pitch < c.width_bytes || c.src_pitch < c.width_bytes)
+        throw invalid_argument("copy_2d_peer on " + id() + ": rows of " +
+                               std::to_string(c.width_bytes) + " bytes do not fit pitches of " +
+                               std::to_string(c.src_pitch) + " (source) and " +
+                               std::to_string(c.dst_pitch) + " (destination) bytes");
+    device_guard guard(ordinal_, id());
+    traced(cs, span_kind::copy_peer, [&] { return "copy_2d_peer to " + other.id(); },
+           c.width_bytes * c.height, 0.0, [&] {
+               cudaMemcpy3DPeerParms p{};
+               p.srcPtr = make_cudaPitchedPtr(const_cast<void*>(c.src), c.src_pitch, c.width_bytes,
+                                              c.height);
+               p.srcDevice = ordinal_;
+               p.dstPtr = make_cudaPitchedPtr(c.dst, c.dst_pitch, c.width_bytes, c.height);
+               p.dstDevice = to;
+               p.extent = make_cudaExtent(c.width_bytes, c.height, 1);
+               TS_CUDA_CHECK(cudaMemcpy3DPeerAsync(&p, cs.native()), id());
+           });
+}
+
+// ---- kernels
+
+void cuda_device::gemm(stream& s, const gemm_call& call) {
+    cuda_stream& cs = own_stream(s, "gemm");
+    if (call.m < 0 || call.n < 0 || call.k < 0)
+        throw invalid_argument("gemm on " + id() + ": negative size " + std::to_string(call.m) +
+                               "x" + std::to_string(call.n) + "x" + std::to_string(call.k));
+    if (call.kernel == gemm_kernel::reference)
+        throw invalid_argument("gemm on " + id() +
+                               ": the reference kernel runs on the host only (use naive, tiled "
+                               "or vendor on a CUDA device)");
+    if (call.m == 0 || call.n == 0) return;
+    const bool reads_ab = call.k > 0 && call.alpha != 0.0;
+    check_operand(id(), "C", call.c, call.m, call.n, call.ldc, call.layout_c);
+    if (reads_ab) {
+        const bool ta = call.op_a == op::t, tb = call.op_b == op::t;
+        check_operand(id(), "A", call.a, ta ? call.k : call.m, ta ? call.m : call.k, call.lda,
+                      call.layout_a);
+        check_operand(id(), "B", call.b, tb ? call.n : call.k, tb ? call.k : call.n, call.ldb,
+                      call.layout_b);
+    }
+    device_guard guard(ordinal_, id());
+    traced(cs, span_kind::kernel, [&] { return gemm_span_name(call); }, 0,
+           reads_ab ? call.flops() : 0.0, [&] {
+               if (!reads_ab) {
+                   // alpha == 0 or k == 0: C <- beta*C, A and B never read.
+                   TS_CUDA_CHECK(launch_gemm_scale_c(call, cs.native()), id());
+                   return;
+               }
+               switch (call.kernel) {
+                   case gemm_kernel::naive:
+                       TS_CUDA_CHECK(launch_gemm_naive(call, cs.native()), id());
+                       break;
+                   case gemm_kernel::tiled:
+                       TS_CUDA_CHECK(launch_gemm_tiled(call, cs.native()), id());
+                       break;
+                   case gemm_kernel::vendor:
+                   case gemm_kernel::reference:
+                       gemm_vendor(cs, call);
+                       break;
+               }
+           });
+}
+
+void cuda_device::gemm_vendor(cuda_stream& cs, const gemm_call& call) {
+    // cuBLAS is column-major: a row-major C is computed as C^T = op(B)^T op(A)^T (no copies).
+    const column_major_gemm p = as_column_major(call);
+    const cublasOperation_t op1 = p.trans_x ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op2 = p.trans_y ? CUBLAS_OP_T : CUBLAS_OP_N;
+
+    const float alpha32 = static_cast<float>(call.alpha), beta32 = static_cast<float>(call.beta);
+    const bool f32 = call.type == dtype::f32;
+    const void* alpha = f32 ? static_cast<const void*>(&alpha32) : &call.alpha;
+    const void* beta = f32 ? static_cast<const void*>(&beta32) : &call.beta;
+    const cudaDataType_t data = f32 ? CUDA_R_32F : CUDA_R_64F;
+    const cublasComputeType_t compute =
+        !f32 ? CUBLAS_COMPUTE_64F
+             : (call.math == math_mode::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F);
+
+    std::lock_guard lock(cs.blas_mutex());
+    cublasHandle_t h = cs.blas();
+    if (std::max({p.rows, p.cols, p.k, p.ldx, p.ldy, p.ldz}) <= INT_MAX) {
+        TS_CUDA_CHECK(cublasGemmEx(h, op1, op2, int(p.rows), int(p.cols), int(p.k), alpha, p.x,
+                                   data, int(p.ldx), p.y, data, int(p.ldy), beta, call.c, data,
+                                   int(p.ldz), compute, CUBLAS_GEMM_DEFAULT),
+                      id());
+    } else {
+        TS_CUDA_CHECK(cublasGemmEx_64(h, op1, op2, p.rows, p.cols, p.k, alpha, p.x, data, p.ldx,
+                                      p.y, data, p.ldy, beta, call.c, data, p.ldz, compute,
+                                      CUBLAS_GEMM_DEFAULT),
+                      id());
+    }
+}
+
+void cuda_device::jacobi_sweep(stream& s, const jacobi_call& call) {
+    cuda_stream& cs = own_stream(s, "jacobi_sweep");
+    if (call.row_end < call.row_begin || call.col_end < call.col_begin)
+        throw invalid_argument("jacobi_sweep on " + id() + ": empty-or-reversed range rows [" +
+                               std::to_string(call.row_begin) + ", " + std::to_string(call.row_end) +
+                               ") x cols [" + std::to_string(call.col_begin) + ", " +
+                               std::to_string(call.col_end) + ")");
+    if (call.row_end == call.row_begin || call.col_end == call.col_begin) return;
+    if (call.row_begin < 1 || call.col_begin < 1 || call.col_end >= call.ld)
+        throw invalid_argument("jacobi_sweep on " + id() + ": the swept points rows [" +
+                               std::to_string(call.row_begin) + ", " + std::to_string(call.row_end) +
+                               ") x cols [" + std::to_string(call.col_begin) + ", " +
+                               std::to_string(call.col_end) + ") need a halo inside ld " +
+                               std::to_string(call.ld));
+    if (call.in == nullptr || call.out == nullptr || call.in == call.out)
+        throw invalid_argument("jacobi_sweep on " + id() +
+                               ": needs distinct non-null input and output buffers");
+    const double points =
+        double(call.row_end - call.row_begin) * double(call.col_end - call.col_begin);
+    device_guard guard(ordinal_, id());
+    traced(
+        cs, span_kind::kernel,
+        [&] {
+            return "jacobi " + std::string(to_string(call.type)) + " " +
+                   std::to_string(call.row_end - call.row_begin) + "x" +
+                   std::to_string(call.col_end - call.col_begin);
+        },
+        static_cast<std::size_t>(2 * points * double(size_of(call.type))), 4 * points,
+        [&] { TS_CUDA_CHECK(launch_jacobi_sweep(call, cs.native()), id()); });
+}
+
+cudaStream_t native_stream(stream& s) {
+    auto* cs = dynamic_cast<cuda_stream*>(&s);
+    if (cs == nullptr)
+        throw invalid_argument("native_stream: a stream of " + s.owner().id() +
+                               " is not a CUDA stream");
+    return cs->native();
+}
+
+}  // namespace tilestream::cuda
+
+// ------------------------------------------------------------------ factory
+
+namespace tilestream::backends {
+
+std::unique_ptr<device> make_cuda_device(int ordinal, int slice, int slices,
+                                         std::optional<std::size_t> budget) {
+    const std::string gpu = "cuda:" + std::to_string(ordinal);
+    if (slices < 1)
+        throw invalid_argument(gpu + "x" + std::to_string(slices) +
+                               ": a GPU splits into at least 1 logical device");
+    if (slice < 0 || slice >= slices)
+        throw invalid_argument(gpu + ": slice " + std::to_string(slice) + " does not exist (" +
+                               std::to_string(slices) + " slices)");
+    if (ordinal < 0) throw invalid_argument(gpu + " does not exist: GPU numbers start at 0");
+
+    int count = 0;
+    const cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        throw invalid_argument(gpu + " does not exist: " + cuda::describe_cuda_failure(e));
+    }
+    if (ordinal >= count)
+        throw invalid_argument(gpu + " does not exist: " +
+                               (count == 0 ? std::string("no CUDA GPU present")
+                                           : std::to_string(count) +
+                                                 (count == 1 ? " CUDA GPU" : " CUDA GPUs") +
+                                                 " present"));
+
+    device_info info = cuda::describe_gpu(ordinal, count);
+    const std::size_t free = info.memory_free;
+    const auto slice_count = static_cast<std::size_t>(slices);
+    info.id = slices == 1 ? gpu : gpu + "." + std::to_string(slice);
+    info.slice = slice;
+    info.slices = slices;
+    info.memory_bytes /= slice_count;
+    info.memory_free = free / slice_count;
+    const std::size_t share = info.memory_free;
+    if (budget) {
+        if (*budget > share)
+            throw invalid_argument(info.id + ": budget " + format_bytes(*budget) +
+                                   " exceeds its share of " + gpu + "'s free memory, " +
+                                   format_bytes(share) + " (" + format_bytes(free) + " free / " +
+                                   std::to_string(slices) + (slices == 1 ? " slice)" : " slices)"));
+        info.budget_bytes = *budget;
+    } else {
+        info.budget_bytes = cuda::default_budget(share);
+    }
+    return std::make_unique<cuda::cuda_device>(std::move(info), ordinal);
+}
+
+}  // namespace tilestream::backends

@@ -1,0 +1,201 @@
+// The CUDA backend's device, stream and event classes (private to the library; benchmarks and
+// tests of this backend may include it to reach the native CUDA stream).
+#pragma once
+
+#include <tilestream/device.hpp>
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstddef>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tilestream::cuda {
+
+/// Makes GPU `ordinal` current for the guard's lifetime and restores the previous one: several
+/// devices (and threads) share the process, and CUDA's current device is per thread.
+class device_guard {
+public:
+    /// Throws device_error naming `device_id` when the GPU cannot be made current.
+    device_guard(int ordinal, std::string_view device_id);
+    /// For destructors and callbacks: failures are ignored.
+    device_guard(int ordinal, std::nothrow_t) noexcept;
+    ~device_guard();
+    device_guard(const device_guard&) = delete;
+    device_guard& operator=(const device_guard&) = delete;
+
+private:
+    int previous_ = -1;
+    bool switched_ = false;
+};
+
+/// One line saying why CUDA is unusable, from the error cudaGetDeviceCount returned:
+/// "no CUDA driver found", "CUDA driver 12.4 is older than the runtime 13.0", "no CUDA GPU present".
+std::string describe_cuda_failure(cudaError_t count_error);
+/// "13.0" from CUDA's 13000.
+std::string cuda_version_string(int version);
+/// Default budget of a logical device whose share of the GPU's free memory is `share`: the share
+/// less a reserve for what CUDA allocates outside the budget (cuBLAS workspaces, context growth).
+std::size_t default_budget(std::size_t share);
+/// The facts of GPU `ordinal` (id "cuda:<ordinal>"), of `count` GPUs; throws device_error.
+device_info describe_gpu(int ordinal, int count);
+
+class cuda_device;
+
+/// Converts CUDA event times to the host trace clock: an event recorded on an idle stream,
+/// with the host time at which it completed.
+struct clock_anchor {
+    cudaEvent_t event = nullptr;
+    double host_seconds = 0;
+    int ordinal = 0;
+    clock_anchor() = default;
+    clock_anchor(const clock_anchor&) = delete;
+    clock_anchor& operator=(const clock_anchor&) = delete;
+    ~clock_anchor();
+};
+
+/// A traced operation whose two timing events have been enqueued but not yet read back.
+struct pending_span {
+    cudaEvent_t begin = nullptr, end = nullptr;
+    span_kind kind = span_kind::kernel;
+    std::string name;
+    std::size_t bytes = 0;
+    double flops = 0;
+    std::shared_ptr<const clock_anchor> anchor;
+};
+
+class cuda_stream final : public stream {
+public:
+    cuda_stream(cuda_device& dev, int id, stream_priority priority);
+    ~cuda_stream() override;
+    void synchronize() override;
+
+    cudaStream_t native() const { return stream_; }
+    cuda_device& gpu() const { return dev_; }
+    /// This stream's cuBLAS handle (created on first use, bound to this stream). Callers hold
+    /// blas_mutex() while using it and have made the device current.
+    cublasHandle_t blas();
+    std::mutex& blas_mutex() { return blas_mutex_; }
+
+    /// Keeps the first error a host function of this stream raised, for synchronize().
+    void store_error(std::exception_ptr e) noexcept;
+    /// Rethrows (and forgets) the stored error, if any.
+    void rethrow_stored_error();
+
+    void add_span(pending_span&& span);
+    /// Reports every finished span at the head of the queue to the device's trace sink.
+    void report_finished_spans() noexcept;
+
+private:
+    cuda_device& dev_;
+    cudaStream_t stream_ = nullptr;
+    std::mutex blas_mutex_;
+    cublasHandle_t blas_ = nullptr;
+    std::mutex error_mutex_;
+    std::exception_ptr error_;
+    std::mutex spans_mutex_;
+    std::deque<pending_span> spans_;
+};
+
+class cuda_event final : public event {
+public:
+    explicit cuda_event(cuda_device& dev);
+    ~cuda_event() override;
+    void record(stream& s) override;
+    void synchronize() override;
+    bool ready() override;
+
+    cudaEvent_t native() const { return event_; }
+    bool recorded() const { return recorded_.load(); }
+
+private:
+    std::string device_id_;  // device whose stream recorded it last (for messages)
+    int ordinal_;            // GPU the CUDA event lives on
+    cudaEvent_t event_ = nullptr;
+    std::atomic<bool> recorded_{false};
+};
+
+class cuda_device final : public device {
+public:
+    cuda_device(device_info info, int ordinal);
+    ~cuda_device() override;
+
+    /// The physical GPU behind this (logical) device.
+    int ordinal() const { return ordinal_; }
+
+    bool host_addressable() const override { return false; }
+    host_staging_buffer allocate_host_staging(std::size_t bytes) override;
+    void register_host(void* p, std::size_t bytes) override;
+    void unregister_host(void* p) override;
+
+    std::unique_ptr<stream> create_stream(stream_priority p) override;
+    std::unique_ptr<event> create_event() override;
+    void wait(stream& s, event& e) override;
+    void synchronize() override;
+    void enqueue_host(stream& s, std::function<void()> fn, const std::string& name) override;
+
+    void copy_to_device(stream& s, void* dst, const void* host_src, std::size_t bytes) override;
+    void copy_to_host(stream& s, void* host_dst, const void* src, std::size_t bytes) override;
+    void copy_within(stream& s, void* dst, const void* src, std::size_t bytes) override;
+    void copy_2d_to_device(stream& s, const copy_2d_desc& c) override;
+    void copy_2d_to_host(stream& s, const copy_2d_desc& c) override;
+    void copy_2d_within(stream& s, const copy_2d_desc& c) override;
+    bool can_copy_peer(const device& other) const override;
+    void copy_peer(stream& s, device& other, void* dst, const void* src, std::size_t bytes) override;
+    void copy_2d_peer(stream& s, device& other, const copy_2d_desc& c) override;
+
+    bool supports(gemm_kernel k) const override { return k != gemm_kernel::reference; }
+    void gemm(stream& s, const gemm_call& call) override;
+    void jacobi_sweep(stream& s, const jacobi_call& call) override;
+
+    // For cuda_stream: stream registry and the timing-event pool of traces.
+    void add_stream(cuda_stream* s);
+    void remove_stream(cuda_stream* s) noexcept;
+    cudaEvent_t take_timing_event();
+    void return_timing_event(cudaEvent_t e) noexcept;
+
+protected:
+    void* raw_allocate(std::size_t bytes) override;
+    void raw_free(void* p) noexcept override;
+
+private:
+    cuda_stream& own_stream(stream& s, const char* operation);
+    void copy_1d(cuda_stream& cs, void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind,
+                 span_kind span, const char* name);
+    void copy_2d(cuda_stream& cs, const copy_2d_desc& c, cudaMemcpyKind kind, span_kind span,
+                 const char* name);
+    void gemm_vendor(cuda_stream& cs, const gemm_call& call);
+    std::shared_ptr<const clock_anchor> current_anchor();
+    /// Runs `op` (which enqueues one operation on cs); when a trace sink is attached, brackets
+    /// it with timing events so that its span is reported once it has finished.
+    template <class Name, class Op>
+    void traced(cuda_stream& cs, span_kind kind, Name&& name, std::size_t bytes, double flops,
+                Op&& op);
+
+    int ordinal_;
+    std::size_t max_pitch_ = 0;
+    std::atomic<int> next_stream_id_{0};
+
+    std::mutex streams_mutex_;
+    std::vector<cuda_stream*> streams_;
+
+    std::mutex events_mutex_;
+    std::vector<cudaEvent_t> free_timing_events_;
+
+    std::mutex anchor_mutex_;
+    cudaStream_t anchor_stream_ = nullptr;
+    std::shared_ptr<const clock_anchor> anchor_;
+};
+
+/// The CUDA stream behind a stream of a CUDA device; throws invalid_argument for other streams.
+cudaStream_t native_stream(stream& s);
+
+}  // namespace tilestream::cuda

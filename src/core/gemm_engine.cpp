@@ -1,0 +1,418 @@
+// Executes a GEMM plan: per device a pipeline of copy-in, compute and copy-out streams over a
+// few device buffers ("slots"), ordered by events so copies overlap compute; work units come
+// from a queue shared by all devices.
+#include <tilestream/error.hpp>
+#include <tilestream/gemm.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+namespace tilestream {
+namespace {
+
+/// A rectangle of a host matrix in its own storage order.
+struct host_rect {
+    char* base = nullptr;  // element (0, 0) of the rectangle
+    index_t rows = 0, cols = 0, ld = 0;
+    layout lay = layout::row_major;
+    std::size_t es = 0;
+    index_t inner() const { return lay == layout::row_major ? cols : rows; }
+    index_t outer() const { return lay == layout::row_major ? rows : cols; }
+    std::size_t bytes() const { return std::size_t(rows) * std::size_t(cols) * es; }
+    bool contiguous() const { return outer() <= 1 || inner() == ld; }
+};
+
+template <class V>
+host_rect rect_of(const V& v, index_t r0, index_t c0, index_t nr, index_t nc) {
+    using T = std::remove_const_t<typename V::value_type>;
+    host_rect r;
+    r.base = nr && nc ? reinterpret_cast<char*>(const_cast<T*>(&v(r0, c0))) : nullptr;
+    r.rows = nr;
+    r.cols = nc;
+    r.ld = v.ld();
+    r.lay = v.layout();
+    r.es = sizeof(T);
+    return r;
+}
+
+struct slot {
+    device_buffer buf;
+    host_staging_buffer stage_in, stage_out;  // pack mode only
+    std::unique_ptr<event> ready, released;
+    std::optional<std::pair<index_t, index_t>> key;
+    std::uint64_t last_use = 0;
+};
+
+/// Counters shared by every device of one run.
+struct run_state {
+    std::atomic<std::size_t> next_unit{0};
+    std::atomic<std::size_t> units_done{0};
+    std::atomic<bool> failed{false};
+    std::atomic<std::size_t> bytes_h2d{0}, bytes_d2h{0}, bytes_packed{0};
+};
+
+template <class T>
+class device_pipeline {
+public:
+    device_pipeline(device& dev, const gemm_plan& plan, T alpha, T beta, host_matrix_view<const T> a,
+                    host_matrix_view<const T> b, host_matrix_view<T> c, run_state& state, const gemm_run_options& run)
+        : dev_(dev), plan_(plan), alpha_(alpha), beta_(beta), a_(a), b_(b), c_(c), state_(state), run_(run) {
+        const bool pack = plan.transfer == transfer_mode::pack;
+        const auto make = [&](std::vector<slot>& v, int n, std::size_t bytes, bool out) {
+            for (int i = 0; i < n; ++i) {
+                slot s;
+                s.buf = dev.allocate(bytes);
+                if (pack) {
+                    s.stage_in = dev.allocate_host_staging(bytes);
+                    if (out) s.stage_out = dev.allocate_host_staging(bytes);
+                }
+                s.ready = dev.create_event();
+                s.released = dev.create_event();
+                v.push_back(std::move(s));
+            }
+        };
+        make(a_slots_, plan.a_slots, plan.a_slot_bytes, false);
+        make(b_slots_, plan.b_slots, plan.b_slot_bytes, false);
+        make(c_slots_, plan.c_slots, plan.c_slot_bytes, true);
+        h2d_ = dev.create_stream();
+        compute_ = dev.create_stream(stream_priority::high);
+        d2h_ = dev.create_stream();
+    }
+
+    ~device_pipeline() {
+        // Streams drain before the buffers they use are freed.
+        try {
+            finish();
+        } catch (...) {
+        }
+    }
+
+    void finish() {
+        h2d_->synchronize();
+        compute_->synchronize();
+        d2h_->synchronize();
+    }
+
+    void run(const std::vector<gemm_unit>& units) {
+        for (;;) {
+            if (state_.failed.load()) return;
+            const std::size_t u = state_.next_unit.fetch_add(1);
+            if (u >= units.size()) return;
+            process(units[u]);
+            ++units_;
+        }
+    }
+
+    std::size_t units() const { return units_; }
+    double flops() const { return flops_; }
+
+private:
+    void process(const gemm_unit& u) {
+        const gemm_problem& q = plan_.problem;
+        const bool ab = q.reads_ab && q.k > 0;
+        slot& cs = c_slots_[next_c_++ % c_slots_.size()];
+        const host_rect c_rect = rect_of(c_, u.row0, u.col0, u.rows, u.cols);
+        // Nothing may write the C slot before its previous contents have been copied out.
+        if (q.reads_c) {
+            dev_.wait(*h2d_, *cs.released);
+            load(cs, c_rect);
+            cs.ready->record(*h2d_);
+            dev_.wait(*compute_, *cs.ready);
+        } else {
+            dev_.wait(*compute_, *cs.released);
+        }
+        for (const gemm_step& st : u.steps) {
+            gemm_call call;
+            call.type = q.type;
+            call.op_a = q.op_a;
+            call.op_b = q.op_b;
+            call.m = st.rows;
+            call.n = st.cols;
+            call.k = st.depth;
+            call.alpha = static_cast<double>(alpha_);
+            call.beta = st.k_block == 0 ? static_cast<double>(beta_) : 1.0;
+            call.kernel = plan_.kernel;
+            call.math = plan_.math;
+            if (ab && st.depth > 0) {
+                const index_t i0 = st.a_tile_row * plan_.tile_m, p0 = st.k_block * plan_.tile_k,
+                              j0 = st.b_tile_col * plan_.tile_n;
+                const host_rect ar = q.op_a == op::n ? rect_of(a_, i0, p0, st.rows, st.depth)
+                                                     : rect_of(a_, p0, i0, st.depth, st.rows);
+                const host_rect br = q.op_b == op::n ? rect_of(b_, p0, j0, st.depth, st.cols)
+                                                     : rect_of(b_, j0, p0, st.cols, st.depth);
+                slot& as = acquire(a_slots_, {st.a_tile_row, st.k_block}, plan_.reuse_a, ar);
+                slot& bs = acquire(b_slots_, {st.k_block, st.b_tile_col}, plan_.reuse_b, br);
+                call.a = as.buf.get();
+                call.lda = std::max<index_t>(1, ar.inner());
+                call.layout_a = ar.lay;
+                call.b = bs.buf.get();
+                call.ldb = std::max<index_t>(1, br.inner());
+                call.layout_b = br.lay;
+                call.c = c_element(cs, c_rect, st.c_row, st.c_col);
+                call.ldc = std::max<index_t>(1, c_rect.inner());
+                call.layout_c = c_rect.lay;
+                dev_.gemm(*compute_, call);
+                as.released->record(*compute_);
+                bs.released->record(*compute_);
+            } else {
+                // alpha == 0 or k == 0: C = beta*C, A and B never read.
+                call.k = 0;
+                call.alpha = 0;
+                call.beta = static_cast<double>(beta_);
+                call.c = c_element(cs, c_rect, st.c_row, st.c_col);
+                call.ldc = std::max<index_t>(1, c_rect.inner());
+                call.layout_c = c_rect.lay;
+                dev_.gemm(*compute_, call);
+            }
+            flops_ += 2.0 * double(st.rows) * double(st.cols) * double(st.depth);
+        }
+        cs.ready->record(*compute_);
+        dev_.wait(*d2h_, *cs.ready);
+        store(cs, c_rect);
+        cs.released->record(*d2h_);
+        if (run_.on_unit_done) {
+            auto* state = &state_;
+            auto cb = run_.on_unit_done;
+            dev_.enqueue_host(*d2h_, [state, cb] { cb(++state->units_done); }, "unit done");
+        }
+    }
+
+    void* c_element(slot& cs, const host_rect& c_rect, index_t r, index_t c) {
+        const index_t ld = std::max<index_t>(1, c_rect.inner());
+        const index_t off = c_rect.lay == layout::row_major ? r * ld + c : c * ld + r;
+        return static_cast<char*>(cs.buf.get()) + std::size_t(off) * c_rect.es;
+    }
+
+    /// The slot holding `key` (when reuse is on and it is there), else the least recently used
+    /// slot, loaded with the tile after its last reader has finished.
+    slot& acquire(std::vector<slot>& slots, std::pair<index_t, index_t> key, bool reuse, const host_rect& r) {
+        ++clock_;
+        if (reuse)
+            for (auto& s : slots)
+                if (s.key == key) {
+                    s.last_use = clock_;
+                    return s;
+                }
+        slot* victim = &slots.front();
+        for (auto& s : slots)
+            if (s.last_use < victim->last_use) victim = &s;
+        dev_.wait(*h2d_, *victim->released);
+        load(*victim, r);
+        victim->ready->record(*h2d_);
+        dev_.wait(*compute_, *victim->ready);
+        victim->key = key;
+        victim->last_use = clock_;
+        return *victim;
+    }
+
+    void load(slot& s, const host_rect& r) {
+        const std::size_t bytes = r.bytes();
+        state_.bytes_h2d += bytes;
+        if (bytes == 0) return;
+        if (plan_.transfer == transfer_mode::copy_2d) {
+            dev_.copy_2d_to_device(*h2d_, desc(s.buf.get(), r, true));
+        } else if (r.contiguous()) {
+            dev_.copy_to_device(*h2d_, s.buf.get(), r.base, bytes);
+        } else {
+            state_.bytes_packed += bytes;
+            const copy_2d_desc gather = desc(s.stage_in.get(), r, true);
+            dev_.enqueue_host(*h2d_, [gather] { copy_rows(gather); }, "pack");
+            dev_.copy_to_device(*h2d_, s.buf.get(), s.stage_in.get(), bytes);
+        }
+    }
+
+    void store(slot& s, const host_rect& r) {
+        const std::size_t bytes = r.bytes();
+        state_.bytes_d2h += bytes;
+        if (bytes == 0) return;
+        if (plan_.transfer == transfer_mode::copy_2d) {
+            dev_.copy_2d_to_host(*d2h_, desc(s.buf.get(), r, false));
+        } else if (r.contiguous()) {
+            dev_.copy_to_host(*d2h_, r.base, s.buf.get(), bytes);
+        } else {
+            state_.bytes_packed += bytes;
+            dev_.copy_to_host(*d2h_, s.stage_out.get(), s.buf.get(), bytes);
+            const copy_2d_desc scatter = desc(s.stage_out.get(), r, false);
+            dev_.enqueue_host(*d2h_, [scatter] { copy_rows(scatter); }, "unpack");
+        }
+    }
+
+    /// A 2-D copy between the host rectangle and packed storage at `packed`.
+    static copy_2d_desc desc(void* packed, const host_rect& r, bool to_packed) {
+        copy_2d_desc d;
+        const std::size_t width = std::size_t(r.inner()) * r.es, pitch = std::size_t(r.ld) * r.es;
+        d.width_bytes = width;
+        d.height = std::size_t(r.outer());
+        if (to_packed) {
+            d.dst = packed;
+            d.dst_pitch = width;
+            d.src = r.base;
+            d.src_pitch = pitch;
+        } else {
+            d.dst = r.base;
+            d.dst_pitch = pitch;
+            d.src = packed;
+            d.src_pitch = width;
+        }
+        return d;
+    }
+
+    static void copy_rows(const copy_2d_desc& d) {
+        for (std::size_t row = 0; row < d.height; ++row)
+            std::memcpy(static_cast<char*>(d.dst) + row * d.dst_pitch,
+                        static_cast<const char*>(d.src) + row * d.src_pitch, d.width_bytes);
+    }
+
+    device& dev_;
+    const gemm_plan& plan_;
+    T alpha_, beta_;
+    host_matrix_view<const T> a_, b_;
+    host_matrix_view<T> c_;
+    run_state& state_;
+    const gemm_run_options& run_;
+    std::vector<slot> a_slots_, b_slots_, c_slots_;
+    std::unique_ptr<stream> h2d_, compute_, d2h_;
+    std::size_t next_c_ = 0;
+    std::uint64_t clock_ = 0;
+    std::size_t units_ = 0;
+    double flops_ = 0;
+};
+
+/// Bytes spanned by a host view (first to last element).
+template <class V>
+std::size_t span_bytes(const V& v) {
+    using T = std::remove_const_t<typename V::value_type>;
+    if (v.empty()) return 0;
+    const index_t outer = v.layout() == layout::row_major ? v.rows() : v.cols();
+    const index_t inner = v.layout() == layout::row_major ? v.cols() : v.rows();
+    return std::size_t((outer - 1) * v.ld() + inner) * sizeof(T);
+}
+
+}  // namespace
+
+template <class T>
+gemm_problem describe_gemm(op op_a, op op_b, T alpha, host_matrix_view<const T> a, host_matrix_view<const T> b,
+                           T beta, host_matrix_view<T> c) {
+    validate_gemm(op_a, op_b, a.rows(), a.cols(), b.rows(), b.cols(), c.rows(), c.cols());
+    gemm_problem p;
+    p.type = dtype_of<T>();
+    p.op_a = op_a;
+    p.op_b = op_b;
+    p.m = c.rows();
+    p.n = c.cols();
+    p.k = op_a == op::n ? a.cols() : a.rows();
+    p.layout_a = a.layout();
+    p.layout_b = b.layout();
+    p.layout_c = c.layout();
+    p.lda = a.ld();
+    p.ldb = b.ld();
+    p.ldc = c.ld();
+    p.reads_ab = alpha != T(0) && p.k > 0;
+    p.reads_c = beta != T(0);
+    return p;
+}
+
+template <class T>
+gemm_report execute_gemm(const gemm_plan& plan, std::span<device* const> devices, T alpha,
+                         host_matrix_view<const T> a, host_matrix_view<const T> b, T beta, host_matrix_view<T> c,
+                         const gemm_run_options& run) {
+    using clock = std::chrono::steady_clock;
+    const gemm_problem actual = describe_gemm(plan.problem.op_a, plan.problem.op_b, alpha, a, b, beta, c);
+    const gemm_problem& q = plan.problem;
+    if (actual.m != q.m || actual.n != q.n || actual.k != q.k || actual.type != q.type || actual.reads_c != q.reads_c ||
+        actual.reads_ab != q.reads_ab || actual.layout_a != q.layout_a || actual.layout_b != q.layout_b ||
+        actual.layout_c != q.layout_c)
+        throw invalid_argument("execute_gemm: the operands do not match the problem the plan was made for");
+    if (devices.empty()) throw invalid_argument("execute_gemm: no device");
+    for (device* d : devices)
+        if (!d->supports(plan.kernel))
+            throw invalid_argument("gemm: device " + d->id() + " has no '" + std::string(to_string(plan.kernel)) +
+                                   "' kernel (the reference kernel runs on CPU devices only)");
+
+    gemm_report rep;
+    rep.plan = plan;
+    const auto t0 = clock::now();
+    const std::vector<gemm_unit> units = plan_units(plan);
+    if (units.empty()) return rep;
+
+    // Pin host operands in place for devices that copy faster from pinned memory.
+    std::vector<std::pair<device*, void*>> registered;
+    if (run.register_host)
+        for (device* d : devices) {
+            if (d->host_addressable()) continue;
+            for (auto [p, n] : {std::pair<const void*, std::size_t>{a.data(), span_bytes(a)},
+                                {b.data(), span_bytes(b)}, {c.data(), span_bytes(c)}}) {
+                if (n == 0 || (!q.reads_ab && p != c.data())) continue;
+                try {
+                    d->register_host(const_cast<void*>(p), n);
+                    registered.emplace_back(d, const_cast<void*>(p));
+                } catch (const error&) {
+                    // Already pinned, or pinning refused: copies still work, only slower.
+                }
+            }
+            break;  // registration is per process for CUDA, once is enough
+        }
+
+    run_state state;
+    std::vector<std::size_t> base(devices.size());
+    for (std::size_t i = 0; i < devices.size(); ++i) {
+        base[i] = devices[i]->bytes_in_use();
+        devices[i]->reset_peak();
+        if (run.trace) devices[i]->set_trace_sink(run.trace);
+    }
+    std::vector<std::unique_ptr<device_pipeline<T>>> pipes(devices.size());
+    std::vector<std::exception_ptr> errors(devices.size());
+    const auto work = [&](std::size_t i) {
+        try {
+            pipes[i] = std::make_unique<device_pipeline<T>>(*devices[i], plan, alpha, beta, a, b, c, state, run);
+            pipes[i]->run(units);
+            pipes[i]->finish();
+        } catch (...) {
+            errors[i] = std::current_exception();
+            state.failed = true;
+        }
+    };
+    if (devices.size() == 1) {
+        work(0);
+    } else {
+        std::vector<std::thread> threads;
+        for (std::size_t i = 0; i < devices.size(); ++i) threads.emplace_back(work, i);
+        for (auto& t : threads) t.join();
+    }
+    for (std::size_t i = 0; i < devices.size(); ++i) {
+        rep.peak_device_bytes = std::max(rep.peak_device_bytes, devices[i]->peak_bytes() - base[i]);
+        if (pipes[i]) rep.devices.push_back({devices[i]->id(), pipes[i]->units(), pipes[i]->flops()});
+    }
+    pipes.clear();  // drains streams, frees buffers
+    for (device* d : devices)
+        if (run.trace) d->set_trace_sink(nullptr);
+    for (auto [d, p] : registered) {
+        try {
+            d->unregister_host(p);
+        } catch (const error&) {
+        }
+    }
+    for (auto& e : errors)
+        if (e) std::rethrow_exception(e);
+    rep.bytes_h2d = state.bytes_h2d;
+    rep.bytes_d2h = state.bytes_d2h;
+    rep.bytes_packed = state.bytes_packed;
+    rep.seconds = std::chrono::duration<double>(clock::now() - t0).count();
+    return rep;
+}
+
+#define TILESTREAM_INSTANTIATE(T)                                                                                  \
+    template gemm_problem describe_gemm<T>(op, op, T, host_matrix_view<const T>, host_matrix_view<const T>, T,     \
+                                           host_matrix_view<T>);                                                   \
+    template gemm_report execute_gemm<T>(const gemm_plan&, std::span<device* const>, T, host_matrix_view<const T>, \
+                                         host_matrix_view<const T>, T, host_matrix_view<T>, const gemm_run_options&);
+TILESTREAM_INSTANTIATE(float)
+TILESTREAM_INSTANTIATE(double)
+#undef TILESTREAM_INSTANTIATE
+
+}  // namespace tilestream

@@ -1,0 +1,378 @@
+// The GEMM planner: for each strategy and tile size, the bytes a run copies and packs, the device
+// memory it needs and the time it should take with copies overlapped; `automatic` picks the
+// fastest plan that fits the budget.
+#include <tilestream/error.hpp>
+#include <tilestream/plan.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <optional>
+#include <sstream>
+
+namespace tilestream {
+
+std::string_view to_string(gemm_strategy s) noexcept {
+    switch (s) {
+        case gemm_strategy::automatic: return "auto";
+        case gemm_strategy::in_core: return "in-core";
+        case gemm_strategy::tiles_3d: return "tiles-3d";
+        case gemm_strategy::a_panel: return "a-panel";
+        case gemm_strategy::a_panel_c_panel: return "a-panel-c-panel";
+        case gemm_strategy::b_panel: return "b-panel";
+        case gemm_strategy::c_block: return "c-block";
+    }
+    return "?";
+}
+
+gemm_strategy parse_gemm_strategy(std::string_view s) {
+    for (auto v : {gemm_strategy::automatic, gemm_strategy::in_core, gemm_strategy::tiles_3d, gemm_strategy::a_panel,
+                   gemm_strategy::a_panel_c_panel, gemm_strategy::b_panel, gemm_strategy::c_block})
+        if (s == to_string(v)) return v;
+    throw invalid_argument("unknown strategy '" + std::string(s) +
+                           "' (expected auto, in-core, tiles-3d, a-panel, a-panel-c-panel, b-panel or c-block)");
+}
+
+std::string_view to_string(transfer_mode t) noexcept { return t == transfer_mode::copy_2d ? "2d-copy" : "pack"; }
+
+namespace {
+
+index_t ceil_div(index_t a, index_t b) { return b > 0 ? (a + b - 1) / b : 0; }
+
+/// Extents of the blocks that split `total` into pieces of `tile`: (count, size) classes.
+struct split {
+    index_t full_count = 0, full = 0, last = 0;  // full_count blocks of `full`, then one of `last` (0: none)
+};
+split split_of(index_t total, index_t tile) {
+    split s;
+    if (total <= 0 || tile <= 0) return s;
+    s.full = tile;
+    s.full_count = total / tile;
+    s.last = total % tile;
+    return s;
+}
+
+/// Whether the host rectangle rows x cols of a stored matrix (stored_rows x stored_cols, ld) is one
+/// contiguous run of memory (then no packing is needed even without 2-D copies).
+bool contiguous(index_t rows, index_t cols, index_t stored_rows, index_t stored_cols, layout l, index_t ld) {
+    const index_t outer = l == layout::row_major ? rows : cols;
+    const index_t inner = l == layout::row_major ? cols : rows;
+    const index_t stored_inner = l == layout::row_major ? stored_cols : stored_rows;
+    return outer <= 1 || (inner == stored_inner && ld == stored_inner);
+}
+
+/// Bytes of the non-contiguous tiles when op(X) (rows x cols, op o) is cut into tr x tc tiles.
+std::size_t noncontiguous_bytes(index_t rows, index_t cols, index_t tr, index_t tc, op o, layout l, index_t ld,
+                                std::size_t es) {
+    const split sr = split_of(rows, tr), sc = split_of(cols, tc);
+    const index_t stored_rows = o == op::n ? rows : cols, stored_cols = o == op::n ? cols : rows;
+    std::size_t total = 0;
+    for (auto [rc, r] : {std::pair{sr.full_count, sr.full}, std::pair{index_t(sr.last ? 1 : 0), sr.last}})
+        for (auto [cc, c] : {std::pair{sc.full_count, sc.full}, std::pair{index_t(sc.last ? 1 : 0), sc.last}}) {
+            if (rc == 0 || cc == 0 || r == 0 || c == 0) continue;
+            const index_t sr_ = o == op::n ? r : c, sc_ = o == op::n ? c : r;
+            if (!contiguous(sr_, sc_, stored_rows, stored_cols, l, ld))
+                total += std::size_t(rc) * std::size_t(cc) * std::size_t(r) * std::size_t(c) * es;
+        }
+    return total;
+}
+
+index_t host_ld(index_t given, index_t rows, index_t cols, layout l) {
+    return given > 0 ? given : std::max<index_t>(1, l == layout::row_major ? cols : rows);
+}
+
+/// Fills slots, bytes and time of plan `p` (strategy and tiles set). Returns false when a tile
+/// is out of range.
+void cost(gemm_plan& p) {
+    const gemm_problem& q = p.problem;
+    const std::size_t es = size_of(q.type);
+    const index_t m = q.m, n = q.n, k = q.k;
+    p.tiles_m = ceil_div(m, p.tile_m);
+    p.tiles_n = ceil_div(n, p.tile_n);
+    p.tiles_k = ceil_div(std::max<index_t>(k, 1), p.tile_k);
+    const bool ab = q.reads_ab && k > 0;
+    const auto sz = [&](index_t r, index_t c) { return std::size_t(r) * std::size_t(c) * es; };
+    const index_t tm = std::min(p.tile_m, m), tn = std::min(p.tile_n, n), tk = std::min(p.tile_k, std::max<index_t>(k, 1));
+
+    // Loads per tile of A and B, the C block a unit holds, and the device buffers.
+    std::size_t a_loads = 1, b_loads = 1;
+    index_t c_block_rows = tm, c_block_cols = tn;
+    int depth = 2;
+    p.reuse_a = p.reuse_b = false;
+    switch (p.strategy) {
+        case gemm_strategy::in_core: depth = 1; break;
+        case gemm_strategy::tiles_3d: a_loads = std::size_t(p.tiles_n); b_loads = std::size_t(p.tiles_m); break;
+        case gemm_strategy::c_block:
+            a_loads = std::size_t(p.tiles_n);
+            b_loads = std::size_t(p.tiles_m);
+            depth = 3;
+            break;
+        case gemm_strategy::a_panel: b_loads = std::size_t(p.tiles_m); p.reuse_a = true; break;
+        case gemm_strategy::a_panel_c_panel:
+            b_loads = std::size_t(p.tiles_m);
+            p.reuse_a = true;
+            c_block_cols = n;
+            break;
+        case gemm_strategy::b_panel: a_loads = std::size_t(p.tiles_n); p.reuse_b = true; break;
+        case gemm_strategy::automatic: break;
+    }
+    p.a_slots = ab ? (p.strategy == gemm_strategy::in_core ? 1 : depth) : 0;
+    p.b_slots = p.a_slots;
+    p.c_slots = p.strategy == gemm_strategy::in_core ? 1 : 2;
+    p.a_slot_bytes = ab ? sz(tm, tk) : 0;
+    p.b_slot_bytes = ab ? sz(tk, tn) : 0;
+    p.c_slot_bytes = sz(c_block_rows, c_block_cols);
+    p.peak_device_bytes = std::size_t(p.a_slots) * p.a_slot_bytes + std::size_t(p.b_slots) * p.b_slot_bytes +
+                          std::size_t(p.c_slots) * p.c_slot_bytes;
+
+    const std::size_t c_bytes = sz(m, n);
+    p.bytes_h2d = (ab ? a_loads * sz(m, k) + b_loads * sz(k, n) : 0) + (q.reads_c ? c_bytes : 0);
+    p.bytes_d2h = c_bytes;
+    p.bytes_packed = 0;
+    if (p.transfer == transfer_mode::pack) {
+        const index_t lda = host_ld(q.lda, q.op_a == op::n ? m : k, q.op_a == op::n ? k : m, q.layout_a);
+        const index_t ldb = host_ld(q.ldb, q.op_b == op::n ? k : n, q.op_b == op::n ? n : k, q.layout_b);
+        const index_t ldc = host_ld(q.ldc, m, n, q.layout_c);
+        if (ab) {
+            p.bytes_packed += a_loads * noncontiguous_bytes(m, k, tm, tk, q.op_a, q.layout_a, lda, es);
+            p.bytes_packed += b_loads * noncontiguous_bytes(k, n, tk, tn, q.op_b, q.layout_b, ldb, es);
+        }
+        const std::size_t c_nc = noncontiguous_bytes(m, n, c_block_rows, c_block_cols, op::n, q.layout_c, ldc, es);
+        p.bytes_packed += c_nc * (q.reads_c ? 2 : 1);  // gathered in, scattered out
+    }
+
+    // Work counts and predicted time.
+    const std::size_t units = p.strategy == gemm_strategy::a_panel_c_panel ? std::size_t(p.tiles_m)
+                                                                            : std::size_t(p.tiles_m * p.tiles_n);
+    const std::size_t steps = std::size_t(p.tiles_m) * std::size_t(p.tiles_n) * std::size_t(ab ? p.tiles_k : 1);
+    p.units = units;
+    p.steps = steps;
+    const device_rates& r = p.rates;
+    const std::size_t loads = ab ? steps * 2 : 0;
+    const double pack_seconds = double(p.bytes_packed) / r.h2d;
+    const double h2d = double(p.bytes_h2d) / r.h2d + double(loads + (q.reads_c ? units : 0)) * r.op_overhead +
+                       pack_seconds * (q.reads_c ? 2.0 / 3.0 : 1.0);
+    const double d2h = double(p.bytes_d2h) / r.d2h + double(units) * r.op_overhead +
+                       (p.transfer == transfer_mode::pack ? pack_seconds / 3.0 : 0.0);
+    const double compute = q.flops() / r.flops + double(steps) * r.op_overhead;
+    p.predicted_compute_seconds = compute;
+    p.predicted_copy_seconds = h2d + d2h;
+    if (p.strategy == gemm_strategy::in_core) {
+        p.predicted_seconds = h2d + compute + d2h;
+        p.bound = "nothing overlaps (in-core)";
+        return;
+    }
+    // Pipeline: the slowest stream sets the pace; the first loads and the last store do not overlap.
+    const double fill = (double(p.a_slot_bytes + p.b_slot_bytes) + (q.reads_c ? double(p.c_slot_bytes) : 0)) / r.h2d;
+    const double drain = double(p.c_slot_bytes) / r.d2h;
+    const double pace = std::max({compute, h2d, d2h});
+    p.predicted_seconds = pace + fill + drain;
+    p.bound = pace == compute ? "compute" : (pace == h2d ? "copy h2d" : "copy d2h");
+}
+
+std::vector<index_t> tile_candidates(index_t dim) {
+    std::vector<index_t> c;
+    for (index_t t : {16, 32, 64, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 12288,
+                      16384, 24576, 32768, 49152, 65536})
+        if (t < dim) c.push_back(t);
+    c.push_back(std::max<index_t>(dim, 1));
+    return c;
+}
+
+bool better(const gemm_plan& a, const gemm_plan& b) {
+    if (a.predicted_seconds != b.predicted_seconds) return a.predicted_seconds < b.predicted_seconds;
+    return a.bytes_h2d + a.bytes_d2h < b.bytes_h2d + b.bytes_d2h;
+}
+
+}  // namespace
+
+gemm_plan plan_gemm(const gemm_problem& q, std::size_t budget, const device_rates& rates, const plan_options& opt) {
+    if (q.m < 0 || q.n < 0 || q.k < 0) throw size_overflow("plan_gemm: negative extent");
+    for (index_t t : {opt.tile_m, opt.tile_n, opt.tile_k})
+        if (t < 0) throw invalid_argument("plan_gemm: tile sizes must be positive, got " + std::to_string(t));
+    const index_t m = std::max<index_t>(q.m, 1), n = std::max<index_t>(q.n, 1), k = std::max<index_t>(q.k, 1);
+    // Validates all sizes in 64 bits up front.
+    checked_bytes(m, k, q.type, "plan_gemm: A");
+    checked_bytes(k, n, q.type, "plan_gemm: B");
+    checked_bytes(m, n, q.type, "plan_gemm: C");
+
+    std::vector<gemm_strategy> strategies;
+    if (opt.strategy == gemm_strategy::automatic)
+        strategies = {gemm_strategy::in_core, gemm_strategy::a_panel, gemm_strategy::b_panel,
+                      gemm_strategy::a_panel_c_panel, gemm_strategy::c_block, gemm_strategy::tiles_3d};
+    else
+        strategies = {opt.strategy};
+
+    const bool panel_k = [&] {
+        for (auto s : strategies)
+            if (s == gemm_strategy::a_panel || s == gemm_strategy::a_panel_c_panel || s == gemm_strategy::b_panel) return true;
+        return false;
+    }();
+    if (opt.strategy != gemm_strategy::automatic && panel_k && opt.tile_k != 0)
+        throw invalid_argument(std::string(to_string(opt.strategy)) + " keeps all of k resident; --tile-k does not apply");
+    if (opt.strategy == gemm_strategy::in_core && (opt.tile_m || opt.tile_n || opt.tile_k))
+        throw invalid_argument("in-core uses no tiles; --tile does not apply");
+    if (opt.strategy == gemm_strategy::tiles_3d &&
+        ((opt.tile_m && opt.tile_n && opt.tile_m != opt.tile_n) || (opt.tile_m && opt.tile_k && opt.tile_m != opt.tile_k) ||
+         (opt.tile_n && opt.tile_k && opt.tile_n != opt.tile_k)))
+        throw invalid_argument("tiles-3d uses one tile size for m, n and k (use c-block for different sizes)");
+
+    const auto fixed_or = [](index_t fixed, index_t dim) {
+        return fixed ? std::vector<index_t>{std::min(fixed, std::max<index_t>(dim, 1))} : tile_candidates(dim);
+    };
+
+    std::optional<gemm_plan> best, smallest;
+    const auto consider = [&](gemm_strategy s, index_t tm, index_t tn, index_t tk) {
+        gemm_plan p;
+        p.problem = q;
+        p.strategy = s;
+        p.transfer = opt.transfer;
+        p.kernel = opt.kernel;
+        p.math = opt.math;
+        p.tile_m = tm;
+        p.tile_n = tn;
+        p.tile_k = tk;
+        p.rates = rates;
+        p.budget = budget;
+        cost(p);
+        if (!smallest || p.peak_device_bytes < smallest->peak_device_bytes) smallest = p;
+        if (p.peak_device_bytes <= budget && (!best || better(p, *best))) best = p;
+    };
+
+    for (auto s : strategies) {
+        switch (s) {
+            case gemm_strategy::in_core: consider(s, m, n, k); break;
+            case gemm_strategy::tiles_3d: {
+                const index_t fixed = opt.tile_m ? opt.tile_m : (opt.tile_n ? opt.tile_n : opt.tile_k);
+                for (index_t t : fixed ? std::vector<index_t>{fixed} : tile_candidates(std::max({m, n, k})))
+                    consider(s, std::min(t, m), std::min(t, n), std::min(t, k));
+                break;
+            }
+            case gemm_strategy::a_panel:
+            case gemm_strategy::a_panel_c_panel:
+            case gemm_strategy::b_panel:
+                for (index_t tm : fixed_or(opt.tile_m, m))
+                    for (index_t tn : fixed_or(opt.tile_n, n)) consider(s, tm, tn, k);
+                break;
+            case gemm_strategy::c_block:
+                for (index_t tm : fixed_or(opt.tile_m, m))
+                    for (index_t tn : fixed_or(opt.tile_n ? opt.tile_n : 0, n)) {
+                        if (!opt.tile_n && !opt.tile_m && tn != tm && tn != n && tm != m) continue;  // square blocks
+                        for (index_t tk : fixed_or(opt.tile_k, k)) consider(s, tm, tn, tk);
+                    }
+                break;
+            case gemm_strategy::automatic: break;
+        }
+    }
+    if (!best) {
+        std::ostringstream msg;
+        msg << "gemm: no " << (opt.strategy == gemm_strategy::automatic ? std::string("") : std::string(to_string(opt.strategy)) + " ")
+            << "plan fits the device budget of " << format_bytes(budget) << " (" << budget << " bytes); the smallest budget that would is "
+            << format_bytes(smallest->peak_device_bytes) << " (" << smallest->peak_device_bytes << " bytes, "
+            << to_string(smallest->strategy) << " with tiles " << smallest->tile_m << "x" << smallest->tile_n << "x"
+            << smallest->tile_k << ")";
+        throw out_of_budget(msg.str());
+    }
+    return *best;
+}
+
+std::vector<gemm_unit> plan_units(const gemm_plan& p) {
+    const gemm_problem& q = p.problem;
+    std::vector<gemm_unit> units;
+    if (q.m == 0 || q.n == 0) return units;
+    const bool ab = q.reads_ab && q.k > 0;
+    const index_t kt = ab ? p.tiles_k : 1;
+    const auto rows_of = [&](index_t i) { return std::min(p.tile_m, q.m - i * p.tile_m); };
+    const auto cols_of = [&](index_t j) { return std::min(p.tile_n, q.n - j * p.tile_n); };
+    const auto depth_of = [&](index_t kb) { return ab ? std::min(p.tile_k, q.k - kb * p.tile_k) : 0; };
+    const auto block_unit = [&](index_t i, index_t j) {
+        gemm_unit u{i * p.tile_m, j * p.tile_n, rows_of(i), cols_of(j), {}};
+        for (index_t kb = 0; kb < kt; ++kb) u.steps.push_back({i, kb, j, 0, 0, u.rows, u.cols, depth_of(kb)});
+        return u;
+    };
+    switch (p.strategy) {
+        case gemm_strategy::b_panel:
+            for (index_t j = 0; j < p.tiles_n; ++j)
+                for (index_t i = 0; i < p.tiles_m; ++i) units.push_back(block_unit(i, j));
+            break;
+        case gemm_strategy::a_panel_c_panel:
+            for (index_t i = 0; i < p.tiles_m; ++i) {
+                gemm_unit u{i * p.tile_m, 0, rows_of(i), q.n, {}};
+                for (index_t j = 0; j < p.tiles_n; ++j)
+                    u.steps.push_back({i, 0, j, 0, j * p.tile_n, u.rows, cols_of(j), depth_of(0)});
+                units.push_back(std::move(u));
+            }
+            break;
+        default:
+            for (index_t i = 0; i < p.tiles_m; ++i)
+                for (index_t j = 0; j < p.tiles_n; ++j) units.push_back(block_unit(i, j));
+    }
+    return units;
+}
+
+std::string explain(const gemm_plan& p) {
+    const gemm_problem& q = p.problem;
+    char buf[512];
+    std::ostringstream s;
+    s << "plan: C(" << q.m << "x" << q.n << ") = op(A)(" << q.m << "x" << q.k << ") * op(B)(" << q.k << "x" << q.n << "), "
+      << to_string(q.type) << ", kernel " << to_string(p.kernel) << "\n";
+    s << "  strategy        " << to_string(p.strategy) << " (" << to_string(p.transfer) << " transfers)\n";
+    s << "  tiles           " << p.tile_m << " x " << p.tile_n << " x " << p.tile_k << "  -> " << p.tiles_m << " x "
+      << p.tiles_n << " x " << p.tiles_k << " tiles, " << p.units << " work units, " << p.steps << " kernel calls\n";
+    s << "  device buffers  A " << p.a_slots << " x " << format_bytes(p.a_slot_bytes) << ", B " << p.b_slots << " x "
+      << format_bytes(p.b_slot_bytes) << ", C " << p.c_slots << " x " << format_bytes(p.c_slot_bytes)
+      << (p.reuse_a ? "  (A panel reused)" : "") << (p.reuse_b ? "  (B panel reused)" : "") << "\n";
+    s << "  peak memory     " << format_bytes(p.peak_device_bytes) << " of a " << format_bytes(p.budget) << " budget\n";
+    s << "  bytes h2d       " << format_bytes(p.bytes_h2d) << " (" << p.bytes_h2d << ")\n";
+    s << "  bytes d2h       " << format_bytes(p.bytes_d2h) << " (" << p.bytes_d2h << ")\n";
+    s << "  bytes packed    " << format_bytes(p.bytes_packed) << " (" << p.bytes_packed << ")\n";
+    std::snprintf(buf, sizeof buf,
+                  "  rates           h2d %.2f GB/s, d2h %.2f GB/s, %.1f GFLOP/s (%s)\n"
+                  "  predicted       %.4f s: compute %.4f s, copies %.4f s; bound by %s\n",
+                  p.rates.h2d * 1e-9, p.rates.d2h * 1e-9, p.rates.flops * 1e-9, p.rates.measured ? "measured" : "declared",
+                  p.predicted_seconds, p.predicted_compute_seconds, p.predicted_copy_seconds, p.bound.c_str());
+    s << buf;
+    return s.str();
+}
+
+device_rates parse_rates(std::string_view text, device_rates base) {
+    std::string t(text);
+    std::size_t start = 0;
+    while (start < t.size()) {
+        std::size_t comma = t.find(',', start);
+        if (comma == std::string::npos) comma = t.size();
+        const std::string item = t.substr(start, comma - start);
+        start = comma + 1;
+        const auto eq = item.find('=');
+        if (eq == std::string::npos) throw invalid_argument("bad rate '" + item + "' (expected name=value)");
+        const std::string name = item.substr(0, eq), value = item.substr(eq + 1);
+        char* end = nullptr;
+        const double v = std::strtod(value.c_str(), &end);
+        const std::string unit = end ? std::string(end) : "";
+        if (end == value.c_str() || !(v > 0)) throw invalid_argument("bad rate '" + item + "': not a positive number");
+        if (name == "h2d" || name == "d2h") {
+            double scale = 1;
+            if (unit == "GB/s") scale = 1e9;
+            else if (unit == "MB/s") scale = 1e6;
+            else if (!unit.empty() && unit != "B/s") throw invalid_argument("bad rate '" + item + "': unit must be GB/s, MB/s or B/s");
+            (name == "h2d" ? base.h2d : base.d2h) = v * scale;
+        } else if (name == "gflops") {
+            if (!unit.empty()) throw invalid_argument("bad rate '" + item + "': gflops takes a plain number");
+            base.flops = v * 1e9;
+        } else if (name == "overhead") {
+            double scale = 1;
+            if (unit == "us") scale = 1e-6;
+            else if (unit == "ms") scale = 1e-3;
+            else if (!unit.empty() && unit != "s") throw invalid_argument("bad rate '" + item + "': unit must be s, ms or us");
+            base.op_overhead = v * scale;
+        } else {
+            throw invalid_argument("bad rate '" + item + "': unknown name '" + name + "' (h2d, d2h, gflops, overhead)");
+        }
+    }
+    base.measured = false;
+    return base;
+}
+
+}  // namespace tilestream

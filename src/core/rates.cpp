@@ -1,0 +1,94 @@
+// Short probes of a device's copy bandwidths and GEMM rate for the planner's cost model.
+#include <tilestream/error.hpp>
+#include <tilestream/plan.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <vector>
+
+namespace tilestream {
+namespace {
+
+template <class F>
+double median_seconds(int reps, F&& fn) {
+    std::vector<double> t;
+    fn();  // warm-up
+    for (int r = 0; r < reps; ++r) {
+        const auto t0 = std::chrono::steady_clock::now();
+        fn();
+        t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+}
+
+}  // namespace
+
+device_rates measure_rates(device& dev, dtype type, gemm_kernel kernel, math_mode math) {
+    static std::mutex mutex;
+    static std::map<std::tuple<std::string, int, int, int, int>, device_rates> cache;
+    const auto key = std::make_tuple(dev.id(), dev.info().threads, int(type), int(kernel), int(math));
+    {
+        std::lock_guard lock(mutex);
+        if (auto it = cache.find(key); it != cache.end()) return it->second;
+    }
+    device_rates r;
+    r.measured = true;
+    const std::size_t free = dev.budget() - std::min(dev.budget(), dev.bytes_in_use());
+    const std::size_t es = size_of(type);
+    // Copies: 16 MiB (less on small budgets) from a staging buffer, as the pipeline copies.
+    const std::size_t copy_bytes = std::max<std::size_t>(64 * 1024, std::min<std::size_t>(16u << 20, free / 4));
+    {
+        auto buf = dev.allocate(copy_bytes);
+        auto host = dev.allocate_host_staging(copy_bytes);
+        std::fill_n(static_cast<char*>(host.get()), copy_bytes, char(1));
+        auto s = dev.create_stream();
+        r.h2d = double(copy_bytes) / median_seconds(3, [&] {
+                    dev.copy_to_device(*s, buf.get(), host.get(), copy_bytes);
+                    s->synchronize();
+                });
+        r.d2h = double(copy_bytes) / median_seconds(3, [&] {
+                    dev.copy_to_host(*s, host.get(), buf.get(), copy_bytes);
+                    s->synchronize();
+                });
+    }
+    // GEMM rate: the largest square up to 1024 (2048 on GPUs) whose operands fit a quarter of the budget.
+    index_t n = dev.info().kind == device_kind::cuda ? 2048 : 1024;
+    while (n > 64 && 3 * std::size_t(n) * std::size_t(n) * es > free / 4) n /= 2;
+    {
+        const std::size_t bytes = std::size_t(n) * std::size_t(n) * es;
+        auto a = dev.allocate(bytes), b = dev.allocate(bytes), c = dev.allocate(bytes);
+        auto s = dev.create_stream();
+        // Non-zero operands: copy a pattern in once.
+        auto host = dev.allocate_host_staging(bytes);
+        for (std::size_t i = 0; i < bytes / es; ++i) {
+            if (type == dtype::f32) static_cast<float*>(host.get())[i] = float((i % 7) + 1) * 0.125f;
+            else static_cast<double*>(host.get())[i] = double((i % 7) + 1) * 0.125;
+        }
+        dev.copy_to_device(*s, a.get(), host.get(), bytes);
+        dev.copy_to_device(*s, b.get(), host.get(), bytes);
+        s->synchronize();
+        gemm_call call;
+        call.type = type;
+        call.m = call.n = call.k = n;
+        call.a = a.get();
+        call.b = b.get();
+        call.c = c.get();
+        call.lda = call.ldb = call.ldc = n;
+        call.kernel = kernel;
+        call.math = math;
+        const double t = median_seconds(3, [&] {
+            dev.gemm(*s, call);
+            s->synchronize();
+        });
+        r.flops = call.flops() / t;
+    }
+    std::lock_guard lock(mutex);
+    cache[key] = r;
+    return r;
+}
+
+}  // namespace tilestream

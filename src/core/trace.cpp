@@ -1,0 +1,83 @@
+// Span collection and the Chrome trace format; atomic text-file writes.
+#include <tilestream/error.hpp>
+#include <tilestream/json.hpp>
+#include <tilestream/trace.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <map>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+namespace tilestream {
+
+void trace_recorder::record(const std::string& device_id, int stream_id, span_kind kind, const std::string& name,
+                            std::size_t bytes, double flops, double t0, double t1) {
+    std::lock_guard lock(mutex_);
+    spans_.push_back({device_id, stream_id, kind, name, bytes, flops, t0, t1});
+}
+
+std::vector<trace_span> trace_recorder::spans() const {
+    std::lock_guard lock(mutex_);
+    return spans_;
+}
+
+std::string trace_recorder::chrome_json() const {
+    const auto spans = this->spans();
+    double origin = spans.empty() ? 0 : spans.front().t0;
+    for (const auto& s : spans) origin = std::min(origin, s.t0);
+    std::map<std::string, int> pids;
+    for (const auto& s : spans) pids.emplace(s.device, 0);
+    int next = 1;
+    for (auto& [name, pid] : pids) pid = next++;
+    std::vector<std::string> events;
+    for (const auto& [name, pid] : pids)
+        events.push_back(json_object()
+                             .add("ph", "M").add("name", "process_name").add("pid", pid)
+                             .add("args", json_object().add("name", name))
+                             .str());
+    for (const auto& s : spans) {
+        json_object args;
+        if (s.bytes) args.add("bytes", s.bytes);
+        if (s.flops > 0) args.add("flops", s.flops);
+        events.push_back(json_object()
+                             .add("ph", "X").add("name", s.name).add("cat", std::string(to_string(s.kind)))
+                             .add("pid", pids[s.device]).add("tid", s.stream)
+                             .add("ts", (s.t0 - origin) * 1e6).add("dur", std::max(0.0, s.t1 - s.t0) * 1e6)
+                             .add("args", args)
+                             .str());
+    }
+    return json_object().raw("traceEvents", json_array(events)).add("displayTimeUnit", "ms").str();
+}
+
+void trace_recorder::write_chrome(const std::string& path) const { write_text_file_atomically(path, chrome_json()); }
+
+void write_text_file_atomically(const std::string& path, const std::string& text) {
+    static std::atomic<unsigned> counter{0};
+    const std::string tmp = path + ".tmp." + std::to_string(getpid()) + "." + std::to_string(counter++);
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0666);
+    if (fd < 0) throw file_error(path + ": cannot write: " + std::strerror(errno));
+    std::size_t done = 0;
+    while (done < text.size()) {
+        const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            const int err = errno;
+            ::close(fd);
+            ::unlink(tmp.c_str());
+            throw file_error(path + ": cannot write: " + std::strerror(err));
+        }
+        done += std::size_t(n);
+    }
+    if (::close(fd) != 0 || std::rename(tmp.c_str(), path.c_str()) != 0) {
+        const int err = errno;
+        ::unlink(tmp.c_str());
+        throw file_error(path + ": cannot write: " + std::strerror(err));
+    }
+}
+
+}  // namespace tilestream
