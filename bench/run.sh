@@ -9,3 +9,4 @@ date=$(date -u +%Y-%m-%d)
 host=$(hostname -s 2>/dev/null || echo host)
 mkdir -p bench/results
 "$build/bench/gemm_bench" --git-hash "$hash" --out "bench/results/gemm-cpu-$host-$date.json"
+"$build/bench/ooc_bench" --git-hash "$hash" --out "bench/results/gemm-ooc-cpu-$host-$date.json"
