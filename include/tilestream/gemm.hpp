@@ -30,6 +30,8 @@ struct device_share {
     std::string id;
     std::size_t units = 0;
     double flops = 0;
+    std::size_t bytes_h2d = 0;
+    std::size_t cache_hits = 0, cache_misses = 0, bytes_saved = 0;
 };
 
 /// What a run did, beside what its plan predicted.
@@ -38,6 +40,7 @@ struct gemm_report {
     double seconds = 0;  ///< host to host, copies included
     std::size_t bytes_h2d = 0, bytes_d2h = 0, bytes_packed = 0;
     std::size_t peak_device_bytes = 0;  ///< the largest over the devices
+    std::size_t cache_hits = 0, cache_misses = 0, bytes_saved = 0;  ///< tile loads avoided / done (cache on)
     std::vector<device_share> devices;
 };
 
@@ -45,6 +48,11 @@ struct gemm_run_options {
     trace_sink* trace = nullptr;                   ///< receives a span per copy and kernel
     std::function<void(std::size_t)> on_unit_done; ///< called (from a device stream) per finished unit
     bool register_host = true;                     ///< pin host operands for devices that benefit
+    /// Units a device may have queued but unfinished; more keeps its pipeline full, fewer keeps
+    /// the shared queue responsive to device speed.
+    int max_units_in_flight = 2;
+    /// Test-only: extra seconds a device's compute stream idles after each kernel (slows it down).
+    std::vector<std::pair<std::string, double>> test_slowdown;
 };
 
 /// Throws dimension_mismatch / invalid_argument naming the operands when the shapes do not fit.
@@ -56,8 +64,10 @@ template <class T>
 gemm_problem describe_gemm(op op_a, op op_b, T alpha, host_matrix_view<const T> a, host_matrix_view<const T> b,
                            T beta, host_matrix_view<T> c);
 
-/// Runs a plan on one or more devices. Work units go to the devices from a shared queue; every
-/// device must fit the plan's peak memory.
+/// Runs a plan on one or more devices. Work units go to the devices from a shared queue (or
+/// round-robin for row-panels); a device stops taking units when the fastest one would finish all
+/// that remain before it finishes one more, so a slow device does not hold the finish back.
+/// Every device must fit the plan's peak memory.
 template <class T>
 gemm_report execute_gemm(const gemm_plan& plan, std::span<device* const> devices, T alpha,
                          host_matrix_view<const T> a, host_matrix_view<const T> b, T beta, host_matrix_view<T> c,

@@ -21,6 +21,8 @@ enum class gemm_strategy {
     a_panel_c_panel,  ///< as a_panel, with the whole C row panel resident and copied back once
     b_panel,          ///< a column panel of B resident; A row panels streamed; C tiles back
     c_block,          ///< a resident C block, k-slabs of A and B streamed through three buffers
+    row_panels,       ///< several devices: device d takes C row panels d, d+D, ... (static), streaming
+                      ///< B column panels through its own buffers (the classic multi-device split)
 };
 std::string_view to_string(gemm_strategy s) noexcept;
 gemm_strategy parse_gemm_strategy(std::string_view s);
@@ -63,6 +65,11 @@ struct plan_options {
     transfer_mode transfer = transfer_mode::copy_2d;
     gemm_kernel kernel = gemm_kernel::vendor;
     math_mode math = math_mode::strict;
+    /// Keep A and B tiles in spare device memory (LRU) and reuse them in later units; the
+    /// planner then orders units to raise reuse. Off: every strategy copies what it says.
+    bool cache = false;
+    /// Devices that will share the work (the rates are per device); 1 for a single device.
+    int devices = 1;
 };
 
 /// One work unit: a block of C and the steps (k-slabs) that accumulate into it, in fixed order.
@@ -91,6 +98,10 @@ struct gemm_plan {
     int a_slots = 0, b_slots = 0, c_slots = 0;
     std::size_t a_slot_bytes = 0, b_slot_bytes = 0, c_slot_bytes = 0;
     bool reuse_a = false, reuse_b = false;  ///< a resident panel is kept and reused across units
+    bool cache = false;                     ///< spare slots hold tiles for reuse (LRU); bytes are then an upper bound
+    int cache_slots_a = 0, cache_slots_b = 0;  ///< of a_slots/b_slots, the spare ones
+    bool static_assignment = false;         ///< unit u runs on device u % devices (row-panels)
+    int devices = 1;
     // Predictions.
     std::size_t bytes_h2d = 0, bytes_d2h = 0, bytes_packed = 0;
     std::size_t peak_device_bytes = 0;

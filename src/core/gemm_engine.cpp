@@ -5,6 +5,7 @@
 #include <tilestream/gemm.hpp>
 
 #include <atomic>
+#include <condition_variable>
 #include <chrono>
 #include <cstring>
 #include <exception>
@@ -50,18 +51,31 @@ struct slot {
 
 /// Counters shared by every device of one run.
 struct run_state {
+    explicit run_state(std::size_t devices) : seconds_per_unit(devices), active(devices, true) {
+        for (auto& s : seconds_per_unit) s = 0.0;
+    }
     std::atomic<std::size_t> next_unit{0};
     std::atomic<std::size_t> units_done{0};
     std::atomic<bool> failed{false};
     std::atomic<std::size_t> bytes_h2d{0}, bytes_d2h{0}, bytes_packed{0};
+    /// Measured seconds per unit of each device (0 until its first unit finishes).
+    std::vector<std::atomic<double>> seconds_per_unit;
+    /// Devices still taking units; a device leaves only while a faster one stays (under the mutex),
+    /// so the fastest never leaves and no unit is left behind.
+    std::mutex tail_mutex;
+    std::vector<bool> active;
 };
 
 template <class T>
 class device_pipeline {
 public:
-    device_pipeline(device& dev, const gemm_plan& plan, T alpha, T beta, host_matrix_view<const T> a,
-                    host_matrix_view<const T> b, host_matrix_view<T> c, run_state& state, const gemm_run_options& run)
-        : dev_(dev), plan_(plan), alpha_(alpha), beta_(beta), a_(a), b_(b), c_(c), state_(state), run_(run) {
+    device_pipeline(device& dev, std::size_t index, std::size_t count, const gemm_plan& plan, T alpha, T beta,
+                    host_matrix_view<const T> a, host_matrix_view<const T> b, host_matrix_view<T> c, run_state& state,
+                    const gemm_run_options& run)
+        : dev_(dev), index_(index), count_(count), plan_(plan), alpha_(alpha), beta_(beta), a_(a), b_(b), c_(c),
+          state_(state), run_(run) {
+        for (const auto& [id, seconds] : run.test_slowdown)
+            if (id == dev.id()) slowdown_ = seconds;
         const bool pack = plan.transfer == transfer_mode::pack;
         const auto make = [&](std::vector<slot>& v, int n, std::size_t bytes, bool out) {
             for (int i = 0; i < n; ++i) {
@@ -99,19 +113,89 @@ public:
     }
 
     void run(const std::vector<gemm_unit>& units) {
-        for (;;) {
+        start_ = std::chrono::steady_clock::now();
+        for (std::size_t taken = 0;; ++taken) {
+            wait_for_room();
             if (state_.failed.load()) return;
-            const std::size_t u = state_.next_unit.fetch_add(1);
+            std::size_t u;
+            if (plan_.static_assignment) {
+                u = index_ + taken * count_;
+            } else {
+                if (!worth_taking(units.size())) return;
+                u = state_.next_unit.fetch_add(1);
+            }
             if (u >= units.size()) return;
+            {
+                std::lock_guard lock(progress_mutex_);
+                ++in_flight_;
+            }
             process(units[u]);
             ++units_;
         }
     }
 
-    std::size_t units() const { return units_; }
-    double flops() const { return flops_; }
+    device_share share() const {
+        device_share s;
+        s.id = dev_.id();
+        s.units = units_;
+        s.flops = flops_;
+        s.bytes_h2d = bytes_h2d_;
+        s.cache_hits = hits_;
+        s.cache_misses = misses_;
+        s.bytes_saved = bytes_saved_;
+        return s;
+    }
 
 private:
+    /// Blocks while this device already has its limit of unfinished units.
+    void wait_for_room() {
+        const auto room = [&] {
+            return in_flight_ < std::size_t(std::max(1, run_.max_units_in_flight)) || state_.failed.load();
+        };
+        for (;;) {
+            {
+                std::unique_lock lock(progress_mutex_);
+                if (progress_cv_.wait_for(lock, std::chrono::milliseconds(200), room)) return;
+            }
+            // Nothing finished for a while: a copy-out error would keep the count from ever
+            // dropping, so drain the copy-out stream, which rethrows such an error.
+            d2h_->synchronize();
+        }
+    }
+
+    /// Tail balance: do not start a unit that the fastest device would, alone, finish all the
+    /// remaining units before this device finishes.
+    bool worth_taking(std::size_t total) {
+        const double mine = state_.seconds_per_unit[index_].load();
+        if (mine <= 0 || count_ == 1) return true;
+        std::lock_guard lock(state_.tail_mutex);
+        const std::size_t next = state_.next_unit.load();
+        if (next >= total) return true;  // nothing left: the caller sees that and stops
+        const double remaining = double(total - next);
+        for (std::size_t d = 0; d < state_.seconds_per_unit.size(); ++d) {
+            const double other = state_.seconds_per_unit[d].load();
+            if (d != index_ && state_.active[d] && other > 0 && other * remaining < mine) {
+                state_.active[index_] = false;
+                return false;
+            }
+        }
+        return true;
+    }
+
+    /// Host function run on the copy-out stream when a unit is back in host memory.
+    void unit_finished() {
+        {
+            std::lock_guard lock(progress_mutex_);
+            --in_flight_;
+            ++finished_;
+            const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+            state_.seconds_per_unit[index_] = el / double(finished_);
+        }
+        progress_cv_.notify_all();
+        const std::size_t done = ++state_.units_done;
+        if (run_.on_unit_done) run_.on_unit_done(done);
+    }
+
     void process(const gemm_unit& u) {
         const gemm_problem& q = plan_.problem;
         const bool ab = q.reads_ab && q.k > 0;
@@ -157,6 +241,7 @@ private:
                 call.ldc = std::max<index_t>(1, c_rect.inner());
                 call.layout_c = c_rect.lay;
                 dev_.gemm(*compute_, call);
+                slow_down();
                 as.released->record(*compute_);
                 bs.released->record(*compute_);
             } else {
@@ -175,11 +260,14 @@ private:
         dev_.wait(*d2h_, *cs.ready);
         store(cs, c_rect);
         cs.released->record(*d2h_);
-        if (run_.on_unit_done) {
-            auto* state = &state_;
-            auto cb = run_.on_unit_done;
-            dev_.enqueue_host(*d2h_, [state, cb] { cb(++state->units_done); }, "unit done");
-        }
+        dev_.enqueue_host(*d2h_, [this] { unit_finished(); }, "unit done");
+    }
+
+    void slow_down() {
+        if (slowdown_ <= 0) return;
+        const double s = slowdown_;
+        dev_.enqueue_host(*compute_, [s] { std::this_thread::sleep_for(std::chrono::duration<double>(s)); },
+                          "test slowdown");
     }
 
     void* c_element(slot& cs, const host_rect& c_rect, index_t r, index_t c) {
@@ -196,8 +284,13 @@ private:
             for (auto& s : slots)
                 if (s.key == key) {
                     s.last_use = clock_;
+                    if (plan_.cache) {
+                        ++hits_;
+                        bytes_saved_ += r.bytes();
+                    }
                     return s;
                 }
+        if (plan_.cache) ++misses_;
         slot* victim = &slots.front();
         for (auto& s : slots)
             if (s.last_use < victim->last_use) victim = &s;
@@ -213,6 +306,7 @@ private:
     void load(slot& s, const host_rect& r) {
         const std::size_t bytes = r.bytes();
         state_.bytes_h2d += bytes;
+        bytes_h2d_ += bytes;
         if (bytes == 0) return;
         if (plan_.transfer == transfer_mode::copy_2d) {
             dev_.copy_2d_to_device(*h2d_, desc(s.buf.get(), r, true));
@@ -269,6 +363,7 @@ private:
     }
 
     device& dev_;
+    std::size_t index_, count_;
     const gemm_plan& plan_;
     T alpha_, beta_;
     host_matrix_view<const T> a_, b_;
@@ -281,6 +376,12 @@ private:
     std::uint64_t clock_ = 0;
     std::size_t units_ = 0;
     double flops_ = 0;
+    std::size_t bytes_h2d_ = 0, hits_ = 0, misses_ = 0, bytes_saved_ = 0;
+    double slowdown_ = 0;
+    std::chrono::steady_clock::time_point start_;
+    std::mutex progress_mutex_;
+    std::condition_variable progress_cv_;
+    std::size_t in_flight_ = 0, finished_ = 0;
 };
 
 /// Bytes spanned by a host view (first to last element).
@@ -358,7 +459,7 @@ gemm_report execute_gemm(const gemm_plan& plan, std::span<device* const> devices
             break;  // registration is per process for CUDA, once is enough
         }
 
-    run_state state;
+    run_state state(devices.size());
     std::vector<std::size_t> base(devices.size());
     for (std::size_t i = 0; i < devices.size(); ++i) {
         base[i] = devices[i]->bytes_in_use();
@@ -369,8 +470,14 @@ gemm_report execute_gemm(const gemm_plan& plan, std::span<device* const> devices
     std::vector<std::exception_ptr> errors(devices.size());
     const auto work = [&](std::size_t i) {
         try {
-            pipes[i] = std::make_unique<device_pipeline<T>>(*devices[i], plan, alpha, beta, a, b, c, state, run);
+            pipes[i] = std::make_unique<device_pipeline<T>>(*devices[i], i, devices.size(), plan, alpha, beta, a, b,
+                                                            c, state, run);
             pipes[i]->run(units);
+            {
+                // A device done with the queue no longer counts as one that could take the rest.
+                std::lock_guard lock(state.tail_mutex);
+                state.active[i] = false;
+            }
             pipes[i]->finish();
         } catch (...) {
             errors[i] = std::current_exception();
@@ -386,7 +493,12 @@ gemm_report execute_gemm(const gemm_plan& plan, std::span<device* const> devices
     }
     for (std::size_t i = 0; i < devices.size(); ++i) {
         rep.peak_device_bytes = std::max(rep.peak_device_bytes, devices[i]->peak_bytes() - base[i]);
-        if (pipes[i]) rep.devices.push_back({devices[i]->id(), pipes[i]->units(), pipes[i]->flops()});
+        if (pipes[i]) {
+            rep.devices.push_back(pipes[i]->share());
+            rep.cache_hits += rep.devices.back().cache_hits;
+            rep.cache_misses += rep.devices.back().cache_misses;
+            rep.bytes_saved += rep.devices.back().bytes_saved;
+        }
     }
     pipes.clear();  // drains streams, frees buffers
     for (device* d : devices)

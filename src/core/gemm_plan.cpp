@@ -23,16 +23,18 @@ std::string_view to_string(gemm_strategy s) noexcept {
         case gemm_strategy::a_panel_c_panel: return "a-panel-c-panel";
         case gemm_strategy::b_panel: return "b-panel";
         case gemm_strategy::c_block: return "c-block";
+        case gemm_strategy::row_panels: return "row-panels";
     }
     return "?";
 }
 
 gemm_strategy parse_gemm_strategy(std::string_view s) {
     for (auto v : {gemm_strategy::automatic, gemm_strategy::in_core, gemm_strategy::tiles_3d, gemm_strategy::a_panel,
-                   gemm_strategy::a_panel_c_panel, gemm_strategy::b_panel, gemm_strategy::c_block})
+                   gemm_strategy::a_panel_c_panel, gemm_strategy::b_panel, gemm_strategy::c_block,
+                   gemm_strategy::row_panels})
         if (s == to_string(v)) return v;
     throw invalid_argument("unknown strategy '" + std::string(s) +
-                           "' (expected auto, in-core, tiles-3d, a-panel, a-panel-c-panel, b-panel or c-block)");
+                           "' (expected auto, in-core, tiles-3d, a-panel, a-panel-c-panel, b-panel, c-block or row-panels)");
 }
 
 std::string_view to_string(transfer_mode t) noexcept { return t == transfer_mode::copy_2d ? "2d-copy" : "pack"; }
@@ -111,6 +113,7 @@ void cost(gemm_plan& p) {
             break;
         case gemm_strategy::a_panel: b_loads = std::size_t(p.tiles_m); p.reuse_a = true; break;
         case gemm_strategy::a_panel_c_panel:
+        case gemm_strategy::row_panels:
             b_loads = std::size_t(p.tiles_m);
             p.reuse_a = true;
             c_block_cols = n;
@@ -144,8 +147,8 @@ void cost(gemm_plan& p) {
     }
 
     // Work counts and predicted time.
-    const std::size_t units = p.strategy == gemm_strategy::a_panel_c_panel ? std::size_t(p.tiles_m)
-                                                                            : std::size_t(p.tiles_m * p.tiles_n);
+    const bool panel_units = p.strategy == gemm_strategy::a_panel_c_panel || p.strategy == gemm_strategy::row_panels;
+    const std::size_t units = panel_units ? std::size_t(p.tiles_m) : std::size_t(p.tiles_m * p.tiles_n);
     const std::size_t steps = std::size_t(p.tiles_m) * std::size_t(p.tiles_n) * std::size_t(ab ? p.tiles_k : 1);
     p.units = units;
     p.steps = steps;
@@ -156,20 +159,23 @@ void cost(gemm_plan& p) {
                        pack_seconds * (q.reads_c ? 2.0 / 3.0 : 1.0);
     const double d2h = double(p.bytes_d2h) / r.d2h + double(units) * r.op_overhead +
                        (p.transfer == transfer_mode::pack ? pack_seconds / 3.0 : 0.0);
-    const double compute = q.flops() / r.flops + double(steps) * r.op_overhead;
+    // Several devices share the units (each with this plan's rates and its own copy streams).
+    const double share = 1.0 / double(std::max<std::size_t>(1, std::min<std::size_t>(units, std::size_t(std::max(1, p.devices)))));
+    const double compute = (q.flops() / r.flops + double(steps) * r.op_overhead) * share;
+    const double h2d_share = h2d * share, d2h_share = d2h * share;
     p.predicted_compute_seconds = compute;
-    p.predicted_copy_seconds = h2d + d2h;
+    p.predicted_copy_seconds = h2d_share + d2h_share;
     if (p.strategy == gemm_strategy::in_core) {
-        p.predicted_seconds = h2d + compute + d2h;
+        p.predicted_seconds = h2d_share + compute + d2h_share;
         p.bound = "nothing overlaps (in-core)";
         return;
     }
     // Pipeline: the slowest stream sets the pace; the first loads and the last store do not overlap.
     const double fill = (double(p.a_slot_bytes + p.b_slot_bytes) + (q.reads_c ? double(p.c_slot_bytes) : 0)) / r.h2d;
     const double drain = double(p.c_slot_bytes) / r.d2h;
-    const double pace = std::max({compute, h2d, d2h});
+    const double pace = std::max({compute, h2d_share, d2h_share});
     p.predicted_seconds = pace + fill + drain;
-    p.bound = pace == compute ? "compute" : (pace == h2d ? "copy h2d" : "copy d2h");
+    p.bound = pace == compute ? "compute" : (pace == h2d_share ? "copy h2d" : "copy d2h");
 }
 
 std::vector<index_t> tile_candidates(index_t dim) {
@@ -207,7 +213,9 @@ gemm_plan plan_gemm(const gemm_problem& q, std::size_t budget, const device_rate
 
     const bool panel_k = [&] {
         for (auto s : strategies)
-            if (s == gemm_strategy::a_panel || s == gemm_strategy::a_panel_c_panel || s == gemm_strategy::b_panel) return true;
+            if (s == gemm_strategy::a_panel || s == gemm_strategy::a_panel_c_panel || s == gemm_strategy::b_panel ||
+                s == gemm_strategy::row_panels)
+                return true;
         return false;
     }();
     if (opt.strategy != gemm_strategy::automatic && panel_k && opt.tile_k != 0)
@@ -236,6 +244,8 @@ gemm_plan plan_gemm(const gemm_problem& q, std::size_t budget, const device_rate
         p.tile_k = tk;
         p.rates = rates;
         p.budget = budget;
+        p.devices = std::max(1, opt.devices);
+        p.static_assignment = s == gemm_strategy::row_panels;
         cost(p);
         if (!smallest || p.peak_device_bytes < smallest->peak_device_bytes) smallest = p;
         if (p.peak_device_bytes <= budget && (!best || better(p, *best))) best = p;
@@ -252,6 +262,7 @@ gemm_plan plan_gemm(const gemm_problem& q, std::size_t budget, const device_rate
             }
             case gemm_strategy::a_panel:
             case gemm_strategy::a_panel_c_panel:
+            case gemm_strategy::row_panels:
             case gemm_strategy::b_panel:
                 for (index_t tm : fixed_or(opt.tile_m, m))
                     for (index_t tn : fixed_or(opt.tile_n, n)) consider(s, tm, tn, k);
@@ -274,6 +285,19 @@ gemm_plan plan_gemm(const gemm_problem& q, std::size_t budget, const device_rate
             << to_string(smallest->strategy) << " with tiles " << smallest->tile_m << "x" << smallest->tile_n << "x"
             << smallest->tile_k << ")";
         throw out_of_budget(msg.str());
+    }
+    if (opt.cache && best->a_slots > 0 && best->strategy != gemm_strategy::in_core) {
+        // Spare memory becomes spare A and B slots, shared in proportion to their sizes.
+        gemm_plan& p = *best;
+        const std::size_t spare = budget - p.peak_device_bytes;
+        const std::size_t pair = p.a_slot_bytes + p.b_slot_bytes;
+        const std::size_t extra = pair ? std::min<std::size_t>(spare / pair, 4096) : 0;
+        p.cache = true;
+        p.cache_slots_a = p.cache_slots_b = int(extra);
+        p.a_slots += int(extra);
+        p.b_slots += int(extra);
+        p.reuse_a = p.reuse_b = true;
+        p.peak_device_bytes += extra * pair;
     }
     return *best;
 }
@@ -298,6 +322,7 @@ std::vector<gemm_unit> plan_units(const gemm_plan& p) {
                 for (index_t i = 0; i < p.tiles_m; ++i) units.push_back(block_unit(i, j));
             break;
         case gemm_strategy::a_panel_c_panel:
+        case gemm_strategy::row_panels:
             for (index_t i = 0; i < p.tiles_m; ++i) {
                 gemm_unit u{i * p.tile_m, 0, rows_of(i), q.n, {}};
                 for (index_t j = 0; j < p.tiles_n; ++j)
@@ -306,8 +331,12 @@ std::vector<gemm_unit> plan_units(const gemm_plan& p) {
             }
             break;
         default:
+            // With a cache, a serpentine order keeps the A row (and B column at each turn) in use.
             for (index_t i = 0; i < p.tiles_m; ++i)
-                for (index_t j = 0; j < p.tiles_n; ++j) units.push_back(block_unit(i, j));
+                for (index_t jj = 0; jj < p.tiles_n; ++jj) {
+                    const index_t j = p.cache && (i % 2) ? p.tiles_n - 1 - jj : jj;
+                    units.push_back(block_unit(i, j));
+                }
     }
     return units;
 }
@@ -323,7 +352,12 @@ std::string explain(const gemm_plan& p) {
       << p.tiles_n << " x " << p.tiles_k << " tiles, " << p.units << " work units, " << p.steps << " kernel calls\n";
     s << "  device buffers  A " << p.a_slots << " x " << format_bytes(p.a_slot_bytes) << ", B " << p.b_slots << " x "
       << format_bytes(p.b_slot_bytes) << ", C " << p.c_slots << " x " << format_bytes(p.c_slot_bytes)
-      << (p.reuse_a ? "  (A panel reused)" : "") << (p.reuse_b ? "  (B panel reused)" : "") << "\n";
+      << (p.cache ? "  (tile cache: " + std::to_string(p.cache_slots_a) + " spare A and B slots, LRU)"
+                  : std::string(p.reuse_a ? "  (A panel reused)" : "") + (p.reuse_b ? "  (B panel reused)" : ""))
+      << "\n";
+    if (p.devices > 1)
+        s << "  devices         " << p.devices << (p.static_assignment ? " (row panels dealt round-robin)" : " (shared queue)") << "\n";
+    if (p.cache) s << "  note            with the cache, bytes h2d are an upper bound (hits are not predicted)\n";
     s << "  peak memory     " << format_bytes(p.peak_device_bytes) << " of a " << format_bytes(p.budget) << " budget\n";
     s << "  bytes h2d       " << format_bytes(p.bytes_h2d) << " (" << p.bytes_h2d << ")\n";
     s << "  bytes d2h       " << format_bytes(p.bytes_d2h) << " (" << p.bytes_d2h << ")\n";

@@ -1,0 +1,212 @@
+// One GEMM over several CPU devices: every strategy matches the reference, C is bitwise identical
+// whatever the device count, a slowed device gets fewer units, and the tile cache counts hits and
+// misses exactly as computed by hand.
+#include "test_support.hpp"
+
+#include <tilestream/gemm.hpp>
+#include <tilestream/plan.hpp>
+#include <tilestream/verify.hpp>
+
+#include <cstring>
+#include <tuple>
+
+namespace tilestream {
+namespace {
+
+struct operands {
+    host_matrix<double> ad, bd;
+};
+
+std::vector<device*> raw(const std::vector<std::unique_ptr<device>>& devs) {
+    std::vector<device*> r;
+    for (const auto& d : devs) r.push_back(d.get());
+    return r;
+}
+
+template <class T>
+gemm_report run_on(const std::string& spec, std::size_t budget, const plan_options& po, op oa, op ob,
+                   host_matrix_view<const T> a, host_matrix_view<const T> b, T alpha, T beta, host_matrix_view<T> c,
+                   const gemm_run_options& run = {}) {
+    open_options oo;
+    oo.memory_budget = budget;
+    oo.cpu_threads = 1;
+    auto devs = open_devices(spec, oo);
+    const gemm_problem problem = describe_gemm<T>(oa, ob, alpha, a, b, beta, c);
+    plan_options p = po;
+    p.devices = int(devs.size());
+    const gemm_plan plan = plan_gemm(problem, budget, device_rates{}, p);
+    const auto ptrs = raw(devs);
+    return execute_gemm<T>(plan, ptrs, alpha, a, b, beta, c, run);
+}
+
+using multi_param = std::tuple<gemm_strategy, dtype, int /*ops*/, int /*layouts*/>;
+class multi_device_matches_reference : public ::testing::TestWithParam<multi_param> {};
+
+TEST_P(multi_device_matches_reference, ThreeDevicesSmallBudgets) {
+    const auto& [strategy, type, ops, layouts] = GetParam();
+    const op oa = (ops & 1) ? op::t : op::n, ob = (ops & 2) ? op::t : op::n;
+    const layout la = (layouts & 1) ? layout::col_major : layout::row_major;
+    const layout lb = (layouts & 2) ? layout::col_major : layout::row_major;
+    const layout lc = layouts == 1 || layouts == 2 ? layout::col_major : layout::row_major;
+    const index_t m = 71, n = 53, k = 47;
+    visit_dtype(type, [&]<class T>() {
+        host_matrix<T> a(oa == op::n ? m : k, oa == op::n ? k : m, la), b(ob == op::n ? k : n, ob == op::n ? n : k, lb);
+        host_matrix<T> c(m, n, lc), c0(m, n, lc);
+        fill_random(a.view(), 11);
+        fill_random(b.view(), 12);
+        fill_random(c0.view(), 13);
+        std::copy(c0.data(), c0.data() + m * n, c.data());
+        plan_options po;
+        po.strategy = strategy;
+        po.kernel = gemm_kernel::tiled;
+        po.tile_m = 16;
+        po.tile_n = strategy == gemm_strategy::tiles_3d ? 16 : 12;
+        const bool panel = strategy == gemm_strategy::a_panel || strategy == gemm_strategy::b_panel ||
+                           strategy == gemm_strategy::row_panels;
+        po.tile_k = panel ? 0 : 16;
+        for (bool cache : {false, true}) {
+            po.cache = cache;
+            std::copy(c0.data(), c0.data() + m * n, c.data());
+            const auto rep = run_on<T>("cpu:3", 64 * 1024, po, oa, ob, a.view(), b.view(), T(0.5), T(-1.25), c.view());
+            host_matrix<double> ad(a.rows(), a.cols()), bd(b.rows(), b.cols()), ref(m, n);
+            for (index_t i = 0; i < a.rows(); ++i)
+                for (index_t j = 0; j < a.cols(); ++j) ad(i, j) = a(i, j);
+            for (index_t i = 0; i < b.rows(); ++i)
+                for (index_t j = 0; j < b.cols(); ++j) bd(i, j) = b(i, j);
+            for (index_t i = 0; i < m; ++i)
+                for (index_t j = 0; j < n; ++j) ref(i, j) = c0(i, j);
+            reference_gemm<double>(oa, ob, 0.5, ad.view(), bd.view(), -1.25, ref.view());
+            EXPECT_LE(relative_frobenius_error<T>(c.view(), ref.view()), gemm_tolerance(type, k)) << "cache " << cache;
+            EXPECT_LE(rep.peak_device_bytes, 64u * 1024);
+            ASSERT_EQ(rep.devices.size(), 3u);
+            std::size_t units = 0;
+            for (const auto& d : rep.devices) units += d.units;
+            EXPECT_EQ(units, rep.plan.units);
+            // A panel reused by one device is loaded again by each device that gets units of it.
+            const bool shared_panel = strategy == gemm_strategy::a_panel || strategy == gemm_strategy::b_panel;
+            if (cache) EXPECT_LE(rep.bytes_h2d, rep.plan.bytes_h2d + (shared_panel ? rep.bytes_h2d : 0));
+            else if (shared_panel) EXPECT_GE(rep.bytes_h2d, rep.plan.bytes_h2d);
+            else EXPECT_EQ(rep.bytes_h2d, rep.plan.bytes_h2d);
+        }
+    });
+}
+
+std::string multi_name(const ::testing::TestParamInfo<multi_param>& info) {
+    std::string name(to_string(std::get<0>(info.param)));
+    for (auto& ch : name)
+        if (ch == '-') ch = '_';
+    return name + "_" + std::string(to_string(std::get<1>(info.param))) + "_ops" +
+           std::to_string(std::get<2>(info.param)) + "_layouts" + std::to_string(std::get<3>(info.param));
+}
+
+INSTANTIATE_TEST_SUITE_P(cpu, multi_device_matches_reference,
+                         ::testing::Combine(::testing::Values(gemm_strategy::tiles_3d, gemm_strategy::a_panel,
+                                                              gemm_strategy::b_panel, gemm_strategy::c_block,
+                                                              gemm_strategy::row_panels),
+                                            ::testing::Values(dtype::f32, dtype::f64), ::testing::Range(0, 4),
+                                            ::testing::Values(0, 3)),
+                         multi_name);
+
+/// The k-order of each C block is fixed, so any number of devices gives the same bits.
+class multi_device_bitwise : public ::testing::TestWithParam<std::tuple<gemm_strategy, gemm_kernel>> {};
+
+TEST_P(multi_device_bitwise, SameBitsForOneToFiveDevices) {
+    const auto& [strategy, kernel] = GetParam();
+    const index_t m = 97, n = 83, k = 131;
+    host_matrix<float> a(m, k), b(k, n), c(m, n), first(m, n);
+    fill_random(a.view(), 21);
+    fill_random(b.view(), 22);
+    plan_options po;
+    po.strategy = strategy;
+    po.kernel = kernel;
+    po.tile_m = 16;
+    po.tile_n = 24;
+    po.tile_k = strategy == gemm_strategy::row_panels ? 0 : 32;
+    if (strategy == gemm_strategy::tiles_3d) po.tile_n = po.tile_k = 16;
+    for (int count = 1; count <= 5; ++count) {
+        fill_nan(c.view());
+        run_on<float>("cpu:" + std::to_string(count), 1 << 20, po, op::n, op::n, a.view(), b.view(), 1.f, 0.f, c.view());
+        if (count == 1)
+            std::memcpy(first.data(), c.data(), sizeof(float) * m * n);
+        else
+            EXPECT_EQ(std::memcmp(first.data(), c.data(), sizeof(float) * m * n), 0) << count << " devices";
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(cpu, multi_device_bitwise,
+                         ::testing::Combine(::testing::Values(gemm_strategy::c_block, gemm_strategy::tiles_3d,
+                                                              gemm_strategy::row_panels),
+                                            ::testing::Values(gemm_kernel::tiled, gemm_kernel::vendor,
+                                                              gemm_kernel::naive)));
+
+TEST(multi_device, SlowedDeviceGetsFewerUnitsAndTheResultIsRight) {
+    const index_t m = 192, n = 192, k = 64;
+    host_matrix<double> a(m, k), b(k, n), c(m, n);
+    fill_random(a.view(), 31);
+    fill_random(b.view(), 32);
+    fill_nan(c.view());
+    plan_options po;
+    po.strategy = gemm_strategy::c_block;
+    po.kernel = gemm_kernel::tiled;
+    po.tile_m = po.tile_n = 32;
+    po.tile_k = 64;  // 36 units of one kernel call each
+    gemm_run_options run;
+    run.test_slowdown = {{"cpu:2", 0.03}};
+    const auto rep = run_on<double>("cpu:3", 1 << 20, po, op::n, op::n, a.view(), b.view(), 1.0, 0.0, c.view(), run);
+    ASSERT_EQ(rep.devices.size(), 3u);
+    EXPECT_LT(rep.devices[2].units, rep.devices[0].units);
+    EXPECT_LT(rep.devices[2].units, rep.devices[1].units);
+    EXPECT_EQ(rep.devices[0].units + rep.devices[1].units + rep.devices[2].units, 36u);
+    host_matrix<double> ref(m, n);
+    for (index_t i = 0; i < m; ++i)
+        for (index_t j = 0; j < n; ++j) ref(i, j) = 0;
+    reference_gemm<double>(op::n, op::n, 1.0, a.view(), b.view(), 0.0, ref.view());
+    EXPECT_LE(relative_frobenius_error<double>(c.view(), ref.view()), gemm_tolerance(dtype::f64, k));
+}
+
+TEST(multi_device, RowPanelsAreDealtRoundRobin) {
+    const index_t m = 50, n = 20, k = 10;  // 7 row panels of 8 rows
+    host_matrix<float> a(m, k), b(k, n), c(m, n);
+    fill_random(a.view(), 1);
+    fill_random(b.view(), 2);
+    plan_options po;
+    po.strategy = gemm_strategy::row_panels;
+    po.kernel = gemm_kernel::naive;
+    po.tile_m = 8;
+    po.tile_n = 7;
+    const auto rep = run_on<float>("cpu:3", 1 << 20, po, op::n, op::n, a.view(), b.view(), 1.f, 0.f, c.view());
+    ASSERT_EQ(rep.devices.size(), 3u);
+    EXPECT_EQ(rep.devices[0].units, 3u);  // panels 0, 3, 6
+    EXPECT_EQ(rep.devices[1].units, 2u);  // 1, 4
+    EXPECT_EQ(rep.devices[2].units, 2u);  // 2, 5
+}
+
+/// 32^3 in 16^3 tiles: units in serpentine order (0,0) (0,1) (1,1) (1,0), two k-steps each.
+/// A requests: A00 A01 | A00 A01 | A10 A11 | A10 A11 -> with >= 2 slots: 4 misses, 4 hits.
+/// B requests: B00 B10 | B01 B11 | B01 B11 | B00 B10 -> with 3 slots (LRU): 6 misses, 2 hits;
+/// with room for all: 4 misses, 4 hits.
+TEST(tile_cache, CountersMatchAHandComputedCase) {
+    host_matrix<float> a(32, 32), b(32, 32), c(32, 32);
+    fill_random(a.view(), 41);
+    fill_random(b.view(), 42);
+    plan_options po;
+    po.strategy = gemm_strategy::tiles_3d;
+    po.kernel = gemm_kernel::tiled;
+    po.tile_m = po.tile_n = po.tile_k = 16;
+    po.cache = true;
+    const std::size_t tile = 16 * 16 * sizeof(float);
+    // 2 A + 2 B + 2 C base slots, plus room for exactly one spare A and B slot.
+    auto rep = run_on<float>("cpu", 8 * tile, po, op::n, op::n, a.view(), b.view(), 1.f, 0.f, c.view());
+    EXPECT_EQ(rep.plan.a_slots, 3);
+    EXPECT_EQ(rep.cache_misses, 10u);
+    EXPECT_EQ(rep.cache_hits, 6u);
+    EXPECT_EQ(rep.bytes_saved, 6 * tile);
+    EXPECT_EQ(rep.bytes_h2d, 10 * tile);
+    rep = run_on<float>("cpu", 1 << 20, po, op::n, op::n, a.view(), b.view(), 1.f, 0.f, c.view());
+    EXPECT_EQ(rep.cache_misses, 8u);
+    EXPECT_EQ(rep.cache_hits, 8u);
+    EXPECT_EQ(rep.bytes_saved, 8 * tile);
+}
+
+}  // namespace
+}  // namespace tilestream
