@@ -5,5 +5,9 @@ namespace tilestream::cli {
 
 /// Each returns the process exit code and throws tilestream errors for main() to report.
 int cmd_jacobi(int argc, char** argv);
+int cmd_scale(int argc, char** argv);
+/// `scale jacobi` (strong and weak scaling of the Jacobi solver).
+int cmd_scale_jacobi(int argc, char** argv);
+int cmd_timeline(int argc, char** argv);
 
 }  // namespace tilestream::cli

@@ -1,11 +1,13 @@
 // The tilestream command-line tool: parses options, calls the library, prints results.
 #include "cli_args.hpp"
+#include "commands.hpp"
 
 #include <tilestream/devices.hpp>
 #include <tilestream/error.hpp>
 #include <tilestream/gemm.hpp>
 #include <tilestream/json.hpp>
 #include <tilestream/npy.hpp>
+#include <tilestream/report.hpp>
 #include <tilestream/trace.hpp>
 #include <tilestream/verify.hpp>
 
@@ -35,7 +37,10 @@ const char* usage_text =
     "usage: tilestream <command> [options]\n"
     "commands:\n"
     "  devices [--json]                 list the devices present\n"
-    "  gemm [options]                   C <- alpha*op(A)*op(B) + beta*C on a device\n"
+    "  gemm [options]                   C <- alpha*op(A)*op(B) + beta*C on one or more devices\n"
+    "  jacobi [options]                 2-D Laplace by Jacobi iteration across devices\n"
+    "  scale gemm|jacobi [options]      the same problem on several device sets: speedup, efficiency\n"
+    "  timeline run.json run.svg        draw a saved trace\n"
     "run 'tilestream <command> --help' for the options of a command\n";
 
 const char* gemm_help =
@@ -56,6 +61,8 @@ const char* gemm_help =
     "  --rates h2d=12GB/s,d2h=12GB/s,gflops=150   declare rates instead of measuring them\n"
     "  --explain                 print the plan before the run and measured-vs-predicted after (stderr)\n"
     "  --trace run.json          write a Chrome trace (Perfetto, chrome://tracing)\n"
+    "  --timeline run.svg        draw copies and kernels per device and stream (SVG)\n"
+    "  --cache on|off            reuse A/B tiles in spare device memory (default: on with several devices)\n"
     "  --quiet                   no progress line\n"
     "  --check                   compare with a float64 reference; exit 1 when over tolerance\n"
     "  --repeat R                run R times, report the median\n"
@@ -265,6 +272,10 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
     po.transfer = transfer == "2d" ? ts::transfer_mode::copy_2d : ts::transfer_mode::pack;
     po.kernel = opt.kernel;
     po.math = opt.math;
+    po.devices = int(dev_ptrs.size());
+    const std::string cache = a.get_or("cache", dev_ptrs.size() > 1 ? "on" : "off");
+    if (cache != "on" && cache != "off") throw ts::invalid_argument("--cache expects on or off, got '" + cache + "'");
+    po.cache = cache == "on";
     for (auto* d : dev_ptrs)
         if (!d->supports(opt.kernel))
             throw ts::invalid_argument("gemm: device " + d->id() + " has no '" + std::string(ts::to_string(opt.kernel)) +
@@ -287,7 +298,7 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
 
     ts::trace_recorder recorder;
     ts::gemm_run_options run;
-    if (a.has("trace")) run.trace = &recorder;
+    if (a.has("trace") || a.has("timeline")) run.trace = &recorder;
     progress_line progress(plan.units * std::size_t(repeat), plan.problem.flops() / double(plan.units ? plan.units : 1),
                            !a.flag("quiet"));
     run.on_unit_done = [&progress](std::size_t) { progress.tick(); };
@@ -312,6 +323,12 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
                      secs, plan.predicted_seconds, last.bytes_h2d, plan.bytes_h2d, last.bytes_d2h, plan.bytes_d2h,
                      last.bytes_packed, plan.bytes_packed, last.peak_device_bytes, plan.peak_device_bytes);
     if (a.has("trace")) recorder.write_chrome(*a.get("trace"));
+    if (a.has("timeline"))
+        ts::write_text_file_atomically(*a.get("timeline"),
+                                       ts::timeline_svg(recorder.spans(), "gemm " + std::to_string(m) + "x" + std::to_string(n) +
+                                                                              "x" + std::to_string(k) + " " +
+                                                                              std::string(ts::to_string(plan.strategy)) +
+                                                                              " on " + dev_names));
 
     std::optional<double> rel_error;
     double tol = 0;
@@ -347,8 +364,10 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
         o.add("predicted_bytes_packed", plan.bytes_packed).add("predicted_peak_device_bytes", plan.peak_device_bytes);
         std::vector<std::string> shares;
         for (const auto& d : last.devices)
-            shares.push_back(ts::json_object().add("id", d.id).add("units", d.units).add("flops", d.flops).str());
+            shares.push_back(ts::json_object().add("id", d.id).add("units", d.units).add("flops", d.flops)
+                                 .add("bytes_h2d", d.bytes_h2d).add("cache_hits", d.cache_hits).str());
         o.raw("device_shares", ts::json_array(shares));
+        if (plan.cache) o.add("cache_hits", last.cache_hits).add("cache_misses", last.cache_misses).add("bytes_saved", last.bytes_saved);
         if (rel_error) o.add("rel_error", *rel_error).add("tolerance", tol).add("check_passed", ok);
         std::cout << o.str() << "\n";
     } else {
@@ -370,7 +389,7 @@ int cmd_gemm(int argc, char** argv) {
     ts::cli::args a(argc, argv, 2,
                     {"m", "n", "k", "dtype", "seed", "layout", "a", "b", "c", "out", "alpha", "beta", "op-a",
                      "op-b", "kernel", "math", "devices", "memory-budget", "cpu-threads", "repeat", "strategy", "tile",
-                     "tile-m", "tile-n", "tile-k", "transfer", "rates", "trace"},
+                     "tile-m", "tile-n", "tile-k", "transfer", "rates", "trace", "timeline", "cache"},
                     {"check", "json", "help", "explain", "quiet"});
     if (a.flag("help")) {
         std::cout << gemm_help;
@@ -411,6 +430,9 @@ int main(int argc, char** argv) {
     try {
         if (cmd == "devices") return cmd_devices(argc, argv);
         if (cmd == "gemm") return cmd_gemm(argc, argv);
+        if (cmd == "scale") return ts::cli::cmd_scale(argc, argv);
+        if (cmd == "timeline") return ts::cli::cmd_timeline(argc, argv);
+        if (cmd == "jacobi") return ts::cli::cmd_jacobi(argc, argv);
         if (cmd == "--help" || cmd == "help" || cmd == "-h") {
             std::cout << usage_text;
             return 0;

@@ -1,0 +1,216 @@
+// The `tilestream jacobi` command: the 2-D Laplace equation by Jacobi iterations on one or many
+// devices, with optional bitwise check against one device, .npy and PNG output, and JSON.
+#include "cli_args.hpp"
+#include "commands.hpp"
+
+#include <tilestream/devices.hpp>
+#include <tilestream/error.hpp>
+#include <tilestream/image.hpp>
+#include <tilestream/jacobi.hpp>
+#include <tilestream/json.hpp>
+#include <tilestream/npy.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tilestream::cli {
+namespace {
+
+constexpr int exit_check_failed = 1;
+
+const char* jacobi_help =
+    "usage: tilestream jacobi [options]\n"
+    "  --nx N --ny N             grid columns and rows, boundary included (default 1024 x 1024)\n"
+    "  --init FILE.npy           starting field (ny x nx; its boundary stays fixed) instead of the\n"
+    "                            default: sin(2*pi*i/(ny-1)) on columns 0 and nx-1, 0 elsewhere\n"
+    "  --dtype f32|f64           field type (default f32, or the --init file's)\n"
+    "  --iters N                 most iterations (default 1000)\n"
+    "  --tol X                   stop when the residual norm is below X (default 0: never)\n"
+    "  --check-every K           residual every K iterations, read one check later (default 10)\n"
+    "  --devices SPEC            e.g. cpu, cpu:4, cuda:0,cuda:1 (default cpu)\n"
+    "  --decomp D                rows | cols | tiles | tiles:PxQ | auto (default auto: least halo bytes)\n"
+    "  --overlap on|off          strips and halos first, interior meanwhile (default on)\n"
+    "  --memory-budget BYTES     budget of each device, e.g. 512MiB\n"
+    "  --cpu-threads N           threads per CPU device\n"
+    "  --out FIELD.npy           write the final field\n"
+    "  --image FIELD.png         write the final field colour-mapped, with a colour bar\n"
+    "  --check                   rerun on the first device alone; exit 1 unless bitwise identical\n"
+    "  --explain                 print the plan (parts, devices, halo bytes) before running\n"
+    "  --json                    print one JSON object\n"
+    "  --quiet                   no progress lines on long runs\n";
+
+open_options device_options(const args& a) {
+    open_options o;
+    if (auto b = a.get("memory-budget")) o.memory_budget = parse_bytes(*b);
+    o.cpu_threads = static_cast<int>(a.integer("cpu-threads", 0, 1, 4096));
+    return o;
+}
+
+bool parse_on_off(const std::string& name, const std::string& v) {
+    if (v == "on") return true;
+    if (v == "off") return false;
+    throw invalid_argument("--" + name + " expects on or off, got '" + v + "'");
+}
+
+/// Prints a progress line to stderr at most every two seconds, so only long runs show any.
+class progress_printer {
+public:
+    void operator()(const jacobi_progress& p) {
+        if (p.seconds < next_) return;
+        next_ = p.seconds + 2.0;
+        std::fprintf(stderr, "jacobi: iteration %lld of %lld, residual %.4e (%.1f s)\n",
+                     (long long)p.iteration, (long long)p.iterations, p.residual, p.seconds);
+    }
+
+private:
+    double next_ = 2.0;
+};
+
+template <class T>
+int run_jacobi_command(const args& a, const jacobi_problem& pb, jacobi_options opt,
+                       const std::optional<npy_array>& init) {
+    const std::string spec = a.get_or("devices", "cpu");
+    auto devs = open_devices(spec, device_options(a));
+    const bool json = a.flag("json");
+    if (!json && !a.flag("quiet")) opt.progress = progress_printer{};
+    const jacobi_plan plan = plan_jacobi(pb, devs, opt);
+    if (a.flag("explain") && !json) std::cout << plan.explain();
+
+    host_matrix<T> field(pb.ny, pb.nx);
+    if (init) {
+        const auto copy = [&]<class S>() {
+            const auto v = init->template view<S>();
+            for (index_t i = 0; i < pb.ny; ++i)
+                for (index_t j = 0; j < pb.nx; ++j) field(i, j) = static_cast<T>(v(i, j));
+        };
+        visit_dtype(init->type(), copy);
+    } else {
+        fill_jacobi_start<T>(field.view());
+    }
+    std::optional<host_matrix<T>> start;
+    if (a.flag("check")) {
+        start.emplace(pb.ny, pb.nx);
+        std::memcpy(start->data(), field.data(), sizeof(T) * std::size_t(field.size()));
+    }
+
+    const jacobi_report rep = run_jacobi<T>(plan, field.view());
+
+    // --check: the same number of iterations on the first device alone, compared bit for bit.
+    std::optional<bool> check_ok;
+    std::string check_text;
+    if (start) {
+        jacobi_options one = opt;
+        one.decomposition = {jacobi_split::rows, 0, 0};
+        one.iters = rep.iterations;
+        one.tol = 0;
+        one.progress = nullptr;
+        const jacobi_plan single = plan_jacobi(pb, std::vector<device*>{devs.front().get()}, one);
+        run_jacobi<T>(single, start->view());
+        index_t differ = 0, first_i = -1, first_j = -1;
+        for (index_t i = 0; i < pb.ny; ++i)
+            for (index_t j = 0; j < pb.nx; ++j)
+                if (std::memcmp(&field(i, j), &(*start)(i, j), sizeof(T)) != 0) {
+                    if (differ++ == 0) first_i = i, first_j = j;
+                }
+        check_ok = differ == 0;
+        if (differ == 0) {
+            check_text = "final field bitwise identical to a single-device run on " + devs.front()->id() + ": OK";
+        } else {
+            char buf[160];
+            std::snprintf(buf, sizeof buf, "first at row %lld, column %lld: %.17g here, %.17g alone",
+                          (long long)first_i, (long long)first_j, double(field(first_i, first_j)),
+                          double((*start)(first_i, first_j)));
+            check_text = std::to_string(differ) + " points differ from a single-device run on " +
+                         devs.front()->id() + " (" + buf + "): FAILED";
+        }
+    }
+
+    const auto out_path = a.get("out");
+    const auto image_path = a.get("image");
+    if (out_path) write_npy<T>(*out_path, host_matrix_view<const T>(field.view()));
+    if (image_path) write_field_png<T>(*image_path, host_matrix_view<const T>(field.view()));
+
+    std::string ids;
+    for (const auto& d : devs) ids += (ids.empty() ? "" : ",") + d->id();
+    const std::string decomp = to_string(plan.decomposition());
+    if (json) {
+        json_object o;
+        o.add("nx", pb.nx).add("ny", pb.ny).add("dtype", std::string(to_string(pb.type)));
+        o.add("devices", ids).add("decomp", decomp).add("planner_choice", plan.planner_chose());
+        o.add("overlap", opt.overlap).add("iterations", rep.iterations).add("seconds", rep.seconds);
+        o.add("total_seconds", rep.total_seconds).add("glups", rep.glups).add("gbps", rep.gbps);
+        o.add("residual", rep.residual).add("converged", rep.converged).add("converged_at", rep.converged_at);
+        o.add("check_every", opt.check_every).add("tol", opt.tol);
+        o.add("halo_bytes_per_iteration", plan.halo_bytes_per_iteration()).add("halo_bytes", rep.halo_bytes);
+        if (check_ok) o.add("check_passed", *check_ok);
+        if (out_path) o.add("out", *out_path);
+        if (image_path) o.add("image", *image_path);
+        std::cout << o.str() << "\n";
+    } else {
+        std::printf("jacobi %lldx%lld %s on %s: %s%s, overlap %s\n", (long long)pb.nx, (long long)pb.ny,
+                    std::string(to_string(pb.type)).c_str(), ids.c_str(), decomp.c_str(),
+                    plan.planner_chose() ? " (planner's choice)" : "", opt.overlap ? "on" : "off");
+        std::printf("%lld iterations in %.4f s (%.4f s with copies): %.3f GLUP/s, %.2f GB/s; residual %.6e\n",
+                    (long long)rep.iterations, rep.seconds, rep.total_seconds, rep.glups, rep.gbps, rep.residual);
+        if (rep.converged)
+            std::printf("converged: the residual of iteration %lld was below %g\n", (long long)rep.converged_at,
+                        opt.tol);
+        if (check_ok) std::printf("check: %s\n", check_text.c_str());
+        if (out_path) std::printf("wrote %s\n", out_path->c_str());
+        if (image_path) std::printf("wrote %s\n", image_path->c_str());
+    }
+    return !check_ok || *check_ok ? 0 : exit_check_failed;
+}
+
+}  // namespace
+
+int cmd_jacobi(int argc, char** argv) {
+    args a(argc, argv, 2,
+           {"nx", "ny", "iters", "tol", "check-every", "dtype", "devices", "decomp", "overlap", "init", "out",
+            "image", "memory-budget", "cpu-threads"},
+           {"check", "json", "quiet", "explain", "help"});
+    if (a.flag("help")) {
+        std::cout << jacobi_help;
+        return 0;
+    }
+    if (!a.positional().empty())
+        throw invalid_argument("jacobi: unexpected argument '" + a.positional().front() + "'");
+    const index_t big = std::numeric_limits<index_t>::max();
+    jacobi_problem pb;
+    std::optional<npy_array> init;
+    if (auto path = a.get("init")) {
+        init = read_npy(*path);
+        pb.ny = init->rows();
+        pb.nx = init->cols();
+        for (const char* dim : {"nx", "ny"}) {
+            const index_t want = dim[1] == 'x' ? pb.nx : pb.ny;
+            if (a.has(dim) && a.integer(dim, 0, 0, big) != want)
+                throw invalid_argument("jacobi: --" + std::string(dim) + " " + *a.get(dim) + " but " + *path +
+                                       " is " + std::to_string(pb.ny) + " rows x " + std::to_string(pb.nx) +
+                                       " columns (ny x nx)");
+        }
+        pb.type = a.has("dtype") ? parse_dtype(*a.get("dtype")) : init->type();
+    } else {
+        pb.nx = a.integer("nx", 1024, 0, big);
+        pb.ny = a.integer("ny", 1024, 0, big);
+        pb.type = parse_dtype(a.get_or("dtype", "f32"));
+    }
+    jacobi_options opt;
+    opt.iters = a.integer("iters", 1000, 0, big);
+    opt.check_every = a.integer("check-every", 10, 1, big);
+    opt.tol = a.real("tol", 0.0);
+    if (!(opt.tol >= 0) || !std::isfinite(opt.tol))
+        throw invalid_argument("--tol must be a finite number >= 0, got '" + *a.get("tol") + "'");
+    opt.overlap = parse_on_off("overlap", a.get_or("overlap", "on"));
+    opt.decomposition = parse_jacobi_decomposition(a.get_or("decomp", "auto"));
+    return visit_dtype(pb.type, [&]<class T>() { return run_jacobi_command<T>(a, pb, opt, init); });
+}
+
+}  // namespace tilestream::cli

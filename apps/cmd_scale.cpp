@@ -1,0 +1,208 @@
+// `tilestream scale gemm|jacobi`: the same problem on each device set of a list, as a table of
+// seconds, rate, speedup and efficiency, with --json and an SVG plot; and `tilestream timeline`.
+#include "cli_args.hpp"
+#include "commands.hpp"
+
+#include <tilestream/devices.hpp>
+#include <tilestream/gemm.hpp>
+#include <tilestream/jacobi.hpp>
+#include <tilestream/report.hpp>
+#include <tilestream/verify.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <limits>
+
+namespace tilestream::cli {
+namespace {
+
+/// "cpu:1,cpu:2,cuda:0+cpu" -> {"cpu:1", "cpu:2", "cuda:0,cpu"}: commas separate device sets,
+/// '+' joins the items of one set.
+std::vector<std::string> device_sets(const std::string& list) {
+    std::vector<std::string> out;
+    std::size_t start = 0;
+    while (start <= list.size()) {
+        std::size_t comma = list.find(',', start);
+        if (comma == std::string::npos) comma = list.size();
+        std::string set = list.substr(start, comma - start);
+        std::replace(set.begin(), set.end(), '+', ',');
+        if (set.empty()) throw invalid_argument("scale: empty device set in '" + list + "'");
+        out.push_back(set);
+        start = comma + 1;
+    }
+    return out;
+}
+
+double median_of(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+template <class T>
+std::vector<scaling_row> scale_gemm(const args& a, const std::vector<std::string>& sets, dtype type) {
+    const index_t big = std::numeric_limits<index_t>::max();
+    const index_t m = a.integer("m", 0, 1, big), n = a.integer("n", 0, 1, big), k = a.integer("k", 0, 1, big);
+    if (!m || !n || !k) throw invalid_argument("scale gemm: give --m, --n and --k");
+    checked_bytes(m, k, type, "scale gemm: A");
+    checked_bytes(k, n, type, "scale gemm: B");
+    checked_bytes(m, n, type, "scale gemm: C");
+    const int repeat = int(a.integer("repeat", 3, 1, 1000));
+    host_matrix<T> am(m, k), bm(k, n), cm(m, n);
+    fill_random(am.view(), 1);
+    fill_random(bm.view(), 2);
+    plan_options po;
+    po.strategy = parse_gemm_strategy(a.get_or("strategy", "auto"));
+    po.kernel = parse_gemm_kernel(a.get_or("kernel", "vendor"));
+    po.tile_m = po.tile_n = a.integer("tile", 0, 1, big);
+    const std::string cache = a.get_or("cache", "on");
+    if (cache != "on" && cache != "off") throw invalid_argument("--cache expects on or off, got '" + cache + "'");
+    po.cache = cache == "on";
+    open_options oo;
+    if (auto b = a.get("memory-budget")) oo.memory_budget = parse_bytes(*b);
+    oo.cpu_threads = int(a.integer("cpu-threads", 0, 1, 4096));
+    std::vector<scaling_row> rows;
+    const std::string problem = std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + " " +
+                                std::string(to_string(type));
+    for (const auto& set : sets) {
+        auto devs = open_devices(set, oo);
+        std::vector<device*> ptrs;
+        std::size_t budget = std::numeric_limits<std::size_t>::max();
+        for (auto& d : devs) {
+            ptrs.push_back(d.get());
+            budget = std::min(budget, d->budget());
+        }
+        po.devices = int(ptrs.size());
+        const gemm_problem q = describe_gemm<T>(op::n, op::n, T(1), am.view(), bm.view(), T(0), cm.view());
+        const device_rates rates = a.has("rates") ? parse_rates(*a.get("rates"))
+                                                  : measure_rates(*ptrs.front(), type, po.kernel);
+        const gemm_plan plan = plan_gemm(q, budget, rates, po);
+        std::vector<double> secs;
+        gemm_report rep;
+        execute_gemm<T>(plan, ptrs, T(1), am.view(), bm.view(), T(0), cm.view());  // warm-up
+        for (int r = 0; r < repeat; ++r) {
+            rep = execute_gemm<T>(plan, ptrs, T(1), am.view(), bm.view(), T(0), cm.view());
+            secs.push_back(rep.seconds);
+        }
+        scaling_row row;
+        row.devices = set;
+        row.device_count = int(ptrs.size());
+        row.seconds = median_of(secs);
+        row.rate = q.flops() / row.seconds * 1e-9;
+        row.bytes_moved = double(rep.bytes_h2d + rep.bytes_d2h);
+        if (plan.cache && rep.cache_hits + rep.cache_misses > 0)
+            row.cache_hit_rate = double(rep.cache_hits) / double(rep.cache_hits + rep.cache_misses);
+        row.problem = problem + " " + std::string(to_string(plan.strategy));
+        rows.push_back(row);
+        std::fprintf(stderr, "  %s: %.4f s\n", set.c_str(), row.seconds);
+    }
+    compute_scaling(rows, false);
+    return rows;
+}
+
+}  // namespace
+
+int cmd_scale_jacobi(int argc, char** argv) {
+    args a(argc, argv, 3,
+           {"nx", "ny", "iters", "dtype", "devices", "decomp", "overlap", "check-every", "memory-budget", "cpu-threads",
+            "repeat", "plot"},
+           {"json", "weak"});
+    if (!a.has("devices")) throw invalid_argument("scale jacobi: give --devices, e.g. cpu:1,cpu:2");
+    const auto sets = device_sets(*a.get("devices"));
+    const index_t big = std::numeric_limits<index_t>::max();
+    jacobi_problem base;
+    base.nx = a.integer("nx", 0, 1, big);
+    base.ny = a.integer("ny", 0, 1, big);
+    if (!base.nx || !base.ny) throw invalid_argument("scale jacobi: give --nx and --ny");
+    base.type = parse_dtype(a.get_or("dtype", "f32"));
+    jacobi_options jo;
+    jo.iters = a.integer("iters", 100, 1, big);
+    jo.check_every = a.integer("check-every", 10, 1, big);
+    const std::string overlap = a.get_or("overlap", "on");
+    if (overlap != "on" && overlap != "off") throw invalid_argument("--overlap expects on or off, got '" + overlap + "'");
+    jo.overlap = overlap == "on";
+    const bool weak = a.flag("weak");
+    if (a.has("decomp")) jo.decomposition = parse_jacobi_decomposition(*a.get("decomp"));
+    const int repeat = int(a.integer("repeat", 3, 1, 1000));
+    open_options oo;
+    if (auto b = a.get("memory-budget")) oo.memory_budget = parse_bytes(*b);
+    oo.cpu_threads = int(a.integer("cpu-threads", 0, 1, 4096));
+    std::vector<scaling_row> rows;
+    for (const auto& set : sets) {
+        auto devs = open_devices(set, oo);
+        std::vector<device*> ptrs;
+        for (auto& d : devs) ptrs.push_back(d.get());
+        jacobi_problem q = weak ? weak_scaling_problem(base, int(ptrs.size())) : base;
+        jacobi_options o = jo;
+        if (weak && !a.has("decomp")) o.decomposition = parse_jacobi_decomposition("tiles");
+        std::vector<double> secs;
+        jacobi_measurement last;
+        measure_jacobi(q, ptrs, o);  // warm-up
+        for (int r = 0; r < repeat; ++r) {
+            last = measure_jacobi(q, ptrs, o);
+            secs.push_back(last.seconds);
+        }
+        scaling_row row;
+        row.devices = set;
+        row.device_count = int(ptrs.size());
+        row.seconds = median_of(secs);
+        row.rate = double(q.interior_points()) * double(last.iterations) / row.seconds * 1e-9;
+        row.bytes_moved = double(last.halo_bytes_per_iteration) * double(last.iterations);
+        row.problem = std::to_string(q.ny) + "x" + std::to_string(q.nx) + " " + std::string(to_string(q.type)) + " " +
+                      to_string(last.decomposition) + (o.overlap ? " overlap" : "");
+        rows.push_back(row);
+        std::fprintf(stderr, "  %s: %.4f s\n", set.c_str(), row.seconds);
+    }
+    compute_scaling(rows, weak);
+    if (a.flag("json"))
+        std::cout << "{\"workload\": \"jacobi\", \"weak\": " << (weak ? "true" : "false")
+                  << ", \"rows\": " << scaling_json(rows, "GLUP/s") << "}\n";
+    else
+        std::cout << scaling_table(rows, "GLUP/s");
+    if (auto plot = a.get("plot"))
+        write_text_file_atomically(*plot, scaling_svg(rows, std::string(weak ? "weak" : "strong") + " scaling, jacobi " +
+                                                                rows.front().problem));
+    return 0;
+}
+
+int cmd_scale(int argc, char** argv) {
+    if (argc < 3 || std::string(argv[2]) == "--help") {
+        std::cout << "usage: tilestream scale gemm --m M --n N --k K --devices SETS [--dtype] [--kernel] [--strategy]\n"
+                     "                             [--memory-budget B] [--cpu-threads N] [--cache on|off] [--repeat R]\n"
+                     "       tilestream scale jacobi --nx NX --ny NY --iters I --devices SETS [--weak] [...]\n"
+                     "  SETS: comma-separated device sets; '+' joins devices within a set, e.g. cpu:1,cpu:2,cuda:0+cpu\n"
+                     "  [--json] [--plot scaling.svg]\n";
+        return argc < 3 ? 2 : 0;
+    }
+    const std::string what = argv[2];
+    if (what == "jacobi") return cmd_scale_jacobi(argc, argv);
+    if (what != "gemm") throw invalid_argument("scale: unknown workload '" + what + "' (expected gemm or jacobi)");
+    args a(argc, argv, 3,
+           {"m", "n", "k", "dtype", "kernel", "strategy", "tile", "devices", "memory-budget", "cpu-threads", "cache",
+            "repeat", "plot", "rates"},
+           {"json"});
+    if (!a.has("devices")) throw invalid_argument("scale gemm: give --devices, e.g. cpu:1,cpu:2");
+    const auto sets = device_sets(*a.get("devices"));
+    const dtype type = parse_dtype(a.get_or("dtype", "f32"));
+    auto rows = visit_dtype(type, [&]<class T>() { return scale_gemm<T>(a, sets, type); });
+    if (a.flag("json"))
+        std::cout << "{\"workload\": \"gemm\", \"rows\": " << scaling_json(rows, "GFLOP/s") << "}\n";
+    else
+        std::cout << scaling_table(rows, "GFLOP/s");
+    if (auto plot = a.get("plot")) write_text_file_atomically(*plot, scaling_svg(rows, "gemm scaling: " + rows.front().problem));
+    return 0;
+}
+
+int cmd_timeline(int argc, char** argv) {
+    args a(argc, argv, 2, {}, {"help"});
+    if (a.flag("help") || a.positional().size() != 2) {
+        std::cout << "usage: tilestream timeline run.json run.svg   (a Chrome trace written by --trace)\n";
+        return a.flag("help") ? 0 : 2;
+    }
+    const auto spans = read_chrome_trace(a.positional()[0]);
+    write_text_file_atomically(a.positional()[1], timeline_svg(spans, "timeline of " + a.positional()[0]));
+    std::printf("wrote %s (%zu spans)\n", a.positional()[1].c_str(), spans.size());
+    return 0;
+}
+
+}  // namespace tilestream::cli
