@@ -10,3 +10,4 @@ host=$(hostname -s 2>/dev/null || echo host)
 mkdir -p bench/results
 "$build/bench/gemm_bench" --git-hash "$hash" --out "bench/results/gemm-cpu-$host-$date.json"
 "$build/bench/ooc_bench" --git-hash "$hash" --out "bench/results/gemm-ooc-cpu-$host-$date.json"
+"$build/bench/multi_bench" --git-hash "$hash" --cpu-threads 1 --sets cpu:1,cpu:2 --out "bench/results/gemm-multi-cpu-$host-$date.json"

@@ -85,7 +85,23 @@ TEST(CudaDiscovery, NeverThrowsAndGivesOneStatusLine) {
     }
 }
 
+#ifndef TILESTREAM_HAVE_CUDA
+TEST(CudaDevice, StubSaysTheBackendWasNotCompiled) {
+    try {
+        open_gpu(0);
+        FAIL() << "the stub opened a GPU";
+    } catch (const not_compiled& e) {
+        EXPECT_TRUE(contains(e.what(), "cuda backend was not compiled")) << e.what();
+    }
+    EXPECT_EQ(discovery().status, "CUDA backend not compiled into this build");
+}
+#define SKIP_WITHOUT_CUDA_BACKEND() GTEST_SKIP() << "CUDA backend not compiled into this build"
+#else
+#define SKIP_WITHOUT_CUDA_BACKEND() (void)0
+#endif
+
 TEST(CudaDevice, MissingGpuIsAClearError) {
+    SKIP_WITHOUT_CUDA_BACKEND();
     const int present = int(discovery().gpus.size());
     try {
         open_gpu(present);
@@ -100,6 +116,7 @@ TEST(CudaDevice, MissingGpuIsAClearError) {
 }
 
 TEST(CudaDevice, BadSlicesAreRejected) {
+    SKIP_WITHOUT_CUDA_BACKEND();
     EXPECT_THROW(open_gpu(0, 2, 2), invalid_argument);
     EXPECT_THROW(open_gpu(0, 0, 0), invalid_argument);
     EXPECT_THROW(open_gpu(0, -1, 2), invalid_argument);
@@ -682,25 +699,38 @@ TEST(CudaGemm, EmptyProductsAreNoOps) {
     EXPECT_THROW(d->gemm(*s, g), invalid_argument);
 }
 
-// Small shapes for the sanitizer runs (memcheck, racecheck): every kernel, both dtypes, edges.
-TEST(CudaGemm, SmallShapesMatchReference) {
-    SKIP_WITHOUT_CUDA_GPU();
+// Small shapes, also for the sanitizer runs (memcheck on all kernels, racecheck on ours).
+void check_small_shapes(gemm_kernel kernel) {
     auto d = open_gpu();
     auto s = d->create_stream();
     struct shape {
         index_t m, n, k;
     };
-    for (gemm_kernel kernel : {gemm_kernel::naive, gemm_kernel::tiled, gemm_kernel::vendor})
-        for (dtype t : {dtype::f32, dtype::f64})
-            for (shape sh : {shape{1, 1, 1}, shape{5, 3, 2}, shape{33, 17, 19}, shape{130, 129, 9}})
-                for (bool aligned : {true, false}) {
-                    gemm_case c;
-                    c.type = t, c.kernel = kernel, c.m = sh.m, c.n = sh.n, c.k = sh.k;
-                    c.op_b = op::t, c.lc = aligned ? layout::row_major : layout::col_major;
-                    c.aligned = aligned, c.alpha = 0.5, c.beta = 2.0;
-                    const std::string err = run_case(*d, *s, c);
-                    EXPECT_TRUE(err.empty()) << err;
-                }
+    for (dtype t : {dtype::f32, dtype::f64})
+        for (shape sh : {shape{1, 1, 1}, shape{5, 3, 2}, shape{33, 17, 19}, shape{130, 129, 9}})
+            for (bool aligned : {true, false}) {
+                gemm_case c;
+                c.type = t, c.kernel = kernel, c.m = sh.m, c.n = sh.n, c.k = sh.k;
+                c.op_b = op::t, c.lc = aligned ? layout::row_major : layout::col_major;
+                c.aligned = aligned, c.alpha = 0.5, c.beta = 2.0;
+                const std::string err = run_case(*d, *s, c);
+                EXPECT_TRUE(err.empty()) << err;
+            }
+}
+
+TEST(CudaGemm, NaiveSmallShapesMatchReference) {
+    SKIP_WITHOUT_CUDA_GPU();
+    check_small_shapes(gemm_kernel::naive);
+}
+
+TEST(CudaGemm, TiledSmallShapesMatchReference) {
+    SKIP_WITHOUT_CUDA_GPU();
+    check_small_shapes(gemm_kernel::tiled);
+}
+
+TEST(CudaGemm, VendorSmallShapesMatchReference) {
+    SKIP_WITHOUT_CUDA_GPU();
+    check_small_shapes(gemm_kernel::vendor);
 }
 
 // Whole tiles with 16-byte loads and many k-tiles (the fast path of the tiled kernel).

@@ -103,13 +103,12 @@ bool enable_peer_access(int from, int to, std::string_view device_id) {
 }
 
 std::string gemm_span_name(const gemm_call& c) {
-    std::string name = "gemm " + std::string(to_string(c.kernel)) + " " +
-                       std::string(to_string(c.type));
+    std::ostringstream name;
+    name << "gemm " << to_string(c.kernel) << " " << to_string(c.type);
     if (c.type == dtype::f32 && c.math == math_mode::tf32 && c.kernel == gemm_kernel::vendor)
-        name += "/tf32";
-    name += " " + std::string(to_string(c.op_a)) + std::string(to_string(c.op_b)) + " " +
-            std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k);
-    return name;
+        name << "/tf32";
+    name << " " << to_string(c.op_a) << to_string(c.op_b) << " " << c.m << "x" << c.n << "x" << c.k;
+    return name.str();
 }
 
 // Minimal leading dimension of a rows x cols matrix stored with layout l.
@@ -163,6 +162,9 @@ cuda_stream::cuda_stream(cuda_device& dev, int id, stream_priority priority)
 }
 
 cuda_stream::~cuda_stream() {
+    // First out of the registry, so that the device's synchronize() never reaches a stream
+    // being torn down (it holds the registry while it synchronizes).
+    dev_.remove_stream(this);
     device_guard guard(dev_.ordinal(), std::nothrow);
     // Host functions still queued point at this object: let them run before it goes away.
     if (cudaStreamSynchronize(stream_) != cudaSuccess) (void)cudaGetLastError();
@@ -177,7 +179,6 @@ cuda_stream::~cuda_stream() {
     }
     if (blas_ != nullptr) (void)cublasDestroy(blas_);
     if (cudaStreamDestroy(stream_) != cudaSuccess) (void)cudaGetLastError();
-    dev_.remove_stream(this);
 }
 
 void cuda_stream::synchronize() {
