@@ -1,4 +1,4 @@
-// The cache-blocked CPU GEMM (BLIS style): packed op(A) and op(B) panels feeding a register-blocked micro-kernel.
+// BLIS-style cache-blocked CPU GEMM: packed op(A) and op(B) panels and a register-blocked micro-kernel.
 #include "cpu_kernels.hpp"
 
 #include <algorithm>
@@ -12,20 +12,22 @@ namespace tilestream::cpu {
 namespace {
 
 // Blocking parameters per value type. The micro-tile MR x NR lives in registers (NR is a whole
-// number of 64-byte vectors, so AVX-512 holds a row of it in NR/16 or NR/8 registers); KC x NR of
-// packed B is reused from L1 by every micro-tile of a column, MC x KC of packed A stays in L2, and
-// KC x NC of packed B in L3. Measured on Zen 5 (48 KiB L1d, 1 MiB L2); see the report in docs/.
+// number of 64-byte vectors: 2 or 3 AVX-512 registers per row, MR*NR/VL = 24 accumulators out of
+// 32 registers); KC x NR of packed B is reused by every micro-tile of a column, MC x KC of packed
+// A stays in L2 (1 MiB on Zen 5), KC x NC of packed B in L3. Chosen by measurement at 2048^3 on
+// Zen 5 (2 cores): f32 MR=12/KC=384/MC=96 and f64 MR=8/NR=24/KC=256/MC=48 were the fastest of
+// the MR 8..14, KC 192..512, MC 48..240 tried, within the +-10% noise of a shared machine.
 template <class T>
 struct blocking;
 template <>
 struct blocking<float> {
     static constexpr int mr = 12, nr = 32;
-    static constexpr index_t kc = 384, mc = 168, nc = 4096;
+    static constexpr index_t kc = 384, mc = 96, nc = 2048;
 };
 template <>
 struct blocking<double> {
-    static constexpr int mr = 12, nr = 16;
-    static constexpr index_t kc = 256, mc = 120, nc = 2048;
+    static constexpr int mr = 8, nr = 24;
+    static constexpr index_t kc = 256, mc = 48, nc = 2016;  // multiples of MR and NR
 };
 
 constexpr std::size_t vector_bytes = 64;
@@ -44,7 +46,8 @@ struct strided_problem {
 };
 
 // Packing buffers grow on demand and are kept per thread, so repeated calls on the same pool
-// workers never allocate. Cost: (MC*KC + KC*NC) elements per worker thread that ran a tiled GEMM.
+// workers never allocate. Cost: (MC*KC + KC*NC) elements per thread that ran a tiled GEMM, at most
+// 3.3 MB for f32 and 4.2 MB for f64.
 struct aligned_free {
     void operator()(void* p) const { ::operator delete(p, std::align_val_t(vector_bytes)); }
 };
@@ -165,21 +168,31 @@ void micro_kernel(index_t kc, const T* __restrict a, const T* __restrict b, T* _
     }
 }
 
+constexpr index_t round_up(index_t x, index_t unit) { return (x + unit - 1) / unit * unit; }
+
+// The block size that covers `extent` in as few blocks of at most `limit` as possible, all of
+// nearly equal size and a multiple of `unit` (limit must be a multiple of unit).
+constexpr index_t even_block(index_t extent, index_t limit, index_t unit) {
+    const index_t blocks = std::max<index_t>(1, (extent + limit - 1) / limit);
+    return round_up((extent + blocks - 1) / blocks, unit);
+}
+
 // The sequential blocked algorithm on the sub-rectangle [m0, m1) x [n0, n1) of C.
 template <class T>
 void gemm_block(const strided_problem<T>& pr, index_t m0, index_t m1, index_t n0, index_t n1) {
     using bl = blocking<T>;
     constexpr int MR = bl::mr, NR = bl::nr;
-    const index_t nc_max = std::min<index_t>(bl::nc, (n1 - n0 + NR - 1) / NR * NR);
-    const index_t mc_max = std::min<index_t>(bl::mc, (m1 - m0 + MR - 1) / MR * MR);
-    const index_t kc_max = std::min<index_t>(bl::kc, pr.k);
-    T* bp = packing_buffer<T>(0, static_cast<std::size_t>(kc_max * nc_max));
-    T* ap = packing_buffer<T>(1, static_cast<std::size_t>(kc_max * mc_max));
+    // Block extents are evened out over the blocks a dimension needs (NC rounded to whole
+    // micro-tiles) so no thin leftover block repacks a whole operand for a sliver of work.
+    const index_t nc_step = even_block(n1 - n0, bl::nc, NR);
+    const index_t kc_step = even_block(pr.k, bl::kc, 1);
+    T* bp = packing_buffer<T>(0, static_cast<std::size_t>(kc_step * round_up(nc_step, NR)));
+    T* ap = packing_buffer<T>(1, static_cast<std::size_t>(kc_step * bl::mc));
 
-    for (index_t jc = n0; jc < n1; jc += bl::nc) {
-        const index_t nc = std::min<index_t>(bl::nc, n1 - jc);
-        for (index_t pc = 0; pc < pr.k; pc += bl::kc) {
-            const index_t kc = std::min<index_t>(bl::kc, pr.k - pc);
+    for (index_t jc = n0; jc < n1; jc += nc_step) {
+        const index_t nc = std::min<index_t>(nc_step, n1 - jc);
+        for (index_t pc = 0; pc < pr.k; pc += kc_step) {
+            const index_t kc = std::min<index_t>(kc_step, pr.k - pc);
             // beta applies once, on the first KC block; later blocks accumulate into C.
             const T beta = pc == 0 ? pr.beta : T(1);
             pack_b<T, NR>(kc, nc, pr.b + pc * pr.rs_b + jc * pr.cs_b, pr.rs_b, pr.cs_b, bp);

@@ -77,11 +77,13 @@ void gemm_vendor_typed(const gemm_call& call, thread_pool& pool) {
             const index_t b0 = extent * part / parts, b1 = extent * (part + 1) / parts;
             const index_t i0 = split_rows ? b0 : 0, i1 = split_rows ? b1 : m;
             const index_t j0 = split_rows ? 0 : b0, j1 = split_rows ? n : b1;
-            for (index_t j = j0; j < j1; ++j)
-                for (index_t i = i0; i < i1; ++i) {
-                    T& cij = c[i * crs + j * ccs];
-                    cij = call.beta == 0.0 ? T(0) : beta * cij;
-                }
+            auto scale = [&](T& cij) { cij = call.beta == 0.0 ? T(0) : beta * cij; };
+            if (call.layout_c == layout::row_major)
+                for (index_t i = i0; i < i1; ++i)
+                    for (index_t j = j0; j < j1; ++j) scale(c[i * crs + j]);
+            else
+                for (index_t j = j0; j < j1; ++j)
+                    for (index_t i = i0; i < i1; ++i) scale(c[i + j * ccs]);
         });
         return;
     }
@@ -106,7 +108,8 @@ void gemm_vendor_typed(const gemm_call& call, thread_pool& pool) {
         const index_t b0 = extent * part / parts, b1 = extent * (part + 1) / parts;
         if (b0 >= b1) return;
         // A block of rows of C needs the same rows of op(A) and all of op(B); a block of columns
-        // the same columns of op(B) and all of op(A).
+        // the same columns of op(B) and all of op(A). With beta == 0 OpenBLAS stores zeros
+        // without reading C, so NaN in C does not survive (BetaZeroOverwritesNaNInC checks it).
         if (split_rows)
             cblas_gemm<T>(cblas_order, a.trans, b.trans, b1 - b0, n, k, T(call.alpha),
                           pa + b0 * ars, a.ld, pb, b.ld, T(call.beta), c + b0 * crs, cc.ld);

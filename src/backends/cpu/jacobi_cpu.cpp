@@ -1,4 +1,4 @@
-// The CPU Jacobi sweep: rows split over the workers, a vectorised stencil loop, a deterministic residual.
+// CPU Jacobi sweep: rows split over the workers, a vectorised stencil, a deterministic residual.
 #include "cpu_kernels.hpp"
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-// Sequential reference GEMM and Jacobi sweep on host memory: the oracle the other kernels are tested against.
+// Sequential GEMM and Jacobi sweep on host memory: the oracle every other kernel is tested against.
 #include "reference_kernels.hpp"
 
 namespace tilestream::reference {

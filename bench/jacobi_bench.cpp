@@ -1,0 +1,163 @@
+// Jacobi GLUP/s and GB/s through tilestream on CPU device lists (overlap on and off), beside the
+// roofline measured in the same run: a stencil-shaped copy (each interior row copied from one
+// buffer to the other, the same rows per thread, the same thread count). Writes one JSON file.
+#include "bench_common.hpp"
+#include "backends/cpu/thread_pool.hpp"
+
+#include <tilestream/devices.hpp>
+#include <tilestream/jacobi.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <sstream>
+
+namespace ts = tilestream;
+
+namespace {
+
+std::vector<std::string> split_list(const std::string& v) {
+    std::vector<std::string> r;
+    std::stringstream ss(v);
+    for (std::string t; std::getline(ss, t, ';');)
+        if (!t.empty()) r.push_back(t);
+    return r;
+}
+
+/// The anchor: a stencil-shaped copy, out[i][j] = in[i][j] over the interior rows and columns,
+/// rows split over the threads exactly as the CPU Jacobi kernel splits them, buffers swapped
+/// after each sweep like the solver's.
+template <class T>
+class stencil_copy {
+public:
+    stencil_copy(ts::index_t nx, ts::index_t ny, int threads)
+        : nx_(nx), ny_(ny), ld_((nx + 63) / 64 * 64), a_(ny, ld_), b_(ny, ld_), pool_(threads) {
+        std::memset(a_.data(), 0, sizeof(T) * std::size_t(a_.size()));
+        std::memset(b_.data(), 0, sizeof(T) * std::size_t(b_.size()));
+    }
+    /// Seconds for `iters` sweeps.
+    double run(ts::index_t iters) {
+        const ts::index_t rows = ny_ - 2, cols = nx_ - 2, ld = ld_;
+        const int parts = static_cast<int>(std::min<ts::index_t>(rows, pool_.size()));
+        T* in = a_.data();
+        T* out = b_.data();
+        const auto t0 = std::chrono::steady_clock::now();
+        for (ts::index_t t = 0; t < iters; ++t) {
+            pool_.run(parts, [&](int part) {
+                const ts::index_t begin = 1 + rows * part / parts, end = 1 + rows * (part + 1) / parts;
+                for (ts::index_t i = begin; i < end; ++i)
+                    std::memcpy(out + i * ld + 1, in + i * ld + 1, sizeof(T) * std::size_t(cols));
+            });
+            std::swap(in, out);
+        }
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+
+private:
+    ts::index_t nx_, ny_, ld_;
+    ts::host_matrix<T> a_, b_;
+    ts::cpu::thread_pool pool_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::string out = "jacobi-cpu.json", git = "unknown";
+    std::vector<std::string> specs = {"cpu", "cpu:2"};
+    std::vector<std::string> types = {"f32", "f64"};
+    ts::index_t n = 4096, iters = 50;
+    int reps = 5;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        const std::string k = argv[i], v = argv[i + 1];
+        if (k == "--out") out = v;
+        else if (k == "--git-hash") git = v;
+        else if (k == "--reps") reps = std::stoi(v);
+        else if (k == "--n") n = std::stoll(v);
+        else if (k == "--iters") iters = std::stoll(v);
+        else if (k == "--devices") specs = split_list(v);
+        else if (k == "--dtypes") types = split_list(v);
+        else {
+            std::cerr << "usage: jacobi_bench [--out F] [--git-hash H] [--reps R] [--n N] [--iters I]\n"
+                         "                    [--devices 'cpu;cpu:2'] [--dtypes 'f32;f64']\n";
+            return 2;
+        }
+    }
+    std::vector<std::string> rows;
+    std::string device_text;
+    std::printf("%-8s %-4s %-8s %-8s %10s %10s %14s %8s\n", "devices", "type", "decomp", "overlap", "GLUP/s",
+                "GB/s", "copy GB/s", "ratio");
+    for (const auto& spec : specs) {
+        auto devs = ts::open_devices(spec);
+        int threads = 0;
+        std::string ids;
+        for (const auto& d : devs) {
+            threads += d->info().threads;
+            ids += (ids.empty() ? "" : ",") + d->id() + " (" + std::to_string(d->info().threads) + " threads)";
+        }
+        device_text += (device_text.empty() ? "" : "; ") + ids;
+        for (const auto& tname : types) {
+            const ts::dtype type = ts::parse_dtype(tname);
+            const ts::jacobi_problem pb{n, n, type};
+            const double points = double(pb.interior_points());
+            const double bytes_per_point = double(pb.bytes_per_point());
+            // The anchor and both overlap modes take turns in every repetition, so a neighbour's load
+            // on a shared machine falls on all of them alike; medians of each.
+            std::vector<double> copy_s;
+            std::vector<std::vector<double>> jac_s(2);
+            std::vector<ts::jacobi_plan> plans;
+            for (bool overlap : {true, false}) {
+                ts::jacobi_options opt;
+                opt.overlap = overlap;
+                opt.iters = iters;
+                plans.push_back(ts::plan_jacobi(pb, devs, opt));
+            }
+            ts::visit_dtype(type, [&]<class T>() {
+                stencil_copy<T> copy(n, n, threads);
+                ts::host_matrix<T> start(n, n), field(n, n);
+                ts::fill_jacobi_start<T>(start.view());
+                for (int r = 0; r <= reps; ++r) {  // round 0 warms up
+                    const double c = copy.run(iters);
+                    if (r > 0) copy_s.push_back(c / double(iters));
+                    for (std::size_t m = 0; m < plans.size(); ++m) {
+                        std::memcpy(field.data(), start.data(), sizeof(T) * std::size_t(field.size()));
+                        // seconds: the iterations alone, parts resident (allocation and copies excluded)
+                        const auto rep = ts::run_jacobi<T>(plans[m], field.view());
+                        if (r > 0) jac_s[m].push_back(rep.seconds / double(iters));
+                    }
+                }
+            });
+            const double anchor_s = ts::bench::median(copy_s);
+            const double copy_gbps = points * bytes_per_point / anchor_s * 1e-9;
+            for (std::size_t m = 0; m < plans.size(); ++m) {
+                const auto& plan = plans[m];
+                const bool overlap = plan.options().overlap;
+                const double s = ts::bench::median(jac_s[m]);
+                const double glups = points / s * 1e-9, gbps = glups * bytes_per_point;
+                ts::json_object row;
+                row.add("devices", spec).add("device_threads", threads).add("dtype", tname);
+                row.add("nx", n).add("ny", n).add("iterations", iters).add("repetitions", reps);
+                row.add("decomp", ts::to_string(plan.decomposition())).add("overlap", overlap);
+                row.add("check_every", plan.options().check_every);
+                row.add("halo_bytes_per_iteration", plan.halo_bytes_per_iteration());
+                row.add("median_seconds_per_iteration", s).add("glups", glups).add("gbps", gbps);
+                row.add("anchor", "stencil-shaped copy: memcpy of each interior row between two " + std::to_string(n) +
+                                      "x" + std::to_string(n) + " buffers, rows split over " +
+                                      std::to_string(threads) + " threads as the Jacobi kernel splits them");
+                row.add("anchor_median_seconds_per_iteration", anchor_s).add("anchor_gbps", copy_gbps);
+                row.add("ratio_to_anchor", gbps / copy_gbps);
+                rows.push_back(row.str());
+                std::printf("%-8s %-4s %-8s %-8s %10.3f %10.2f %14.2f %8.3f\n", spec.c_str(), tname.c_str(),
+                            ts::to_string(plan.decomposition()).c_str(), overlap ? "on" : "off", glups, gbps,
+                            copy_gbps, gbps / copy_gbps);
+                std::fflush(stdout);
+            }
+        }
+    }
+    auto top = ts::bench::result_header("jacobi_cpu", git, device_text);
+    top.add("statistic", "median").add("bytes_per_point", "8 in f32, 16 in f64 (one read, one write)");
+    top.raw("results", ts::json_array(rows));
+    ts::bench::write_file_atomically(out, top.str());
+    std::printf("wrote %s\n", out.c_str());
+    return 0;
+}
