@@ -25,6 +25,7 @@ demo: build
 
 bench: build
 	bench/run.sh $(BUILD)
+	bench/run-jacobi.sh $(BUILD)
 
 gpu-check:
 	scripts/gpu-check.sh

@@ -151,7 +151,7 @@ TEST(multi_device, SlowedDeviceGetsFewerUnitsAndTheResultIsRight) {
     po.tile_m = po.tile_n = 32;
     po.tile_k = 64;  // 36 units of one kernel call each
     gemm_run_options run;
-    run.test_slowdown = {{"cpu:2", 0.03}};
+    run.test_slowdown = {{"cpu:2", 0.2}};  // far slower than scheduling noise on a loaded machine
     const auto rep = run_on<double>("cpu:3", 1 << 20, po, op::n, op::n, a.view(), b.view(), 1.0, 0.0, c.view(), run);
     ASSERT_EQ(rep.devices.size(), 3u);
     EXPECT_LT(rep.devices[2].units, rep.devices[0].units);

@@ -47,7 +47,7 @@ struct jacobi_decomposition {
 
 /// Parses "auto", "rows", "cols", "tiles" and "tiles:PxQ"; throws invalid_argument otherwise.
 jacobi_decomposition parse_jacobi_decomposition(std::string_view text);
-/// "rows", "cols", "tiles:2x3", "auto"; a resolved decomposition always shows its P x Q.
+/// "rows", "cols", "tiles", "tiles:2x3" or "auto": text parse_jacobi_decomposition reads back.
 std::string to_string(const jacobi_decomposition& d);
 
 /// Handed to jacobi_options::progress each time the host examines a residual.
@@ -72,7 +72,9 @@ struct jacobi_progress {
 /// |              |         | at the next check, the iterations already queued     |                   |
 ///
 /// Each part holds two copies (in/out) of its points plus a one-point halo ring, rows padded
-/// to 64 bytes; packed column halos add two contiguous buffers per column neighbour.
+/// to 64 bytes; a packed column halo sent device to device adds three contiguous column-sized
+/// buffers per column neighbour (one to pack into, two to land in), through the host two
+/// staging buffers of host memory.
 struct jacobi_options {
     jacobi_decomposition decomposition;
     bool overlap = true;

@@ -61,9 +61,12 @@ struct halo_link {
     index_t count = 0;          ///< elements
     index_t src_offset = 0;     ///< first element in the sender's buffers
     index_t dst_offset = 0;     ///< first element in the receiver's buffers
-    device_buffer pack;         ///< sender side, packed column (peer columns)
-    device_buffer landing;      ///< receiver side, packed column (peer columns)
-    host_staging_buffer staging;  ///< host path
+    // Buffers between the two steps of a message come in pairs by iteration parity: the
+    // receiver's second step of t-1 may still read one while the message of t fills the other
+    // (the message of t waits for the receiver's strips of t-1, which only follow step two of t-2).
+    device_buffer pack;                         ///< sender side, packed column (peer columns)
+    std::array<device_buffer, 2> landing;       ///< receiver side, packed column (peer columns)
+    std::array<host_staging_buffer, 2> staging; ///< host path
     std::unique_ptr<event> shipped;  ///< left the sender (two-step messages)
     std::unique_ptr<event> arrived;  ///< written into the receiver's halo
 };
@@ -98,7 +101,7 @@ constexpr index_t milestone_every = 16;
 
 class jacobi_engine {
 public:
-    jacobi_engine(const jacobi_plan& plan) : plan_(plan), elem_(size_of(plan.problem().type)) {}
+    explicit jacobi_engine(const jacobi_plan& plan) : plan_(plan), elem_(size_of(plan.problem().type)) {}
     jacobi_engine(const jacobi_engine&) = delete;
     jacobi_engine& operator=(const jacobi_engine&) = delete;
     ~jacobi_engine() {
@@ -196,11 +199,11 @@ void jacobi_engine::setup() {
         const std::size_t bytes = std::size_t(l->count) * elem_;
         if (l->peer && l->column) {
             l->pack = a.dev->allocate(bytes);
-            l->landing = b.dev->allocate(bytes);
+            for (auto& d : l->landing) d = b.dev->allocate(bytes);
         } else if (!l->peer) {
             // Pinned memory of whichever side is not host-addressable (a GPU) copies fastest.
             device& owner = a.dev->host_addressable() ? *b.dev : *a.dev;
-            l->staging = owner.allocate_host_staging(bytes);
+            for (auto& h : l->staging) h = owner.allocate_host_staging(bytes);
         }
         l->shipped = a.dev->create_event();
         l->arrived = (l->peer && !l->column ? a.dev : b.dev)->create_event();
@@ -350,21 +353,21 @@ void jacobi_engine::send(halo_link& l, int cur) {
     }
     if (l.peer) {
         a.dev->copy_2d_within(x, column(l.pack.get(), elem_, src, a_pitch));
-        a.dev->copy_peer(x, *b.dev, l.landing.get(), l.pack.get(), bytes);
+        a.dev->copy_peer(x, *b.dev, l.landing[cur].get(), l.pack.get(), bytes);
     } else if (l.column) {
-        a.dev->copy_2d_to_host(x, column(l.staging.get(), elem_, src, a_pitch));
+        a.dev->copy_2d_to_host(x, column(l.staging[cur].get(), elem_, src, a_pitch));
     } else {
-        a.dev->copy_to_host(x, l.staging.get(), src, bytes);
+        a.dev->copy_to_host(x, l.staging[cur].get(), src, bytes);
     }
     l.shipped->record(x);
     stream& r = *b.receive;
     b.dev->wait(r, *l.shipped);
     if (l.peer)
-        b.dev->copy_2d_within(r, column(dst, b_pitch, l.landing.get(), elem_));
+        b.dev->copy_2d_within(r, column(dst, b_pitch, l.landing[cur].get(), elem_));
     else if (l.column)
-        b.dev->copy_2d_to_device(r, column(dst, b_pitch, l.staging.get(), elem_));
+        b.dev->copy_2d_to_device(r, column(dst, b_pitch, l.staging[cur].get(), elem_));
     else
-        b.dev->copy_to_device(r, dst, l.staging.get(), bytes);
+        b.dev->copy_to_device(r, dst, l.staging[cur].get(), bytes);
     l.arrived->record(r);
 }
 

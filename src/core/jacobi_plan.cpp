@@ -92,8 +92,8 @@ jacobi_decomposition parse_jacobi_decomposition(std::string_view text) {
 std::string to_string(const jacobi_decomposition& d) {
     switch (d.split) {
         case jacobi_split::automatic: return "auto";
-        case jacobi_split::rows: return d.p ? "rows " + std::to_string(d.p) + "x1" : "rows";
-        case jacobi_split::cols: return d.q ? "cols 1x" + std::to_string(d.q) : "cols";
+        case jacobi_split::rows: return "rows";
+        case jacobi_split::cols: return "cols";
         case jacobi_split::tiles:
             return d.p ? "tiles:" + std::to_string(d.p) + "x" + std::to_string(d.q) : "tiles";
     }
@@ -185,7 +185,8 @@ jacobi_plan plan_jacobi(const jacobi_problem& problem, std::vector<device*> devi
         }
     }
     // Bytes per part: two field buffers, residual slots, and for each column neighbour reached
-    // device to device a pack buffer (sender side) and a landing buffer (receiver side).
+    // device to device a pack buffer (sender side) and two landing buffers (receiver side; the
+    // links come in symmetric pairs, so each part holds one pack and two landings per link).
     for (auto& part : plan.parts_) {
         part.device_bytes = 2 * checked_bytes(part.rows() + 2, part.ld, problem.type, "jacobi: part") +
                             detail::jacobi_residual_doubles * sizeof(double);
@@ -198,7 +199,7 @@ jacobi_plan plan_jacobi(const jacobi_problem& problem, std::vector<device*> devi
             (column ? plan.column_halo_bytes_ : plan.row_halo_bytes_) += bytes;
             if (own.can_copy_peer(other)) {
                 ++plan.peer_links_;
-                if (column) part.device_bytes += 2 * bytes;  // pack here, landing there (same size)
+                if (column) part.device_bytes += 3 * bytes;  // pack here, two landings there (same size)
             } else {
                 ++plan.host_links_;
             }
@@ -218,8 +219,8 @@ std::string jacobi_plan::explain() const {
     std::ostringstream s;
     const auto& pb = problem_;
     s << "jacobi plan: " << pb.nx << "x" << pb.ny << " " << to_string(pb.type) << " field ("
-      << pb.nx - 2 << "x" << pb.ny - 2 << " interior points) in " << parts_.size() << " part"
-      << (parts_.size() == 1 ? "" : "s") << ": " << to_string(decomposition_)
+      << pb.nx - 2 << "x" << pb.ny - 2 << " interior points) in " << decomposition_.p << "x"
+      << decomposition_.q << " parts: " << to_string(decomposition_)
       << (planner_chose_ ? " (planner's choice: least halo bytes per iteration)" : "")
       << ", overlap " << (options_.overlap ? "on" : "off") << "\n";
     for (std::size_t k = 0; k < parts_.size(); ++k) {
@@ -230,7 +231,9 @@ std::string jacobi_plan::explain() const {
           << format_bytes(p.device_bytes) << " of device memory";
         std::string nb;
         const auto add = [&](const char* name, int n) {
-            if (n >= 0) nb += (nb.empty() ? "" : " ") + std::string(name) + "=" + std::to_string(n);
+            if (n < 0) return;
+            if (!nb.empty()) nb += ' ';
+            nb.append(name).append("=").append(std::to_string(n));
         };
         add("up", p.up);
         add("down", p.down);
