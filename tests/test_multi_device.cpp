@@ -154,6 +154,7 @@ TEST(multi_device, SlowedDeviceGetsFewerUnitsAndTheResultIsRight) {
     run.test_slowdown = {{"cpu:2", 0.2}};  // far slower than scheduling noise on a loaded machine
     const auto rep = run_on<double>("cpu:3", 1 << 20, po, op::n, op::n, a.view(), b.view(), 1.0, 0.0, c.view(), run);
     ASSERT_EQ(rep.devices.size(), 3u);
+    SCOPED_TRACE(::testing::Message() << "units " << rep.devices[0].units << " " << rep.devices[1].units << " " << rep.devices[2].units);
     EXPECT_LT(rep.devices[2].units, rep.devices[0].units);
     EXPECT_LT(rep.devices[2].units, rep.devices[1].units);
     EXPECT_EQ(rep.devices[0].units + rep.devices[1].units + rep.devices[2].units, 36u);

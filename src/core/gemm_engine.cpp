@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <exception>
 #include <mutex>
 #include <optional>
@@ -51,15 +52,22 @@ struct slot {
 
 /// Counters shared by every device of one run.
 struct run_state {
-    explicit run_state(std::size_t devices) : seconds_per_unit(devices), active(devices, true) {
+    run_state(std::size_t devices, std::size_t units)
+        : claimed(units), seconds_per_unit(devices), in_flight(devices), active(devices, true) {
+        for (auto& c : claimed) c = false;
         for (auto& s : seconds_per_unit) s = 0.0;
+        for (auto& f : in_flight) f = 0;
     }
-    std::atomic<std::size_t> next_unit{0};
+    /// Units taken so far, and the first index that may still be free.
+    std::vector<std::atomic<bool>> claimed;
+    std::atomic<std::size_t> taken{0};
+    std::atomic<std::size_t> head{0};
     std::atomic<std::size_t> units_done{0};
     std::atomic<bool> failed{false};
     std::atomic<std::size_t> bytes_h2d{0}, bytes_d2h{0}, bytes_packed{0};
     /// Measured seconds per unit of each device (0 until its first unit finishes).
     std::vector<std::atomic<double>> seconds_per_unit;
+    std::vector<std::atomic<std::size_t>> in_flight;
     /// Devices still taking units; a device leaves only while a faster one stays (under the mutex),
     /// so the fastest never leaves and no unit is left behind.
     std::mutex tail_mutex;
@@ -113,7 +121,6 @@ public:
     }
 
     void run(const std::vector<gemm_unit>& units) {
-        start_ = std::chrono::steady_clock::now();
         for (std::size_t taken = 0;; ++taken) {
             wait_for_room();
             if (state_.failed.load()) return;
@@ -121,13 +128,20 @@ public:
             if (plan_.static_assignment) {
                 u = index_ + taken * count_;
             } else {
-                if (!worth_taking(units.size())) return;
-                u = state_.next_unit.fetch_add(1);
+                if (!worth_taking(units.size())) {
+                    // Declined for now: look again shortly (estimates change as units finish).
+                    --taken;
+                    std::this_thread::sleep_for(std::chrono::microseconds(200));
+                    continue;
+                }
+                u = take_unit(units);
             }
             if (u >= units.size()) return;
             {
                 std::lock_guard lock(progress_mutex_);
                 ++in_flight_;
+                ++state_.in_flight[index_];
+                enqueued_.push_back(std::chrono::steady_clock::now());
             }
             process(units[u]);
             ++units_;
@@ -163,18 +177,23 @@ private:
         }
     }
 
-    /// Tail balance: do not start a unit that the fastest device would, alone, finish all the
-    /// remaining units before this device finishes.
+    /// Tail balance: do not start a unit when another device that is taking units would finish
+    /// its queued units and all that remain before this device finishes its queued ones and this
+    /// one. Decisions are made one at a time under a mutex and a declining device stops counting as
+    /// one that takes units, so at least one device always takes the next unit.
     bool worth_taking(std::size_t total) {
         const double mine = state_.seconds_per_unit[index_].load();
         if (mine <= 0 || count_ == 1) return true;
         std::lock_guard lock(state_.tail_mutex);
-        const std::size_t next = state_.next_unit.load();
-        if (next >= total) return true;  // nothing left: the caller sees that and stops
-        const double remaining = double(total - next);
+        state_.active[index_] = true;
+        const std::size_t taken = state_.taken.load();
+        if (taken >= total) return true;  // nothing left: the caller sees that and stops
+        const double remaining = double(total - taken);
+        const double my_finish = double(state_.in_flight[index_].load() + 1) * mine;
         for (std::size_t d = 0; d < state_.seconds_per_unit.size(); ++d) {
             const double other = state_.seconds_per_unit[d].load();
-            if (d != index_ && state_.active[d] && other > 0 && other * remaining < mine) {
+            if (d == index_ || !state_.active[d] || other <= 0) continue;
+            if ((double(state_.in_flight[d].load()) + remaining) * other < my_finish) {
                 state_.active[index_] = false;
                 return false;
             }
@@ -182,14 +201,69 @@ private:
         return true;
     }
 
+    /// The next unit from the shared queue. With the tile cache on, the device looks a few units
+    /// ahead and takes the one whose tiles it holds most of, so units sharing tiles stay together.
+    std::size_t take_unit(const std::vector<gemm_unit>& units) {
+        const std::size_t total = units.size();
+        for (;;) {
+            std::size_t h = state_.head.load();
+            while (h < total && state_.claimed[h].load()) {
+                state_.head.compare_exchange_weak(h, h + 1);
+                h = state_.head.load();
+            }
+            if (h >= total) return total;
+            std::size_t best = h;
+            if (plan_.cache && count_ > 1) {
+                int best_score = -1;
+                const std::size_t window = std::min(total, h + 2 * count_ + 2);
+                for (std::size_t u = h; u < window; ++u) {
+                    if (state_.claimed[u].load()) continue;
+                    const int score = cached_tiles(units[u]);
+                    if (score > best_score) {
+                        best_score = score;
+                        best = u;
+                    }
+                }
+            }
+            bool expected = false;
+            if (state_.claimed[best].compare_exchange_strong(expected, true)) {
+                ++state_.taken;
+                return best;
+            }
+        }
+    }
+
+    int cached_tiles(const gemm_unit& u) const {
+        int n = 0;
+        const auto held = [](const std::vector<slot>& slots, std::pair<index_t, index_t> key) {
+            for (const auto& s : slots)
+                if (s.key == key) return true;
+            return false;
+        };
+        for (const auto& st : u.steps) {
+            n += held(a_slots_, {st.a_tile_row, st.k_block});
+            n += held(b_slots_, {st.k_block, st.b_tile_col});
+        }
+        return n;
+    }
+
     /// Host function run on the copy-out stream when a unit is back in host memory.
     void unit_finished() {
         {
             std::lock_guard lock(progress_mutex_);
             --in_flight_;
+            --state_.in_flight[index_];
             ++finished_;
-            const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-            state_.seconds_per_unit[index_] = el / double(finished_);
+            // Service time: from when the device could start this unit (it was enqueued and the
+            // previous one was done) to its end. The fastest seen is the device's speed: a hiccup
+            // (a thread start, a busy machine) must not make a fast device decline work for good.
+            const auto now = std::chrono::steady_clock::now();
+            const auto begin = std::max(enqueued_.front(), last_finish_);
+            enqueued_.pop_front();
+            last_finish_ = now;
+            const double service = std::chrono::duration<double>(now - begin).count();
+            const double best = state_.seconds_per_unit[index_].load();
+            if (best <= 0 || service < best) state_.seconds_per_unit[index_] = service;
         }
         progress_cv_.notify_all();
         const std::size_t done = ++state_.units_done;
@@ -378,10 +452,11 @@ private:
     double flops_ = 0;
     std::size_t bytes_h2d_ = 0, hits_ = 0, misses_ = 0, bytes_saved_ = 0;
     double slowdown_ = 0;
-    std::chrono::steady_clock::time_point start_;
     std::mutex progress_mutex_;
     std::condition_variable progress_cv_;
     std::size_t in_flight_ = 0, finished_ = 0;
+    std::deque<std::chrono::steady_clock::time_point> enqueued_;
+    std::chrono::steady_clock::time_point last_finish_{};
 };
 
 /// Bytes spanned by a host view (first to last element).
@@ -459,7 +534,7 @@ gemm_report execute_gemm(const gemm_plan& plan, std::span<device* const> devices
             break;  // registration is per process for CUDA, once is enough
         }
 
-    run_state state(devices.size());
+    run_state state(devices.size(), units.size());
     std::vector<std::size_t> base(devices.size());
     for (std::size_t i = 0; i < devices.size(); ++i) {
         base[i] = devices[i]->bytes_in_use();

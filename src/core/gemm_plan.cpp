@@ -159,8 +159,10 @@ void cost(gemm_plan& p) {
                        pack_seconds * (q.reads_c ? 2.0 / 3.0 : 1.0);
     const double d2h = double(p.bytes_d2h) / r.d2h + double(units) * r.op_overhead +
                        (p.transfer == transfer_mode::pack ? pack_seconds / 3.0 : 0.0);
-    // Several devices share the units (each with this plan's rates and its own copy streams).
-    const double share = 1.0 / double(std::max<std::size_t>(1, std::min<std::size_t>(units, std::size_t(std::max(1, p.devices)))));
+    // Several devices share the units (each with this plan's rates and its own copy streams); the
+    // busiest does ceil(units / devices) of them.
+    const std::size_t devs = std::size_t(std::max(1, p.devices));
+    const double share = double((units + devs - 1) / devs) / double(std::max<std::size_t>(units, 1));
     const double compute = (q.flops() / r.flops + double(steps) * r.op_overhead) * share;
     const double h2d_share = h2d * share, d2h_share = d2h * share;
     p.predicted_compute_seconds = compute;

@@ -11,9 +11,12 @@
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include <sys/mman.h>
 
 namespace tilestream::backends {
 namespace {
@@ -164,7 +167,6 @@ private:
 class cpu_device final : public device {
 public:
     explicit cpu_device(device_info info) : device(std::move(info)), pool_(info_.threads) {}
-    ~cpu_device() override = default;
 
     bool host_addressable() const override { return true; }
 
@@ -255,8 +257,54 @@ public:
     }
 
 protected:
-    void* raw_allocate(std::size_t bytes) override { return detail::aligned_host_alloc(bytes); }
-    void raw_free(void* p) noexcept override { std::free(p); }
+    /// Device memory is kept in a per-device pool of freed blocks (by size) and reused, as GPU
+    /// caching allocators do: fresh pages fault on first touch, which costs more than the copies
+    /// that fill them. Large blocks are 2 MiB aligned and asked for transparent huge pages.
+    void* raw_allocate(std::size_t bytes) override {
+        {
+            std::lock_guard lock(block_mutex_);
+            if (auto it = idle_blocks_.find(bytes); it != idle_blocks_.end()) {
+                void* p = it->second;
+                idle_blocks_.erase(it);
+                sizes_[p] = bytes;
+                return p;
+            }
+        }
+        void* p = nullptr;
+        if (bytes >= huge_page) {
+            const std::size_t rounded = (bytes + huge_page - 1) / huge_page * huge_page;
+            p = std::aligned_alloc(huge_page, rounded);
+            if (p == nullptr) throw std::bad_alloc();
+            madvise(p, rounded, MADV_HUGEPAGE);
+        } else {
+            p = detail::aligned_host_alloc(bytes);
+        }
+        std::lock_guard lock(block_mutex_);
+        sizes_[p] = bytes;
+        return p;
+    }
+    void raw_free(void* p) noexcept override {
+        std::lock_guard lock(block_mutex_);
+        auto it = sizes_.find(p);
+        if (it == sizes_.end()) return;
+        // Keep at most the device's budget of idle blocks; beyond that, give memory back.
+        std::size_t idle = 0;
+        for (const auto& [size, q] : idle_blocks_) idle += size;
+        if (idle + it->second <= info_.budget_bytes) idle_blocks_.emplace(it->second, p);
+        else std::free(p);
+        sizes_.erase(it);
+    }
+
+public:
+    ~cpu_device() override {
+        for (auto& [size, p] : idle_blocks_) std::free(p);
+    }
+
+private:
+    static constexpr std::size_t huge_page = std::size_t(2) << 20;
+    std::mutex block_mutex_;
+    std::multimap<std::size_t, void*> idle_blocks_;
+    std::map<void*, std::size_t> sizes_;
 
 private:
     cpu_stream& inner(stream& s) {
