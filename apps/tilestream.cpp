@@ -63,6 +63,7 @@ const char* gemm_help =
     "  --trace run.json          write a Chrome trace (Perfetto, chrome://tracing)\n"
     "  --timeline run.svg        draw copies and kernels per device and stream (SVG)\n"
     "  --cache on|off            reuse A/B tiles in spare device memory (default: on with several devices)\n"
+    "  --peer-tiles auto|on|off  copy missing tiles from another device's cache (auto: GPUs with peer access)\n"
     "  --quiet                   no progress line\n"
     "  --check                   compare with a float64 reference; exit 1 when over tolerance\n"
     "  --repeat R                run R times, report the median\n"
@@ -299,6 +300,10 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
     ts::trace_recorder recorder;
     ts::gemm_run_options run;
     if (a.has("trace") || a.has("timeline")) run.trace = &recorder;
+    const std::string peers = a.get_or("peer-tiles", "auto");
+    if (peers != "auto" && peers != "on" && peers != "off")
+        throw ts::invalid_argument("--peer-tiles expects auto, on or off, got '" + peers + "'");
+    run.peer_tiles = peers == "on" ? ts::peer_tile_mode::on : peers == "off" ? ts::peer_tile_mode::off : ts::peer_tile_mode::automatic;
     progress_line progress(plan.units * std::size_t(repeat), plan.problem.flops() / double(plan.units ? plan.units : 1),
                            !a.flag("quiet"));
     run.on_unit_done = [&progress](std::size_t) { progress.tick(); };
@@ -367,7 +372,9 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
             shares.push_back(ts::json_object().add("id", d.id).add("units", d.units).add("flops", d.flops)
                                  .add("bytes_h2d", d.bytes_h2d).add("cache_hits", d.cache_hits).str());
         o.raw("device_shares", ts::json_array(shares));
-        if (plan.cache) o.add("cache_hits", last.cache_hits).add("cache_misses", last.cache_misses).add("bytes_saved", last.bytes_saved);
+        if (plan.cache)
+            o.add("cache_hits", last.cache_hits).add("cache_misses", last.cache_misses).add("bytes_saved", last.bytes_saved)
+                .add("peer_hits", last.peer_hits).add("bytes_from_peers", last.bytes_from_peers);
         if (rel_error) o.add("rel_error", *rel_error).add("tolerance", tol).add("check_passed", ok);
         std::cout << o.str() << "\n";
     } else {
@@ -389,7 +396,7 @@ int cmd_gemm(int argc, char** argv) {
     ts::cli::args a(argc, argv, 2,
                     {"m", "n", "k", "dtype", "seed", "layout", "a", "b", "c", "out", "alpha", "beta", "op-a",
                      "op-b", "kernel", "math", "devices", "memory-budget", "cpu-threads", "repeat", "strategy", "tile",
-                     "tile-m", "tile-n", "tile-k", "transfer", "rates", "trace", "timeline", "cache"},
+                     "tile-m", "tile-n", "tile-k", "transfer", "rates", "trace", "timeline", "cache", "peer-tiles"},
                     {"check", "json", "help", "explain", "quiet"});
     if (a.flag("help")) {
         std::cout << gemm_help;

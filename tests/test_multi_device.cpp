@@ -151,7 +151,9 @@ TEST(multi_device, SlowedDeviceGetsFewerUnitsAndTheResultIsRight) {
     po.tile_m = po.tile_n = 32;
     po.tile_k = 64;  // 36 units of one kernel call each
     gemm_run_options run;
-    run.test_slowdown = {{"cpu:2", 0.2}};  // far slower than scheduling noise on a loaded machine
+    // Every unit takes a while (so no device can drain the queue before the others start), and
+    // cpu:2 far longer than scheduling noise on a loaded machine.
+    run.test_slowdown = {{"cpu:0", 0.005}, {"cpu:1", 0.005}, {"cpu:2", 0.2}};
     const auto rep = run_on<double>("cpu:3", 1 << 20, po, op::n, op::n, a.view(), b.view(), 1.0, 0.0, c.view(), run);
     ASSERT_EQ(rep.devices.size(), 3u);
     SCOPED_TRACE(::testing::Message() << "units " << rep.devices[0].units << " " << rep.devices[1].units << " " << rep.devices[2].units);
@@ -207,6 +209,44 @@ TEST(tile_cache, CountersMatchAHandComputedCase) {
     EXPECT_EQ(rep.cache_misses, 8u);
     EXPECT_EQ(rep.cache_hits, 8u);
     EXPECT_EQ(rep.bytes_saved, 8 * tile);
+}
+
+}  // namespace
+}  // namespace tilestream
+
+namespace tilestream {
+namespace {
+
+/// Row panels on three devices all need every B panel: with peer tiles on, devices copy B panels
+/// out of each other's caches instead of from the host, and C is unchanged to the bit.
+TEST(tile_cache, TilesComeFromPeerCaches) {
+    const index_t m = 96, n = 120, k = 40;
+    host_matrix<float> a(m, k), b(k, n), c(m, n), plain(m, n);
+    fill_random(a.view(), 51);
+    fill_random(b.view(), 52);
+    plan_options po;
+    po.strategy = gemm_strategy::row_panels;
+    po.kernel = gemm_kernel::tiled;
+    po.tile_m = 8;
+    po.tile_n = 12;
+    po.cache = true;
+    gemm_run_options off;
+    off.peer_tiles = peer_tile_mode::off;
+    const auto rep_off = run_on<float>("cpu:3", 1 << 20, po, op::n, op::n, a.view(), b.view(), 1.f, 0.f, plain.view(), off);
+    EXPECT_EQ(rep_off.peer_hits, 0u);
+    gemm_run_options on;
+    on.peer_tiles = peer_tile_mode::on;
+    fill_nan(c.view());
+    const auto rep = run_on<float>("cpu:3", 1 << 20, po, op::n, op::n, a.view(), b.view(), 1.f, 0.f, c.view(), on);
+    EXPECT_GT(rep.peer_hits, 0u);
+    EXPECT_EQ(rep.bytes_from_peers, rep.peer_hits * std::size_t(k * 12) * sizeof(float));
+    // Every tile a peer supplied is a tile the host did not.
+    EXPECT_EQ(rep.bytes_h2d + rep.bytes_from_peers, rep_off.bytes_h2d);
+    EXPECT_EQ(std::memcmp(c.data(), plain.data(), sizeof(float) * m * n), 0);
+    // automatic: CPU devices share one memory, so no peer copies.
+    gemm_run_options automatic;
+    const auto rep_auto = run_on<float>("cpu:3", 1 << 20, po, op::n, op::n, a.view(), b.view(), 1.f, 0.f, c.view(), automatic);
+    EXPECT_EQ(rep_auto.peer_hits, 0u);
 }
 
 }  // namespace

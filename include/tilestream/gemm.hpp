@@ -32,6 +32,7 @@ struct device_share {
     double flops = 0;
     std::size_t bytes_h2d = 0;
     std::size_t cache_hits = 0, cache_misses = 0, bytes_saved = 0;
+    std::size_t peer_hits = 0, bytes_from_peers = 0;  ///< tiles copied from another device's cache
 };
 
 /// What a run did, beside what its plan predicted.
@@ -41,8 +42,14 @@ struct gemm_report {
     std::size_t bytes_h2d = 0, bytes_d2h = 0, bytes_packed = 0;
     std::size_t peak_device_bytes = 0;  ///< the largest over the devices
     std::size_t cache_hits = 0, cache_misses = 0, bytes_saved = 0;  ///< tile loads avoided / done (cache on)
+    std::size_t peer_hits = 0, bytes_from_peers = 0;
     std::vector<device_share> devices;
 };
+
+/// Whether a device may copy a missing tile from another device's cache instead of from the host.
+/// `automatic`: between devices that are not host-addressable (GPUs with peer access), where such a
+/// copy saves host-link bandwidth; CPU devices share one memory, so it would save nothing there.
+enum class peer_tile_mode { automatic, on, off };
 
 struct gemm_run_options {
     trace_sink* trace = nullptr;                   ///< receives a span per copy and kernel
@@ -51,6 +58,7 @@ struct gemm_run_options {
     /// Units a device may have queued but unfinished; more keeps its pipeline full, fewer keeps
     /// the shared queue responsive to device speed.
     int max_units_in_flight = 2;
+    peer_tile_mode peer_tiles = peer_tile_mode::automatic;
     /// Test-only: extra seconds a device's compute stream idles after each kernel (slows it down).
     std::vector<std::pair<std::string, double>> test_slowdown;
 };

@@ -9,6 +9,8 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <map>
+#include <tuple>
 #include <exception>
 #include <mutex>
 #include <optional>
@@ -48,6 +50,16 @@ struct slot {
     std::unique_ptr<event> ready, released;
     std::optional<std::pair<index_t, index_t>> key;
     std::uint64_t last_use = 0;
+    /// Other devices' copies out of this slot (guarded by run_state::directory_mutex); the slot
+    /// is not overwritten before they are done.
+    std::vector<std::shared_ptr<event>> peer_reads;
+};
+
+/// A tile in some device's slot, for devices that may copy it from there (peer tile cache).
+struct tile_holder {
+    device* dev = nullptr;
+    stream* peer_stream = nullptr;  // that device's stream for copies out to other devices
+    slot* where = nullptr;
 };
 
 /// Counters shared by every device of one run.
@@ -72,6 +84,9 @@ struct run_state {
     /// so the fastest never leaves and no unit is left behind.
     std::mutex tail_mutex;
     std::vector<bool> active;
+    /// Which device holds which A (0) and B (1) tile, when tiles may come from peers.
+    std::mutex directory_mutex;
+    std::map<std::tuple<int, index_t, index_t>, std::vector<tile_holder>> directory;
 };
 
 template <class T>
@@ -104,6 +119,12 @@ public:
         h2d_ = dev.create_stream();
         compute_ = dev.create_stream(stream_priority::high);
         d2h_ = dev.create_stream();
+        peer_ = dev.create_stream();
+        switch (run.peer_tiles) {
+            case peer_tile_mode::on: use_peers_ = plan.cache && count > 1; break;
+            case peer_tile_mode::off: use_peers_ = false; break;
+            case peer_tile_mode::automatic: use_peers_ = plan.cache && count > 1 && !dev.host_addressable(); break;
+        }
     }
 
     ~device_pipeline() {
@@ -118,6 +139,7 @@ public:
         h2d_->synchronize();
         compute_->synchronize();
         d2h_->synchronize();
+        peer_->synchronize();
     }
 
     void run(const std::vector<gemm_unit>& units) {
@@ -157,6 +179,8 @@ public:
         s.cache_hits = hits_;
         s.cache_misses = misses_;
         s.bytes_saved = bytes_saved_;
+        s.peer_hits = peer_hits_;
+        s.bytes_from_peers = bytes_from_peers_;
         return s;
     }
 
@@ -303,8 +327,8 @@ private:
                                                      : rect_of(a_, p0, i0, st.depth, st.rows);
                 const host_rect br = q.op_b == op::n ? rect_of(b_, p0, j0, st.depth, st.cols)
                                                      : rect_of(b_, j0, p0, st.cols, st.depth);
-                slot& as = acquire(a_slots_, {st.a_tile_row, st.k_block}, plan_.reuse_a, ar);
-                slot& bs = acquire(b_slots_, {st.k_block, st.b_tile_col}, plan_.reuse_b, br);
+                slot& as = acquire(0, a_slots_, {st.a_tile_row, st.k_block}, plan_.reuse_a, ar);
+                slot& bs = acquire(1, b_slots_, {st.k_block, st.b_tile_col}, plan_.reuse_b, br);
                 call.a = as.buf.get();
                 call.lda = std::max<index_t>(1, ar.inner());
                 call.layout_a = ar.lay;
@@ -352,7 +376,8 @@ private:
 
     /// The slot holding `key` (when reuse is on and it is there), else the least recently used
     /// slot, loaded with the tile after its last reader has finished.
-    slot& acquire(std::vector<slot>& slots, std::pair<index_t, index_t> key, bool reuse, const host_rect& r) {
+    slot& acquire(int operand, std::vector<slot>& slots, std::pair<index_t, index_t> key, bool reuse,
+                  const host_rect& r) {
         ++clock_;
         if (reuse)
             for (auto& s : slots)
@@ -368,12 +393,46 @@ private:
         slot* victim = &slots.front();
         for (auto& s : slots)
             if (s.last_use < victim->last_use) victim = &s;
-        dev_.wait(*h2d_, *victim->released);
-        load(*victim, r);
+        std::shared_ptr<event> from_peer;
+        std::vector<std::shared_ptr<event>> reads;
+        if (use_peers_) {
+            std::lock_guard lock(state_.directory_mutex);
+            // The victim leaves the directory before it is overwritten; copies other devices
+            // are making out of it must end first.
+            if (victim->key) std::erase_if(state_.directory[{operand, victim->key->first, victim->key->second}],
+                                           [&](const tile_holder& h) { return h.where == victim; });
+            reads.swap(victim->peer_reads);
+            for (const tile_holder& h : state_.directory[{operand, key.first, key.second}]) {
+                if (h.dev == &dev_ || !h.dev->can_copy_peer(dev_)) continue;
+                // The holder's stream copies once its tile is loaded and our slot is free.
+                h.dev->wait(*h.peer_stream, *h.where->ready);
+                h.dev->wait(*h.peer_stream, *victim->released);
+                for (auto& e : reads) h.dev->wait(*h.peer_stream, *e);
+                h.dev->copy_peer(*h.peer_stream, dev_, victim->buf.get(), h.where->buf.get(), r.bytes());
+                from_peer = std::shared_ptr<event>(h.dev->create_event());
+                from_peer->record(*h.peer_stream);
+                h.where->peer_reads.push_back(from_peer);
+                break;
+            }
+        }
+        if (from_peer) {
+            ++peer_hits_;
+            bytes_from_peers_ += r.bytes();
+            dev_.wait(*h2d_, *from_peer);
+        } else {
+            dev_.wait(*h2d_, *victim->released);
+            for (auto& e : reads) dev_.wait(*h2d_, *e);
+            load(*victim, r);
+        }
         victim->ready->record(*h2d_);
         dev_.wait(*compute_, *victim->ready);
         victim->key = key;
         victim->last_use = clock_;
+        if (use_peers_) {
+            // Listed only now that its ready event marks this tile's arrival.
+            std::lock_guard lock(state_.directory_mutex);
+            state_.directory[{operand, key.first, key.second}].push_back({&dev_, peer_.get(), victim});
+        }
         return *victim;
     }
 
@@ -445,7 +504,9 @@ private:
     run_state& state_;
     const gemm_run_options& run_;
     std::vector<slot> a_slots_, b_slots_, c_slots_;
-    std::unique_ptr<stream> h2d_, compute_, d2h_;
+    std::unique_ptr<stream> h2d_, compute_, d2h_, peer_;
+    bool use_peers_ = false;
+    std::size_t peer_hits_ = 0, bytes_from_peers_ = 0;
     std::size_t next_c_ = 0;
     std::uint64_t clock_ = 0;
     std::size_t units_ = 0;
@@ -573,6 +634,8 @@ gemm_report execute_gemm(const gemm_plan& plan, std::span<device* const> devices
             rep.cache_hits += rep.devices.back().cache_hits;
             rep.cache_misses += rep.devices.back().cache_misses;
             rep.bytes_saved += rep.devices.back().bytes_saved;
+            rep.peer_hits += rep.devices.back().peer_hits;
+            rep.bytes_from_peers += rep.devices.back().bytes_from_peers;
         }
     }
     pipes.clear();  // drains streams, frees buffers
