@@ -8,8 +8,8 @@ echo "== devices"
 "$ts" devices
 echo
 echo "== in-core GEMM on the CPU (OpenBLAS kernel), verified against the float64 reference"
-"$ts" gemm --m 1536 --n 1536 --k 1536 --dtype f32 --kernel vendor --devices cpu --repeat 3 --check
-"$ts" gemm --m 1031 --n 517 --k 769 --dtype f64 --kernel tiled --devices cpu --check
+"$ts" gemm --m 1536 --n 1536 --k 1536 --dtype f32 --kernel vendor --devices cpu --strategy in-core --repeat 3 --check
+"$ts" gemm --m 1031 --n 517 --k 769 --dtype f64 --kernel tiled --devices cpu --strategy in-core --check
 echo
 echo "== out-of-core GEMM on the CPU: a budget of 25% of the operands, plan explained"
 "$ts" gemm --m 3000 --n 3000 --k 3000 --dtype f32 --devices cpu --memory-budget 26MiB --explain --check --quiet
@@ -21,6 +21,6 @@ gpus=$("$ts" devices --json | grep -o '"id": "cuda:[0-9]*"' | grep -o 'cuda:[0-9
 for g in $gpus; do
   echo
   echo "== in-core GEMM on $g (cuBLAS), verified"
-  "$ts" gemm --m 4096 --n 4096 --k 4096 --dtype f32 --kernel vendor --devices "$g" --repeat 5
+  "$ts" gemm --m 4096 --n 4096 --k 4096 --dtype f32 --kernel vendor --devices "$g" --strategy in-core --repeat 5
   "$ts" gemm --m 1031 --n 517 --k 769 --dtype f32 --kernel tiled --devices "$g" --check
 done
