@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <chrono>
 #include <ctime>
+#include <cstdio>
 #include <fstream>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -57,6 +59,59 @@ inline json_object result_header(const std::string& benchmark, const std::string
     o.add("benchmark", benchmark).add("git_hash", git_hash).add("machine", machine_name());
     o.add("device", device).add("date", utc_date());
     return o;
+}
+
+/// "--name value" pairs of a benchmark's command line. Each option is read once with get(); finish()
+/// rejects names nobody asked for, printing the usage.
+class arguments {
+public:
+    arguments(int argc, char** argv, std::string usage) : usage_(std::move(usage)) {
+        for (int i = 1; i < argc; i += 2) {
+            const std::string k = argv[i];
+            if (k.rfind("--", 0) != 0 || i + 1 >= argc) bad_ = true;
+            else values_[k.substr(2)] = argv[i + 1];
+        }
+    }
+    std::string get(const std::string& name, const std::string& fallback) {
+        asked_.push_back(name);
+        auto it = values_.find(name);
+        return it == values_.end() ? fallback : it->second;
+    }
+    long long number(const std::string& name, long long fallback) {
+        const std::string v = get(name, "");
+        return v.empty() ? fallback : std::stoll(v);
+    }
+    double real(const std::string& name, double fallback) {
+        const std::string v = get(name, "");
+        return v.empty() ? fallback : std::stod(v);
+    }
+    /// True when every option given was one the benchmark reads; otherwise prints the usage.
+    bool finish() const {
+        bool ok = !bad_;
+        for (const auto& [k, v] : values_)
+            if (std::find(asked_.begin(), asked_.end(), k) == asked_.end()) ok = false;
+        if (!ok) std::fprintf(stderr, "%s\n", usage_.c_str());
+        return ok;
+    }
+
+private:
+    std::string usage_;
+    std::map<std::string, std::string> values_;
+    std::vector<std::string> asked_;
+    bool bad_ = false;
+};
+
+/// Splits "a,b,c" at sep.
+inline std::vector<std::string> split(const std::string& text, char sep) {
+    std::vector<std::string> out;
+    std::size_t start = 0;
+    while (start <= text.size()) {
+        std::size_t end = text.find(sep, start);
+        if (end == std::string::npos) end = text.size();
+        if (end > start) out.push_back(text.substr(start, end - start));
+        start = end + 1;
+    }
+    return out;
 }
 
 /// Writes text to path through a temporary file and a rename.

@@ -12,33 +12,18 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
-#include <sstream>
 
 namespace ts = tilestream;
 
 int main(int argc, char** argv) {
-    std::string out = "gemm-cpu.json", git = "unknown";
-    std::vector<ts::index_t> sizes = {1024, 2048};
-    std::vector<std::string> kernels = {"naive", "tiled", "vendor"};
-    int reps = 5;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        const std::string k = argv[i], v = argv[i + 1];
-        if (k == "--out") out = v;
-        else if (k == "--git-hash") git = v;
-        else if (k == "--reps") reps = std::stoi(v);
-        else if (k == "--sizes") {
-            sizes.clear();
-            std::stringstream ss(v);
-            for (std::string t; std::getline(ss, t, ',');) sizes.push_back(std::stoll(t));
-        } else if (k == "--kernels") {
-            kernels.clear();
-            std::stringstream ss(v);
-            for (std::string t; std::getline(ss, t, ',');) kernels.push_back(t);
-        } else {
-            std::cerr << "usage: gemm_bench [--out F] [--git-hash H] [--reps R] [--sizes 1024,2048] [--kernels a,b]\n";
-            return 2;
-        }
-    }
+    ts::bench::arguments args(argc, argv,
+                              "usage: gemm_bench [--out F] [--git-hash H] [--reps R] [--sizes 1024,2048] [--kernels a,b]");
+    const std::string out = args.get("out", "gemm-cpu.json"), git = args.get("git-hash", "unknown");
+    const int reps = int(args.number("reps", 5));
+    std::vector<ts::index_t> sizes;
+    for (const auto& t : ts::bench::split(args.get("sizes", "1024,2048"), ',')) sizes.push_back(std::stoll(t));
+    const std::vector<std::string> kernels = ts::bench::split(args.get("kernels", "naive,tiled,vendor"), ',');
+    if (!args.finish()) return 2;
     const int cores = ts::inventory().cpu_cores;
     auto devs = ts::open_devices("cpu");
     ts::device& dev = *devs.front();

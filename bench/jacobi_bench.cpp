@@ -11,19 +11,10 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
-#include <sstream>
 
 namespace ts = tilestream;
 
 namespace {
-
-std::vector<std::string> split_list(const std::string& v) {
-    std::vector<std::string> r;
-    std::stringstream ss(v);
-    for (std::string t; std::getline(ss, t, ';');)
-        if (!t.empty()) r.push_back(t);
-    return r;
-}
 
 /// The anchor: a stencil-shaped copy, out[i][j] = in[i][j] over the interior rows and columns,
 /// rows split over the threads exactly as the CPU Jacobi kernel splits them, buffers swapped
@@ -72,26 +63,15 @@ private:
 }  // namespace
 
 int main(int argc, char** argv) {
-    std::string out = "jacobi-cpu.json", git = "unknown";
-    std::vector<std::string> specs = {"cpu", "cpu:2"};
-    std::vector<std::string> types = {"f32", "f64"};
-    ts::index_t n = 4096, iters = 50;
-    int reps = 5;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        const std::string k = argv[i], v = argv[i + 1];
-        if (k == "--out") out = v;
-        else if (k == "--git-hash") git = v;
-        else if (k == "--reps") reps = std::stoi(v);
-        else if (k == "--n") n = std::stoll(v);
-        else if (k == "--iters") iters = std::stoll(v);
-        else if (k == "--devices") specs = split_list(v);
-        else if (k == "--dtypes") types = split_list(v);
-        else {
-            std::cerr << "usage: jacobi_bench [--out F] [--git-hash H] [--reps R] [--n N] [--iters I]\n"
-                         "                    [--devices 'cpu;cpu:2'] [--dtypes 'f32;f64']\n";
-            return 2;
-        }
-    }
+    ts::bench::arguments args(argc, argv,
+                              "usage: jacobi_bench [--out F] [--git-hash H] [--reps R] [--n N] [--iters I]\n"
+                              "                    [--devices 'cpu;cpu:2'] [--dtypes 'f32;f64']");
+    const std::string out = args.get("out", "jacobi-cpu.json"), git = args.get("git-hash", "unknown");
+    const int reps = int(args.number("reps", 5));
+    const ts::index_t n = args.number("n", 4096), iters = args.number("iters", 50);
+    const std::vector<std::string> specs = ts::bench::split(args.get("devices", "cpu;cpu:2"), ';');
+    const std::vector<std::string> types = ts::bench::split(args.get("dtypes", "f32;f64"), ';');
+    if (!args.finish()) return 2;
     std::vector<std::string> rows;
     std::string device_text;
     std::printf("%-8s %-4s %-8s %-8s %10s %10s %12s %8s %12s %8s\n", "devices", "type", "decomp", "overlap",

@@ -10,38 +10,22 @@
 #include <cstdio>
 #include <iostream>
 #include <limits>
-#include <sstream>
 
 namespace ts = tilestream;
 
 int main(int argc, char** argv) {
-    std::string out = "multi-cpu.json", git = "unknown", sets_arg = "cpu:1,cpu:2";
-    ts::index_t n = 4096;
-    int reps = 5, threads = 1;
-    double fraction = 0.25;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        const std::string k = argv[i], v = argv[i + 1];
-        if (k == "--out") out = v;
-        else if (k == "--git-hash") git = v;
-        else if (k == "--reps") reps = std::stoi(v);
-        else if (k == "--n") n = std::stoll(v);
-        else if (k == "--sets") sets_arg = v;
-        else if (k == "--cpu-threads") threads = std::stoi(v);
-        else if (k == "--budget-fraction") fraction = std::stod(v);
-        else {
-            std::cerr << "usage: multi_bench [--out F] [--git-hash H] [--reps R] [--n N] [--sets cpu:1,cpu:2,cuda:0+cpu]"
-                         " [--cpu-threads T] [--budget-fraction F]\n";
-            return 2;
-        }
-    }
-    std::vector<std::string> sets;
-    {
-        std::stringstream ss(sets_arg);
-        for (std::string t; std::getline(ss, t, ',');) {
-            std::replace(t.begin(), t.end(), '+', ',');
-            sets.push_back(t);
-        }
-    }
+    ts::bench::arguments args(argc, argv,
+                              "usage: multi_bench [--out F] [--git-hash H] [--reps R] [--n N] [--sets cpu:1,cpu:2,cuda:0+cpu]"
+                              " [--cpu-threads T] [--budget-fraction F]");
+    const std::string out = args.get("out", "multi-cpu.json"), git = args.get("git-hash", "unknown");
+    const std::string sets_arg = args.get("sets", "cpu:1,cpu:2");
+    const ts::index_t n = args.number("n", 4096);
+    const int reps = int(args.number("reps", 5)), threads = int(args.number("cpu-threads", 1));
+    const double fraction = args.real("budget-fraction", 0.25);
+    if (!args.finish()) return 2;
+    // Commas separate device sets, '+' joins the devices of one set.
+    std::vector<std::string> sets = ts::bench::split(sets_arg, ',');
+    for (auto& set : sets) std::replace(set.begin(), set.end(), '+', ',');
     using T = float;
     ts::host_matrix<T> a(n, n), b(n, n), c(n, n);
     ts::fill_random(a.view(), 1);

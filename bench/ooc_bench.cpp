@@ -8,28 +8,18 @@
 
 #include <cstdio>
 #include <iostream>
-#include <sstream>
 
 namespace ts = tilestream;
 
 int main(int argc, char** argv) {
-    std::string out = "ooc-cpu.json", git = "unknown", spec = "cpu";
-    ts::index_t n = 4096;
-    int reps = 5;
-    double fraction = 0.25;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        const std::string k = argv[i], v = argv[i + 1];
-        if (k == "--out") out = v;
-        else if (k == "--git-hash") git = v;
-        else if (k == "--reps") reps = std::stoi(v);
-        else if (k == "--n") n = std::stoll(v);
-        else if (k == "--devices") spec = v;
-        else if (k == "--budget-fraction") fraction = std::stod(v);
-        else {
-            std::cerr << "usage: ooc_bench [--out F] [--git-hash H] [--reps R] [--n N] [--devices S] [--budget-fraction F]\n";
-            return 2;
-        }
-    }
+    ts::bench::arguments args(argc, argv,
+                              "usage: ooc_bench [--out F] [--git-hash H] [--reps R] [--n N] [--devices S] [--budget-fraction F]");
+    const std::string out = args.get("out", "ooc-cpu.json"), git = args.get("git-hash", "unknown");
+    const std::string spec = args.get("devices", "cpu");
+    const ts::index_t n = args.number("n", 4096);
+    const int reps = int(args.number("reps", 5));
+    const double fraction = args.real("budget-fraction", 0.25);
+    if (!args.finish()) return 2;
     std::vector<std::string> rows;
     std::string device_name;
     std::printf("%-4s %-16s %6s %10s %10s %14s %14s %8s\n", "type", "strategy", "tile", "seconds", "GFLOP/s", "bytes moved",

@@ -6,6 +6,7 @@
 // operand is contiguous ("k-contiguous" or not) so that its global loads can be 16-byte vectors;
 // ragged edges and misaligned operands take a scalar, bounds-checked path.
 #include "backends/cuda/cuda_kernels.hpp"
+#include "backends/cuda/vector_io.cuh"
 
 #include <algorithm>
 #include <climits>
@@ -92,37 +93,6 @@ __global__ void gemm_naive_kernel(gemm_args<T> p) {
 
 // ---------------------------------------------------------------- tiled
 
-// 16-byte vectors: float4 for f32, double2 for f64.
-template <class T>
-__device__ __forceinline__ void load16_global(T* r, const T* p) {
-    if constexpr (std::is_same_v<T, float>) {
-        const float4 v = __ldg(reinterpret_cast<const float4*>(p));
-        r[0] = v.x, r[1] = v.y, r[2] = v.z, r[3] = v.w;
-    } else {
-        const double2 v = __ldg(reinterpret_cast<const double2*>(p));
-        r[0] = v.x, r[1] = v.y;
-    }
-}
-
-template <class T>
-__device__ __forceinline__ void load16(T* r, const T* p) {
-    if constexpr (std::is_same_v<T, float>) {
-        const float4 v = *reinterpret_cast<const float4*>(p);
-        r[0] = v.x, r[1] = v.y, r[2] = v.z, r[3] = v.w;
-    } else {
-        const double2 v = *reinterpret_cast<const double2*>(p);
-        r[0] = v.x, r[1] = v.y;
-    }
-}
-
-template <class T>
-__device__ __forceinline__ void store16(T* p, const T* r) {
-    if constexpr (std::is_same_v<T, float>) {
-        *reinterpret_cast<float4*>(p) = make_float4(r[0], r[1], r[2], r[3]);
-    } else {
-        *reinterpret_cast<double2*>(p) = make_double2(r[0], r[1]);
-    }
-}
 
 // Tile geometry. S = elements per 16-byte vector (4 for f32, 2 for f64). A block of 256 threads
 // (8 warps as 2 x 4) computes a BM x BN = 32S x 32S tile of C: 128x128 for f32, 64x64 for f64.

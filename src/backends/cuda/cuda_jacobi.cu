@@ -1,6 +1,7 @@
 // The CUDA backend's Jacobi sweep: out = 0.25*((N+S)+(W+E)) in the element type, bit-identical
 // to the reference kernel, with 16-byte loads along rows and an optional fused squared residual.
 #include "backends/cuda/cuda_kernels.hpp"
+#include "backends/cuda/vector_io.cuh"
 
 #include <algorithm>
 #include <cstdint>
@@ -30,25 +31,6 @@ __device__ __forceinline__ double jacobi_point(double n, double s, double w, dou
     return __dmul_rn(0.25, __dadd_rn(__dadd_rn(n, s), __dadd_rn(w, e)));
 }
 
-template <class T>
-__device__ __forceinline__ void load16(T* r, const T* p) {
-    if constexpr (std::is_same_v<T, float>) {
-        const float4 v = __ldg(reinterpret_cast<const float4*>(p));
-        r[0] = v.x, r[1] = v.y, r[2] = v.z, r[3] = v.w;
-    } else {
-        const double2 v = __ldg(reinterpret_cast<const double2*>(p));
-        r[0] = v.x, r[1] = v.y;
-    }
-}
-
-template <class T>
-__device__ __forceinline__ void store16(T* p, const T* r) {
-    if constexpr (std::is_same_v<T, float>) {
-        *reinterpret_cast<float4*>(p) = make_float4(r[0], r[1], r[2], r[3]);
-    } else {
-        *reinterpret_cast<double2*>(p) = make_double2(r[0], r[1]);
-    }
-}
 
 __device__ __forceinline__ double squared_change(double out, double in) {
     const double d = out - in;
@@ -77,9 +59,9 @@ __global__ void __launch_bounds__(block_x* block_y) jacobi_kernel(jacobi_args<T>
             T* out_row = p.out + i * p.ld;
             if (whole) {
                 T n[S], s[S], c[S], r[S];
-                load16(n, row - p.ld + c0);
-                load16(s, row + p.ld + c0);
-                load16(c, row + c0);
+                load16_global(n, row - p.ld + c0);
+                load16_global(s, row + p.ld + c0);
+                load16_global(c, row + c0);
                 const T west = __ldg(row + c0 - 1), east = __ldg(row + c0 + S);
 #pragma unroll
                 for (int e = 0; e < S; ++e) {
