@@ -25,7 +25,6 @@ demo: build
 
 bench: build
 	bench/run.sh $(BUILD)
-	bench/run-jacobi.sh $(BUILD)
 
 gpu-check:
 	scripts/gpu-check.sh

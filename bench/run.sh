@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs the CPU benchmarks and writes their JSON under bench/results/ (named by benchmark, host, date).
+# Runs the CPU benchmarks (GEMM kernels, out-of-core, several devices, Jacobi) and writes their JSON
+# under bench/results/ (named by benchmark, host, date).
 set -euo pipefail
 build=${1:-build}
 cd "$(dirname "$0")/.."
@@ -11,3 +12,4 @@ mkdir -p bench/results
 "$build/bench/gemm_bench" --git-hash "$hash" --out "bench/results/gemm-cpu-$host-$date.json"
 "$build/bench/ooc_bench" --git-hash "$hash" --out "bench/results/gemm-ooc-cpu-$host-$date.json"
 "$build/bench/multi_bench" --git-hash "$hash" --cpu-threads 1 --sets cpu:1,cpu:2 --out "bench/results/gemm-multi-cpu-$host-$date.json"
+"$build/bench/jacobi_bench" --git-hash "$hash" --devices "cpu;cpu:2" --out "bench/results/jacobi-cpu-$host-$date.json"
