@@ -128,10 +128,14 @@ public:
     }
 
     ~device_pipeline() {
-        // Streams drain before the buffers they use are freed.
-        try {
-            finish();
-        } catch (...) {
+        // Every stream drains before the members its queued host functions use are destroyed
+        // (the streams are declared last), each on its own, whatever the others report.
+        for (stream* st : {h2d_.get(), compute_.get(), d2h_.get(), peer_.get()}) {
+            if (st == nullptr) continue;
+            try {
+                st->synchronize();
+            } catch (...) {
+            }
         }
     }
 
@@ -404,14 +408,17 @@ private:
             reads.swap(victim->peer_reads);
             for (const tile_holder& h : state_.directory[{operand, key.first, key.second}]) {
                 if (h.dev == &dev_ || !h.dev->can_copy_peer(dev_)) continue;
+                // Made first: once the copy is queued, nothing may fail before we can wait for it.
+                std::shared_ptr<event> done(h.dev->create_event());
                 // The holder's stream copies once its tile is loaded and our slot is free.
                 h.dev->wait(*h.peer_stream, *h.where->ready);
                 h.dev->wait(*h.peer_stream, *victim->released);
                 for (auto& e : reads) h.dev->wait(*h.peer_stream, *e);
                 h.dev->copy_peer(*h.peer_stream, dev_, victim->buf.get(), h.where->buf.get(), r.bytes());
-                from_peer = std::shared_ptr<event>(h.dev->create_event());
-                from_peer->record(*h.peer_stream);
-                h.where->peer_reads.push_back(from_peer);
+                done->record(*h.peer_stream);
+                std::erase_if(h.where->peer_reads, [](const std::shared_ptr<event>& e) { return e->ready(); });
+                h.where->peer_reads.push_back(done);
+                from_peer = std::move(done);
                 break;
             }
         }
@@ -504,7 +511,6 @@ private:
     run_state& state_;
     const gemm_run_options& run_;
     std::vector<slot> a_slots_, b_slots_, c_slots_;
-    std::unique_ptr<stream> h2d_, compute_, d2h_, peer_;
     bool use_peers_ = false;
     std::size_t peer_hits_ = 0, bytes_from_peers_ = 0;
     std::size_t next_c_ = 0;
@@ -518,6 +524,8 @@ private:
     std::size_t in_flight_ = 0, finished_ = 0;
     std::deque<std::chrono::steady_clock::time_point> enqueued_;
     std::chrono::steady_clock::time_point last_finish_{};
+    // Last, so they are destroyed (and drained) first.
+    std::unique_ptr<stream> h2d_, compute_, d2h_, peer_;
 };
 
 /// Bytes spanned by a host view (first to last element).
@@ -626,6 +634,16 @@ gemm_report execute_gemm(const gemm_plan& plan, std::span<device* const> devices
         std::vector<std::thread> threads;
         for (std::size_t i = 0; i < devices.size(); ++i) threads.emplace_back(work, i);
         for (auto& t : threads) t.join();
+    }
+    // Other devices may have queued peer copies on a device's streams after its own thread
+    // finished: drain every pipeline again, so such work is done and its errors are reported.
+    for (std::size_t i = 0; i < devices.size(); ++i) {
+        if (!pipes[i]) continue;
+        try {
+            pipes[i]->finish();
+        } catch (...) {
+            if (!errors[i]) errors[i] = std::current_exception();
+        }
     }
     for (std::size_t i = 0; i < devices.size(); ++i) {
         rep.peak_device_bytes = std::max(rep.peak_device_bytes, devices[i]->peak_bytes() - base[i]);
