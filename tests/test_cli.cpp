@@ -123,3 +123,25 @@ TEST(cli, DevicesListsTheCpu) {
 
 }  // namespace
 }  // namespace tilestream
+
+namespace tilestream {
+namespace {
+
+/// The progress line appears only on a terminal and only for runs longer than a second; `script`
+/// gives the tool a pseudo-terminal.
+TEST(cli, ProgressLineOnATerminal) {
+    if (std::system("command -v script > /dev/null 2>&1") != 0) GTEST_SKIP() << "no 'script' command for a pseudo-terminal";
+    const std::string run = std::string("script -qec \"") + TILESTREAM_CLI_PATH +
+                            " gemm --m 1000 --n 1000 --k 2000 --dtype f64 --kernel reference --memory-budget 2MiB";
+    auto shown = testing::run_cli_raw(run + "\" /dev/null");
+    EXPECT_NE(shown.find("tiles, "), std::string::npos) << shown;
+    EXPECT_NE(shown.find("GFLOP/s, ETA"), std::string::npos) << shown;
+    auto quiet = testing::run_cli_raw(run + " --quiet\" /dev/null");
+    EXPECT_EQ(quiet.find("ETA"), std::string::npos) << quiet;
+    EXPECT_NE(quiet.find("GFLOP/s"), std::string::npos) << quiet;  // the result line is still there
+    auto piped = run_cli("gemm --m 1000 --n 1000 --k 2000 --dtype f64 --kernel reference --memory-budget 2MiB");
+    EXPECT_EQ(piped.out.find("ETA"), std::string::npos) << "no progress line when stderr is not a terminal";
+}
+
+}  // namespace
+}  // namespace tilestream

@@ -51,6 +51,18 @@ inline cli_result run_cli(const std::string& args) {
     return r;
 }
 
+/// Output (stdout and stderr) of a shell command line.
+inline std::string run_cli_raw(const std::string& command) {
+    std::string out;
+    FILE* p = popen((command + " 2>&1").c_str(), "r");
+    if (!p) return out;
+    std::array<char, 4096> buf{};
+    std::size_t n;
+    while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+    pclose(p);
+    return out;
+}
+
 /// A fresh directory removed at the end of the test.
 class temp_dir {
 public:
