@@ -338,16 +338,9 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
     std::optional<double> rel_error;
     double tol = 0;
     if (a.flag("check")) {
-        // float64 reference from the same inputs.
-        ts::host_matrix<double> ad(ops.a.rows(), ops.a.cols()), bd(ops.b.rows(), ops.b.cols()), cd(m, n);
-        for (ts::index_t i = 0; i < ops.a.rows(); ++i)
-            for (ts::index_t j = 0; j < ops.a.cols(); ++j) ad(i, j) = ops.a(i, j);
-        for (ts::index_t i = 0; i < ops.b.rows(); ++i)
-            for (ts::index_t j = 0; j < ops.b.cols(); ++j) bd(i, j) = ops.b(i, j);
-        for (ts::index_t i = 0; i < m; ++i)
-            for (ts::index_t j = 0; j < n; ++j) cd(i, j) = beta != T(0) ? double(ops.c_init(i, j)) : 0.0;
-        ts::reference_gemm<double>(op_a, op_b, double(alpha), ad.view(), bd.view(), double(beta), cd.view());
-        rel_error = ts::relative_frobenius_error<T>(c.view(), cd.view());
+        const ts::host_matrix_view<const T> c0 =
+            beta != T(0) ? ops.c_init.view() : ts::host_matrix_view<const T>(c.data(), m, n, c_layout);
+        rel_error = ts::gemm_relative_error<T>(op_a, op_b, alpha, ops.a, ops.b, beta, c0, c.view());
         tol = ts::gemm_tolerance(type, k, opt.math);
     }
     if (out_path) ts::write_npy<T>(*out_path, c.view());

@@ -191,6 +191,23 @@ INSTANTIATE_TEST_SUITE_P(cuda, gemm_blas_semantics,
                                             ::testing::Values(gemm_kernel::naive, gemm_kernel::tiled,
                                                               gemm_kernel::vendor)));
 
+TEST(gemm_check, RelativeErrorFindsOneWrongElement) {
+    host_matrix<float> a(37, 23, layout::col_major), b(29, 23), c0(37, 29), c(37, 29);
+    fill_random(a.view(), 61);
+    fill_random(b.view(), 62);
+    fill_random(c0.view(), 63);
+    std::copy(c0.data(), c0.data() + 37 * 29, c.data());
+    auto devs = open_devices("cpu");
+    gemm<float>(*devs.front(), op::n, op::t, 0.5f, a.view(), b.view(), 2.0f, c.view());
+    const double good = gemm_relative_error<float>(op::n, op::t, 0.5f, a.view(), b.view(), 2.0f, c0.view(), c.view());
+    EXPECT_LE(good, gemm_tolerance(dtype::f32, 23));
+    c(17, 11) += 0.25f;
+    const double bad = gemm_relative_error<float>(op::n, op::t, 0.5f, a.view(), b.view(), 2.0f, c0.view(), c.view());
+    EXPECT_GT(bad, 100 * gemm_tolerance(dtype::f32, 23));
+    c(17, 11) = std::numeric_limits<float>::quiet_NaN();
+    EXPECT_TRUE(std::isinf(gemm_relative_error<float>(op::n, op::t, 0.5f, a.view(), b.view(), 2.0f, c0.view(), c.view())));
+}
+
 // ---- bad input ----
 
 TEST(gemm_bad_input, InnerDimensionMismatchNamesShapes) {

@@ -1,4 +1,5 @@
 // Random fills, poison and error norms shared by the CLI's --check, the tests and the benchmarks.
+#include <tilestream/gemm.hpp>
 #include <tilestream/verify.hpp>
 
 #include <cmath>
@@ -42,6 +43,32 @@ double relative_frobenius_error(host_matrix_view<const T> x, host_matrix_view<co
     return norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
 }
 
+namespace {
+template <class T>
+host_matrix<double> to_double(host_matrix_view<const T> v) {
+    host_matrix<double> d(v.rows(), v.cols());
+    for (index_t i = 0; i < v.rows(); ++i)
+        for (index_t j = 0; j < v.cols(); ++j) d(i, j) = static_cast<double>(v(i, j));
+    return d;
+}
+}  // namespace
+
+template <class T>
+double gemm_relative_error(op op_a, op op_b, T alpha, host_matrix_view<const T> a, host_matrix_view<const T> b,
+                           T beta, host_matrix_view<const T> c0, host_matrix_view<const T> c) {
+    validate_gemm(op_a, op_b, a.rows(), a.cols(), b.rows(), b.cols(), c.rows(), c.cols());
+    const host_matrix<double> ad = to_double(a), bd = to_double(b);
+    host_matrix<double> ref(c.rows(), c.cols());
+    if (beta != T(0)) {
+        validate_gemm(op_a, op_b, a.rows(), a.cols(), b.rows(), b.cols(), c0.rows(), c0.cols());
+        ref = to_double(c0);
+    } else {
+        fill_nan(ref.view());  // beta = 0: the reference must not read it either
+    }
+    reference_gemm<double>(op_a, op_b, double(alpha), ad.view(), bd.view(), double(beta), ref.view());
+    return relative_frobenius_error<T>(c, ref.view());
+}
+
 double gemm_tolerance(dtype t, index_t k, math_mode m) {
     double u = t == dtype::f32 ? std::ldexp(1.0, -24) : std::ldexp(1.0, -53);
     if (t == dtype::f32 && m == math_mode::tf32) u = std::ldexp(1.0, -11);
@@ -53,6 +80,11 @@ template void fill_random<double>(host_matrix_view<double>, std::uint64_t);
 template void fill_nan<float>(host_matrix_view<float>);
 template void fill_nan<double>(host_matrix_view<double>);
 template double relative_frobenius_error<float>(host_matrix_view<const float>, host_matrix_view<const double>);
+template double gemm_relative_error<float>(op, op, float, host_matrix_view<const float>, host_matrix_view<const float>,
+                                          float, host_matrix_view<const float>, host_matrix_view<const float>);
+template double gemm_relative_error<double>(op, op, double, host_matrix_view<const double>,
+                                           host_matrix_view<const double>, double, host_matrix_view<const double>,
+                                           host_matrix_view<const double>);
 template double relative_frobenius_error<double>(host_matrix_view<const double>, host_matrix_view<const double>);
 
 }  // namespace tilestream
