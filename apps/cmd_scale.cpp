@@ -55,9 +55,7 @@ std::vector<scaling_row> scale_gemm(const args& a, const std::vector<std::string
     po.strategy = parse_gemm_strategy(a.get_or("strategy", "auto"));
     po.kernel = parse_gemm_kernel(a.get_or("kernel", "vendor"));
     po.tile_m = po.tile_n = a.integer("tile", 0, 1, big);
-    const std::string cache = a.get_or("cache", "on");
-    if (cache != "on" && cache != "off") throw invalid_argument("--cache expects on or off, got '" + cache + "'");
-    po.cache = cache == "on";
+    po.cache = parse_cache_mode(a.get_or("cache", "auto"));
     open_options oo;
     if (auto b = a.get("memory-budget")) oo.memory_budget = parse_bytes(*b);
     oo.cpu_threads = int(a.integer("cpu-threads", 0, 1, 4096));
@@ -73,6 +71,7 @@ std::vector<scaling_row> scale_gemm(const args& a, const std::vector<std::string
             budget = std::min(budget, d->budget());
         }
         po.devices = int(ptrs.size());
+        po.in_place = computes_in_place(ptrs);
         const gemm_problem q = describe_gemm<T>(op::n, op::n, T(1), am.view(), bm.view(), T(0), cm.view());
         const device_rates rates = a.has("rates") ? parse_rates(*a.get("rates"))
                                                   : measure_rates(*ptrs.front(), type, po.kernel);
@@ -168,7 +167,7 @@ int cmd_scale_jacobi(int argc, char** argv) {
 int cmd_scale(int argc, char** argv) {
     if (argc < 3 || std::string(argv[2]) == "--help") {
         std::cout << "usage: tilestream scale gemm --m M --n N --k K --devices SETS [--dtype] [--kernel] [--strategy]\n"
-                     "                             [--memory-budget B] [--cpu-threads N] [--cache on|off] [--repeat R]\n"
+                     "                             [--memory-budget B] [--cpu-threads N] [--cache auto|on|off] [--repeat R]\n"
                      "       tilestream scale jacobi --nx NX --ny NY --iters I --devices SETS [--weak] [...]\n"
                      "  SETS: comma-separated device sets; '+' joins devices within a set, e.g. cpu:1,cpu:2,cuda:0+cpu\n"
                      "  [--json] [--plot scaling.svg]\n";

@@ -62,7 +62,7 @@ const char* gemm_help =
     "  --explain                 print the plan before the run and measured-vs-predicted after (stderr)\n"
     "  --trace run.json          write a Chrome trace (Perfetto, chrome://tracing)\n"
     "  --timeline run.svg        draw copies and kernels per device and stream (SVG)\n"
-    "  --cache on|off            reuse A/B tiles in spare device memory (default: on with several devices)\n"
+    "  --cache auto|on|off       reuse A/B tiles in spare device memory (auto: where the cost model predicts a gain)\n"
     "  --peer-tiles auto|on|off  copy missing tiles from another device's cache (auto: GPUs with peer access)\n"
     "  --quiet                   no progress line\n"
     "  --check                   compare with a float64 reference; exit 1 when over tolerance\n"
@@ -274,9 +274,8 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
     po.kernel = opt.kernel;
     po.math = opt.math;
     po.devices = int(dev_ptrs.size());
-    const std::string cache = a.get_or("cache", dev_ptrs.size() > 1 ? "on" : "off");
-    if (cache != "on" && cache != "off") throw ts::invalid_argument("--cache expects on or off, got '" + cache + "'");
-    po.cache = cache == "on";
+    po.cache = ts::parse_cache_mode(a.get_or("cache", "auto"));
+    po.in_place = ts::computes_in_place(dev_ptrs);
     for (auto* d : dev_ptrs)
         if (!d->supports(opt.kernel))
             throw ts::invalid_argument("gemm: device " + d->id() + " has no '" + std::string(ts::to_string(opt.kernel)) +
@@ -310,6 +309,9 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
 
     std::vector<double> seconds;
     ts::gemm_report last;
+    // Pinned once for all repeats, outside the timed runs.
+    const ts::pinned_operands pinned(dev_ptrs, ops.a, ops.b, c.view());
+    run.register_host = false;
     for (int r = 0; r < repeat; ++r) {
         if (beta != T(0))
             std::copy(ops.c_init.data(), ops.c_init.data() + m * n, c.data());

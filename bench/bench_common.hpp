@@ -6,6 +6,7 @@
 #include <tilestream/json.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 #include <chrono>
 #include <ctime>
 #include <cstdio>
@@ -16,6 +17,8 @@
 #include <vector>
 
 #include <unistd.h>
+
+#include <cblas.h>
 
 namespace tilestream::bench {
 
@@ -52,11 +55,41 @@ inline std::string machine_name() {
            " cores)";
 }
 
-/// The common header fields of a result file.
+/// The vector extensions the CPU reports (from /proc/cpuinfo), those that decide kernel choice.
+inline std::string cpu_isa_flags() {
+    std::ifstream in("/proc/cpuinfo");
+    std::string line, out;
+    while (std::getline(in, line)) {
+        if (line.rfind("flags", 0) != 0) continue;
+        line += ' ';
+        for (const char* f : {"sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_bf16", "amx_tile"})
+            if (line.find(std::string(" ") + f + " ") != std::string::npos) out += (out.empty() ? "" : " ") + std::string(f);
+        break;
+    }
+    return out;
+}
+
+/// The environment variables that change which kernels OpenBLAS or tilestream run, and how many threads.
+inline std::string kernel_environment() {
+    std::string out;
+    for (const char* v : {"OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
+                          "GOTO_NUM_THREADS", "TILESTREAM_CPU_ISA"}) {
+        const char* val = std::getenv(v);
+        out += (out.empty() ? "" : ", ") + std::string(v) + "=" + (val ? val : "(unset)");
+    }
+    return out;
+}
+
+/// The common header fields of a result file: what ran, where, when, and what decides the kernels.
 inline json_object result_header(const std::string& benchmark, const std::string& git_hash,
                                  const std::string& device) {
     json_object o;
     o.add("benchmark", benchmark).add("git_hash", git_hash).add("machine", machine_name());
+    o.add("cpu_model", inventory().cpu_name).add("cpu_cores", inventory().cpu_cores);
+    o.add("cpu_isa_flags", cpu_isa_flags()).add("kernel_environment", kernel_environment());
+    if (auto devs = open_devices("cpu"); !devs.empty())
+        o.add("cpu_kernel_isa", devs.front()->info().isa.empty() ? std::string("(not reported)") : devs.front()->info().isa);
+    o.add("openblas_corename", std::string(openblas_get_corename()));
     o.add("device", device).add("date", utc_date());
     return o;
 }

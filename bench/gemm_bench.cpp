@@ -90,9 +90,7 @@ int main(int argc, char** argv) {
         }
     }
     auto top = ts::bench::result_header("gemm_incore_cpu", git, dev.id() + " (" + std::to_string(dev.info().threads) + " threads)");
-    const char* forced = std::getenv("OPENBLAS_CORETYPE");
-    top.add("statistic", "median").add("openblas_corename", std::string(openblas_get_corename()));
-    top.add("openblas_coretype_env", forced ? std::string(forced) : std::string("(unset)"));
+    top.add("statistic", "median");
     top.raw("results", ts::json_array(rows));
     ts::bench::write_file_atomically(out, top.str());
     std::printf("wrote %s\n", out.c_str());

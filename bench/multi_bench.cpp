@@ -16,12 +16,13 @@ namespace ts = tilestream;
 int main(int argc, char** argv) {
     ts::bench::arguments args(argc, argv,
                               "usage: multi_bench [--out F] [--git-hash H] [--reps R] [--n N] [--sets cpu:1,cpu:2,cuda:0+cpu]"
-                              " [--cpu-threads T] [--budget-fraction F]");
+                              " [--cpu-threads T] [--budget-fraction F] [--cache auto|on|off]");
     const std::string out = args.get("out", "multi-cpu.json"), git = args.get("git-hash", "unknown");
     const std::string sets_arg = args.get("sets", "cpu:1,cpu:2");
     const ts::index_t n = args.number("n", 4096);
     const int reps = int(args.number("reps", 5)), threads = int(args.number("cpu-threads", 1));
     const double fraction = args.real("budget-fraction", 0.25);
+    const ts::cache_mode cache = ts::parse_cache_mode(args.get("cache", "auto"));
     if (!args.finish()) return 2;
     // Commas separate device sets, '+' joins the devices of one set.
     std::vector<std::string> sets = ts::bench::split(sets_arg, ',');
@@ -48,7 +49,7 @@ int main(int argc, char** argv) {
         const auto problem = ts::describe_gemm<T>(ts::op::n, ts::op::n, T(1), a.view(), b.view(), T(0), c.view());
         ts::plan_options po;
         po.devices = int(ptrs.size());
-        po.cache = true;
+        po.cache = cache;
         const auto rates = ts::measure_rates(*ptrs.front(), ts::dtype::f32, po.kernel);
         const auto plan = ts::plan_gemm(problem, budget, rates, po);
         ts::gemm_report rep;
@@ -88,7 +89,7 @@ int main(int argc, char** argv) {
         std::fflush(stdout);
     }
     auto top = ts::bench::result_header("gemm_multi_device", git, sets_arg);
-    top.add("statistic", "median").add("budget_fraction_of_operands", fraction);
+    top.add("statistic", "median").add("budget_fraction_of_operands", fraction).add("cache", std::string(ts::to_string(cache)));
     top.raw("results", ts::json_array(rows));
     ts::bench::write_file_atomically(out, top.str());
     std::printf("wrote %s\n", out.c_str());

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs the CPU benchmarks (GEMM kernels, out-of-core, several devices, Jacobi) and writes their JSON
-# under bench/results/ (named by benchmark, host, date).
+# Runs the CPU benchmarks (the goals, GEMM kernels, out-of-core, several devices, Jacobi) and writes
+# their JSON under bench/results/ (named by benchmark, host, date). Exits 1 when a goal is not met.
 set -euo pipefail
 build=${1:-build}
 cd "$(dirname "$0")/.."
@@ -9,7 +9,12 @@ hash=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 date=$(date -u +%Y-%m-%d)
 host=$(hostname -s 2>/dev/null || echo host)
 mkdir -p bench/results
+# The goals first: every figure beside its goal; a figure below its goal fails the run (after the
+# other benchmarks have still been written).
+status=0
+"$build/bench/goals_bench" --git-hash "$hash" --out "bench/results/goals-cpu-$host-$date.json" || status=$?
 "$build/bench/gemm_bench" --git-hash "$hash" --out "bench/results/gemm-cpu-$host-$date.json"
 "$build/bench/ooc_bench" --git-hash "$hash" --out "bench/results/gemm-ooc-cpu-$host-$date.json"
 "$build/bench/multi_bench" --git-hash "$hash" --cpu-threads 1 --sets cpu:1,cpu:2 --out "bench/results/gemm-multi-cpu-$host-$date.json"
 "$build/bench/jacobi_bench" --git-hash "$hash" --devices "cpu;cpu:2" --out "bench/results/jacobi-cpu-$host-$date.json"
+exit $status

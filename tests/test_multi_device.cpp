@@ -65,7 +65,7 @@ TEST_P(multi_device_matches_reference, ThreeDevicesSmallBudgets) {
                            strategy == gemm_strategy::row_panels;
         po.tile_k = panel ? 0 : 16;
         for (bool cache : {false, true}) {
-            po.cache = cache;
+            po.cache = cache ? cache_mode::on : cache_mode::off;
             std::copy(c0.data(), c0.data() + m * n, c.data());
             const auto rep = run_on<T>("cpu:3", 64 * 1024, po, oa, ob, a.view(), b.view(), T(0.5), T(-1.25), c.view());
             host_matrix<double> ad(a.rows(), a.cols()), bd(b.rows(), b.cols()), ref(m, n);
@@ -196,7 +196,7 @@ TEST(tile_cache, CountersMatchAHandComputedCase) {
     po.strategy = gemm_strategy::tiles_3d;
     po.kernel = gemm_kernel::tiled;
     po.tile_m = po.tile_n = po.tile_k = 16;
-    po.cache = true;
+    po.cache = cache_mode::on;
     const std::size_t tile = 16 * 16 * sizeof(float);
     // 2 A + 2 B + 2 C base slots, plus room for exactly one spare A and B slot.
     auto rep = run_on<float>("cpu", 8 * tile, po, op::n, op::n, a.view(), b.view(), 1.f, 0.f, c.view());
@@ -229,7 +229,7 @@ TEST(tile_cache, TilesComeFromPeerCaches) {
     po.kernel = gemm_kernel::tiled;
     po.tile_m = 8;
     po.tile_n = 12;
-    po.cache = true;
+    po.cache = cache_mode::on;
     gemm_run_options off;
     off.peer_tiles = peer_tile_mode::off;
     const auto rep_off = run_on<float>("cpu:3", 1 << 20, po, op::n, op::n, a.view(), b.view(), 1.f, 0.f, plain.view(), off);

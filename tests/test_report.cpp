@@ -121,7 +121,7 @@ TEST(report, ChromeTraceReadsBack) {
 TEST(report_cli, ScaleGemmWritesTableJsonAndPlot) {
     temp_dir dir;
     auto r = run_cli("scale gemm --m 300 --n 200 --k 100 --devices cpu:1,cpu:2,cpu:3 --cpu-threads 1 --repeat 1 "
-                     "--memory-budget 256KiB --rates h2d=10GB/s,d2h=10GB/s,gflops=20 --json --plot " + dir.file("s.svg"));
+                     "--memory-budget 256KiB --cache on --rates h2d=10GB/s,d2h=10GB/s,gflops=20 --json --plot " + dir.file("s.svg"));
     ASSERT_EQ(r.exit_code, 0) << r.out;
     for (const char* key : {"\"devices\": \"cpu:3\"", "\"device_count\": 3", "\"speedup\": ", "\"efficiency\": ",
                             "\"bytes_moved\": ", "\"cache_hit_rate\": "})

@@ -27,7 +27,9 @@ struct device_info {
     std::size_t memory_bytes = 0; ///< memory this device may use (its share of the physical memory)
     std::size_t memory_free = 0;  ///< free memory when discovered (GPU), else memory_bytes
     std::size_t budget_bytes = 0; ///< accounting budget for allocations
+    bool budget_given = false;    ///< the budget was set by the user (`@budget`, memory_budget)
     int threads = 0;              ///< CPU worker threads; for a GPU its SM count
+    std::string isa;              ///< CPU: the instruction set its kernels were chosen for
     // GPU-only facts.
     int physical_index = -1;      ///< the GPU ordinal behind a (logical) CUDA device
     int slice = 0, slices = 1;    ///< logical slice of the physical device

@@ -23,6 +23,8 @@ enum class gemm_strategy {
     c_block,          ///< a resident C block, k-slabs of A and B streamed through three buffers
     row_panels,       ///< several devices: device d takes C row panels d, d+D, ... (static), streaming
                       ///< B column panels through its own buffers (the classic multi-device split)
+    zero_copy,        ///< devices that address host memory compute on the operands where they lie:
+                      ///< no device buffers, no copies; units are C blocks (all of k)
 };
 std::string_view to_string(gemm_strategy s) noexcept;
 gemm_strategy parse_gemm_strategy(std::string_view s);
@@ -59,6 +61,11 @@ device_rates measure_rates(device& dev, dtype t, gemm_kernel kernel, math_mode m
 /// Parses "h2d=12GB/s,d2h=12GB/s,gflops=150,overhead=10us" over defaults.
 device_rates parse_rates(std::string_view text, device_rates base = {});
 
+/// Whether spare device memory caches A and B tiles across work units.
+enum class cache_mode { automatic, on, off };
+std::string_view to_string(cache_mode c) noexcept;
+cache_mode parse_cache_mode(std::string_view s);
+
 struct plan_options {
     gemm_strategy strategy = gemm_strategy::automatic;
     index_t tile_m = 0, tile_n = 0, tile_k = 0;  ///< 0 = the planner's choice
@@ -66,10 +73,14 @@ struct plan_options {
     gemm_kernel kernel = gemm_kernel::vendor;
     math_mode math = math_mode::strict;
     /// Keep A and B tiles in spare device memory (LRU) and reuse them in later units; the
-    /// planner then orders units to raise reuse. Off: every strategy copies what it says.
-    bool cache = false;
+    /// planner then orders units to raise reuse. `automatic`: only when the cost model predicts
+    /// the saved copies make the run faster. Off: every strategy copies what it says.
+    cache_mode cache = cache_mode::off;
     /// Devices that will share the work (the rates are per device); 1 for a single device.
     int devices = 1;
+    /// Every device can compute on host operands in place (host-addressable, no user budget):
+    /// `automatic` then considers zero-copy, which copies nothing; `zero_copy` requires it.
+    bool in_place = false;
 };
 
 /// One work unit: a block of C and the steps (k-slabs) that accumulate into it, in fixed order.
@@ -107,6 +118,7 @@ struct gemm_plan {
     std::size_t peak_device_bytes = 0;
     std::size_t budget = 0;
     double predicted_seconds = 0, predicted_copy_seconds = 0, predicted_compute_seconds = 0;
+    double predicted_h2d_seconds = 0, predicted_d2h_seconds = 0;  ///< each copy stream's busy time
     std::string bound;  ///< "compute", "copy h2d", "copy d2h"
     device_rates rates;
     std::size_t units = 0, steps = 0;

@@ -15,6 +15,7 @@ struct cpu_device_config {
     int threads = 1;           ///< compute worker threads of this device
     std::size_t memory = 0;    ///< its share of host memory
     std::size_t budget = 0;    ///< allocation budget
+    bool budget_given = false; ///< set by the user: the device then stages operands through it
     std::string name;          ///< processor model
 };
 std::unique_ptr<device> make_cpu_device(const cpu_device_config& cfg);

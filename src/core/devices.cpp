@@ -153,6 +153,7 @@ std::vector<std::unique_ptr<device>> open_devices(std::string_view spec, const o
                               : std::max(1, inv.cpu_cores / count + (i < inv.cpu_cores % count ? 1 : 0));
             cfg.memory = inv.host_memory / std::size_t(count);
             cfg.budget = budget ? *budget : (opt.memory_budget ? *opt.memory_budget : cfg.memory);
+            cfg.budget_given = budget || opt.memory_budget;
             cfg.name = inv.cpu_name;
             out.push_back(backends::make_cpu_device(cfg));
         }

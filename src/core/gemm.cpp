@@ -78,6 +78,8 @@ gemm_report gemm(device& dev, op op_a, op op_b, T alpha, host_matrix_view<const 
     po.transfer = opt.transfer;
     po.kernel = opt.kernel;
     po.math = opt.math;
+    device* devs[] = {&dev};
+    po.in_place = computes_in_place(devs);
     // Rates only steer the automatic choice; a fixed strategy runs without probing the device.
     const device_rates rates = opt.rates ? *opt.rates
                                : opt.strategy == gemm_strategy::automatic ? measure_rates(dev, problem.type, opt.kernel, opt.math)
@@ -88,7 +90,6 @@ gemm_report gemm(device& dev, op op_a, op op_b, T alpha, host_matrix_view<const 
     } catch (const out_of_budget& e) {
         throw out_of_budget(dev.id() + ": " + e.what());
     }
-    device* devs[] = {&dev};
     return execute_gemm<T>(plan, devs, alpha, a, b, beta, c);
 }
 

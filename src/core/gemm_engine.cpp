@@ -4,6 +4,7 @@
 #include <tilestream/error.hpp>
 #include <tilestream/gemm.hpp>
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <chrono>
@@ -199,9 +200,9 @@ private:
                 std::unique_lock lock(progress_mutex_);
                 if (progress_cv_.wait_for(lock, std::chrono::milliseconds(200), room)) return;
             }
-            // Nothing finished for a while: a copy-out error would keep the count from ever
-            // dropping, so drain the copy-out stream, which rethrows such an error.
-            d2h_->synchronize();
+            // Nothing finished for a while: an error on the stream that finishes units would keep
+            // the count from ever dropping, so drain that stream, which rethrows such an error.
+            (plan_.strategy == gemm_strategy::zero_copy ? compute_ : d2h_)->synchronize();
         }
     }
 
@@ -299,6 +300,7 @@ private:
     }
 
     void process(const gemm_unit& u) {
+        if (plan_.strategy == gemm_strategy::zero_copy) return process_in_place(u);
         const gemm_problem& q = plan_.problem;
         const bool ab = q.reads_ab && q.k > 0;
         slot& cs = c_slots_[next_c_++ % c_slots_.size()];
@@ -313,17 +315,7 @@ private:
             dev_.wait(*compute_, *cs.released);
         }
         for (const gemm_step& st : u.steps) {
-            gemm_call call;
-            call.type = q.type;
-            call.op_a = q.op_a;
-            call.op_b = q.op_b;
-            call.m = st.rows;
-            call.n = st.cols;
-            call.k = st.depth;
-            call.alpha = static_cast<double>(alpha_);
-            call.beta = st.k_block == 0 ? static_cast<double>(beta_) : 1.0;
-            call.kernel = plan_.kernel;
-            call.math = plan_.math;
+            gemm_call call = step_call(st);
             if (ab && st.depth > 0) {
                 const index_t i0 = st.a_tile_row * plan_.tile_m, p0 = st.k_block * plan_.tile_k,
                               j0 = st.b_tile_col * plan_.tile_n;
@@ -363,6 +355,55 @@ private:
         store(cs, c_rect);
         cs.released->record(*d2h_);
         dev_.enqueue_host(*d2h_, [this] { unit_finished(); }, "unit done");
+    }
+
+    /// The kernel call of one step, operands not yet set: the first k-slab applies beta, later
+    /// ones accumulate.
+    gemm_call step_call(const gemm_step& st) const {
+        const gemm_problem& q = plan_.problem;
+        gemm_call call;
+        call.type = q.type;
+        call.op_a = q.op_a;
+        call.op_b = q.op_b;
+        call.m = st.rows;
+        call.n = st.cols;
+        call.k = st.depth;
+        call.alpha = static_cast<double>(alpha_);
+        call.beta = st.k_block == 0 ? static_cast<double>(beta_) : 1.0;
+        call.kernel = plan_.kernel;
+        call.math = plan_.math;
+        return call;
+    }
+
+    /// Zero-copy: the kernel reads A and B and writes C where they lie in host memory, with the
+    /// host strides, on the compute stream; nothing is copied.
+    void process_in_place(const gemm_unit& u) {
+        const gemm_problem& q = plan_.problem;
+        const bool ab = q.reads_ab && q.k > 0;
+        for (const gemm_step& st : u.steps) {
+            gemm_call call = step_call(st);
+            const index_t i0 = u.row0 + st.c_row, j0 = u.col0 + st.c_col;
+            call.c = &c_(i0, j0);
+            call.ldc = c_.ld();
+            call.layout_c = c_.layout();
+            if (ab && st.depth > 0) {
+                const index_t p0 = st.k_block * plan_.tile_k;
+                call.a = q.op_a == op::n ? &a_(i0, p0) : &a_(p0, i0);
+                call.lda = a_.ld();
+                call.layout_a = a_.layout();
+                call.b = q.op_b == op::n ? &b_(p0, j0) : &b_(j0, p0);
+                call.ldb = b_.ld();
+                call.layout_b = b_.layout();
+            } else {
+                call.k = 0;  // alpha == 0 or k == 0: C = beta*C, A and B never read
+                call.alpha = 0;
+                call.beta = static_cast<double>(beta_);
+            }
+            dev_.gemm(*compute_, call);
+            slow_down();
+            flops_ += 2.0 * double(st.rows) * double(st.cols) * double(st.depth);
+        }
+        dev_.enqueue_host(*compute_, [this] { unit_finished(); }, "unit done");
     }
 
     void slow_down() {
@@ -581,27 +622,16 @@ gemm_report execute_gemm(const gemm_plan& plan, std::span<device* const> devices
 
     gemm_report rep;
     rep.plan = plan;
+    if (q.m == 0 || q.n == 0) return rep;
+
+    // Pinning is set-up, not work: done before the clock starts (and once for repeated runs, by
+    // a caller holding a pinned_operands).
+    pinned_operands pinned;
+    if (run.register_host && q.reads_ab) pinned = pinned_operands(devices, a, b, c);
+    else if (run.register_host)
+        pinned = pinned_operands(devices, std::array{std::pair<const void*, std::size_t>{c.data(), span_bytes(c)}});
     const auto t0 = clock::now();
     const std::vector<gemm_unit> units = plan_units(plan);
-    if (units.empty()) return rep;
-
-    // Pin host operands in place for devices that copy faster from pinned memory.
-    std::vector<std::pair<device*, void*>> registered;
-    if (run.register_host)
-        for (device* d : devices) {
-            if (d->host_addressable()) continue;
-            for (auto [p, n] : {std::pair<const void*, std::size_t>{a.data(), span_bytes(a)},
-                                {b.data(), span_bytes(b)}, {c.data(), span_bytes(c)}}) {
-                if (n == 0 || (!q.reads_ab && p != c.data())) continue;
-                try {
-                    d->register_host(const_cast<void*>(p), n);
-                    registered.emplace_back(d, const_cast<void*>(p));
-                } catch (const error&) {
-                    // Already pinned, or pinning refused: copies still work, only slower.
-                }
-            }
-            break;  // registration is per process for CUDA, once is enough
-        }
 
     run_state state(devices.size(), units.size());
     std::vector<std::size_t> base(devices.size());
@@ -656,22 +686,56 @@ gemm_report execute_gemm(const gemm_plan& plan, std::span<device* const> devices
             rep.bytes_from_peers += rep.devices.back().bytes_from_peers;
         }
     }
-    pipes.clear();  // drains streams, frees buffers
+    pipes.clear();  // drains streams, frees buffers (back to the device's pool: cheap)
+    rep.seconds = std::chrono::duration<double>(clock::now() - t0).count();
     for (device* d : devices)
         if (run.trace) d->set_trace_sink(nullptr);
-    for (auto [d, p] : registered) {
-        try {
-            d->unregister_host(p);
-        } catch (const error&) {
-        }
-    }
     for (auto& e : errors)
         if (e) std::rethrow_exception(e);
     rep.bytes_h2d = state.bytes_h2d;
     rep.bytes_d2h = state.bytes_d2h;
     rep.bytes_packed = state.bytes_packed;
-    rep.seconds = std::chrono::duration<double>(clock::now() - t0).count();
     return rep;
+}
+
+pinned_operands::pinned_operands(std::span<device* const> devices,
+                                 std::span<const std::pair<const void*, std::size_t>> ranges) {
+    for (device* d : devices) {
+        if (d->host_addressable()) continue;
+        for (auto [p, n] : ranges) {
+            if (n == 0 || p == nullptr) continue;
+            try {
+                d->register_host(const_cast<void*>(p), n);
+                pinned_.emplace_back(d, const_cast<void*>(p));
+            } catch (const error& e) {
+                refused_.push_back(e.what());
+            }
+        }
+        break;  // registration is per process for CUDA, once is enough
+    }
+}
+
+pinned_operands::~pinned_operands() {
+    for (auto [d, p] : pinned_) {
+        try {
+            d->unregister_host(p);
+        } catch (const error&) {
+        }
+    }
+}
+
+template <class T>
+pinned_operands::pinned_operands(std::span<device* const> devices, host_matrix_view<const T> a,
+                                 host_matrix_view<const T> b, host_matrix_view<T> c)
+    : pinned_operands(devices, std::array{std::pair<const void*, std::size_t>{a.data(), span_bytes(a)},
+                                          std::pair<const void*, std::size_t>{b.data(), span_bytes(b)},
+                                          std::pair<const void*, std::size_t>{c.data(), span_bytes(c)}}) {}
+
+bool computes_in_place(std::span<device* const> devices) {
+    if (devices.empty()) return false;
+    for (const device* d : devices)
+        if (!d->host_addressable() || d->info().budget_given) return false;
+    return true;
 }
 
 #define TILESTREAM_INSTANTIATE(T)                                                                                  \
@@ -682,5 +746,9 @@ gemm_report execute_gemm(const gemm_plan& plan, std::span<device* const> devices
 TILESTREAM_INSTANTIATE(float)
 TILESTREAM_INSTANTIATE(double)
 #undef TILESTREAM_INSTANTIATE
+template pinned_operands::pinned_operands(std::span<device* const>, host_matrix_view<const float>,
+                                          host_matrix_view<const float>, host_matrix_view<float>);
+template pinned_operands::pinned_operands(std::span<device* const>, host_matrix_view<const double>,
+                                          host_matrix_view<const double>, host_matrix_view<double>);
 
 }  // namespace tilestream

@@ -24,6 +24,7 @@ std::string_view to_string(gemm_strategy s) noexcept {
         case gemm_strategy::b_panel: return "b-panel";
         case gemm_strategy::c_block: return "c-block";
         case gemm_strategy::row_panels: return "row-panels";
+        case gemm_strategy::zero_copy: return "zero-copy";
     }
     return "?";
 }
@@ -31,10 +32,26 @@ std::string_view to_string(gemm_strategy s) noexcept {
 gemm_strategy parse_gemm_strategy(std::string_view s) {
     for (auto v : {gemm_strategy::automatic, gemm_strategy::in_core, gemm_strategy::tiles_3d, gemm_strategy::a_panel,
                    gemm_strategy::a_panel_c_panel, gemm_strategy::b_panel, gemm_strategy::c_block,
-                   gemm_strategy::row_panels})
+                   gemm_strategy::row_panels, gemm_strategy::zero_copy})
         if (s == to_string(v)) return v;
     throw invalid_argument("unknown strategy '" + std::string(s) +
-                           "' (expected auto, in-core, tiles-3d, a-panel, a-panel-c-panel, b-panel, c-block or row-panels)");
+                           "' (expected auto, in-core, tiles-3d, a-panel, a-panel-c-panel, b-panel, c-block, row-panels "
+                           "or zero-copy)");
+}
+
+std::string_view to_string(cache_mode c) noexcept {
+    switch (c) {
+        case cache_mode::automatic: return "auto";
+        case cache_mode::on: return "on";
+        case cache_mode::off: return "off";
+    }
+    return "?";
+}
+
+cache_mode parse_cache_mode(std::string_view s) {
+    for (auto v : {cache_mode::automatic, cache_mode::on, cache_mode::off})
+        if (s == to_string(v)) return v;
+    throw invalid_argument("--cache expects auto, on or off, got '" + std::string(s) + "'");
 }
 
 std::string_view to_string(transfer_mode t) noexcept { return t == transfer_mode::copy_2d ? "2d-copy" : "pack"; }
@@ -85,8 +102,29 @@ index_t host_ld(index_t given, index_t rows, index_t cols, layout l) {
     return given > 0 ? given : std::max<index_t>(1, l == layout::row_major ? cols : rows);
 }
 
-/// Fills slots, bytes and time of plan `p` (strategy and tiles set). Returns false when a tile
-/// is out of range.
+/// Zero-copy: no device buffers and no copies; the time is the compute, shared by the devices,
+/// plus a tail (with several devices the last units finish unevenly: half a unit on average).
+void cost_zero_copy(gemm_plan& p) {
+    const gemm_problem& q = p.problem;
+    const bool ab = q.reads_ab && q.k > 0;
+    p.a_slots = p.b_slots = p.c_slots = 0;
+    p.a_slot_bytes = p.b_slot_bytes = p.c_slot_bytes = 0;
+    p.peak_device_bytes = 0;
+    p.bytes_h2d = p.bytes_d2h = p.bytes_packed = 0;
+    p.units = std::size_t(p.tiles_m) * std::size_t(p.tiles_n);
+    p.steps = p.units * std::size_t(ab ? p.tiles_k : 1);
+    const device_rates& r = p.rates;
+    const std::size_t devs = std::size_t(std::max(1, p.devices)), units = std::max<std::size_t>(p.units, 1);
+    const double share = double((units + devs - 1) / devs) / double(units);
+    const double compute = (q.flops() / r.flops + double(p.steps) * r.op_overhead) * share;
+    const double tail = devs > 1 ? 0.5 * q.flops() / r.flops / double(units) : 0.0;
+    p.predicted_compute_seconds = compute;
+    p.predicted_copy_seconds = 0;
+    p.predicted_seconds = compute + tail;
+    p.bound = "compute (zero-copy: operands used in place)";
+}
+
+/// Fills slots, bytes and time of plan `p` (strategy and tiles set).
 void cost(gemm_plan& p) {
     const gemm_problem& q = p.problem;
     const std::size_t es = size_of(q.type);
@@ -119,6 +157,7 @@ void cost(gemm_plan& p) {
             c_block_cols = n;
             break;
         case gemm_strategy::b_panel: a_loads = std::size_t(p.tiles_n); p.reuse_b = true; break;
+        case gemm_strategy::zero_copy: return cost_zero_copy(p);
         case gemm_strategy::automatic: break;
     }
     p.a_slots = ab ? (p.strategy == gemm_strategy::in_core ? 1 : depth) : 0;
@@ -167,6 +206,8 @@ void cost(gemm_plan& p) {
     const double h2d_share = h2d * share, d2h_share = d2h * share;
     p.predicted_compute_seconds = compute;
     p.predicted_copy_seconds = h2d_share + d2h_share;
+    p.predicted_h2d_seconds = h2d_share;
+    p.predicted_d2h_seconds = d2h_share;
     if (p.strategy == gemm_strategy::in_core) {
         p.predicted_seconds = h2d_share + compute + d2h_share;
         p.bound = "nothing overlaps (in-core)";
@@ -178,6 +219,49 @@ void cost(gemm_plan& p) {
     const double pace = std::max({compute, h2d_share, d2h_share});
     p.predicted_seconds = pace + fill + drain;
     p.bound = pace == compute ? "compute" : (pace == h2d_share ? "copy h2d" : "copy d2h");
+}
+
+/// Turns spare budget into spare A and B slots (LRU tile cache), never more than the distinct
+/// tiles a run could reuse. Unless forced, only when the tiles it keeps would make the predicted
+/// time at least 3% shorter: a run bound by compute gains nothing from skipped copies.
+void add_tile_cache(gemm_plan& p, std::size_t budget, bool forced) {
+    const std::size_t spare = budget - p.peak_device_bytes;
+    const std::size_t pair = p.a_slot_bytes + p.b_slot_bytes;
+    const std::size_t fit = pair ? spare / pair : 0;
+    const std::size_t tiles_a = std::size_t(p.tiles_m) * std::size_t(p.tiles_k);
+    const std::size_t tiles_b = std::size_t(p.tiles_k) * std::size_t(p.tiles_n);
+    const auto useful = [](std::size_t tiles, int slots) { return tiles > std::size_t(slots) ? tiles - slots : 0; };
+    const std::size_t extra_a = std::min(fit, useful(tiles_a, p.a_slots));
+    const std::size_t extra_b = std::min(fit, useful(tiles_b, p.b_slots));
+    if (extra_a + extra_b == 0 && !forced) return;  // forced: LRU reuse over the base slots alone
+    // Serpentine order: a row's A tiles stay while its units run if a row's k-tiles fit; all of B
+    // is loaded once only if every B tile fits. Other reuse is not counted (a lower estimate).
+    const gemm_problem& q = p.problem;
+    const std::size_t es = size_of(q.type);
+    const std::size_t bytes_a = std::size_t(q.m) * std::size_t(q.k) * es, bytes_b = std::size_t(q.k) * std::size_t(q.n) * es;
+    std::size_t saved = 0;
+    if (!p.reuse_a && extra_a + std::size_t(p.a_slots) >= std::size_t(p.tiles_k)) saved += (std::size_t(p.tiles_n) - 1) * bytes_a;
+    if (!p.reuse_b && extra_b + std::size_t(p.b_slots) >= tiles_b) saved += (std::size_t(p.tiles_m) - 1) * bytes_b;
+    const double h2d = p.bytes_h2d ? p.predicted_h2d_seconds * double(p.bytes_h2d - std::min(saved, p.bytes_h2d)) /
+                                         double(p.bytes_h2d)
+                                   : 0.0;
+    const double pace = std::max({p.predicted_compute_seconds, p.predicted_h2d_seconds, p.predicted_d2h_seconds});
+    const double pace_cached = std::max({p.predicted_compute_seconds, h2d, p.predicted_d2h_seconds});
+    const double predicted = p.predicted_seconds - pace + pace_cached;
+    if (!forced && !(predicted < 0.97 * p.predicted_seconds)) return;
+    p.cache = true;
+    p.cache_slots_a = int(extra_a);
+    p.cache_slots_b = int(extra_b);
+    p.a_slots += int(extra_a);
+    p.b_slots += int(extra_b);
+    p.reuse_a = p.reuse_b = true;
+    p.peak_device_bytes += extra_a * p.a_slot_bytes + extra_b * p.b_slot_bytes;
+    if (predicted < p.predicted_seconds) {
+        p.predicted_seconds = predicted;
+        p.predicted_h2d_seconds = h2d;
+        p.predicted_copy_seconds = h2d + p.predicted_d2h_seconds;
+        p.bound = pace_cached == p.predicted_compute_seconds ? "compute" : (pace_cached == h2d ? "copy h2d" : "copy d2h");
+    }
 }
 
 std::vector<index_t> tile_candidates(index_t dim) {
@@ -206,8 +290,16 @@ gemm_plan plan_gemm(const gemm_problem& q, std::size_t budget, const device_rate
     checked_bytes(k, n, q.type, "plan_gemm: B");
     checked_bytes(m, n, q.type, "plan_gemm: C");
 
+    if (opt.strategy == gemm_strategy::zero_copy && !opt.in_place)
+        throw invalid_argument("zero-copy needs devices that compute on host memory in place (CPU devices "
+                               "without a memory budget)");
     std::vector<gemm_strategy> strategies;
-    if (opt.strategy == gemm_strategy::automatic)
+    // On devices that compute in place, zero-copy copies nothing and needs no device memory: nothing
+    // beats it, and in-core there means the whole product in place.
+    const bool whole_in_place = opt.strategy == gemm_strategy::in_core && opt.in_place;
+    if ((opt.strategy == gemm_strategy::automatic && opt.in_place) || whole_in_place)
+        strategies = {gemm_strategy::zero_copy};
+    else if (opt.strategy == gemm_strategy::automatic)
         strategies = {gemm_strategy::in_core, gemm_strategy::a_panel, gemm_strategy::b_panel,
                       gemm_strategy::a_panel_c_panel, gemm_strategy::c_block, gemm_strategy::tiles_3d};
     else
@@ -276,6 +368,18 @@ gemm_plan plan_gemm(const gemm_problem& q, std::size_t budget, const device_rate
                         for (index_t tk : fixed_or(opt.tile_k, k)) consider(s, tm, tn, tk);
                     }
                 break;
+            case gemm_strategy::zero_copy:
+                if (whole_in_place) {
+                    consider(s, m, n, k);
+                    break;
+                }
+                // Blocks of C with all of k; blocks below 256 lose kernel efficiency for little balance.
+                for (index_t tm : fixed_or(opt.tile_m, m))
+                    for (index_t tn : fixed_or(opt.tile_n, n)) {
+                        if ((tm < 256 && tm < m && !opt.tile_m) || (tn < 256 && tn < n && !opt.tile_n)) continue;
+                        consider(s, tm, tn, opt.tile_k ? std::min(opt.tile_k, k) : k);
+                    }
+                break;
             case gemm_strategy::automatic: break;
         }
     }
@@ -288,19 +392,8 @@ gemm_plan plan_gemm(const gemm_problem& q, std::size_t budget, const device_rate
             << smallest->tile_k << ")";
         throw out_of_budget(msg.str());
     }
-    if (opt.cache && best->a_slots > 0 && best->strategy != gemm_strategy::in_core) {
-        // Spare memory becomes spare A and B slots, shared in proportion to their sizes.
-        gemm_plan& p = *best;
-        const std::size_t spare = budget - p.peak_device_bytes;
-        const std::size_t pair = p.a_slot_bytes + p.b_slot_bytes;
-        const std::size_t extra = pair ? std::min<std::size_t>(spare / pair, 4096) : 0;
-        p.cache = true;
-        p.cache_slots_a = p.cache_slots_b = int(extra);
-        p.a_slots += int(extra);
-        p.b_slots += int(extra);
-        p.reuse_a = p.reuse_b = true;
-        p.peak_device_bytes += extra * pair;
-    }
+    if (opt.cache != cache_mode::off && best->a_slots > 0 && best->strategy != gemm_strategy::in_core)
+        add_tile_cache(*best, budget, opt.cache == cache_mode::on);
     return *best;
 }
 
@@ -349,12 +442,17 @@ std::string explain(const gemm_plan& p) {
     std::ostringstream s;
     s << "plan: C(" << q.m << "x" << q.n << ") = op(A)(" << q.m << "x" << q.k << ") * op(B)(" << q.k << "x" << q.n << "), "
       << to_string(q.type) << ", kernel " << to_string(p.kernel) << "\n";
-    s << "  strategy        " << to_string(p.strategy) << " (" << to_string(p.transfer) << " transfers)\n";
+    const bool in_place = p.strategy == gemm_strategy::zero_copy;
+    s << "  strategy        " << to_string(p.strategy)
+      << (in_place ? std::string(" (no transfers)") : " (" + std::string(to_string(p.transfer)) + " transfers)") << "\n";
     s << "  tiles           " << p.tile_m << " x " << p.tile_n << " x " << p.tile_k << "  -> " << p.tiles_m << " x "
       << p.tiles_n << " x " << p.tiles_k << " tiles, " << p.units << " work units, " << p.steps << " kernel calls\n";
-    s << "  device buffers  A " << p.a_slots << " x " << format_bytes(p.a_slot_bytes) << ", B " << p.b_slots << " x "
+    if (in_place)
+        s << "  device buffers  none: the kernels read A and B and write C where they lie in host memory\n";
+    else
+        s << "  device buffers  A " << p.a_slots << " x " << format_bytes(p.a_slot_bytes) << ", B " << p.b_slots << " x "
       << format_bytes(p.b_slot_bytes) << ", C " << p.c_slots << " x " << format_bytes(p.c_slot_bytes)
-      << (p.cache ? "  (tile cache: " + std::to_string(p.cache_slots_a) + " spare A and B slots, LRU)"
+      << (p.cache ? "  (tile cache: " + std::to_string(p.cache_slots_a) + " spare A and " + std::to_string(p.cache_slots_b) + " spare B slots, LRU)"
                   : std::string(p.reuse_a ? "  (A panel reused)" : "") + (p.reuse_b ? "  (B panel reused)" : ""))
       << "\n";
     if (p.devices > 1)

@@ -266,6 +266,7 @@ protected:
             if (auto it = idle_blocks_.find(bytes); it != idle_blocks_.end()) {
                 void* p = it->second;
                 idle_blocks_.erase(it);
+                idle_bytes_ -= bytes;
                 sizes_[p] = bytes;
                 return p;
             }
@@ -288,10 +289,12 @@ protected:
         auto it = sizes_.find(p);
         if (it == sizes_.end()) return;
         // Keep at most the device's budget of idle blocks; beyond that, give memory back.
-        std::size_t idle = 0;
-        for (const auto& [size, q] : idle_blocks_) idle += size;
-        if (idle + it->second <= info_.budget_bytes) idle_blocks_.emplace(it->second, p);
-        else std::free(p);
+        if (idle_bytes_ + it->second <= info_.budget_bytes) {
+            idle_blocks_.emplace(it->second, p);
+            idle_bytes_ += it->second;
+        } else {
+            std::free(p);
+        }
         sizes_.erase(it);
     }
 
@@ -304,6 +307,7 @@ private:
     static constexpr std::size_t huge_page = std::size_t(2) << 20;
     std::mutex block_mutex_;
     std::multimap<std::size_t, void*> idle_blocks_;
+    std::size_t idle_bytes_ = 0;  // sum of the idle blocks' sizes
     std::map<void*, std::size_t> sizes_;
 
 private:
@@ -363,6 +367,7 @@ std::unique_ptr<device> make_cpu_device(const cpu_device_config& cfg) {
     info.memory_bytes = cfg.memory;
     info.memory_free = cfg.memory;
     info.budget_bytes = cfg.budget;
+    info.budget_given = cfg.budget_given;
     info.threads = std::max(1, cfg.threads);
     return std::make_unique<cpu_device>(std::move(info));
 }

@@ -890,6 +890,7 @@ std::unique_ptr<device> make_cuda_device(int ordinal, int slice, int slices,
                                    format_bytes(share) + " (" + format_bytes(free) + " free / " +
                                    std::to_string(slices) + (slices == 1 ? " slice)" : " slices)"));
         info.budget_bytes = *budget;
+        info.budget_given = true;
     } else {
         info.budget_bytes = cuda::default_budget(share);
     }

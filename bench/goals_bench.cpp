@@ -1,0 +1,238 @@
+// The CPU goals of the project measured in one run, each figure beside its anchor with runs
+// alternated (ours, anchor, ours, ...) so a noisy machine hits both alike. Prints every ratio
+// beside its goal and exits 1 when one falls below it, so a change that slows a default path
+// cannot land silently. Every tilestream figure goes through the default path a newcomer gets
+// (the library call with default options); tuned settings are listed as such.
+#include "bench_common.hpp"
+
+#include <tilestream/devices.hpp>
+#include <tilestream/gemm.hpp>
+#include <tilestream/verify.hpp>
+
+#include <cblas.h>
+
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <limits>
+
+namespace ts = tilestream;
+
+namespace {
+
+struct pair_timing {
+    double ours = 0, anchor = 0;
+};
+
+/// One warm-up of each, then `reps` alternating timed runs of each; medians.
+pair_timing alternate(int reps, const std::function<void()>& ours, const std::function<void()>& anchor) {
+    ours();
+    anchor();
+    std::vector<double> a, b;
+    for (int r = 0; r < reps; ++r) {
+        for (int side = 0; side < 2; ++side) {
+            const int which = (r % 2) ^ side;  // swap the order every repetition
+            const auto t0 = std::chrono::steady_clock::now();
+            (which == 0 ? ours : anchor)();
+            const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            (which == 0 ? a : b).push_back(t);
+        }
+    }
+    return {ts::bench::median(a), ts::bench::median(b)};
+}
+
+template <class T>
+void blas_gemm(ts::index_t n, const T* a, const T* b, T* c) {
+    if constexpr (std::is_same_v<T, float>)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.f, a, n, b, n, 0.f, c, n);
+    else
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0, a, n, b, n, 0.0, c, n);
+}
+
+/// A GEMM through the library on devices opened from a spec, planned as the CLI plans it with
+/// the given options; returns the report of the last run.
+template <class T>
+struct planned_gemm {
+    std::vector<std::unique_ptr<ts::device>> devs;
+    std::vector<ts::device*> ptrs;
+    ts::gemm_plan plan;
+
+    planned_gemm(const std::string& spec, const ts::open_options& oo, ts::plan_options po, ts::host_matrix_view<const T> a,
+                 ts::host_matrix_view<const T> b, ts::host_matrix_view<T> c) {
+        devs = ts::open_devices(spec, oo);
+        std::size_t budget = std::numeric_limits<std::size_t>::max();
+        for (auto& d : devs) {
+            ptrs.push_back(d.get());
+            budget = std::min(budget, d->budget());
+        }
+        po.devices = int(ptrs.size());
+        po.in_place = ts::computes_in_place(ptrs);
+        const auto q = ts::describe_gemm<T>(ts::op::n, ts::op::n, T(1), a, b, T(0), c);
+        plan = ts::plan_gemm(q, budget, ts::measure_rates(*ptrs.front(), q.type, po.kernel), po);
+    }
+    ts::gemm_report run(ts::host_matrix_view<const T> a, ts::host_matrix_view<const T> b, ts::host_matrix_view<T> c) {
+        return ts::execute_gemm<T>(plan, ptrs, T(1), a, b, T(0), c);
+    }
+};
+
+struct goal_row {
+    std::string name, anchor, detail;
+    double ours_seconds = 0, anchor_seconds = 0, ratio = 0, goal = 0;
+    bool ok = true;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    ts::bench::arguments args(argc, argv,
+                              "usage: goals_bench [--out F] [--git-hash H] [--reps R] [--sizes 2048,4096] [--ooc-n 4096]"
+                              " [--margin 1.0] [--only tiled,vendor,multi,scaling,ooc]");
+    const std::string out = args.get("out", ""), git = args.get("git-hash", "unknown");
+    const int reps = int(args.number("reps", 5));
+    std::vector<ts::index_t> sizes;
+    for (const auto& t : ts::bench::split(args.get("sizes", "2048,4096"), ',')) sizes.push_back(std::stoll(t));
+    const ts::index_t ooc_n = args.number("ooc-n", 4096);
+    // A goal is met when ratio >= goal * margin; CI's short run uses a generous margin for noise.
+    const double margin = args.real("margin", 1.0);
+    const auto only = ts::bench::split(args.get("only", "tiled,vendor,multi,scaling,ooc"), ',');
+    if (!args.finish()) return 2;
+    const auto wanted = [&](const char* part) { return std::find(only.begin(), only.end(), part) != only.end(); };
+    const int cores = ts::inventory().cpu_cores;
+    std::vector<goal_row> goals;
+    const auto report = [&](goal_row g) {
+        g.ratio = g.anchor_seconds / g.ours_seconds;
+        g.ok = g.ratio >= g.goal * margin;
+        std::printf("%-44s %9.4f s  anchor %9.4f s  ratio %6.3f  goal >= %.2f%s  %s\n", g.name.c_str(), g.ours_seconds,
+                    g.anchor_seconds, g.ratio, g.goal, margin != 1.0 ? (" (x" + std::to_string(margin).substr(0, 4) + ")").c_str() : "",
+                    g.ok ? "ok" : "BELOW GOAL");
+        std::fflush(stdout);
+        goals.push_back(std::move(g));
+    };
+
+    for (ts::dtype type : {ts::dtype::f32, ts::dtype::f64})
+        for (ts::index_t n : sizes)
+            ts::visit_dtype(type, [&]<class T>() {
+                ts::host_matrix<T> a(n, n), b(n, n), c(n, n), c2(n, n);
+                ts::fill_random(a.view(), 1);
+                ts::fill_random(b.view(), 2);
+                const std::string shape = std::string(ts::to_string(type)) + " n=" + std::to_string(n);
+                const auto openblas = [&] {
+                    openblas_set_num_threads(cores);
+                    blas_gemm<T>(n, a.data(), b.data(), c2.data());
+                };
+                const std::string anchor = "OpenBLAS cblas_" + std::string(type == ts::dtype::f32 ? "s" : "d") +
+                                           "gemm called directly, " + std::to_string(cores) + " threads";
+                // The library call with default options on the default device, as `gemm --kernel K` runs it.
+                for (const char* kname : {"tiled", "vendor"}) {
+                    if (!wanted(kname)) continue;
+                    auto devs = ts::open_devices("cpu");
+                    ts::gemm_options opt;
+                    opt.kernel = ts::parse_gemm_kernel(kname);
+                    opt.strategy = ts::gemm_strategy::automatic;
+                    ts::gemm_report rep;
+                    const auto t = alternate(reps,
+                                             [&] {
+                                                 openblas_set_num_threads(1);
+                                                 rep = ts::gemm<T>(*devs.front(), ts::op::n, ts::op::n, T(1), a.view(), b.view(),
+                                                                   T(0), c.view(), opt);
+                                             },
+                                             openblas);
+                    report({std::string("default gemm --kernel ") + kname + " / OpenBLAS, " + shape, anchor,
+                            "strategy " + std::string(ts::to_string(rep.plan.strategy)),
+                            t.ours, t.anchor, 0, std::string(kname) == "tiled" ? 0.80 : 0.97});
+                }
+            });
+
+    using T = float;
+    for (ts::index_t n : sizes) {
+        ts::host_matrix<T> a(n, n), b(n, n), c(n, n);
+        ts::fill_random(a.view(), 1);
+        ts::fill_random(b.view(), 2);
+        const std::string shape = "f32 n=" + std::to_string(n);
+        if (wanted("multi")) {
+            // cpu:2 with default options against the same with the tile cache off, and the same
+            // pair under a budget of 25% of the operands (where the budgeted, copying path runs).
+            for (bool budgeted : {false, true}) {
+                ts::open_options oo;
+                if (budgeted) oo.memory_budget = 3 * std::size_t(n) * std::size_t(n) * sizeof(T) / 4;
+                ts::plan_options def, off;
+                def.cache = ts::cache_mode::automatic;
+                off.cache = ts::cache_mode::off;
+                planned_gemm<T> g_def("cpu:2", oo, def, a.view(), b.view(), c.view());
+                planned_gemm<T> g_off("cpu:2", oo, off, a.view(), b.view(), c.view());
+                const auto t = alternate(reps, [&] { g_def.run(a.view(), b.view(), c.view()); },
+                                         [&] { g_off.run(a.view(), b.view(), c.view()); });
+                report({"cpu:2 default / --cache off, " + shape + (budgeted ? ", 25% budget" : ""), "the same with --cache off",
+                        "strategy " + std::string(ts::to_string(g_def.plan.strategy)) + (g_def.plan.cache ? ", cache on" : ", cache off"),
+                        t.ours, t.anchor, 0, 1.0});
+            }
+        }
+        if (wanted("scaling")) {
+            // Efficiency of cpu:2 against cpu:1, one thread per device, default options, no budget.
+            ts::open_options oo;
+            oo.cpu_threads = 1;
+            ts::plan_options po;
+            po.cache = ts::cache_mode::automatic;
+            planned_gemm<T> one("cpu:1", oo, po, a.view(), b.view(), c.view());
+            planned_gemm<T> two("cpu:2", oo, po, a.view(), b.view(), c.view());
+            openblas_set_num_threads(1);
+            const auto t = alternate(reps, [&] { two.run(a.view(), b.view(), c.view()); },
+                                     [&] { one.run(a.view(), b.view(), c.view()); });
+            // Efficiency = speedup / 2: the anchor's time is halved so the ratio reads as efficiency.
+            report({"cpu:2 / cpu:1 efficiency (1 thread each), " + shape, "cpu:1 in the same run",
+                    "strategy " + std::string(ts::to_string(two.plan.strategy)), t.ours, t.anchor / 2, 0, 0.90});
+        }
+    }
+
+    if (wanted("ooc")) {
+        const ts::index_t n = ooc_n;
+        for (ts::dtype type : {ts::dtype::f32, ts::dtype::f64})
+            ts::visit_dtype(type, [&]<class T>() {
+                ts::host_matrix<T> a(n, n), b(n, n), c(n, n);
+                ts::fill_random(a.view(), 1);
+                ts::fill_random(b.view(), 2);
+                const std::size_t operands = 3 * std::size_t(n) * std::size_t(n) * sizeof(T);
+                ts::open_options small, whole;
+                small.memory_budget = operands / 4;
+                whole.memory_budget = operands + (operands / 8);  // room for in-core: copies like an accelerator
+                ts::plan_options po;
+                ts::plan_options in;
+                in.strategy = ts::gemm_strategy::in_core;
+                openblas_set_num_threads(1);
+                planned_gemm<T> ooc("cpu", small, po, a.view(), b.view(), c.view());
+                planned_gemm<T> incore("cpu", whole, in, a.view(), b.view(), c.view());
+                const auto t = alternate(std::max(3, reps / 2), [&] { ooc.run(a.view(), b.view(), c.view()); },
+                                         [&] { incore.run(a.view(), b.view(), c.view()); });
+                report({"out-of-core (25% budget) / in-core, " + std::string(ts::to_string(type)) + " n=" + std::to_string(n),
+                        "in-core on the same device with a budget that fits (copies in and out)",
+                        "strategy " + std::string(ts::to_string(ooc.plan.strategy)) + " tiles " + std::to_string(ooc.plan.tile_m) +
+                            "x" + std::to_string(ooc.plan.tile_n) + "x" + std::to_string(ooc.plan.tile_k),
+                        t.ours, t.anchor, 0, 0.90});
+            });
+    }
+
+    bool all_ok = true;
+    std::vector<std::string> rows;
+    for (const auto& g : goals) {
+        all_ok = all_ok && g.ok;
+        rows.push_back(ts::json_object()
+                           .add("figure", g.name)
+                           .add("anchor", g.anchor)
+                           .add("detail", g.detail)
+                           .add("median_seconds", g.ours_seconds)
+                           .add("anchor_median_seconds", g.anchor_seconds)
+                           .add("ratio", g.ratio)
+                           .add("goal", g.goal)
+                           .add("met", g.ok)
+                           .str());
+    }
+    if (!out.empty()) {
+        auto top = ts::bench::result_header("cpu_goals", git, "cpu (default devices)");
+        top.add("statistic", "median of alternating runs").add("repetitions", reps).add("margin", margin);
+        top.raw("results", ts::json_array(rows));
+        ts::bench::write_file_atomically(out, top.str());
+        std::printf("wrote %s\n", out.c_str());
+    }
+    std::printf("%s\n", all_ok ? "all goals met" : "SOME GOALS NOT MET");
+    return all_ok ? 0 : 1;
+}
