@@ -379,6 +379,7 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
         if (check)
             o.add("rel_error", check->error).add("tolerance", check->tolerance).add("check_passed", ok)
                 .add("check_method", std::string(ts::to_string(check->method))).add("check_tolerance", check->tolerance)
+                .add("check_seconds", check->seconds)
                 .add("check_nonfinite_matched", check->nonfinite_matched)
                 .add("check_nonfinite_mismatched", check->nonfinite_mismatched);
         if (anchor)

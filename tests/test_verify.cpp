@@ -343,5 +343,15 @@ TEST(cli_check, AnchorPrintsOpenBlasAndRatio) {
     EXPECT_NE(r.out.find("\"ratio_to_anchor\": "), std::string::npos) << r.out;
 }
 
+TEST(cli_check, JacobiCheckSaysWhatItCost) {
+    auto r = run_cli("jacobi --nx 66 --ny 45 --iters 30 --devices cpu:2 --check --quiet");
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_NE(r.out.find("bitwise identical to a single-device run on cpu:0 (the rerun took "), std::string::npos)
+        << r.out;
+    r = run_cli("jacobi --nx 66 --ny 45 --iters 30 --devices cpu:2 --check --json");
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_NE(r.out.find("\"check_seconds\": "), std::string::npos) << r.out;
+}
+
 }  // namespace
 }  // namespace tilestream

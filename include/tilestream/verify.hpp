@@ -70,9 +70,11 @@ struct gemm_check_result {
     index_t nonfinite_mismatched = 0;
     /// The first such element, e.g. "C(3, 5) is nan where the reference is 1.25".
     std::string first_mismatch;
+    /// Wall-clock seconds the check took.
+    double seconds = 0;
 
     bool passed() const { return nonfinite_mismatched == 0 && error <= tolerance; }
-    /// One line: "relative Frobenius error E (tolerance T, METHOD) ...: OK|FAILED".
+    /// One line: "relative Frobenius error E (tolerance T, METHOD, S s) ...: OK|FAILED".
     std::string summary() const;
 };
 

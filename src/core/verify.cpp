@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <exception>
@@ -129,8 +130,8 @@ std::string gemm_check_result::summary() const {
     static const char* names[] = {"sequential float64 reference", "float64 OpenBLAS reference",
                                   "Freivalds estimate from 4+4 random vectors"};
     char buf[160];
-    std::snprintf(buf, sizeof buf, "relative Frobenius error %.3e (tolerance %.3e, %s)", error, tolerance,
-                  names[int(method)]);
+    std::snprintf(buf, sizeof buf, "relative Frobenius error %.3e (tolerance %.3e, %s, %.3f s)", error, tolerance,
+                  names[int(method)], seconds);
     std::string s = buf;
     if (nonfinite_matched > 0)
         s += "; " + std::to_string(nonfinite_matched) + " NaN/Inf matched the reference's";
@@ -450,17 +451,22 @@ gemm_check_result check_gemm_with(const gemm_check_options& opt, op op_a, op op_
     if (beta != T(0)) validate_gemm(op_a, op_b, a.rows(), a.cols(), b.rows(), b.cols(), c0.rows(), c0.cols());
     check_operands<T> o{op_view(a, op_a), op_view(b, op_b), beta != T(0) ? c0 : c, c, alpha, beta,
                         c.rows(), c.cols(), op_a == op::n ? a.cols() : a.rows()};
+    const auto t0 = std::chrono::steady_clock::now();
     gemm_check_result res;
     res.method = opt.method ? *opt.method : choose_gemm_check(o.m, o.n, o.k);
     res.tolerance = gemm_check_tolerance(res.method, dtype_of<T>(), o.n, o.k, mode);
-    if (res.method == gemm_check_method::freivalds) return check_freivalds(o, opt, res);
-    const error_tally t = res.method == gemm_check_method::reference
-                              ? compare_with_reference(o)
-                              : compare_with_blas(o, iota_indices(o.m), iota_indices(o.n), opt);
-    res.error = t.norm2 > 0 ? std::sqrt(t.diff2 / t.norm2) : std::sqrt(t.diff2);
-    res.nonfinite_matched = t.matched;
-    res.nonfinite_mismatched = t.mismatched;
-    res.first_mismatch = t.first;
+    if (res.method == gemm_check_method::freivalds) {
+        res = check_freivalds(o, opt, res);
+    } else {
+        const error_tally t = res.method == gemm_check_method::reference
+                                  ? compare_with_reference(o)
+                                  : compare_with_blas(o, iota_indices(o.m), iota_indices(o.n), opt);
+        res.error = t.norm2 > 0 ? std::sqrt(t.diff2 / t.norm2) : std::sqrt(t.diff2);
+        res.nonfinite_matched = t.matched;
+        res.nonfinite_mismatched = t.mismatched;
+        res.first_mismatch = t.first;
+    }
+    res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return res;
 }
 
