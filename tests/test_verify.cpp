@@ -178,29 +178,37 @@ void planted_errors_fail(gemm_check_method method) {
             p.c(m - 1, 0) += T(1);
             EXPECT_FALSE(check(p, method).passed());
         }
-        {  // a wrong row: ||E||_F = 2 tol ||ref||_F spread over the row
+        // A wrong row and a wrong column of random signs, ||E||_F just over the tolerance: Freivalds
+        // sees a row error exactly through y^T C and a column error through C x.
+        std::uint64_t s = 777;
+        auto sign = [&s] {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            return (s >> 63) ? 1.0 : -1.0;
+        };
+        for (index_t row : {index_t(0), m / 2, m - 1}) {
             auto p = fresh();
-            const double d = 2 * tol * norm / std::sqrt(double(n));
-            for (index_t j = 0; j < n; ++j) p.c(m / 2, j) += T(j % 2 ? d : -d);
+            const double d = 1.25 * tol * norm / std::sqrt(double(n));
+            for (index_t j = 0; j < n; ++j) p.c(row, j) += T(sign() * d);
             const auto r = check(p, method);
-            EXPECT_FALSE(r.passed()) << r.summary();
+            EXPECT_FALSE(r.passed()) << "row " << row << ": " << r.summary();
         }
-        {  // a wrong column, likewise
+        for (index_t col : {index_t(0), n / 3, n - 1}) {
             auto p = fresh();
-            const double d = 2 * tol * norm / std::sqrt(double(m));
-            for (index_t i = 0; i < m; ++i) p.c(i, n - 2) += T(i % 3 ? d : -d);
+            const double d = 1.25 * tol * norm / std::sqrt(double(m));
+            for (index_t i = 0; i < m; ++i) p.c(i, col) += T(sign() * d);
             const auto r = check(p, method);
-            EXPECT_FALSE(r.passed()) << r.summary();
+            EXPECT_FALSE(r.passed()) << "column " << col << ": " << r.summary();
+        }
+        {  // a wrong row far off
+            auto p = fresh();
+            for (index_t j = 0; j < n; ++j) p.c(m / 2, j) += T(0.5);
+            EXPECT_FALSE(check(p, method).passed());
         }
         {  // a wrong 5 x 7 block of random signs, ||E||_F = 4 tol ||ref||_F
             auto p = fresh();
             const double d = 4 * tol * norm / std::sqrt(35.0);
-            std::uint64_t s = 12345;
             for (index_t i = 10; i < 15; ++i)
-                for (index_t j = 20; j < 27; ++j) {
-                    s = s * 6364136223846793005ull + 1442695040888963407ull;
-                    p.c(i, j) += T((s >> 63) ? d : -d);
-                }
+                for (index_t j = 20; j < 27; ++j) p.c(i, j) += T(sign() * d);
             const auto r = check(p, method);
             EXPECT_FALSE(r.passed()) << r.summary();
         }
