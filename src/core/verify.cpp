@@ -127,11 +127,14 @@ double gemm_check_tolerance(gemm_check_method method, dtype t, index_t n, index_
 }
 
 std::string gemm_check_result::summary() const {
-    static const char* names[] = {"sequential float64 reference", "float64 OpenBLAS reference",
-                                  "Freivalds estimate from 4+4 random vectors"};
-    char buf[160];
+    const std::string v = std::to_string(gemm_check_freivalds_vectors);
+    const std::string name = method == gemm_check_method::reference ? "sequential float64 reference"
+                             : method == gemm_check_method::blas    ? "float64 OpenBLAS reference"
+                                                                    : "Freivalds estimate from " + v + "+" + v +
+                                                                          " random vectors";
+    char buf[200];
     std::snprintf(buf, sizeof buf, "relative Frobenius error %.3e (tolerance %.3e, %s, %.3f s)", error, tolerance,
-                  names[int(method)], seconds);
+                  name.c_str(), seconds);
     std::string s = buf;
     if (nonfinite_matched > 0)
         s += "; " + std::to_string(nonfinite_matched) + " NaN/Inf matched the reference's";
