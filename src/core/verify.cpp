@@ -331,14 +331,14 @@ error_tally compare_with_reference(const check_operands<T>& o) {
 
 constexpr int freivalds_v = gemm_check_freivalds_vectors;
 
-/// y (rows x V) += x_mat (rows x cols) * v (cols x V), both V wide row-major, leaving out the rows and
-/// columns marked in skip_r / skip_c (and, with skip_nonfinite, elements that are not finite).
+/// Rows [i0, i1) of y (rows x V) += x_mat (rows x cols) * v (cols x V), both V wide row-major, leaving
+/// out the rows and columns marked in skip_r / skip_c (and, with skip_nonfinite, non-finite elements).
 template <bool skip_nonfinite, class T>
-void apply_vectors(host_matrix_view<const T> x, const double* v, double* y, const std::vector<char>& skip_r,
-                   const std::vector<char>& skip_c) {
+void apply_vectors_rows(host_matrix_view<const T> x, const double* v, double* y, const std::vector<char>& skip_r,
+                        const std::vector<char>& skip_c, index_t i0, index_t i1) {
     const T* p = x.data();
     if (x.layout() == layout::row_major) {
-        for (index_t i = 0; i < x.rows(); ++i) {
+        for (index_t i = i0; i < i1; ++i) {
             if (skip_r[std::size_t(i)]) continue;
             double acc[freivalds_v] = {};
             const T* row = p + i * x.ld();
@@ -354,7 +354,7 @@ void apply_vectors(host_matrix_view<const T> x, const double* v, double* y, cons
             if (skip_c[std::size_t(j)]) continue;
             const T* col = p + j * x.ld();
             const double* vj = v + j * freivalds_v;
-            for (index_t i = 0; i < x.rows(); ++i) {
+            for (index_t i = i0; i < i1; ++i) {
                 const double e = double(col[i]);
                 if (skip_r[std::size_t(i)] || (skip_nonfinite && !std::isfinite(e))) continue;
                 for (int w = 0; w < freivalds_v; ++w) y[i * freivalds_v + w] += e * vj[w];
@@ -363,12 +363,34 @@ void apply_vectors(host_matrix_view<const T> x, const double* v, double* y, cons
     }
 }
 
+/// apply_vectors_rows over all rows, split among `threads` threads (each owns a range of y's rows)
+/// when the matrix is large enough to pay for starting them.
+template <bool skip_nonfinite, class T>
+void apply_vectors(host_matrix_view<const T> x, const double* v, double* y, const std::vector<char>& skip_r,
+                   const std::vector<char>& skip_c, int threads) {
+    const index_t rows = x.rows();
+    if (double(rows) * double(x.cols()) < 32768.0) threads = 1;
+    threads = int(std::clamp<index_t>(rows, 1, threads));
+    std::vector<std::thread> pool;
+    struct joiner {
+        std::vector<std::thread>& pool;
+        ~joiner() {
+            for (auto& t : pool) t.join();
+        }
+    } join_all{pool};
+    for (int t = 1; t < threads; ++t)
+        pool.emplace_back([&, t] {
+            apply_vectors_rows<skip_nonfinite>(x, v, y, skip_r, skip_c, rows * t / threads, rows * (t + 1) / threads);
+        });
+    apply_vectors_rows<skip_nonfinite>(x, v, y, skip_r, skip_c, 0, rows / threads);
+}
+
 /// One side of Freivalds: the largest ||c v - alpha a (b v) - beta c0 v||^2 over the vectors, where
 /// rows skip_r of a/c and columns skip_c of b/c are left out (they were checked exactly).
 template <class T>
 double freivalds_side(host_matrix_view<const T> a, host_matrix_view<const T> b, host_matrix_view<const T> c0,
                       host_matrix_view<const T> c, T alpha, T beta, const std::vector<char>& skip_r,
-                      const std::vector<char>& skip_c, std::mt19937_64& gen) {
+                      const std::vector<char>& skip_c, std::mt19937_64& gen, int threads) {
     const index_t m = c.rows(), n = c.cols(), k = a.cols();
     std::vector<double> v(std::size_t(n * freivalds_v), 0.0);
     for (index_t j = 0; j < n; ++j)
@@ -378,11 +400,11 @@ double freivalds_side(host_matrix_view<const T> a, host_matrix_view<const T> b, 
     std::vector<double> bv(std::size_t(k * freivalds_v), 0.0), abv(std::size_t(m * freivalds_v), 0.0),
         c0v(std::size_t(m * freivalds_v), 0.0), cv(std::size_t(m * freivalds_v), 0.0);
     if (alpha != T(0)) {
-        apply_vectors<false>(b, v.data(), bv.data(), none_k, skip_c);
-        apply_vectors<false>(a, bv.data(), abv.data(), skip_r, none_k);
+        apply_vectors<false>(b, v.data(), bv.data(), none_k, skip_c, threads);
+        apply_vectors<false>(a, bv.data(), abv.data(), skip_r, none_k, threads);
     }
-    if (beta != T(0)) apply_vectors<false>(c0, v.data(), c0v.data(), skip_r, skip_c);
-    apply_vectors<true>(c, v.data(), cv.data(), skip_r, skip_c);
+    if (beta != T(0)) apply_vectors<false>(c0, v.data(), c0v.data(), skip_r, skip_c, threads);
+    apply_vectors<true>(c, v.data(), cv.data(), skip_r, skip_c, threads);
     double worst = 0;
     for (int w = 0; w < freivalds_v; ++w) {
         double r2 = 0;
@@ -431,9 +453,10 @@ gemm_check_result check_freivalds(const check_operands<T>& o, const detail::gemm
     exact.merge(rest);
 
     std::mt19937_64 gen(opt.seed);
-    const double right = freivalds_side(o.a, o.b, o.c0, o.c, o.alpha, o.beta, bad_row, bad_col, gen);
+    const int threads = opt.threads > 0 ? opt.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+    const double right = freivalds_side(o.a, o.b, o.c0, o.c, o.alpha, o.beta, bad_row, bad_col, gen, threads);
     const double left = freivalds_side(transposed(o.b), transposed(o.a), transposed(o.c0), transposed(o.c), o.alpha,
-                                       o.beta, bad_col, bad_row, gen);
+                                       o.beta, bad_col, bad_row, gen, threads);
     const double diff2 = exact.diff2 + std::max(right, left), norm2 = exact.norm2 + c_norm2;
     res.error = norm2 > 0 ? std::sqrt(diff2 / norm2) : std::sqrt(diff2);
     res.nonfinite_matched = exact.matched;

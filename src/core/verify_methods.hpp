@@ -15,7 +15,7 @@ struct gemm_check_options {
     std::optional<gemm_check_method> method;
     /// blas: the upcast blocks of all threads together stay within this (each at least 64 x 64).
     std::size_t workspace_bytes = std::size_t(64) << 20;
-    /// blas: worker threads (0: the hardware threads).
+    /// blas and freivalds: worker threads (0: the hardware threads).
     int threads = 0;
     /// freivalds: seed of the random +-1 vectors.
     std::uint64_t seed = 0x7f4a7c15;
