@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -305,6 +306,79 @@ TEST(cuda_logic, RefusedPeerAccessFallsBackToHostStaging) {
     EXPECT_FALSE(cuda::use_peer_path(true, s::refused)) << "e.g. too many peers";
     EXPECT_FALSE(cuda::use_peer_path(true, s::context_lost));
     EXPECT_FALSE(cuda::use_peer_path(false, s::enabled));
+}
+
+// ------------------------------------------------------------------ argument checks
+
+std::string error_of(const std::function<void()>& f) {
+    try {
+        f();
+    } catch (const invalid_argument& e) {
+        return e.what();
+    }
+    return {};
+}
+
+TEST(cuda_logic, GemmCallsAreCheckedBeforeAnyLaunch) {
+    double x[64] = {1};
+    gemm_call g;
+    g.m = 4, g.n = 3, g.k = 2, g.a = g.b = g.c = x;
+    g.lda = 2, g.ldb = 3, g.ldc = 3;  // row-major, op n: minimal
+    EXPECT_EQ(cuda::check_gemm_call(g, "cuda:0"), cuda::gemm_work::product);
+    g.alpha = 0;
+    EXPECT_EQ(cuda::check_gemm_call(g, "cuda:0"), cuda::gemm_work::scale_c);
+    g.a = nullptr;  // never read when alpha == 0
+    EXPECT_EQ(cuda::check_gemm_call(g, "cuda:0"), cuda::gemm_work::scale_c);
+    g.alpha = 1;
+    EXPECT_TRUE(contains(error_of([&] { cuda::check_gemm_call(g, "cuda:1"); }), "cuda:1: A is null"));
+    g.a = x, g.k = 0;
+    EXPECT_EQ(cuda::check_gemm_call(g, "cuda:0"), cuda::gemm_work::scale_c);
+    g.k = 2, g.m = 0, g.c = nullptr;
+    EXPECT_EQ(cuda::check_gemm_call(g, "cuda:0"), cuda::gemm_work::none);
+    g.m = 4, g.c = x, g.ldb = 2;
+    const std::string e = error_of([&] { cuda::check_gemm_call(g, "cuda:0.1"); });
+    EXPECT_TRUE(contains(e, "leading dimension 2 of B is too small for a 2x3 row-major matrix (needs at least 3)")) << e;
+    g.ldb = 3, g.op_b = op::t, g.layout_b = layout::col_major;  // stored 3x2 column-major: ld >= 3
+    EXPECT_EQ(cuda::check_gemm_call(g, "cuda:0"), cuda::gemm_work::product);
+    g.kernel = gemm_kernel::reference;
+    EXPECT_TRUE(contains(error_of([&] { cuda::check_gemm_call(g, "cuda:0"); }), "host only"));
+    g.kernel = gemm_kernel::tiled, g.n = -1;
+    EXPECT_TRUE(contains(error_of([&] { cuda::check_gemm_call(g, "cuda:0"); }), "negative size 4x-1x2"));
+}
+
+TEST(cuda_logic, JacobiCallsNeedAHaloAndTwoBuffers) {
+    float in[4], out[4];
+    jacobi_call j;
+    j.in = in, j.out = out, j.ld = 64;
+    j.row_begin = 1, j.row_end = 10, j.col_begin = 1, j.col_end = 63;
+    EXPECT_TRUE(cuda::check_jacobi_call(j, "cuda:0"));
+    j.col_end = 1;
+    EXPECT_FALSE(cuda::check_jacobi_call(j, "cuda:0")) << "no points";
+    j.col_end = 0;
+    EXPECT_TRUE(contains(error_of([&] { cuda::check_jacobi_call(j, "cuda:0"); }), "reversed"));
+    j.col_end = 64;
+    EXPECT_TRUE(contains(error_of([&] { cuda::check_jacobi_call(j, "cuda:2"); }), "cuda:2: the swept points"));
+    j.col_end = 63, j.row_begin = 0;
+    EXPECT_TRUE(contains(error_of([&] { cuda::check_jacobi_call(j, "cuda:0"); }), "halo"));
+    j.row_begin = 1, j.out = in;
+    EXPECT_TRUE(contains(error_of([&] { cuda::check_jacobi_call(j, "cuda:0"); }), "distinct"));
+}
+
+TEST(cuda_logic, TwoDimensionalCopiesTakeTheCheapestRoute) {
+    char buf[16];
+    using route = cuda::copy_2d_route;
+    const auto plan = [&](std::size_t dst_pitch, std::size_t src_pitch, std::size_t width,
+                          std::size_t height, std::size_t max_pitch) {
+        return cuda::plan_copy_2d({buf, dst_pitch, buf, src_pitch, width, height}, max_pitch, "copy");
+    };
+    EXPECT_EQ(plan(64, 64, 0, 5, 1024), route::nothing);
+    EXPECT_EQ(plan(64, 64, 8, 0, 1024), route::nothing);
+    EXPECT_EQ(plan(0, 0, 40, 1, 1024), route::one_copy) << "one row: pitches unused";
+    EXPECT_EQ(plan(40, 40, 40, 7, 1024), route::one_copy) << "rows back to back";
+    EXPECT_EQ(plan(64, 40, 40, 7, 1024), route::pitched);
+    EXPECT_EQ(plan(2048, 40, 40, 7, 1024), route::row_by_row) << "pitch above cudaMemcpy2D's limit";
+    const std::string e = error_of([&] { plan(32, 64, 40, 2, 1024); });
+    EXPECT_TRUE(contains(e, "copy: rows of 40 bytes do not fit pitches of 64 (source) and 32 (destination)")) << e;
 }
 
 // ------------------------------------------------------------------ launch configurations

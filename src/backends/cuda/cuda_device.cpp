@@ -121,25 +121,6 @@ std::string gemm_span_name(const gemm_call& c) {
     return name.str();
 }
 
-// Minimal leading dimension of a rows x cols matrix stored with layout l.
-index_t min_ld(index_t rows, index_t cols, layout l) {
-    return std::max<index_t>(1, l == layout::row_major ? cols : rows);
-}
-
-void check_operand(const std::string& dev, const char* name, const void* p, index_t rows,
-                   index_t cols, index_t ld, layout l) {
-    if (rows == 0 || cols == 0) return;
-    if (p == nullptr)
-        throw invalid_argument("gemm on " + dev + ": " + name + " is null for a " +
-                               std::to_string(rows) + "x" + std::to_string(cols) + " operand");
-    if (ld < min_ld(rows, cols, l))
-        throw invalid_argument("gemm on " + dev + ": leading dimension " + std::to_string(ld) +
-                               " of " + name + " is too small for a " + std::to_string(rows) + "x" +
-                               std::to_string(cols) + " " + std::string(to_string(l)) +
-                               " matrix (needs at least " + std::to_string(min_ld(rows, cols, l)) +
-                               ")");
-}
-
 }  // namespace
 
 // ------------------------------------------------------------------ clock_anchor
@@ -645,20 +626,15 @@ void cuda_device::copy_1d(cuda_stream& cs, void* dst, const void* src, std::size
 
 void cuda_device::copy_2d(cuda_stream& cs, const copy_2d_desc& c, cudaMemcpyKind kind,
                           span_kind span, const char* name) {
-    if (c.width_bytes == 0 || c.height == 0) return;
-    if (c.height > 1 && (c.dst_pitch < c.width_bytes || c.src_pitch < c.width_bytes))
-        throw invalid_argument(std::string(name) + " on " + id() + ": rows of " +
-                               std::to_string(c.width_bytes) + " bytes do not fit pitches of " +
-                               std::to_string(c.src_pitch) + " (source) and " +
-                               std::to_string(c.dst_pitch) + " (destination) bytes");
-    // One row, or rows back to back on both sides: a plain copy.
-    if (c.height == 1 || (c.dst_pitch == c.width_bytes && c.src_pitch == c.width_bytes)) {
+    const copy_2d_route route = plan_copy_2d(c, max_pitch_, std::string(name) + " on " + id());
+    if (route == copy_2d_route::nothing) return;
+    if (route == copy_2d_route::one_copy) {
         copy_1d(cs, c.dst, c.src, c.width_bytes * c.height, kind, span, name);
         return;
     }
     device_guard guard(ordinal_, id());
     traced(cs, span, [&] { return std::string(name); }, c.width_bytes * c.height, 0.0, [&] {
-        if (c.dst_pitch <= max_pitch_ && c.src_pitch <= max_pitch_) {
+        if (route == copy_2d_route::pitched) {
             TS_CUDA_CHECK(cudaMemcpy2DAsync(c.dst, c.dst_pitch, c.src, c.src_pitch, c.width_bytes,
                                             c.height, kind, cs.native()),
                           id());
@@ -734,7 +710,10 @@ void cuda_device::copy_peer(stream& s, device& other, void* dst, const void* src
 
 void cuda_device::copy_2d_peer(stream& s, device& other, const copy_2d_desc& c) {
     cuda_stream& cs = own_stream(s, "copy_2d_peer");
-    if (c.width_bytes == 0 || c.height == 0) return;
+    // cudaMemcpy3DPeerAsync takes any pitch: never row by row.
+    const copy_2d_route route =
+        plan_copy_2d(c, SIZE_MAX, "copy_2d_peer from " + id() + " to " + other.id());
+    if (route == copy_2d_route::nothing) return;
     if (!can_copy_peer(other))
         throw invalid_argument("copy_2d_peer from " + id() + " to " + other.id() +
                                ": no direct access between them (copy through the host instead)");
@@ -743,15 +722,10 @@ void cuda_device::copy_2d_peer(stream& s, device& other, const copy_2d_desc& c) 
         copy_2d(cs, c, cudaMemcpyDeviceToDevice, span_kind::copy_peer, "copy_2d_peer");
         return;
     }
-    if (c.height == 1 || (c.dst_pitch == c.width_bytes && c.src_pitch == c.width_bytes)) {
+    if (route == copy_2d_route::one_copy) {
         copy_peer(s, other, c.dst, c.src, c.width_bytes * c.height);
         return;
     }
-    if (c.dst_pitch < c.width_bytes || c.src_pitch < c.width_bytes)
-        throw invalid_argument("copy_2d_peer on " + id() + ": rows of " +
-                               std::to_string(c.width_bytes) + " bytes do not fit pitches of " +
-                               std::to_string(c.src_pitch) + " (source) and " +
-                               std::to_string(c.dst_pitch) + " (destination) bytes");
     device_guard guard(ordinal_, id());
     traced(cs, span_kind::copy_peer, [&] { return "copy_2d_peer to " + other.id(); },
            c.width_bytes * c.height, 0.0, [&] {
@@ -770,23 +744,9 @@ void cuda_device::copy_2d_peer(stream& s, device& other, const copy_2d_desc& c) 
 
 void cuda_device::gemm(stream& s, const gemm_call& call) {
     cuda_stream& cs = own_stream(s, "gemm");
-    if (call.m < 0 || call.n < 0 || call.k < 0)
-        throw invalid_argument("gemm on " + id() + ": negative size " + std::to_string(call.m) +
-                               "x" + std::to_string(call.n) + "x" + std::to_string(call.k));
-    if (call.kernel == gemm_kernel::reference)
-        throw invalid_argument("gemm on " + id() +
-                               ": the reference kernel runs on the host only (use naive, tiled "
-                               "or vendor on a CUDA device)");
-    if (call.m == 0 || call.n == 0) return;
-    const bool reads_ab = call.k > 0 && call.alpha != 0.0;
-    check_operand(id(), "C", call.c, call.m, call.n, call.ldc, call.layout_c);
-    if (reads_ab) {
-        const bool ta = call.op_a == op::t, tb = call.op_b == op::t;
-        check_operand(id(), "A", call.a, ta ? call.k : call.m, ta ? call.m : call.k, call.lda,
-                      call.layout_a);
-        check_operand(id(), "B", call.b, tb ? call.n : call.k, tb ? call.k : call.n, call.ldb,
-                      call.layout_b);
-    }
+    const gemm_work work = check_gemm_call(call, id());
+    if (work == gemm_work::none) return;
+    const bool reads_ab = work == gemm_work::product;
     // Launch shapes and library arguments are settled on the host first, so a call CUDA would
     // refuse is an error naming the device rather than a launch or cuBLAS status.
     tiled_launch tiled;
@@ -852,21 +812,7 @@ void cuda_device::gemm_vendor(cuda_stream& cs, const gemm_call& call) {
 
 void cuda_device::jacobi_sweep(stream& s, const jacobi_call& call) {
     cuda_stream& cs = own_stream(s, "jacobi_sweep");
-    if (call.row_end < call.row_begin || call.col_end < call.col_begin)
-        throw invalid_argument("jacobi_sweep on " + id() + ": empty-or-reversed range rows [" +
-                               std::to_string(call.row_begin) + ", " + std::to_string(call.row_end) +
-                               ") x cols [" + std::to_string(call.col_begin) + ", " +
-                               std::to_string(call.col_end) + ")");
-    if (call.row_end == call.row_begin || call.col_end == call.col_begin) return;
-    if (call.row_begin < 1 || call.col_begin < 1 || call.col_end >= call.ld)
-        throw invalid_argument("jacobi_sweep on " + id() + ": the swept points rows [" +
-                               std::to_string(call.row_begin) + ", " + std::to_string(call.row_end) +
-                               ") x cols [" + std::to_string(call.col_begin) + ", " +
-                               std::to_string(call.col_end) + ") need a halo inside ld " +
-                               std::to_string(call.ld));
-    if (call.in == nullptr || call.out == nullptr || call.in == call.out)
-        throw invalid_argument("jacobi_sweep on " + id() +
-                               ": needs distinct non-null input and output buffers");
+    if (!check_jacobi_call(call, id())) return;
     const jacobi_launch launch = plan_jacobi_launch(call);
     if (!launch.error.empty()) throw invalid_argument("jacobi_sweep on " + id() + ": " + launch.error);
     const double points =

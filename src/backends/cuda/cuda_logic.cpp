@@ -121,6 +121,80 @@ bool use_peer_path(bool can_access_peer, peer_enable_status enable) {
     return enable == peer_enable_status::enabled || enable == peer_enable_status::already_enabled;
 }
 
+namespace {
+
+// Least leading dimension of a rows x cols matrix stored with layout l.
+index_t min_ld(index_t rows, index_t cols, layout l) {
+    return std::max<index_t>(1, l == layout::row_major ? cols : rows);
+}
+
+void check_operand(const std::string& dev, const char* name, const void* p, index_t rows,
+                   index_t cols, index_t ld, layout l) {
+    if (rows == 0 || cols == 0) return;
+    if (p == nullptr)
+        throw invalid_argument("gemm on " + dev + ": " + name + " is null for a " +
+                               std::to_string(rows) + "x" + std::to_string(cols) + " operand");
+    if (ld < min_ld(rows, cols, l))
+        throw invalid_argument("gemm on " + dev + ": leading dimension " + std::to_string(ld) +
+                               " of " + name + " is too small for a " + std::to_string(rows) + "x" +
+                               std::to_string(cols) + " " + std::string(to_string(l)) +
+                               " matrix (needs at least " + std::to_string(min_ld(rows, cols, l)) +
+                               ")");
+}
+
+std::string range_text(const jacobi_call& j) {
+    return "rows [" + std::to_string(j.row_begin) + ", " + std::to_string(j.row_end) + ") x cols [" +
+           std::to_string(j.col_begin) + ", " + std::to_string(j.col_end) + ")";
+}
+
+}  // namespace
+
+gemm_work check_gemm_call(const gemm_call& call, const std::string& device_id) {
+    if (call.m < 0 || call.n < 0 || call.k < 0)
+        throw invalid_argument("gemm on " + device_id + ": negative size " + std::to_string(call.m) +
+                               "x" + std::to_string(call.n) + "x" + std::to_string(call.k));
+    if (call.kernel == gemm_kernel::reference)
+        throw invalid_argument("gemm on " + device_id +
+                               ": the reference kernel runs on the host only (use naive, tiled "
+                               "or vendor on a CUDA device)");
+    if (call.m == 0 || call.n == 0) return gemm_work::none;
+    const bool reads_ab = call.k > 0 && call.alpha != 0.0;
+    check_operand(device_id, "C", call.c, call.m, call.n, call.ldc, call.layout_c);
+    if (!reads_ab) return gemm_work::scale_c;
+    const bool ta = call.op_a == op::t, tb = call.op_b == op::t;
+    check_operand(device_id, "A", call.a, ta ? call.k : call.m, ta ? call.m : call.k, call.lda,
+                  call.layout_a);
+    check_operand(device_id, "B", call.b, tb ? call.n : call.k, tb ? call.k : call.n, call.ldb,
+                  call.layout_b);
+    return gemm_work::product;
+}
+
+bool check_jacobi_call(const jacobi_call& call, const std::string& device_id) {
+    if (call.row_end < call.row_begin || call.col_end < call.col_begin)
+        throw invalid_argument("jacobi_sweep on " + device_id + ": empty-or-reversed range " +
+                               range_text(call));
+    if (call.row_end == call.row_begin || call.col_end == call.col_begin) return false;
+    if (call.row_begin < 1 || call.col_begin < 1 || call.col_end >= call.ld)
+        throw invalid_argument("jacobi_sweep on " + device_id + ": the swept points " +
+                               range_text(call) + " need a halo inside ld " + std::to_string(call.ld));
+    if (call.in == nullptr || call.out == nullptr || call.in == call.out)
+        throw invalid_argument("jacobi_sweep on " + device_id +
+                               ": needs distinct non-null input and output buffers");
+    return true;
+}
+
+copy_2d_route plan_copy_2d(const copy_2d_desc& c, std::size_t max_pitch, const std::string& what) {
+    if (c.width_bytes == 0 || c.height == 0) return copy_2d_route::nothing;
+    if (c.height > 1 && (c.dst_pitch < c.width_bytes || c.src_pitch < c.width_bytes))
+        throw invalid_argument(what + ": rows of " + std::to_string(c.width_bytes) +
+                               " bytes do not fit pitches of " + std::to_string(c.src_pitch) +
+                               " (source) and " + std::to_string(c.dst_pitch) + " (destination) bytes");
+    if (c.height == 1 || (c.dst_pitch == c.width_bytes && c.src_pitch == c.width_bytes))
+        return copy_2d_route::one_copy;
+    return c.dst_pitch <= max_pitch && c.src_pitch <= max_pitch ? copy_2d_route::pitched
+                                                                 : copy_2d_route::row_by_row;
+}
+
 unsigned grid_stride_blocks(index_t total) {
     const index_t blocks = (total + threads_per_block - 1) / threads_per_block;
     return static_cast<unsigned>(std::min<index_t>(std::max<index_t>(blocks, 1), index_t(1) << 20));

@@ -3,6 +3,7 @@
 // configurations. The CUDA code calls these and stays thin. No CUDA header is included here.
 #pragma once
 
+#include <tilestream/device.hpp>
 #include <tilestream/kernels.hpp>
 
 #include <cstddef>
@@ -71,6 +72,25 @@ enum class peer_enable_status { enabled, already_enabled, refused, context_lost 
 /// (too many peers, unsupported topology) falls back to staging even when cudaDeviceCanAccessPeer
 /// said yes; only a lost context is an error, which the caller throws.
 bool use_peer_path(bool can_access_peer, peer_enable_status enable);
+
+// ------------------------------------------------------------------ argument checks
+
+/// What a GEMM call asks of the device: nothing (C is empty), C <- beta*C (alpha == 0 or k == 0:
+/// A and B are never read), or the product.
+enum class gemm_work { none, scale_c, product };
+/// Throws invalid_argument naming `device_id` and the operand for negative sizes, the host-only
+/// reference kernel, null operands and leading dimensions below the stored row or column length.
+gemm_work check_gemm_call(const gemm_call& call, const std::string& device_id);
+
+/// False when the sweep has no points; throws invalid_argument naming `device_id` for a reversed
+/// range, points without a halo inside ld, and missing or aliased buffers.
+bool check_jacobi_call(const jacobi_call& call, const std::string& device_id);
+
+/// How a 2-D copy is issued: not at all (empty), as one 1-D copy (one row, or rows back to back
+/// on both sides), as one pitched copy, or row by row (a pitch above the GPU's cudaMemcpy2D limit).
+enum class copy_2d_route { nothing, one_copy, pitched, row_by_row };
+/// Throws invalid_argument naming `what` (operation and device) when rows do not fit the pitches.
+copy_2d_route plan_copy_2d(const copy_2d_desc& c, std::size_t max_pitch, const std::string& what);
 
 // ------------------------------------------------------------------ launch configurations
 
