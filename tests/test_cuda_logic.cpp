@@ -210,6 +210,21 @@ TEST(blas_mapping, ViolationsNameTheArgument) {
     EXPECT_TRUE(contains(column_major_gemm_violation(g), "ldz")) << column_major_gemm_violation(g);
 }
 
+// ------------------------------------------------------------------ discovery messages
+
+TEST(cuda_logic, UnusableCudaIsOneLineSayingWhy) {
+    using f = cuda::cuda_count_failure;
+    EXPECT_EQ(cuda::cuda_version_string(13000), "13.0");
+    EXPECT_EQ(cuda::cuda_version_string(12040), "12.4");
+    EXPECT_EQ(cuda::cuda_failure_text(f::no_device, 13000, 13000, "no CUDA-capable device"),
+              "no CUDA GPU present (driver 13.0, runtime 13.0)");
+    EXPECT_EQ(cuda::cuda_failure_text(f::other, 0, 13000, "x"), "no CUDA driver found (runtime 13.0)");
+    EXPECT_EQ(cuda::cuda_failure_text(f::insufficient_driver, 12040, 13000, "x"),
+              "CUDA driver 12.4 is older than the runtime 13.0");
+    EXPECT_EQ(cuda::cuda_failure_text(f::other, 13000, 13000, "initialization error"),
+              "CUDA unusable: cudaGetDeviceCount failed: initialization error (driver 13.0, runtime 13.0)");
+}
+
 // ------------------------------------------------------------------ budgets and slices
 
 TEST(cuda_logic, DefaultBudgetKeepsASmallReserve) {

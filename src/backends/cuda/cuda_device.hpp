@@ -42,8 +42,6 @@ private:
 /// One line saying why CUDA is unusable, from the error cudaGetDeviceCount returned:
 /// "no CUDA driver found", "CUDA driver 12.4 is older than the runtime 13.0", "no CUDA GPU present".
 std::string describe_cuda_failure(cudaError_t count_error);
-/// "13.0" from CUDA's 13000.
-std::string cuda_version_string(int version);
 /// The facts of GPU `ordinal` (id "cuda:<ordinal>"), of `count` GPUs; throws device_error.
 device_info describe_gpu(int ordinal, int count);
 

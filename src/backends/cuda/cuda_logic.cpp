@@ -16,6 +16,23 @@ namespace {
 constexpr std::size_t mib = std::size_t(1) << 20;
 }
 
+std::string cuda_version_string(int version) {
+    return std::to_string(version / 1000) + "." + std::to_string((version % 1000) / 10);
+}
+
+std::string cuda_failure_text(cuda_count_failure failure, int driver, int runtime,
+                              std::string_view cuda_message) {
+    const std::string versions =
+        " (driver " + (driver ? cuda_version_string(driver) : std::string("none")) + ", runtime " +
+        cuda_version_string(runtime) + ")";
+    if (failure == cuda_count_failure::no_device) return "no CUDA GPU present" + versions;
+    if (driver == 0) return "no CUDA driver found (runtime " + cuda_version_string(runtime) + ")";
+    if (failure == cuda_count_failure::insufficient_driver)
+        return "CUDA driver " + cuda_version_string(driver) + " is older than the runtime " +
+               cuda_version_string(runtime);
+    return "CUDA unusable: cudaGetDeviceCount failed: " + std::string(cuda_message) + versions;
+}
+
 std::size_t default_budget(std::size_t share) {
     // 256 MiB covers the cuBLAS workspaces of a few streams; 1% more covers the growth of the
     // context (module loads, peer mappings) on large GPUs. Never more than a quarter of the share.

@@ -14,6 +14,18 @@
 
 namespace tilestream::cuda {
 
+// ------------------------------------------------------------------ discovery messages
+
+/// "13.0" from CUDA's 13000.
+std::string cuda_version_string(int version);
+/// Why cudaGetDeviceCount found no usable GPU, as the runtime reported it.
+enum class cuda_count_failure { no_device, insufficient_driver, other };
+/// One line saying why CUDA is unusable: "no CUDA driver found (runtime 13.0)" when the driver
+/// version is 0, "CUDA driver 12.4 is older than the runtime 13.0", "no CUDA GPU present (driver
+/// 13.0, runtime 13.0)", else CUDA's own message with the versions.
+std::string cuda_failure_text(cuda_count_failure failure, int driver, int runtime,
+                              std::string_view cuda_message);
+
 // ------------------------------------------------------------------ budgets and slices
 
 /// Default budget of a logical device whose share of the GPU's free memory is `share`: the share
