@@ -11,6 +11,10 @@
 
 #include <gtest/gtest.h>
 
+#ifdef TILESTREAM_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -23,6 +27,10 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 namespace {
 
@@ -225,6 +233,58 @@ TEST(CudaCopy, RoundTrip1DThroughPageablePinnedAndRegisteredMemory) {
     EXPECT_THROW(d->unregister_host(back.data()), invalid_argument);
 }
 
+#ifdef TILESTREAM_HAVE_CUDA
+// A .npy input is mapped PROT_READ: it must be pinned with cudaHostRegisterReadOnly where the GPU
+// supports it, and a refusal is a device_error that says why (never silent).
+TEST(CudaCopy, ReadOnlyMappedInputIsPinnedReadOnly) {
+    SKIP_WITHOUT_CUDA_GPU();
+    auto d = open_gpu();
+    auto s = d->create_stream();
+    const std::size_t n = (std::size_t(4) << 20) + 5;
+    const std::size_t bytes = n * sizeof(float);
+    const auto src = random_values<float>(n, 11);
+    const auto path = std::filesystem::temp_directory_path() /
+                      ("tilestream-readonly-" + std::to_string(::getpid()) + ".bin");
+    {
+        std::FILE* f = std::fopen(path.c_str(), "wb");
+        ASSERT_NE(f, nullptr);
+        ASSERT_EQ(std::fwrite(src.data(), 1, bytes, f), bytes);
+        std::fclose(f);
+    }
+    const int fd = ::open(path.c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0);
+    void* mapped = ::mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+    ::close(fd);
+    std::filesystem::remove(path);
+    ASSERT_NE(mapped, MAP_FAILED);
+
+    int supported = 0;
+    ASSERT_EQ(cudaDeviceGetAttribute(&supported, cudaDevAttrHostRegisterReadOnlySupported, 0),
+              cudaSuccess);
+    bool pinned = false;
+    try {
+        d->register_host(mapped, bytes);
+        pinned = true;
+    } catch (const device_error& e) {
+        EXPECT_FALSE(supported) << "refused although the GPU registers read-only memory: " << e.what();
+        EXPECT_TRUE(contains(e.what(), "read-only")) << e.what();
+    }
+    if (pinned) {
+        cudaPointerAttributes attr{};
+        ASSERT_EQ(cudaPointerGetAttributes(&attr, mapped), cudaSuccess);
+        EXPECT_NE(attr.type, cudaMemoryTypeUnregistered) << "register_host left it pageable";
+    }
+    device_buffer x = d->allocate(bytes);
+    d->copy_to_device(*s, x.get(), mapped, bytes);
+    std::vector<float> back(n, 0.0f);
+    d->copy_to_host(*s, back.data(), x.get(), bytes);
+    s->synchronize();
+    EXPECT_TRUE(back == src);
+    if (pinned) d->unregister_host(mapped);
+    ::munmap(mapped, bytes);
+}
+#endif
+
 TEST(CudaCopy, RoundTrip2DStridedBlocks) {
     SKIP_WITHOUT_CUDA_GPU();
     auto d = open_gpu();
@@ -364,6 +424,9 @@ public:
     void record(stream&) override {}
     void synchronize() override { synchronized = true; }
     bool ready() override { return synchronized; }
+    std::function<void()> host_waiter() override {
+        return [this] { synchronized = true; };
+    }
     bool synchronized = false;
 };
 
@@ -475,6 +538,7 @@ struct gemm_case {
     op op_a = op::n, op_b = op::n;
     layout la = layout::row_major, lb = layout::row_major, lc = layout::row_major;
     bool aligned = true;  // leading dimensions a multiple of 8 (else odd)
+    bool minimal_ld = false;  // leading dimensions exactly the stored row/column length (no padding)
     double alpha = 1.0, beta = 0.0;
 
     std::string name() const {
@@ -483,7 +547,7 @@ struct gemm_case {
                std::to_string(n) + "x" + std::to_string(k) + "-" + std::string(to_string(op_a)) +
                std::string(to_string(op_b)) + "-" + (la == layout::row_major ? "r" : "c") +
                (lb == layout::row_major ? "r" : "c") + (lc == layout::row_major ? "r" : "c") +
-               (aligned ? "-aligned" : "-odd") + "-a" + std::to_string(alpha) + "-b" +
+               (minimal_ld ? "-minld" : aligned ? "-aligned" : "-odd") + "-a" + std::to_string(alpha) + "-b" +
                std::to_string(beta);
     }
 };
@@ -495,9 +559,11 @@ struct stored_shape {
     index_t elements() const { return (l == layout::row_major ? rows : cols) * ld; }
 };
 
-stored_shape make_shape(index_t rows, index_t cols, layout l, bool aligned) {
+stored_shape make_shape(index_t rows, index_t cols, layout l, bool aligned, bool minimal) {
     const index_t min_ld = std::max<index_t>(1, l == layout::row_major ? cols : rows);
-    const index_t ld = aligned ? (min_ld + 7) / 8 * 8 + 8 : min_ld + (min_ld % 2 == 0 ? 1 : 2);
+    const index_t ld = minimal ? min_ld
+                       : aligned ? (min_ld + 7) / 8 * 8 + 8
+                                 : min_ld + (min_ld % 2 == 0 ? 1 : 2);
     return {rows, cols, ld, l};
 }
 
@@ -531,9 +597,9 @@ template <class T>
 std::string run_gemm_case(device& dev, stream& s, const gemm_case& c) {
     const index_t rows_a = c.op_a == op::n ? c.m : c.k, cols_a = c.op_a == op::n ? c.k : c.m;
     const index_t rows_b = c.op_b == op::n ? c.k : c.n, cols_b = c.op_b == op::n ? c.n : c.k;
-    const stored_shape sa = make_shape(rows_a, cols_a, c.la, c.aligned);
-    const stored_shape sb = make_shape(rows_b, cols_b, c.lb, c.aligned);
-    const stored_shape sc = make_shape(c.m, c.n, c.lc, c.aligned);
+    const stored_shape sa = make_shape(rows_a, cols_a, c.la, c.aligned, c.minimal_ld);
+    const stored_shape sb = make_shape(rows_b, cols_b, c.lb, c.aligned, c.minimal_ld);
+    const stored_shape sc = make_shape(c.m, c.n, c.lc, c.aligned, c.minimal_ld);
     const std::uint64_t seed = std::hash<std::string>{}(c.name());
     std::vector<T> a = random_values<T>(std::size_t(sa.elements()), seed);
     std::vector<T> b = random_values<T>(std::size_t(sb.elements()), seed + 1);
@@ -716,6 +782,53 @@ void check_small_shapes(gemm_kernel kernel) {
                 const std::string err = run_case(*d, *s, c);
                 EXPECT_TRUE(err.empty()) << err;
             }
+}
+
+// Minimal leading dimensions with single rows and columns (n = 1, m = 1, k = 1) and tiles of C whose
+// last row or column of tiles is one wide (129 = 128 + 1 for f32, 65 = 64 + 1 for f64): the calls
+// for which cuBLAS's leading-dimension rules once refused the mapped operands (issue 17).
+void check_minimal_ld_shapes(gemm_kernel kernel) {
+    auto d = open_gpu();
+    auto s = d->create_stream();
+    struct shape {
+        index_t m, n, k;
+    };
+    std::vector<shape> shapes;
+    for (index_t m : {1, 2, 3})
+        for (index_t n : {1, 2, 3})
+            for (index_t k : {1, 2, 3}) shapes.push_back({m, n, k});
+    for (shape sh : {shape{31, 1, 17}, shape{1, 29, 3}, shape{129, 1, 7}, shape{1, 65, 9},
+                     shape{129, 65, 9}, shape{65, 129, 17}})
+        shapes.push_back(sh);
+    for (dtype t : {dtype::f32, dtype::f64})
+        for (int ops = 0; ops < 4; ++ops)
+            for (int layouts = 0; layouts < 8; ++layouts)
+                for (shape sh : shapes) {
+                    gemm_case c;
+                    c.type = t, c.kernel = kernel, c.m = sh.m, c.n = sh.n, c.k = sh.k;
+                    c.op_a = ops & 1 ? op::t : op::n, c.op_b = ops & 2 ? op::t : op::n;
+                    c.la = layouts & 1 ? layout::col_major : layout::row_major;
+                    c.lb = layouts & 2 ? layout::col_major : layout::row_major;
+                    c.lc = layouts & 4 ? layout::col_major : layout::row_major;
+                    c.minimal_ld = true, c.aligned = false, c.alpha = -1.5, c.beta = 0.5;
+                    const std::string err = run_case(*d, *s, c);
+                    EXPECT_TRUE(err.empty()) << err;
+                }
+}
+
+TEST(CudaGemm, VendorMinimalLeadingDimensionsMatchReference) {
+    SKIP_WITHOUT_CUDA_GPU();
+    check_minimal_ld_shapes(gemm_kernel::vendor);
+}
+
+TEST(CudaGemm, TiledMinimalLeadingDimensionsMatchReference) {
+    SKIP_WITHOUT_CUDA_GPU();
+    check_minimal_ld_shapes(gemm_kernel::tiled);
+}
+
+TEST(CudaGemm, NaiveMinimalLeadingDimensionsMatchReference) {
+    SKIP_WITHOUT_CUDA_GPU();
+    check_minimal_ld_shapes(gemm_kernel::naive);
 }
 
 TEST(CudaGemm, NaiveSmallShapesMatchReference) {

@@ -23,7 +23,8 @@ struct ooc_case {
 
 template <class T>
 void check_case(gemm_strategy strategy, transfer_mode transfer, const ooc_case& cs, op oa, op ob, layout la,
-                layout lb, layout lc, std::uint64_t seed) {
+                layout lb, layout lc, std::uint64_t seed, const std::string& spec = "cpu",
+                gemm_kernel kernel = gemm_kernel::tiled) {
     const bool na = oa == op::n, nb = ob == op::n;
     // Padded leading dimensions on A, so tiles of full width are not contiguous either.
     const index_t a_rows = na ? cs.m : cs.k, a_cols = na ? cs.k : cs.m;
@@ -50,7 +51,7 @@ void check_case(gemm_strategy strategy, transfer_mode transfer, const ooc_case& 
     plan_options po;
     po.strategy = strategy;
     po.transfer = transfer;
-    po.kernel = gemm_kernel::tiled;
+    po.kernel = kernel;
     const bool panel = strategy == gemm_strategy::a_panel || strategy == gemm_strategy::a_panel_c_panel ||
                        strategy == gemm_strategy::b_panel;
     po.tile_m = cs.tm;
@@ -62,7 +63,7 @@ void check_case(gemm_strategy strategy, transfer_mode transfer, const ooc_case& 
 
     open_options oo;
     oo.memory_budget = budget;
-    auto devs = open_devices("cpu", oo);
+    auto devs = open_devices(spec, oo);
     const gemm_plan plan = plan_gemm(problem, budget, device_rates{}, po);
     ASSERT_EQ(plan.strategy, strategy);
     ASSERT_GT(plan.tiles_m * plan.tiles_n * plan.tiles_k, 1) << "the case must be out-of-core";
@@ -114,6 +115,43 @@ INSTANTIATE_TEST_SUITE_P(
                                          gemm_strategy::b_panel, gemm_strategy::c_block),
                        ::testing::Values(dtype::f32, dtype::f64), ::testing::Range(0, 4), ::testing::Range(0, 4)),
     ooc_name);
+
+// On a GPU, the tiled and vendor kernels, with last tiles one row, column or k-step wide: the device tiles then
+// have leading dimension 1 (issue 17: cuBLAS refused such operands).
+class out_of_core_on_gpu : public ::testing::TestWithParam<std::tuple<std::string, gemm_kernel, dtype>> {};
+
+TEST_P(out_of_core_on_gpu, LastTilesOfWidthOneMatchReference) {
+    const auto& [spec, kernel, type] = GetParam();
+    TILESTREAM_SKIP_WITHOUT_GPU(spec);
+    const ooc_case cases[] = {
+        {65, 33, 17, 16, 16, 8, 1.5, -0.5},  // 4x16 + 1 rows, 2x16 + 1 columns, 2x8 + 1 k
+        {1, 37, 29, 1, 12, 14, -2.0, 1.0},   // a single row of C, ragged k by 1
+        {37, 1, 29, 12, 1, 14, 1.0, 0.0},    // a single column of C (n = 1)
+    };
+    std::uint64_t seed = 91;
+    // The device tiles' leading dimensions depend on the tile shapes, not on the transfer mode;
+    // tiles-3d and c-block cut all three dimensions, a-panel keeps k whole.
+    for (gemm_strategy strategy : {gemm_strategy::tiles_3d, gemm_strategy::c_block, gemm_strategy::a_panel})
+        for (int ops = 0; ops < 4; ++ops)
+            for (int layouts = 0; layouts < 8; ++layouts)
+                for (const auto& cs : cases) {
+                    if (strategy == gemm_strategy::tiles_3d && cs.tm == 1) continue;  // 1x1x1 tiles: too many
+                    const layout la = layouts & 1 ? layout::col_major : layout::row_major;
+                    const layout lb = layouts & 2 ? layout::col_major : layout::row_major;
+                    const layout lc = layouts & 4 ? layout::col_major : layout::row_major;
+                    SCOPED_TRACE(::testing::Message() << to_string(strategy) << " ops " << ops << " layouts "
+                                                      << layouts << " " << cs.m << "x" << cs.n << "x" << cs.k);
+                    visit_dtype(type, [&]<class T>() {
+                        check_case<T>(strategy, transfer_mode::copy_2d, cs, ops & 1 ? op::t : op::n,
+                                      ops & 2 ? op::t : op::n, la, lb, lc, seed++, spec, kernel);
+                    });
+                }
+}
+
+INSTANTIATE_TEST_SUITE_P(cuda, out_of_core_on_gpu,
+                         ::testing::Combine(::testing::Values(std::string("cuda:0")),
+                                            ::testing::Values(gemm_kernel::tiled, gemm_kernel::vendor),
+                                            ::testing::Values(dtype::f32, dtype::f64)));
 
 TEST(out_of_core, AutoFitsATinyBudgetAndMatches) {
     host_matrix<float> a(301, 211), b(211, 173), c(301, 173);

@@ -155,6 +155,10 @@ public:
     virtual void synchronize() = 0;
     /// True when the last recorded point has been reached.
     virtual bool ready() = 0;
+    /// A host-blocking wait for the point recorded last as of this call (later records do not move
+    /// it); the returned function stays valid after the event is destroyed. Streams of other
+    /// backends use it to honour "wait for the record current at wait()".
+    virtual std::function<void()> host_waiter() = 0;
 
 protected:
     event() = default;

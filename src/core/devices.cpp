@@ -1,5 +1,6 @@
 // Device specs, discovery of what is present, and opening the devices a spec names.
 #include "backends/backends.hpp"
+#include "core/device_identity.hpp"
 
 #include <tilestream/devices.hpp>
 #include <tilestream/error.hpp>
@@ -140,6 +141,9 @@ std::vector<std::unique_ptr<device>> open_devices(std::string_view spec, const o
     const auto& inv = inventory();
     if (opt.cpu_threads < 0) throw invalid_argument("--cpu-threads must be >= 1");
     if (opt.memory_budget && *opt.memory_budget == 0) throw invalid_argument("memory budget must be > 0");
+    // Every GPU once (an item per GPU, cuda:IxK for slices); all CPU devices split the host.
+    check_distinct_devices(requests, inv.gpus);
+    const int cpu_devices = count_cpu_devices(requests);
     std::vector<std::unique_ptr<device>> out;
     int next_cpu = 0;
 
@@ -147,11 +151,12 @@ std::vector<std::unique_ptr<device>> open_devices(std::string_view spec, const o
         for (int i = 0; i < count; ++i) {
             backends::cpu_device_config cfg;
             cfg.index = next_cpu++;
-            // Split the cores: the first (cores % count) devices take one more.
+            // Split the cores over the spec's CPU devices: the first (cores % count) take one more.
+            const int n = cpu_devices;
             cfg.threads = opt.cpu_threads > 0
                               ? opt.cpu_threads
-                              : std::max(1, inv.cpu_cores / count + (i < inv.cpu_cores % count ? 1 : 0));
-            cfg.memory = inv.host_memory / std::size_t(count);
+                              : std::max(1, inv.cpu_cores / n + (cfg.index < inv.cpu_cores % n ? 1 : 0));
+            cfg.memory = inv.host_memory / std::size_t(n);
             cfg.budget = budget ? *budget : (opt.memory_budget ? *opt.memory_budget : cfg.memory);
             cfg.budget_given = budget || opt.memory_budget;
             cfg.name = inv.cpu_name;
@@ -159,7 +164,7 @@ std::vector<std::unique_ptr<device>> open_devices(std::string_view spec, const o
         }
     };
     const auto open_gpu = [&](const device_request& r, std::optional<std::size_t> budget) {
-        if (r.index >= static_cast<int>(inv.gpus.size()))
+        if (find_gpu(inv.gpus, r.index) == nullptr)  // ordinals, not positions: some may be left out
             throw invalid_argument("unknown device '" + r.text + "': devices present: " +
                                    describe_present_devices());
         for (int s = 0; s < r.slices; ++s)

@@ -139,9 +139,9 @@ public:
         std::lock_guard lock(state_->mutex);
         return state_->reached >= state_->recorded;
     }
-    /// A task that blocks until the point recorded last (as of now) is reached; it holds the
-    /// shared state, so the event may be destroyed before the task runs.
-    std::function<void()> waiter() {
+    /// Blocks until the point recorded last (as of now) is reached; it holds the shared state,
+    /// so the event may be destroyed before the task runs.
+    std::function<void()> host_waiter() override {
         auto st = state_;
         const std::uint64_t gen = current_target();
         return [st, gen] {
@@ -149,7 +149,7 @@ public:
             st->cv.wait(lock, [&] { return st->reached >= gen; });
         };
     }
-    void synchronize() override { waiter()(); }
+    void synchronize() override { host_waiter()(); }
 
 private:
     std::uint64_t current_target() {
@@ -186,12 +186,9 @@ public:
     std::unique_ptr<event> create_event() override { return std::make_unique<cpu_event>(); }
 
     void wait(stream& s, event& e) override {
-        if (auto* ce = dynamic_cast<cpu_event*>(&e)) {
-            inner(s).push({ce->waiter(), true});
-        } else {
-            // An event of another backend: the stream thread blocks on it from the host side.
-            inner(s).push({[&e] { e.synchronize(); }, true});
-        }
+        // Any backend's event: the stream thread blocks on the point recorded last as of this
+        // call (a later record must not move it, and the event may be gone by then).
+        inner(s).push({e.host_waiter(), true});
     }
 
     void synchronize() override {

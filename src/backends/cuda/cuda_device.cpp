@@ -5,6 +5,7 @@
 #include "backends/backends.hpp"
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/cuda_kernels.hpp"
+#include "core/blas_mapping.hpp"
 
 #include <tilestream/error.hpp>
 
@@ -13,6 +14,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <map>
+#include <set>
 #include <sstream>
 #include <utility>
 
@@ -49,7 +51,9 @@ device_guard::~device_guard() {
 
 namespace {
 
-constexpr std::size_t mib = std::size_t(1) << 20;
+static_assert(host_register_portable == cudaHostRegisterPortable &&
+                  host_register_read_only == cudaHostRegisterReadOnly,
+              "cuda_logic.hpp's registration flags carry CUDA's values");
 
 std::string pointer_text(const void* p) {
     std::ostringstream o;
@@ -90,16 +94,22 @@ bool enable_peer_access(int from, int to, std::string_view device_id) {
     if (auto it = cache.find({from, to}); it != cache.end()) return it->second;
     int can = 0;
     TS_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, from, to), device_id);
+    peer_enable_status status = peer_enable_status::refused;
     if (can) {
         device_guard guard(from, device_id);
         const cudaError_t e = cudaDeviceEnablePeerAccess(to, 0);
-        if (e == cudaErrorPeerAccessAlreadyEnabled)
-            (void)cudaGetLastError();  // enabled before, by us or by the application
-        else
-            TS_CUDA_CHECK(e, device_id);
+        status = e == cudaSuccess                          ? peer_enable_status::enabled
+                 : e == cudaErrorPeerAccessAlreadyEnabled ? peer_enable_status::already_enabled
+                 : is_sticky(e)                           ? peer_enable_status::context_lost
+                                                          : peer_enable_status::refused;
+        if (status == peer_enable_status::context_lost) TS_CUDA_CHECK(e, device_id);
+        // Enabled before (by us or the application), or refused (e.g. too many peers): either
+        // way the error is cleared, and a refusal means copies go through host staging.
+        if (e != cudaSuccess) (void)cudaGetLastError();
     }
-    cache[{from, to}] = can != 0;
-    return can != 0;
+    const bool usable = use_peer_path(can != 0, status);
+    cache[{from, to}] = usable;
+    return usable;
 }
 
 std::string gemm_span_name(const gemm_call& c) {
@@ -111,33 +121,7 @@ std::string gemm_span_name(const gemm_call& c) {
     return name.str();
 }
 
-// Minimal leading dimension of a rows x cols matrix stored with layout l.
-index_t min_ld(index_t rows, index_t cols, layout l) {
-    return std::max<index_t>(1, l == layout::row_major ? cols : rows);
-}
-
-void check_operand(const std::string& dev, const char* name, const void* p, index_t rows,
-                   index_t cols, index_t ld, layout l) {
-    if (rows == 0 || cols == 0) return;
-    if (p == nullptr)
-        throw invalid_argument("gemm on " + dev + ": " + name + " is null for a " +
-                               std::to_string(rows) + "x" + std::to_string(cols) + " operand");
-    if (ld < min_ld(rows, cols, l))
-        throw invalid_argument("gemm on " + dev + ": leading dimension " + std::to_string(ld) +
-                               " of " + name + " is too small for a " + std::to_string(rows) + "x" +
-                               std::to_string(cols) + " " + std::string(to_string(l)) +
-                               " matrix (needs at least " + std::to_string(min_ld(rows, cols, l)) +
-                               ")");
-}
-
 }  // namespace
-
-std::size_t default_budget(std::size_t share) {
-    // 256 MiB covers the cuBLAS workspaces of a few streams; 1% more covers the growth of the
-    // context (module loads, peer mappings) on large GPUs. Never more than a quarter of the share.
-    const std::size_t reserve = std::min(share / 4, 256 * mib + share / 100);
-    return share - reserve;
-}
 
 // ------------------------------------------------------------------ clock_anchor
 
@@ -275,16 +259,13 @@ void cuda_stream::report_finished_spans() noexcept {
 
 // ------------------------------------------------------------------ cuda_event
 
-cuda_event::cuda_event(cuda_device& dev) : device_id_(dev.id()), ordinal_(dev.ordinal()) {
-    device_guard guard(ordinal_, device_id_);
-    // No timing: synchronisation events are lighter without it.
-    TS_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), device_id_);
+native_event::~native_event() {
+    if (event == nullptr) return;
+    device_guard guard(ordinal, std::nothrow);
+    if (cudaEventDestroy(event) != cudaSuccess) (void)cudaGetLastError();
 }
 
-cuda_event::~cuda_event() {
-    device_guard guard(ordinal_, std::nothrow);
-    if (cudaEventDestroy(event_) != cudaSuccess) (void)cudaGetLastError();
-}
+cuda_event::cuda_event(cuda_device& dev) : device_id_(dev.id()) {}
 
 void cuda_event::record(stream& s) {
     auto* cs = dynamic_cast<cuda_stream*>(&s);
@@ -292,36 +273,43 @@ void cuda_event::record(stream& s) {
         throw invalid_argument("event of " + device_id_ + " cannot be recorded on a stream of " +
                                s.owner().id() + ", which is not a CUDA device");
     const int gpu = cs->gpu().ordinal();
-    if (gpu != ordinal_) {
-        // A CUDA event can only be recorded on a stream of its own GPU: move it to that GPU.
-        device_guard guard(gpu, cs->gpu().id());
-        cudaEvent_t moved = nullptr;
-        TS_CUDA_CHECK(cudaEventCreateWithFlags(&moved, cudaEventDisableTiming), cs->gpu().id());
-        {
-            device_guard old(ordinal_, std::nothrow);
-            if (cudaEventDestroy(event_) != cudaSuccess) (void)cudaGetLastError();
-        }
-        event_ = moved;
-        ordinal_ = gpu;
+    device_guard guard(gpu, cs->gpu().id());
+    std::lock_guard lock(mutex_);
+    // A CUDA event is recorded on a stream of its own GPU, and a handle a waiter holds keeps
+    // the point it marked: otherwise a fresh handle (no timing: lighter for synchronisation).
+    if (!current_ || current_.use_count() > 1 || current_->ordinal != gpu) {
+        auto fresh = std::make_shared<native_event>();
+        fresh->ordinal = gpu;
+        TS_CUDA_CHECK(cudaEventCreateWithFlags(&fresh->event, cudaEventDisableTiming),
+                      cs->gpu().id());
+        current_ = std::move(fresh);
     }
-    device_id_ = cs->gpu().id();
-    device_guard guard(ordinal_, device_id_);
-    TS_CUDA_CHECK(cudaEventRecord(event_, cs->native()), device_id_);
-    recorded_.store(true);
+    current_->device_id = cs->gpu().id();
+    TS_CUDA_CHECK(cudaEventRecord(current_->event, cs->native()), current_->device_id);
 }
 
-void cuda_event::synchronize() {
-    if (!recorded_.load()) return;
-    device_guard guard(ordinal_, device_id_);
-    TS_CUDA_CHECK(cudaEventSynchronize(event_), device_id_);
+std::shared_ptr<const native_event> cuda_event::current() const {
+    std::lock_guard lock(mutex_);
+    return current_;
 }
+
+std::function<void()> cuda_event::host_waiter() {
+    return [h = current()] {
+        if (!h) return;  // never recorded: nothing to wait for
+        device_guard guard(h->ordinal, h->device_id);
+        TS_CUDA_CHECK(cudaEventSynchronize(h->event), h->device_id);
+    };
+}
+
+void cuda_event::synchronize() { host_waiter()(); }
 
 bool cuda_event::ready() {
-    if (!recorded_.load()) return true;
-    device_guard guard(ordinal_, device_id_);
-    const cudaError_t e = cudaEventQuery(event_);
+    const auto h = current();
+    if (!h) return true;
+    device_guard guard(h->ordinal, h->device_id);
+    const cudaError_t e = cudaEventQuery(h->event);
     if (e == cudaErrorNotReady) return false;
-    TS_CUDA_CHECK(e, device_id_);
+    TS_CUDA_CHECK(e, h->device_id);
     return true;
 }
 
@@ -434,16 +422,40 @@ void cuda_device::register_host(void* p, std::size_t bytes) {
         return;
     }
     device_guard guard(ordinal_, id());
-    const cudaError_t e = cudaHostRegister(p, bytes, cudaHostRegisterPortable);
+    int read_only_supported = 0;
+    TS_CUDA_CHECK(cudaDeviceGetAttribute(&read_only_supported,
+                                         cudaDevAttrHostRegisterReadOnlySupported, ordinal_),
+                  id());
+    // A read-only mapped input (a .npy opened PROT_READ) is refused without the read-only flag.
+    const bool read_only = host_range_read_only(p, bytes);
+    const host_registration_choice how =
+        choose_host_registration(read_only, read_only_supported != 0);
+    const std::string what = "cudaHostRegister of " + format_bytes(bytes) +
+                             (read_only ? " of read-only memory" : "") + " at " + pointer_text(p);
+    if (!how.pin) refuse_pinning(what, how.reason);
+    const cudaError_t e = cudaHostRegister(p, bytes, how.flags);
     if (e == cudaErrorHostMemoryAlreadyRegistered) {
         (void)cudaGetLastError();
         reg[p] = {1, true};
         return;
     }
-    if (e != cudaSuccess)
-        throw_cuda_error("cudaHostRegister of " + format_bytes(bytes) + " at " + pointer_text(p),
-                         id(), e);
+    if (e != cudaSuccess) {
+        if (is_sticky(e)) throw_cuda_error(what, id(), e);
+        (void)cudaGetLastError();
+        refuse_pinning(what, cudaGetErrorString(e));
+    }
     reg[p] = {1, false};
+}
+
+void cuda_device::refuse_pinning(const std::string& what, const std::string& reason) {
+    const std::string message = what + " failed on " + id() + ": " + reason +
+                                "; copies from this memory stay pageable (slower)";
+    // Callers may carry on without pinning; the warning makes that visible once per kind of
+    // refusal (a run pins the same operands again on every repeat). The registry lock is held.
+    static std::set<std::string> warned;
+    if (warned.insert(id() + ": " + reason).second)
+        std::fprintf(stderr, "tilestream: warning: %s\n", message.c_str());
+    throw device_error(message);
 }
 
 void cuda_device::unregister_host(void* p) {
@@ -473,15 +485,19 @@ std::unique_ptr<event> cuda_device::create_event() { return std::make_unique<cud
 void cuda_device::wait(stream& s, event& e) {
     cuda_stream& cs = own_stream(s, "wait");
     if (auto* ce = dynamic_cast<cuda_event*>(&e)) {
-        if (!ce->recorded()) return;  // waiting for an event never recorded waits for nothing
+        const auto h = ce->current();
+        if (!h) return;  // waiting for an event never recorded waits for nothing
         device_guard guard(ordinal_, id());
-        // The event may live on another GPU: CUDA orders across GPUs without the host.
-        TS_CUDA_CHECK(cudaStreamWaitEvent(cs.native(), ce->native(), 0), id());
+        // The event may live on another GPU: CUDA orders across GPUs without the host, and
+        // takes the record current now.
+        TS_CUDA_CHECK(cudaStreamWaitEvent(cs.native(), h->event, 0), id());
         return;
     }
     // An event of another backend (a CPU device) cannot be waited for by the GPU: the host
-    // waits for it now, so everything enqueued on s after this call still starts after it.
-    e.synchronize();
+    // waits now for its record current now, so everything enqueued on s after this call starts
+    // after it. (Blocking inside a host function on s instead would hold CUDA's callback thread,
+    // which host functions of other streams may need first.)
+    e.host_waiter()();
 }
 
 void cuda_device::synchronize() {
@@ -610,20 +626,15 @@ void cuda_device::copy_1d(cuda_stream& cs, void* dst, const void* src, std::size
 
 void cuda_device::copy_2d(cuda_stream& cs, const copy_2d_desc& c, cudaMemcpyKind kind,
                           span_kind span, const char* name) {
-    if (c.width_bytes == 0 || c.height == 0) return;
-    if (c.height > 1 && (c.dst_pitch < c.width_bytes || c.src_pitch < c.width_bytes))
-        throw invalid_argument(std::string(name) + " on " + id() + ": rows of " +
-                               std::to_string(c.width_bytes) + " bytes do not fit pitches of " +
-                               std::to_string(c.src_pitch) + " (source) and " +
-                               std::to_string(c.dst_pitch) + " (destination) bytes");
-    // One row, or rows back to back on both sides: a plain copy.
-    if (c.height == 1 || (c.dst_pitch == c.width_bytes && c.src_pitch == c.width_bytes)) {
+    const copy_2d_route route = plan_copy_2d(c, max_pitch_, std::string(name) + " on " + id());
+    if (route == copy_2d_route::nothing) return;
+    if (route == copy_2d_route::one_copy) {
         copy_1d(cs, c.dst, c.src, c.width_bytes * c.height, kind, span, name);
         return;
     }
     device_guard guard(ordinal_, id());
     traced(cs, span, [&] { return std::string(name); }, c.width_bytes * c.height, 0.0, [&] {
-        if (c.dst_pitch <= max_pitch_ && c.src_pitch <= max_pitch_) {
+        if (route == copy_2d_route::pitched) {
             TS_CUDA_CHECK(cudaMemcpy2DAsync(c.dst, c.dst_pitch, c.src, c.src_pitch, c.width_bytes,
                                             c.height, kind, cs.native()),
                           id());
@@ -699,7 +710,10 @@ void cuda_device::copy_peer(stream& s, device& other, void* dst, const void* src
 
 void cuda_device::copy_2d_peer(stream& s, device& other, const copy_2d_desc& c) {
     cuda_stream& cs = own_stream(s, "copy_2d_peer");
-    if (c.width_bytes == 0 || c.height == 0) return;
+    // cudaMemcpy3DPeerAsync takes any pitch: never row by row.
+    const copy_2d_route route =
+        plan_copy_2d(c, SIZE_MAX, "copy_2d_peer from " + id() + " to " + other.id());
+    if (route == copy_2d_route::nothing) return;
     if (!can_copy_peer(other))
         throw invalid_argument("copy_2d_peer from " + id() + " to " + other.id() +
                                ": no direct access between them (copy through the host instead)");
@@ -708,15 +722,10 @@ void cuda_device::copy_2d_peer(stream& s, device& other, const copy_2d_desc& c) 
         copy_2d(cs, c, cudaMemcpyDeviceToDevice, span_kind::copy_peer, "copy_2d_peer");
         return;
     }
-    if (c.height == 1 || (c.dst_pitch == c.width_bytes && c.src_pitch == c.width_bytes)) {
+    if (route == copy_2d_route::one_copy) {
         copy_peer(s, other, c.dst, c.src, c.width_bytes * c.height);
         return;
     }
-    if (c.dst_pitch < c.width_bytes || c.src_pitch < c.width_bytes)
-        throw invalid_argument("copy_2d_peer on " + id() + ": rows of " +
-                               std::to_string(c.width_bytes) + " bytes do not fit pitches of " +
-                               std::to_string(c.src_pitch) + " (source) and " +
-                               std::to_string(c.dst_pitch) + " (destination) bytes");
     device_guard guard(ordinal_, id());
     traced(cs, span_kind::copy_peer, [&] { return "copy_2d_peer to " + other.id(); },
            c.width_bytes * c.height, 0.0, [&] {
@@ -735,22 +744,15 @@ void cuda_device::copy_2d_peer(stream& s, device& other, const copy_2d_desc& c) 
 
 void cuda_device::gemm(stream& s, const gemm_call& call) {
     cuda_stream& cs = own_stream(s, "gemm");
-    if (call.m < 0 || call.n < 0 || call.k < 0)
-        throw invalid_argument("gemm on " + id() + ": negative size " + std::to_string(call.m) +
-                               "x" + std::to_string(call.n) + "x" + std::to_string(call.k));
-    if (call.kernel == gemm_kernel::reference)
-        throw invalid_argument("gemm on " + id() +
-                               ": the reference kernel runs on the host only (use naive, tiled "
-                               "or vendor on a CUDA device)");
-    if (call.m == 0 || call.n == 0) return;
-    const bool reads_ab = call.k > 0 && call.alpha != 0.0;
-    check_operand(id(), "C", call.c, call.m, call.n, call.ldc, call.layout_c);
-    if (reads_ab) {
-        const bool ta = call.op_a == op::t, tb = call.op_b == op::t;
-        check_operand(id(), "A", call.a, ta ? call.k : call.m, ta ? call.m : call.k, call.lda,
-                      call.layout_a);
-        check_operand(id(), "B", call.b, tb ? call.n : call.k, tb ? call.k : call.n, call.ldb,
-                      call.layout_b);
+    const gemm_work work = check_gemm_call(call, id());
+    if (work == gemm_work::none) return;
+    const bool reads_ab = work == gemm_work::product;
+    // Launch shapes and library arguments are settled on the host first, so a call CUDA would
+    // refuse is an error naming the device rather than a launch or cuBLAS status.
+    tiled_launch tiled;
+    if (reads_ab && call.kernel == gemm_kernel::tiled) {
+        tiled = plan_tiled_launch(call);
+        if (!tiled.error.empty()) throw invalid_argument("gemm on " + id() + ": " + tiled.error);
     }
     device_guard guard(ordinal_, id());
     traced(cs, span_kind::kernel, [&] { return gemm_span_name(call); }, 0,
@@ -765,7 +767,7 @@ void cuda_device::gemm(stream& s, const gemm_call& call) {
                        TS_CUDA_CHECK(launch_gemm_naive(call, cs.native()), id());
                        break;
                    case gemm_kernel::tiled:
-                       TS_CUDA_CHECK(launch_gemm_tiled(call, cs.native()), id());
+                       TS_CUDA_CHECK(launch_gemm_tiled(call, tiled, cs.native()), id());
                        break;
                    case gemm_kernel::vendor:
                    case gemm_kernel::reference:
@@ -778,6 +780,9 @@ void cuda_device::gemm(stream& s, const gemm_call& call) {
 void cuda_device::gemm_vendor(cuda_stream& cs, const gemm_call& call) {
     // cuBLAS is column-major: a row-major C is computed as C^T = op(B)^T op(A)^T (no copies).
     const column_major_gemm p = as_column_major(call);
+    if (const std::string bad = column_major_gemm_violation(p); !bad.empty())
+        throw invalid_argument("gemm (vendor) on " + id() + ": cuBLAS would refuse the mapped call: " +
+                               bad);
     const cublasOperation_t op1 = p.trans_x ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t op2 = p.trans_y ? CUBLAS_OP_T : CUBLAS_OP_N;
 
@@ -807,21 +812,9 @@ void cuda_device::gemm_vendor(cuda_stream& cs, const gemm_call& call) {
 
 void cuda_device::jacobi_sweep(stream& s, const jacobi_call& call) {
     cuda_stream& cs = own_stream(s, "jacobi_sweep");
-    if (call.row_end < call.row_begin || call.col_end < call.col_begin)
-        throw invalid_argument("jacobi_sweep on " + id() + ": empty-or-reversed range rows [" +
-                               std::to_string(call.row_begin) + ", " + std::to_string(call.row_end) +
-                               ") x cols [" + std::to_string(call.col_begin) + ", " +
-                               std::to_string(call.col_end) + ")");
-    if (call.row_end == call.row_begin || call.col_end == call.col_begin) return;
-    if (call.row_begin < 1 || call.col_begin < 1 || call.col_end >= call.ld)
-        throw invalid_argument("jacobi_sweep on " + id() + ": the swept points rows [" +
-                               std::to_string(call.row_begin) + ", " + std::to_string(call.row_end) +
-                               ") x cols [" + std::to_string(call.col_begin) + ", " +
-                               std::to_string(call.col_end) + ") need a halo inside ld " +
-                               std::to_string(call.ld));
-    if (call.in == nullptr || call.out == nullptr || call.in == call.out)
-        throw invalid_argument("jacobi_sweep on " + id() +
-                               ": needs distinct non-null input and output buffers");
+    if (!check_jacobi_call(call, id())) return;
+    const jacobi_launch launch = plan_jacobi_launch(call);
+    if (!launch.error.empty()) throw invalid_argument("jacobi_sweep on " + id() + ": " + launch.error);
     const double points =
         double(call.row_end - call.row_begin) * double(call.col_end - call.col_begin);
     device_guard guard(ordinal_, id());
@@ -833,7 +826,7 @@ void cuda_device::jacobi_sweep(stream& s, const jacobi_call& call) {
                    std::to_string(call.col_end - call.col_begin);
         },
         static_cast<std::size_t>(2 * points * double(size_of(call.type))), 4 * points,
-        [&] { TS_CUDA_CHECK(launch_jacobi_sweep(call, cs.native()), id()); });
+        [&] { TS_CUDA_CHECK(launch_jacobi_sweep(call, launch, cs.native()), id()); });
 }
 
 cudaStream_t native_stream(stream& s) {
@@ -852,48 +845,27 @@ namespace tilestream::backends {
 
 std::unique_ptr<device> make_cuda_device(int ordinal, int slice, int slices,
                                          std::optional<std::size_t> budget) {
+    cuda::check_slice_request(ordinal, slice, slices);
     const std::string gpu = "cuda:" + std::to_string(ordinal);
-    if (slices < 1)
-        throw invalid_argument(gpu + "x" + std::to_string(slices) +
-                               ": a GPU splits into at least 1 logical device");
-    if (slice < 0 || slice >= slices)
-        throw invalid_argument(gpu + ": slice " + std::to_string(slice) + " does not exist (" +
-                               std::to_string(slices) + " slices)");
-    if (ordinal < 0) throw invalid_argument(gpu + " does not exist: GPU numbers start at 0");
-
     int count = 0;
     const cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
         throw invalid_argument(gpu + " does not exist: " + cuda::describe_cuda_failure(e));
     }
-    if (ordinal >= count)
-        throw invalid_argument(gpu + " does not exist: " +
-                               (count == 0 ? std::string("no CUDA GPU present")
-                                           : std::to_string(count) +
-                                                 (count == 1 ? " CUDA GPU" : " CUDA GPUs") +
-                                                 " present"));
+    if (const std::string missing = cuda::missing_gpu_reason(ordinal, count); !missing.empty())
+        throw invalid_argument(gpu + " does not exist: " + missing);
 
     device_info info = cuda::describe_gpu(ordinal, count);
-    const std::size_t free = info.memory_free;
-    const auto slice_count = static_cast<std::size_t>(slices);
-    info.id = slices == 1 ? gpu : gpu + "." + std::to_string(slice);
+    const cuda::slice_memory memory =
+        cuda::split_gpu_memory(ordinal, slice, slices, info.memory_bytes, info.memory_free, budget);
+    info.id = cuda::logical_device_id(ordinal, slice, slices);
     info.slice = slice;
     info.slices = slices;
-    info.memory_bytes /= slice_count;
-    info.memory_free = free / slice_count;
-    const std::size_t share = info.memory_free;
-    if (budget) {
-        if (*budget > share)
-            throw invalid_argument(info.id + ": budget " + format_bytes(*budget) +
-                                   " exceeds its share of " + gpu + "'s free memory, " +
-                                   format_bytes(share) + " (" + format_bytes(free) + " free / " +
-                                   std::to_string(slices) + (slices == 1 ? " slice)" : " slices)"));
-        info.budget_bytes = *budget;
-        info.budget_given = true;
-    } else {
-        info.budget_bytes = cuda::default_budget(share);
-    }
+    info.memory_bytes = memory.memory_bytes;
+    info.memory_free = memory.memory_free;
+    info.budget_bytes = memory.budget_bytes;
+    info.budget_given = budget.has_value();
     return std::make_unique<cuda::cuda_device>(std::move(info), ordinal);
 }
 

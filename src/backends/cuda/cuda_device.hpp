@@ -2,6 +2,8 @@
 // tests of this backend may include it to reach the native CUDA stream).
 #pragma once
 
+#include "backends/cuda/cuda_logic.hpp"
+
 #include <tilestream/device.hpp>
 
 #include <cublas_v2.h>
@@ -40,11 +42,6 @@ private:
 /// One line saying why CUDA is unusable, from the error cudaGetDeviceCount returned:
 /// "no CUDA driver found", "CUDA driver 12.4 is older than the runtime 13.0", "no CUDA GPU present".
 std::string describe_cuda_failure(cudaError_t count_error);
-/// "13.0" from CUDA's 13000.
-std::string cuda_version_string(int version);
-/// Default budget of a logical device whose share of the GPU's free memory is `share`: the share
-/// less a reserve for what CUDA allocates outside the budget (cuBLAS workspaces, context growth).
-std::size_t default_budget(std::size_t share);
 /// The facts of GPU `ordinal` (id "cuda:<ordinal>"), of `count` GPUs; throws device_error.
 device_info describe_gpu(int ordinal, int count);
 
@@ -105,22 +102,36 @@ private:
     std::deque<pending_span> spans_;
 };
 
+/// One CUDA event handle and the GPU it lives on; destroyed with its last owner.
+struct native_event {
+    cudaEvent_t event = nullptr;
+    int ordinal = 0;
+    std::string device_id;  // device whose stream recorded it (for messages)
+    native_event() = default;
+    native_event(const native_event&) = delete;
+    native_event& operator=(const native_event&) = delete;
+    ~native_event();
+};
+
+/// Each record uses a handle nobody else holds: the current one when no waiter kept it, else a
+/// fresh one. A host_waiter() keeps the handle current at its call, so a later record cannot
+/// move the point it waits for.
 class cuda_event final : public event {
 public:
     explicit cuda_event(cuda_device& dev);
-    ~cuda_event() override;
+    ~cuda_event() override = default;
     void record(stream& s) override;
     void synchronize() override;
     bool ready() override;
+    std::function<void()> host_waiter() override;
 
-    cudaEvent_t native() const { return event_; }
-    bool recorded() const { return recorded_.load(); }
+    /// The handle of the last record, or null when never recorded.
+    std::shared_ptr<const native_event> current() const;
 
 private:
-    std::string device_id_;  // device whose stream recorded it last (for messages)
-    int ordinal_;            // GPU the CUDA event lives on
-    cudaEvent_t event_ = nullptr;
-    std::atomic<bool> recorded_{false};
+    std::string device_id_;  // the device that created it (for messages)
+    mutable std::mutex mutex_;
+    std::shared_ptr<native_event> current_;  // null until the first record
 };
 
 class cuda_device final : public device {
@@ -168,6 +179,8 @@ protected:
 
 private:
     cuda_stream& own_stream(stream& s, const char* operation);
+    /// Warns (once per reason) and throws device_error: `what` could not be pinned.
+    [[noreturn]] void refuse_pinning(const std::string& what, const std::string& reason);
     void copy_1d(cuda_stream& cs, void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind,
                  span_kind span, const char* name);
     void copy_2d(cuda_stream& cs, const copy_2d_desc& c, cudaMemcpyKind kind, span_kind span,

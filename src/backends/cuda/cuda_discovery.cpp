@@ -11,26 +11,17 @@
 
 namespace tilestream::cuda {
 
-std::string cuda_version_string(int version) {
-    return std::to_string(version / 1000) + "." + std::to_string((version % 1000) / 10);
-}
-
 std::string describe_cuda_failure(cudaError_t count_error) {
     int driver = 0, runtime = 0;
     // Both only read versions; cudaDriverGetVersion reports 0 when no driver is installed.
     (void)cudaDriverGetVersion(&driver);
     (void)cudaRuntimeGetVersion(&runtime);
     (void)cudaGetLastError();
-    const std::string versions =
-        " (driver " + (driver ? cuda_version_string(driver) : std::string("none")) + ", runtime " +
-        cuda_version_string(runtime) + ")";
-    if (count_error == cudaErrorNoDevice) return "no CUDA GPU present" + versions;
-    if (driver == 0) return "no CUDA driver found (runtime " + cuda_version_string(runtime) + ")";
-    if (count_error == cudaErrorInsufficientDriver)
-        return "CUDA driver " + cuda_version_string(driver) + " is older than the runtime " +
-               cuda_version_string(runtime);
-    return std::string("CUDA unusable: cudaGetDeviceCount failed: ") +
-           cudaGetErrorString(count_error) + versions;
+    const cuda_count_failure failure = count_error == cudaErrorNoDevice ? cuda_count_failure::no_device
+                                       : count_error == cudaErrorInsufficientDriver
+                                           ? cuda_count_failure::insufficient_driver
+                                           : cuda_count_failure::other;
+    return cuda_failure_text(failure, driver, runtime, cudaGetErrorString(count_error));
 }
 
 device_info describe_gpu(int ordinal, int count) {

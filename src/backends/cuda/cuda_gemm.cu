@@ -46,16 +46,6 @@ gemm_args<T> make_args(const gemm_call& call) {
             call.c_col_stride()};
 }
 
-constexpr int threads_per_block = 256;
-
-// Blocks for a grid-stride loop over `total` items: enough to fill any GPU, never more than needed.
-unsigned grid_for(index_t total) {
-    const index_t blocks = (total + threads_per_block - 1) / threads_per_block;
-    return static_cast<unsigned>(std::min<index_t>(std::max<index_t>(blocks, 1), index_t(1) << 20));
-}
-
-bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
-
 // ---------------------------------------------------------------- C <- beta*C
 
 template <class T>
@@ -101,9 +91,10 @@ __global__ void gemm_naive_kernel(gemm_args<T> p) {
 // contiguous 16-byte vectors (conflict-free) and a thread's accumulators stay in registers.
 template <class T>
 struct tile_shape {
-    static constexpr int S = 16 / int(sizeof(T));
-    static constexpr int BM = 32 * S;
-    static constexpr int BN = 32 * S;
+    static constexpr int S = vector_elements(sizeof(T));
+    static constexpr int BM = tiled_tile_edge(sizeof(T));
+    static constexpr int BN = tiled_tile_edge(sizeof(T));
+    static_assert(BM == 32 * S, "the warp layout below assumes 32 vectors per tile edge");
     static constexpr int BK = 8;
     static constexpr int TM = 2 * S;  // micro-tile rows per thread
     static constexpr int TN = 2 * S;
@@ -141,7 +132,7 @@ __device__ __forceinline__ void tile_origin(int id, index_t M, index_t N, index_
     using shape = tile_shape<T>;
     const int tiles_m = int((M + shape::BM - 1) / shape::BM);
     const int tiles_n = int((N + shape::BN - 1) / shape::BN);
-    constexpr int group = 8;
+    constexpr int group = tiled_group_rows;
     const int per_group = group * tiles_n;
     const int first_m = (id / per_group) * group;
     const int group_rows = min(tiles_m - first_m, group);
@@ -344,52 +335,44 @@ __global__ void __launch_bounds__(threads_per_block, 2)
 }
 
 template <class T, bool A_KC, bool B_KC, bool VEC, bool C_ROW>
-cudaError_t launch_tiled_variant(const gemm_args<T>& args, bool c_vec, cudaStream_t stream) {
-    using shape = tile_shape<T>;
-    const index_t tiles = ((args.m + shape::BM - 1) / shape::BM) * ((args.n + shape::BN - 1) / shape::BN);
-    if (tiles > INT_MAX) return cudaErrorInvalidConfiguration;
+cudaError_t launch_tiled_variant(const gemm_args<T>& args, const tiled_launch& l, cudaStream_t stream) {
     (void)cudaGetLastError();  // the status returned below is this launch's alone
     gemm_tiled_kernel<T, A_KC, B_KC, VEC, C_ROW>
-        <<<static_cast<unsigned>(tiles), threads_per_block, 0, stream>>>(args, c_vec);
+        <<<l.blocks, threads_per_block, 0, stream>>>(args, l.vector_c);
     return cudaGetLastError();
 }
 
 template <class T, bool A_KC, bool B_KC, bool VEC>
-cudaError_t launch_tiled_c(const gemm_args<T>& args, bool c_vec, cudaStream_t s) {
-    return args.c_cs == 1 ? launch_tiled_variant<T, A_KC, B_KC, VEC, true>(args, c_vec, s)
-                          : launch_tiled_variant<T, A_KC, B_KC, VEC, false>(args, c_vec, s);
+cudaError_t launch_tiled_c(const gemm_args<T>& args, const tiled_launch& l, cudaStream_t s) {
+    return l.c_row_major ? launch_tiled_variant<T, A_KC, B_KC, VEC, true>(args, l, s)
+                         : launch_tiled_variant<T, A_KC, B_KC, VEC, false>(args, l, s);
 }
 
 template <class T, bool A_KC, bool B_KC>
-cudaError_t launch_tiled_vec(const gemm_args<T>& args, bool vec, bool c_vec, cudaStream_t s) {
-    return vec ? launch_tiled_c<T, A_KC, B_KC, true>(args, c_vec, s)
-               : launch_tiled_c<T, A_KC, B_KC, false>(args, c_vec, s);
+cudaError_t launch_tiled_vec(const gemm_args<T>& args, const tiled_launch& l, cudaStream_t s) {
+    return l.vector_ab ? launch_tiled_c<T, A_KC, B_KC, true>(args, l, s)
+                       : launch_tiled_c<T, A_KC, B_KC, false>(args, l, s);
 }
 
+// The specialisation (which index of A and B is contiguous, vector loads, C's layout) was chosen
+// on the host by plan_tiled_launch; this only dispatches to the matching instantiation.
 template <class T>
-cudaError_t launch_tiled(const gemm_call& call, cudaStream_t stream) {
+cudaError_t launch_tiled(const gemm_call& call, const tiled_launch& l, cudaStream_t stream) {
+    if (!l.error.empty() || l.blocks == 0) return cudaErrorInvalidConfiguration;
     const gemm_args<T> args = make_args<T>(call);
-    constexpr index_t S = tile_shape<T>::S;
-    // When a stride is 1 in both directions (a single row or column) either reading is right.
-    const bool a_kc = args.a_cs == 1, b_kc = args.b_rs == 1;
-    const index_t lda = a_kc ? args.a_rs : args.a_cs;
-    const index_t ldb = b_kc ? args.b_cs : args.b_rs;
-    const index_t ldc = args.c_cs == 1 ? args.c_rs : args.c_cs;
-    const bool vec = aligned16(args.a) && aligned16(args.b) && lda % S == 0 && ldb % S == 0;
-    const bool c_vec = aligned16(args.c) && ldc % S == 0;
-    if (a_kc) {
-        return b_kc ? launch_tiled_vec<T, true, true>(args, vec, c_vec, stream)
-                    : launch_tiled_vec<T, true, false>(args, vec, c_vec, stream);
+    if (l.a_k_contiguous) {
+        return l.b_k_contiguous ? launch_tiled_vec<T, true, true>(args, l, stream)
+                                : launch_tiled_vec<T, true, false>(args, l, stream);
     }
-    return b_kc ? launch_tiled_vec<T, false, true>(args, vec, c_vec, stream)
-                : launch_tiled_vec<T, false, false>(args, vec, c_vec, stream);
+    return l.b_k_contiguous ? launch_tiled_vec<T, false, true>(args, l, stream)
+                            : launch_tiled_vec<T, false, false>(args, l, stream);
 }
 
 template <class T>
 cudaError_t launch_naive(const gemm_call& call, cudaStream_t stream) {
     const gemm_args<T> args = make_args<T>(call);
     (void)cudaGetLastError();
-    gemm_naive_kernel<T><<<grid_for(args.m * args.n), threads_per_block, 0, stream>>>(args);
+    gemm_naive_kernel<T><<<grid_stride_blocks(args.m * args.n), threads_per_block, 0, stream>>>(args);
     return cudaGetLastError();
 }
 
@@ -397,7 +380,7 @@ template <class T>
 cudaError_t launch_scale_c(const gemm_call& call, cudaStream_t stream) {
     const gemm_args<T> args = make_args<T>(call);
     (void)cudaGetLastError();
-    gemm_scale_c_kernel<T><<<grid_for(args.m * args.n), threads_per_block, 0, stream>>>(args);
+    gemm_scale_c_kernel<T><<<grid_stride_blocks(args.m * args.n), threads_per_block, 0, stream>>>(args);
     return cudaGetLastError();
 }
 
@@ -408,9 +391,10 @@ cudaError_t launch_gemm_naive(const gemm_call& call, cudaStream_t stream) {
                                    : launch_naive<double>(call, stream);
 }
 
-cudaError_t launch_gemm_tiled(const gemm_call& call, cudaStream_t stream) {
-    return call.type == dtype::f32 ? launch_tiled<float>(call, stream)
-                                   : launch_tiled<double>(call, stream);
+cudaError_t launch_gemm_tiled(const gemm_call& call, const tiled_launch& launch,
+                              cudaStream_t stream) {
+    return call.type == dtype::f32 ? launch_tiled<float>(call, launch, stream)
+                                   : launch_tiled<double>(call, launch, stream);
 }
 
 cudaError_t launch_gemm_scale_c(const gemm_call& call, cudaStream_t stream) {

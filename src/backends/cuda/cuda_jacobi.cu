@@ -37,7 +37,7 @@ __device__ __forceinline__ double squared_change(double out, double in) {
     return d * d;
 }
 
-constexpr int block_x = 32, block_y = 8;  // 32 column groups (one warp) x 8 rows
+constexpr int block_x = jacobi_launch::block_x, block_y = jacobi_launch::block_y;  // 32 groups (one warp) x 8 rows
 
 // Each thread updates one group of S consecutive columns (S = 4 floats or 2 doubles, one 16-byte
 // vector) of a row; a warp covers 32 consecutive groups, so its loads of the N, S and centre rows
@@ -45,7 +45,7 @@ constexpr int block_x = 32, block_y = 8;  // 32 column groups (one warp) x 8 row
 // VEC: in and out are 16-byte aligned and ld is a multiple of S, so whole groups are vectors.
 template <class T, bool VEC>
 __global__ void __launch_bounds__(block_x* block_y) jacobi_kernel(jacobi_args<T> p) {
-    constexpr int S = 16 / int(sizeof(T));
+    constexpr int S = vector_elements(sizeof(T));
     const index_t group = p.first_group + blockIdx.x * index_t(block_x) + threadIdx.x;
     const index_t c0 = group * S;
     const bool active = blockIdx.x * index_t(block_x) + threadIdx.x < p.groups;
@@ -101,11 +101,10 @@ __global__ void __launch_bounds__(block_x* block_y) jacobi_kernel(jacobi_args<T>
     }
 }
 
-bool aligned16(const void* q) { return (reinterpret_cast<std::uintptr_t>(q) & 15u) == 0; }
-
+// The grid, the first column group and the vector path were chosen by plan_jacobi_launch.
 template <class T>
-cudaError_t launch(const jacobi_call& call, cudaStream_t stream) {
-    constexpr index_t S = 16 / sizeof(T);
+cudaError_t launch(const jacobi_call& call, const jacobi_launch& l, cudaStream_t stream) {
+    if (!l.error.empty() || l.grid_x == 0 || l.grid_y == 0) return cudaErrorInvalidConfiguration;
     jacobi_args<T> args{};
     args.in = static_cast<const T*>(call.in);
     args.out = static_cast<T*>(call.out);
@@ -114,19 +113,12 @@ cudaError_t launch(const jacobi_call& call, cudaStream_t stream) {
     args.row_end = call.row_end;
     args.col_begin = call.col_begin;
     args.col_end = call.col_end;
-    args.first_group = call.col_begin / S;
-    args.groups = (call.col_end - 1) / S - args.first_group + 1;
+    args.first_group = l.first_group;
+    args.groups = l.groups;
     args.residual = call.residual;
-    const bool vec = aligned16(call.in) && aligned16(call.out) && call.ld % S == 0;
-
-    const index_t rows = call.row_end - call.row_begin;
-    const dim3 block(block_x, block_y);
-    const index_t gx = (args.groups + block_x - 1) / block_x;
-    const index_t gy = std::min<index_t>((rows + block_y - 1) / block_y, 65535);
-    if (gx > 0x7fffffff) return cudaErrorInvalidConfiguration;
-    const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
+    const dim3 block(block_x, block_y), grid(l.grid_x, l.grid_y);
     (void)cudaGetLastError();  // the status returned below is this launch's alone
-    if (vec)
+    if (l.vector)
         jacobi_kernel<T, true><<<grid, block, 0, stream>>>(args);
     else
         jacobi_kernel<T, false><<<grid, block, 0, stream>>>(args);
@@ -135,8 +127,10 @@ cudaError_t launch(const jacobi_call& call, cudaStream_t stream) {
 
 }  // namespace
 
-cudaError_t launch_jacobi_sweep(const jacobi_call& call, cudaStream_t stream) {
-    return call.type == dtype::f32 ? launch<float>(call, stream) : launch<double>(call, stream);
+cudaError_t launch_jacobi_sweep(const jacobi_call& call, const jacobi_launch& launch_plan,
+                                cudaStream_t stream) {
+    return call.type == dtype::f32 ? launch<float>(call, launch_plan, stream)
+                                   : launch<double>(call, launch_plan, stream);
 }
 
 }  // namespace tilestream::cuda
