@@ -320,6 +320,7 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
     ts::gemm_report last;
     // Pinned once for all repeats, outside the timed runs.
     const ts::pinned_operands pinned(dev_ptrs, ops.a, ops.b, c.view());
+    for (const auto& w : pinned.refused()) std::fprintf(stderr, "warning: host memory not pinned (copies stay pageable): %s\n", w.c_str());
     run.register_host = false;
     for (int r = 0; r < repeat; ++r) {
         if (beta != T(0))

@@ -44,6 +44,8 @@ struct gemm_report {
     std::size_t cache_hits = 0, cache_misses = 0, bytes_saved = 0;  ///< tile loads avoided / done (cache on)
     std::size_t peer_hits = 0, bytes_from_peers = 0;
     std::vector<device_share> devices;
+    /// What did not go as asked but did not stop the run (host memory a device refused to pin).
+    std::vector<std::string> warnings;
 };
 
 /// Whether a device may copy a missing tile from another device's cache instead of from the host.

@@ -630,6 +630,7 @@ gemm_report execute_gemm(const gemm_plan& plan, std::span<device* const> devices
     if (run.register_host && q.reads_ab) pinned = pinned_operands(devices, a, b, c);
     else if (run.register_host)
         pinned = pinned_operands(devices, std::array{std::pair<const void*, std::size_t>{c.data(), span_bytes(c)}});
+    for (const auto& w : pinned.refused()) rep.warnings.push_back("host memory not pinned (copies stay pageable): " + w);
     const auto t0 = clock::now();
     const std::vector<gemm_unit> units = plan_units(plan);
 
