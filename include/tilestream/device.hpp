@@ -28,6 +28,8 @@ struct device_info {
     std::size_t memory_free = 0;  ///< free memory when discovered (GPU), else memory_bytes
     std::size_t budget_bytes = 0; ///< accounting budget for allocations
     int threads = 0;              ///< CPU worker threads; for a GPU its SM count
+    std::string isa;              ///< CPU: instruction set of its kernels (generic, avx2, avx512)
+    std::string blocking;         ///< CPU: tiled GEMM block sizes, "f32 6x16 kc=256 mc=252 nc=8192, f64 ..."
     // GPU-only facts.
     int physical_index = -1;      ///< the GPU ordinal behind a (logical) CUDA device
     int slice = 0, slices = 1;    ///< logical slice of the physical device
