@@ -48,10 +48,14 @@ void kernel(index_t kc, const typename V::value* __restrict a, const typename V:
     using reg = typename V::reg;
     constexpr int NR = NV * V::width;
 
-    // The C tile is read after the loop; fetching it now hides the misses behind the FMAs.
-    if (mr == MR && nr == NR && beta != T(0))
+    // The C tile is written (and read unless beta == 0) after the loop; fetching its lines now
+    // hides the misses behind the FMAs.
+    if (mr == MR && nr == NR)
 #pragma GCC unroll 32
-        for (int i = 0; i < MR; ++i) __builtin_prefetch(c + i * rs_c, 1);
+        for (int i = 0; i < MR; ++i) {
+            __builtin_prefetch(c + i * rs_c, 1);
+            __builtin_prefetch(c + i * rs_c + NR - 1, 1);
+        }
 
     reg acc[MR][NV];
 #pragma GCC unroll 32
@@ -70,6 +74,7 @@ void kernel(index_t kc, const typename V::value* __restrict a, const typename V:
 #pragma GCC unroll 4
             for (int v = 0; v < NV; ++v) acc[i][v] = V::fma(ai, bv[v], acc[i][v]);
         }
+        __builtin_prefetch(a + 16 * MR);  // the A panel streams from L2: ask 16 steps ahead
         a += MR;
         b += NR;
     }
