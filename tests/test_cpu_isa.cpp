@@ -32,6 +32,15 @@ std::string supported_list() {
     return out;
 }
 
+// The registry entries compiled into this build (the x86 ones only on x86-64).
+std::vector<isa> compiled_isas() {
+#if defined(__x86_64__)
+    return {isa::generic, isa::avx2, isa::avx512};
+#else
+    return {isa::generic};
+#endif
+}
+
 bool supported(isa s) {
     const auto all = cpu::supported_isas();
     return std::find(all.begin(), all.end(), s) != all.end();
@@ -357,7 +366,7 @@ TEST(CpuIsaBlocking, BlockSizesRespectTheCacheSizesGiven) {
                                     {48 * KiB, 2 * MiB, 1920 * KiB},    // Sapphire Rapids
                                     {64 * KiB, 4 * MiB, 8 * MiB},       // Apple-like, large
                                     {16 * KiB, 128 * KiB, 512 * KiB}};  // small
-    for (isa s : {isa::generic, isa::avx2, isa::avx512}) {
+    for (isa s : compiled_isas()) {
         const cpu::isa_config& cfg = cpu::config_for(s);
         ASSERT_EQ(cfg.set, s) << to_string(s) << " is missing from the registry";
         for (dtype t : {dtype::f32, dtype::f64})
@@ -383,15 +392,17 @@ TEST(CpuIsaBlocking, BlockSizesRespectTheCacheSizesGiven) {
                 EXPECT_GT(double(b.mc + b.mr) * b.kc * e, double(c.l2) * cfg.l2_share * 0.5);
             }
     }
+#if defined(__x86_64__)
     // The AVX2 blocking of this machine class, as in BLIS's Haswell/Zen configuration.
     const cpu::block_sizes avx2_f32 = cpu::derive_block_sizes(cpu::config_for(isa::avx2), dtype::f32, zen3_caches);
     EXPECT_EQ(avx2_f32.mr, 6);
     EXPECT_EQ(avx2_f32.nr, 16);
     EXPECT_EQ(avx2_f32.kc, 256);
+#endif
 }
 
 TEST(CpuIsaBlocking, AbsurdCacheReportsStillGiveWorkingBlocks) {
-    for (isa s : {isa::generic, isa::avx2, isa::avx512})
+    for (isa s : compiled_isas())
         for (const cache_sizes& c : {cache_sizes{1, 1, 1}, cache_sizes{std::size_t(1) << 40, std::size_t(1) << 40,
                                                                         std::size_t(1) << 40}}) {
             const cpu::block_sizes b = cpu::derive_block_sizes(cpu::config_for(s), dtype::f64, c);

@@ -30,8 +30,8 @@ struct strided_problem {
 };
 
 // Packing buffers grow on demand and are kept per thread, so repeated calls on the same pool
-// workers never allocate. Cost: (MC*KC + KC*NC) elements per thread that ran a tiled GEMM, about
-// half of L2 plus half of the thread's share of L3 (at most 33 MiB, the caps of derive_block_sizes).
+// workers never allocate. Cost: (MC*KC + KC*NC) elements per thread that ran a tiled GEMM, the
+// entry's shares of L2 and of the core's L3 (up to 8.5 MiB on Zen 3; at most 9 Mi elements).
 struct aligned_free {
     void operator()(void* p) const { ::operator delete(p, std::align_val_t(vector_bytes)); }
 };
