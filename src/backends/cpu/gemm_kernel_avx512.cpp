@@ -5,8 +5,12 @@
 #include <immintrin.h>
 
 // Everything below is compiled for AVX-512F; the library itself stays baseline x86-64.
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx512f")
+#endif
 
 namespace tilestream::cpu {
 namespace {
@@ -40,7 +44,11 @@ struct avx512_f64 {
 
 #include "gemm_micro_kernel.hpp"
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
 namespace tilestream::cpu {
 namespace {

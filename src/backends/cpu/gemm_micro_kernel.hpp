@@ -1,8 +1,8 @@
 // The register-blocked GEMM micro-kernel, written once over a vector-traits type V and compiled
 // once per instruction set: each gemm_kernel_<isa>.cpp includes this header last, after
-// `#pragma GCC target(...)`, so everything here is compiled for that set. Every function is a
-// template of V (a type local to that file), so no two instruction sets ever share a symbol that
-// the linker could pick for a CPU lacking it.
+// `#pragma GCC target(...)` (clang: `#pragma clang attribute`), so everything here is compiled
+// for that set. Every function is a template of V (a type local to that file), so no two
+// instruction sets ever share a symbol that the linker could pick for a CPU lacking it.
 //
 // V provides: value (float or double), reg (a vector register), width (lanes), zero(), load(p),
 // store(p, r), broadcast(p), mul(x, y), fma(x, y, z) (x*y + z, fused or not; fixed per V).
