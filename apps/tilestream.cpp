@@ -101,6 +101,7 @@ int cmd_devices(int argc, char** argv) {
             o.add("id", i.id).add("kind", std::string(ts::to_string(i.kind))).add("name", i.name);
             o.add("memory_bytes", i.memory_bytes).add("memory_free_bytes", i.memory_free);
             o.add("budget_bytes", i.budget_bytes).add("threads", i.threads);
+            if (i.kind == ts::device_kind::cpu) o.add("isa", i.isa).add("blocking", i.blocking);
             if (i.kind == ts::device_kind::cuda) {
                 o.add("compute_capability", std::to_string(i.cc_major) + "." + std::to_string(i.cc_minor));
                 o.add("sm_count", i.threads);
@@ -122,6 +123,8 @@ int cmd_devices(int argc, char** argv) {
         std::printf("%-10s %-5s %-40s %12s %12s %8d\n", i.id.c_str(), std::string(ts::to_string(i.kind)).c_str(),
                     i.name.c_str(), ts::format_bytes(i.memory_bytes).c_str(),
                     ts::format_bytes(i.memory_free).c_str(), i.threads);
+        if (i.kind == ts::device_kind::cpu)
+            std::printf("           isa %s, tiled GEMM blocking %s\n", i.isa.c_str(), i.blocking.c_str());
         if (i.kind == ts::device_kind::cuda) {
             std::string peers;
             for (int p : i.peer_access) peers += (peers.empty() ? "" : ",") + std::to_string(p);

@@ -29,7 +29,8 @@ struct device_info {
     std::size_t budget_bytes = 0; ///< accounting budget for allocations
     bool budget_given = false;    ///< the budget was set by the user (`@budget`, memory_budget)
     int threads = 0;              ///< CPU worker threads; for a GPU its SM count
-    std::string isa;              ///< CPU: the instruction set its kernels were chosen for
+    std::string isa;              ///< CPU: instruction set of its kernels (generic, avx2, avx512)
+    std::string blocking;         ///< CPU: tiled GEMM block sizes, "f32 6x16 kc=256 mc=252 nc=8192, f64 ..."
     // GPU-only facts.
     int physical_index = -1;      ///< the GPU ordinal behind a (logical) CUDA device
     int slice = 0, slices = 1;    ///< logical slice of the physical device

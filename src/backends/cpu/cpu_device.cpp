@@ -1,6 +1,7 @@
 // The CPU device: a separate memory arena, streams run in order on their own threads, kernels on
 // the device's worker pool. It is the model of an accelerator that CI can run everywhere.
 #include "backends/backends.hpp"
+#include "backends/cpu/cpu_isa.hpp"
 #include "backends/cpu/cpu_kernels.hpp"
 #include "backends/reference/reference_kernels.hpp"
 
@@ -366,6 +367,8 @@ std::unique_ptr<device> make_cpu_device(const cpu_device_config& cfg) {
     info.budget_bytes = cfg.budget;
     info.budget_given = cfg.budget_given;
     info.threads = std::max(1, cfg.threads);
+    info.isa = to_string(cpu::selected_isa());  // throws when TILESTREAM_CPU_ISA names a missing set
+    info.blocking = cpu::describe_blocking(cpu::selected_isa(), cpu::host_cache_sizes());
     return std::make_unique<cpu_device>(std::move(info));
 }
 

@@ -1,4 +1,6 @@
-// BLIS-style cache-blocked CPU GEMM: packed op(A) and op(B) panels and a register-blocked micro-kernel.
+// BLIS-style cache-blocked CPU GEMM: packed op(A) and op(B) panels around the micro-kernel and block
+// sizes of the instruction set chosen at run time (cpu_isa.hpp).
+#include "cpu_isa.hpp"
 #include "cpu_kernels.hpp"
 
 #include <algorithm>
@@ -6,29 +8,11 @@
 #include <cstring>
 #include <memory>
 #include <new>
+#include <type_traits>
 
 namespace tilestream::cpu {
 
 namespace {
-
-// Blocking parameters per value type. The micro-tile MR x NR lives in registers (NR is a whole
-// number of 64-byte vectors: 2 or 3 AVX-512 registers per row, MR*NR/VL = 24 accumulators out of
-// 32 registers); KC x NR of packed B is reused by every micro-tile of a column, MC x KC of packed
-// A stays in L2 (1 MiB on Zen 5), KC x NC of packed B in L3. Chosen by measurement at 2048^3 on
-// Zen 5 (2 cores): f32 MR=12/KC=384/MC=96 and f64 MR=8/NR=24/KC=256/MC=48 were the fastest of
-// the MR 8..14, KC 192..512, MC 48..240 tried, within the +-10% noise of a shared machine.
-template <class T>
-struct blocking;
-template <>
-struct blocking<float> {
-    static constexpr int mr = 12, nr = 32;
-    static constexpr index_t kc = 384, mc = 96, nc = 2048;
-};
-template <>
-struct blocking<double> {
-    static constexpr int mr = 8, nr = 24;
-    static constexpr index_t kc = 256, mc = 48, nc = 2016;  // multiples of MR and NR
-};
 
 constexpr std::size_t vector_bytes = 64;
 
@@ -46,8 +30,8 @@ struct strided_problem {
 };
 
 // Packing buffers grow on demand and are kept per thread, so repeated calls on the same pool
-// workers never allocate. Cost: (MC*KC + KC*NC) elements per thread that ran a tiled GEMM, at most
-// 3.3 MB for f32 and 4.2 MB for f64.
+// workers never allocate. Cost: (MC*KC + KC*NC) elements per thread that ran a tiled GEMM, the
+// entry's shares of L2 and of the core's L3 (up to 8.5 MiB on Zen 3; at most 9 Mi elements).
 struct aligned_free {
     void operator()(void* p) const { ::operator delete(p, std::align_val_t(vector_bytes)); }
 };
@@ -66,8 +50,8 @@ T* packing_buffer(int which, std::size_t elements) {
 
 // Packs the mc x kc block of op(A) at a into micro-panels of MR rows: panel r holds element
 // (r*MR + i, p) at [p*MR + i]. Rows past mc are zero, so the micro-kernel never branches.
-template <class T, int MR>
-void pack_a(index_t mc, index_t kc, const T* a, index_t rs, index_t cs, T* __restrict dst) {
+template <class T>
+void pack_a(index_t mc, index_t kc, const T* a, index_t rs, index_t cs, T* __restrict dst, const index_t MR) {
     for (index_t ir = 0; ir < mc; ir += MR, dst += kc * MR) {
         const index_t rows = std::min<index_t>(MR, mc - ir);
         const T* src = a + ir * rs;
@@ -85,8 +69,8 @@ void pack_a(index_t mc, index_t kc, const T* a, index_t rs, index_t cs, T* __res
 
 // Packs the kc x nc block of op(B) at b into micro-panels of NR columns: panel r holds element
 // (p, r*NR + j) at [p*NR + j]. Columns past nc are zero.
-template <class T, int NR>
-void pack_b(index_t kc, index_t nc, const T* b, index_t rs, index_t cs, T* __restrict dst) {
+template <class T>
+void pack_b(index_t kc, index_t nc, const T* b, index_t rs, index_t cs, T* __restrict dst, const index_t NR) {
     for (index_t jr = 0; jr < nc; jr += NR, dst += kc * NR) {
         const index_t cols = std::min<index_t>(NR, nc - jr);
         const T* src = b + jr * cs;
@@ -106,68 +90,6 @@ void pack_b(index_t kc, index_t nc, const T* b, index_t rs, index_t cs, T* __res
     }
 }
 
-// C tile (mr x nr of it valid) = beta * C + alpha * (A panel * B panel), where beta == 0 never
-// reads C. The accumulators are MR x NR/VL vector registers; each step of p loads one row of the
-// B panel and broadcasts one element of A per row of the tile.
-template <class T, int MR, int NR>
-void micro_kernel(index_t kc, const T* __restrict a, const T* __restrict b, T* __restrict c,
-                  index_t rs_c, T alpha, T beta, int mr, int nr) {
-    typedef T vec __attribute__((vector_size(vector_bytes)));
-    constexpr int vl = vector_bytes / sizeof(T);
-    constexpr int nv = NR / vl;
-    static_assert(NR % vl == 0, "NR must be a whole number of vectors");
-
-    vec acc[MR][nv];
-#pragma GCC unroll 32
-    for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 4
-        for (int v = 0; v < nv; ++v) acc[i][v] = vec{};
-
-    for (index_t p = 0; p < kc; ++p) {
-        vec bv[nv];
-#pragma GCC unroll 4
-        for (int v = 0; v < nv; ++v) bv[v] = *reinterpret_cast<const vec*>(b + p * NR + v * vl);
-#pragma GCC unroll 32
-        for (int i = 0; i < MR; ++i) {
-            const T ai = a[p * MR + i];
-#pragma GCC unroll 4
-            for (int v = 0; v < nv; ++v) acc[i][v] += ai * bv[v];
-        }
-    }
-
-    if (mr == MR && nr == NR) {
-        // Full tile: C rows are contiguous (unit column stride), update them a vector at a time.
-#pragma GCC unroll 32
-        for (int i = 0; i < MR; ++i) {
-            T* row = c + i * rs_c;
-#pragma GCC unroll 4
-            for (int v = 0; v < nv; ++v) {
-                vec r = alpha * acc[i][v];
-                if (beta != T(0)) {
-                    vec old;
-                    std::memcpy(&old, row + v * vl, sizeof old);
-                    r += beta * old;
-                }
-                std::memcpy(row + v * vl, &r, sizeof r);
-            }
-        }
-        return;
-    }
-    // Edge tile: spill the accumulators and update only the valid part of C.
-    alignas(vector_bytes) T tile[MR * NR];
-#pragma GCC unroll 32
-    for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 4
-        for (int v = 0; v < nv; ++v) std::memcpy(tile + i * NR + v * vl, &acc[i][v], sizeof(vec));
-    for (int i = 0; i < mr; ++i) {
-        T* row = c + i * rs_c;
-        if (beta != T(0))
-            for (int j = 0; j < nr; ++j) row[j] = alpha * tile[i * NR + j] + beta * row[j];
-        else
-            for (int j = 0; j < nr; ++j) row[j] = alpha * tile[i * NR + j];
-    }
-}
-
 constexpr index_t round_up(index_t x, index_t unit) { return (x + unit - 1) / unit * unit; }
 
 // The block size that covers `extent` in as few blocks of at most `limit` as possible, all of
@@ -177,17 +99,19 @@ constexpr index_t even_block(index_t extent, index_t limit, index_t unit) {
     return round_up((extent + blocks - 1) / blocks, unit);
 }
 
-// The sequential blocked algorithm on the sub-rectangle [m0, m1) x [n0, n1) of C.
+// The sequential blocked algorithm on the sub-rectangle [m0, m1) x [n0, n1) of C. Every element
+// of C sees the same sequence of operations whatever the sub-rectangle: KC-long sums from the
+// micro-kernel, added to C in order of k; KC depends on k and the blocking only.
 template <class T>
-void gemm_block(const strided_problem<T>& pr, index_t m0, index_t m1, index_t n0, index_t n1) {
-    using bl = blocking<T>;
-    constexpr int MR = bl::mr, NR = bl::nr;
+void gemm_block(const strided_problem<T>& pr, const block_sizes& bl, micro_kernel<T> kernel,
+                index_t m0, index_t m1, index_t n0, index_t n1) {
+    const index_t MR = bl.mr, NR = bl.nr;
     // Block extents are evened out over the blocks a dimension needs (NC rounded to whole
     // micro-tiles) so no thin leftover block repacks a whole operand for a sliver of work.
-    const index_t nc_step = even_block(n1 - n0, bl::nc, NR);
-    const index_t kc_step = even_block(pr.k, bl::kc, 1);
+    const index_t nc_step = even_block(n1 - n0, bl.nc, NR);
+    const index_t kc_step = even_block(pr.k, bl.kc, 1);
     T* bp = packing_buffer<T>(0, static_cast<std::size_t>(kc_step * round_up(nc_step, NR)));
-    T* ap = packing_buffer<T>(1, static_cast<std::size_t>(kc_step * bl::mc));
+    T* ap = packing_buffer<T>(1, static_cast<std::size_t>(kc_step * bl.mc));
 
     for (index_t jc = n0; jc < n1; jc += nc_step) {
         const index_t nc = std::min<index_t>(nc_step, n1 - jc);
@@ -195,17 +119,16 @@ void gemm_block(const strided_problem<T>& pr, index_t m0, index_t m1, index_t n0
             const index_t kc = std::min<index_t>(kc_step, pr.k - pc);
             // beta applies once, on the first KC block; later blocks accumulate into C.
             const T beta = pc == 0 ? pr.beta : T(1);
-            pack_b<T, NR>(kc, nc, pr.b + pc * pr.rs_b + jc * pr.cs_b, pr.rs_b, pr.cs_b, bp);
-            for (index_t ic = m0; ic < m1; ic += bl::mc) {
-                const index_t mc = std::min<index_t>(bl::mc, m1 - ic);
-                pack_a<T, MR>(mc, kc, pr.a + ic * pr.rs_a + pc * pr.cs_a, pr.rs_a, pr.cs_a, ap);
+            pack_b<T>(kc, nc, pr.b + pc * pr.rs_b + jc * pr.cs_b, pr.rs_b, pr.cs_b, bp, NR);
+            for (index_t ic = m0; ic < m1; ic += bl.mc) {
+                const index_t mc = std::min<index_t>(bl.mc, m1 - ic);
+                pack_a<T>(mc, kc, pr.a + ic * pr.rs_a + pc * pr.cs_a, pr.rs_a, pr.cs_a, ap, MR);
                 for (index_t jr = 0; jr < nc; jr += NR) {
                     const int nr = static_cast<int>(std::min<index_t>(NR, nc - jr));
                     for (index_t ir = 0; ir < mc; ir += MR) {
                         const int mr = static_cast<int>(std::min<index_t>(MR, mc - ir));
-                        micro_kernel<T, MR, NR>(kc, ap + ir * kc, bp + jr * kc,
-                                                pr.c + (ic + ir) * pr.rs_c + jc + jr, pr.rs_c,
-                                                pr.alpha, beta, mr, nr);
+                        kernel(kc, ap + ir * kc, bp + jr * kc, pr.c + (ic + ir) * pr.rs_c + jc + jr,
+                               pr.rs_c, pr.alpha, beta, mr, nr);
                     }
                 }
             }
@@ -226,7 +149,7 @@ void scale_block(const strided_problem<T>& pr, index_t m0, index_t m1, index_t n
 }
 
 template <class T>
-void gemm_tiled_typed(const gemm_call& call, thread_pool& pool) {
+void gemm_tiled_typed(const isa_config& cfg, const block_sizes& bl, const gemm_call& call, thread_pool& pool) {
     strided_problem<T> pr{};
     pr.alpha = static_cast<T>(call.alpha);
     pr.beta = static_cast<T>(call.beta);
@@ -256,10 +179,14 @@ void gemm_tiled_typed(const gemm_call& call, thread_pool& pool) {
     pr.rs_c = call.ldc;
     const bool scale_only = call.alpha == 0.0 || call.k == 0;  // alpha == 0 never reads A or B
 
+    const micro_kernel<T> kernel = [&] {
+        if constexpr (std::is_same_v<T, float>) return cfg.kernel_f32;
+        else return cfg.kernel_f64;
+    }();
     // Each worker runs the whole blocked algorithm on its own slab of C, split along the longer
     // side in whole micro-tiles: no barriers and no shared packing buffers, at the price of each
     // worker packing the operand it shares with the others (a k x n or m x k copy per slab).
-    constexpr int MR = blocking<T>::mr, NR = blocking<T>::nr;
+    const index_t MR = bl.mr, NR = bl.nr;
     const index_t row_tiles = (pr.m + MR - 1) / MR, col_tiles = (pr.n + NR - 1) / NR;
     const bool split_rows = row_tiles * MR >= col_tiles * NR;
     const index_t tiles = split_rows ? row_tiles : col_tiles;
@@ -278,15 +205,20 @@ void gemm_tiled_typed(const gemm_call& call, thread_pool& pool) {
         if (scale_only)
             scale_block(pr, m0, m1, n0, n1);
         else
-            gemm_block(pr, m0, m1, n0, n1);
+            gemm_block(pr, bl, kernel, m0, m1, n0, n1);
     });
 }
 
 }  // namespace
 
-void gemm_tiled(const gemm_call& call, thread_pool& pool) {
+void gemm_tiled_with(isa s, const cache_sizes& caches, const gemm_call& call, thread_pool& pool) {
     if (call.m <= 0 || call.n <= 0) return;
-    visit_dtype(call.type, [&]<class T>() { gemm_tiled_typed<T>(call, pool); });
+    const block_sizes bl = derive_block_sizes(config_for(s), call.type, caches);
+    visit_dtype(call.type, [&]<class T>() { gemm_tiled_typed<T>(config_for(s), bl, call, pool); });
+}
+
+void gemm_tiled(const gemm_call& call, thread_pool& pool) {
+    gemm_tiled_with(selected_isa(), host_cache_sizes(), call, pool);
 }
 
 }  // namespace tilestream::cpu

@@ -1,0 +1,91 @@
+// Instruction sets of the CPU kernels: what the CPU supports, the cache sizes it reports, and the
+// registry of GEMM micro-kernels with their block sizes, one entry per instruction set (BLIS's
+// configuration registry). Private to the library; the tests reach every variant through it.
+#pragma once
+
+#include "thread_pool.hpp"
+
+#include <tilestream/kernels.hpp>
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tilestream::cpu {
+
+/// Instruction sets with their own micro-kernels, from the portable one up.
+enum class isa { generic, avx2, avx512 };
+std::string_view to_string(isa s) noexcept;
+/// "generic", "avx2" or "avx512"; anything else is an invalid_argument naming the choices.
+isa parse_isa(std::string_view s);
+
+/// The instruction sets this CPU and its operating system support (the CPU's flags and the
+/// register state the OS saves), portable first. `generic` is always present.
+std::vector<isa> supported_isas();
+
+/// The instruction set the kernels use: `requested` (TILESTREAM_CPU_ISA) when given, else the
+/// widest of `available`. A requested set missing from `available` is an invalid_argument that
+/// names what the CPU has.
+isa choose_isa(const char* requested, const std::vector<isa>& available);
+/// choose_isa(getenv("TILESTREAM_CPU_ISA"), supported_isas()), decided once per process.
+isa selected_isa();
+
+/// Data cache sizes in bytes available to one core: L1 data, L2, and its share of L3.
+struct cache_sizes {
+    std::size_t l1d = 0, l2 = 0, l3 = 0;
+};
+/// From /sys/devices/system/cpu/cpu0/cache (L3 divided among the CPUs sharing it), else sysconf,
+/// else typical sizes (32 KiB, 512 KiB, 2 MiB); cached after the first call.
+cache_sizes host_cache_sizes();
+
+/// Blocking of the tiled GEMM: an MR x NR micro-tile of C in registers; a KC x NR micro-panel of
+/// packed B reused from L1 by every micro-tile of a column; an MC x KC block of packed A in L2;
+/// a KC x NC block of packed B in L3.
+struct block_sizes {
+    int mr = 0, nr = 0;
+    index_t kc = 0, mc = 0, nc = 0;
+};
+
+/// C tile (mr x nr of it valid, rows rs_c apart, unit column stride) = alpha * A panel * B panel +
+/// beta * C, where beta == 0 never reads C. Panels are packed: a[p * MR + i], b[p * NR + j].
+template <class T>
+using micro_kernel = void (*)(index_t kc, const T* a, const T* b, T* c, index_t rs_c, T alpha,
+                              T beta, int mr, int nr);
+
+/// One registry entry: the micro-kernel of each value type with its register tile, and the shares
+/// of each cache level the blocks are sized to fill.
+struct isa_config {
+    isa set = isa::generic;
+    micro_kernel<float> kernel_f32 = nullptr;
+    int mr_f32 = 0, nr_f32 = 0;
+    micro_kernel<double> kernel_f64 = nullptr;
+    int mr_f64 = 0, nr_f64 = 0;
+    double l1_share = 0.5;  ///< of L1 for the KC x NR micro-panel of B
+    double l2_share = 0.5;  ///< of L2 for the MC x KC block of A
+    double l3_share = 0.5;  ///< of this core's L3 share for the KC x NC block of B
+};
+/// The registry entry of an instruction set (compiled on every x86-64 build).
+const isa_config& config_for(isa s);
+
+/// Block sizes of `cfg` for `type` on a CPU with `caches` (BLIS's analytical model): KC from L1,
+/// MC from L2, NC from L3, each rounded down to whole micro-tiles and kept within a floor (KC 16,
+/// MC MR, NC NR) and a cap (1024, 1024, 8192) so a tiny or absurd report still works.
+block_sizes derive_block_sizes(const isa_config& cfg, dtype type, const cache_sizes& caches);
+
+/// "f32 6x16 kc=256 mc=168 nc=4096, f64 ..." for `devices`.
+std::string describe_blocking(isa s, const cache_sizes& caches);
+
+/// The tiled GEMM with the micro-kernel of `s` (which this CPU must support), blocked for `caches`.
+/// gemm_tiled() calls it with selected_isa() and host_cache_sizes(); tests call it per variant
+/// and with small caches, to cross every block edge on small shapes.
+void gemm_tiled_with(isa s, const cache_sizes& caches, const gemm_call& call, thread_pool& pool);
+
+// The micro-kernels, one translation unit per instruction set (gemm_kernel_<isa>.cpp).
+extern const isa_config generic_config;
+#if defined(__x86_64__)
+extern const isa_config avx2_config;
+extern const isa_config avx512_config;
+#endif
+
+}  // namespace tilestream::cpu
