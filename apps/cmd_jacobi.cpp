@@ -49,7 +49,7 @@ const char* jacobi_help =
 open_options device_options(const args& a) {
     open_options o;
     if (auto b = a.get("memory-budget")) o.memory_budget = parse_bytes(*b);
-    o.cpu_threads = static_cast<int>(a.integer("cpu-threads", 0, 1, 4096));
+    o.cpu_threads = static_cast<int>(a.integer("cpu-threads", 0, 1, std::numeric_limits<int>::max()));
     return o;
 }
 
@@ -91,6 +91,7 @@ int run_jacobi_command(const args& a, const jacobi_problem& pb, jacobi_options o
                 for (index_t j = 0; j < pb.nx; ++j) field(i, j) = static_cast<T>(v(i, j));
         };
         visit_dtype(init->type(), copy);
+        as_runtime_failure([&] { init->check_unchanged(); });
     } else {
         fill_jacobi_start<T>(field.view());
     }
@@ -134,8 +135,8 @@ int run_jacobi_command(const args& a, const jacobi_problem& pb, jacobi_options o
 
     const auto out_path = a.get("out");
     const auto image_path = a.get("image");
-    if (out_path) write_npy<T>(*out_path, host_matrix_view<const T>(field.view()));
-    if (image_path) write_field_png<T>(*image_path, host_matrix_view<const T>(field.view()));
+    if (out_path) as_runtime_failure([&] { write_npy<T>(*out_path, host_matrix_view<const T>(field.view())); });
+    if (image_path) as_runtime_failure([&] { write_field_png<T>(*image_path, host_matrix_view<const T>(field.view())); });
 
     std::string ids;
     for (const auto& d : devs) ids += (ids.empty() ? "" : ",") + d->id();
@@ -182,6 +183,7 @@ int cmd_jacobi(int argc, char** argv) {
     }
     if (!a.positional().empty())
         throw invalid_argument("jacobi: unexpected argument '" + a.positional().front() + "'");
+    a.check_output_paths({"out", "image"});
     const index_t big = std::numeric_limits<index_t>::max();
     jacobi_problem pb;
     std::optional<npy_array> init;
