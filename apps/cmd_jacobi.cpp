@@ -76,6 +76,10 @@ private:
 template <class T>
 int run_jacobi_command(const args& a, const jacobi_problem& pb, jacobi_options opt,
                        const std::optional<npy_array>& init) {
+    // The field (and its start, for --check) lives in host memory: say so before allocating.
+    const std::size_t field_bytes = checked_bytes(pb.ny, pb.nx, pb.type, "jacobi: field");
+    check_host_memory(field_bytes * (a.flag("check") ? 2 : 1),
+                      "jacobi: the " + std::to_string(pb.ny) + "x" + std::to_string(pb.nx) + " field");
     const std::string spec = a.get_or("devices", "cpu");
     auto devs = open_devices(spec, device_options(a));
     const bool json = a.flag("json");

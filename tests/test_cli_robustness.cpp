@@ -219,6 +219,10 @@ TEST(cli_robustness, RandomInputsBeyondFreeMemoryAreRefusedBeforeAllocating) {
     EXPECT_EQ(r.exit_code, 2) << r.out;
     EXPECT_TRUE(contains(r.out, "of host memory needed but only")) << r.out;
     EXPECT_TRUE(contains(r.out, "MemAvailable")) << r.out;
+    r = run_cli("jacobi --nx 3000000 --ny 3000000 --iters 1 --quiet");
+    EXPECT_EQ(r.exit_code, 2) << r.out;
+    EXPECT_TRUE(contains(r.out, "jacobi: the 3000000x3000000 field: ")) << r.out;
+    EXPECT_TRUE(contains(r.out, "MemAvailable")) << r.out;
 }
 
 TEST(cli_robustness, TileSizesIgnoredByAnInCorePlanAreWarnedAbout) {
