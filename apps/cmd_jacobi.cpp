@@ -38,7 +38,7 @@ const char* jacobi_help =
     "  --decomp D                rows | cols | tiles | tiles:PxQ | auto (default auto: least halo bytes)\n"
     "  --overlap on|off          strips and halos first, interior meanwhile (default on)\n"
     "  --memory-budget BYTES     budget of each device, e.g. 512MiB\n"
-    "  --cpu-threads N           threads per CPU device\n"
+    "  --cpu-threads N           threads per CPU device (at most 4 x cores, at least 16)\n"
     "  --out FIELD.npy           write the final field\n"
     "  --image FIELD.png         write the final field colour-mapped, with a colour bar\n"
     "  --check                   rerun on the first device alone; exit 1 unless bitwise identical\n"

@@ -55,7 +55,7 @@ const char* gemm_help =
     "  --math strict|tf32        f32 math mode (tf32: CUDA vendor kernel only)\n"
     "  --devices SPEC            e.g. cpu, cpu:2, cuda:0, cpu@512MiB (default cpu)\n"
     "  --memory-budget BYTES     budget of each device, e.g. 512MiB\n"
-    "  --cpu-threads N           threads per CPU device\n"
+    "  --cpu-threads N           threads per CPU device (at most 4 x cores, at least 16)\n"
     "  --strategy S              auto (default), in-core, tiles-3d, a-panel, a-panel-c-panel, b-panel, c-block\n"
     "  --tile T | --tile-m/-n/-k override the planner's tile sizes\n"
     "  --transfer 2d|pack        2-D strided copies (default) or pack tiles on the host first\n"

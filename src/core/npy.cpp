@@ -348,6 +348,9 @@ struct npy_mapping {
         if (faulted()) return "was truncated while tilestream read it";
         struct stat now {};
         if (::fstat(fd, &now) != 0) return {};
+        if (now.st_size < at_open.st_size)
+            return "was truncated while tilestream read it (" + std::to_string(at_open.st_size) + " -> " +
+                   std::to_string(now.st_size) + " bytes)";
         if (now.st_size != at_open.st_size)
             return "changed size while tilestream read it (" + std::to_string(at_open.st_size) + " -> " +
                    std::to_string(now.st_size) + " bytes)";

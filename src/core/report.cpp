@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -339,6 +340,11 @@ private:
 
 }  // namespace
 
+namespace {
+/// v limited to [lo, hi] (NaN -> lo): numbers from a file converted to integers must be in range.
+double clamped(double v, double lo, double hi) { return v >= lo ? (v <= hi ? v : hi) : lo; }
+}  // namespace
+
 std::vector<trace_span> read_chrome_trace(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
     if (!in) throw file_error(path + ": cannot open");
@@ -375,7 +381,7 @@ std::vector<trace_span> read_chrome_trace(const std::string& path) {
         trace_span sp;
         const double pid = num(*m, "pid");
         sp.device = names.count(pid) ? names[pid] : "pid " + fmt("%g", pid);
-        sp.stream = int(num(*m, "tid"));
+        sp.stream = int(clamped(num(*m, "tid"), 0, double(std::numeric_limits<int>::max())));
         sp.name = str(*m, "name");
         const std::string cat = str(*m, "cat");
         for (auto k : {span_kind::copy_h2d, span_kind::copy_d2h, span_kind::copy_d2d, span_kind::copy_peer,
@@ -385,7 +391,7 @@ std::vector<trace_span> read_chrome_trace(const std::string& path) {
         sp.t1 = sp.t0 + num(*m, "dur") * 1e-6;
         if (m->count("args"))
             if (const auto* a = std::get_if<std::map<std::string, json_ptr>>(&m->at("args")->v)) {
-                sp.bytes = std::size_t(num(*a, "bytes"));
+                sp.bytes = std::size_t(clamped(num(*a, "bytes"), 0, 1.8e19));
                 sp.flops = num(*a, "flops");
             }
         out.push_back(std::move(sp));
