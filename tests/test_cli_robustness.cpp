@@ -8,12 +8,14 @@
 #include <tilestream/error.hpp>
 #include <tilestream/matrix.hpp>
 #include <tilestream/npy.hpp>
+#include <tilestream/report.hpp>
 #include <tilestream/verify.hpp>
 
 #include <chrono>
 #include <csignal>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <thread>
 
@@ -243,6 +245,30 @@ TEST(cli_robustness, ScalarsOutOfRangeForF32AreErrors) {
     EXPECT_TRUE(contains(r.out, "--alpha -1e39 is out of range for f32")) << r.out;
     r = run_cli("gemm --m 4 --n 4 --k 4 --beta 1e39 --dtype f64 --check --quiet");
     EXPECT_EQ(r.exit_code, 0) << r.out;
+}
+
+// ---- fuzzing findings in the trace reader ----
+
+TEST(robustness, TraceReaderClampsNumbersOutOfRange) {
+    temp_dir dir;
+    const std::string p = dir.file("t.json");
+    std::ofstream(p) << R"({"traceEvents": [{"ph": "X", "name": "k", "cat": "kernel", "pid": 1, "tid": 1e300,)"
+                     << R"( "ts": 1.5, "dur": 2, "args": {"bytes": -5e300}}]})";
+    const auto spans = read_chrome_trace(p);
+    ASSERT_EQ(spans.size(), 1u);
+    EXPECT_EQ(spans[0].stream, std::numeric_limits<int>::max());
+    EXPECT_EQ(spans[0].bytes, 0u);
+}
+
+TEST(cli_robustness, TimelineOfATraceWithInfiniteTimesIsAnErrorNotAHang) {
+    temp_dir dir;
+    const std::string p = dir.file("t.json");
+    std::ofstream(p) << R"({"traceEvents": [{"ph": "X", "name": "k", "cat": "kernel", "pid": 1, "tid": 0,)"
+                     << R"( "ts": 0, "dur": 1e900}]})";
+    const std::string out = testing::run_cli_raw("(timeout 60 " + std::string(TILESTREAM_CLI_PATH) + " timeline " + p +
+                                                 " " + dir.file("t.svg") + " 2>&1; echo exit=$?)");
+    EXPECT_TRUE(contains(out, "exit=2")) << out;
+    EXPECT_TRUE(contains(out, "not a finite number")) << out;
 }
 
 }  // namespace
