@@ -62,6 +62,18 @@ TEST(cli_robustness, ThreadsAndCpuDevicesAboveTheLimitAreErrors) {
     EXPECT_TRUE(contains(r.out, "above the limit")) << r.out;
 }
 
+TEST(cli_robustness, ThreadsThatCannotStartUnderAMemoryLimitGiveAnErrorNotAHang) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    GTEST_SKIP() << "sanitizer runtimes need more address space than the limit this test sets";
+#endif
+    // 16 devices x 16 threads, each thread reserving its stack, exceed 1 GB of address space.
+    const std::string out = testing::run_cli_raw(
+        "(ulimit -v 1000000; timeout 120 " + std::string(TILESTREAM_CLI_PATH) +
+        " gemm --m 64 --n 64 --k 64 --cpu-threads 16 --devices cpu:16 --quiet 2>&1; echo exit=$?)");
+    EXPECT_TRUE(contains(out, "exit=3")) << out;
+    EXPECT_TRUE(contains(out, "cannot start worker thread")) << out;
+}
+
 // ---- row 3: an input truncated while the run reads it ----
 
 TEST(cli_robustness, InputTruncatedDuringTheRunExitsThreeWithoutOutput) {
