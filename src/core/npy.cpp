@@ -11,9 +11,9 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <csignal>
 #include <mutex>
 #include <optional>
-#include <csignal>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -267,14 +267,14 @@ struct guarded_range {
 guarded_range guarded[max_guarded_mappings];
 std::mutex guard_mutex;
 struct sigaction previous_sigbus {};
+std::uintptr_t page_size = 4096;  // set before the handler is installed (sysconf is not signal-safe)
 
 void on_sigbus(int sig, siginfo_t* info, void* context) {
     const auto addr = reinterpret_cast<std::uintptr_t>(info->si_addr);
-    const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
     for (auto& g : guarded) {
         const std::uintptr_t b = g.begin.load(std::memory_order_acquire), e = g.end.load(std::memory_order_acquire);
         if (b == 0 || addr < b || addr >= e) continue;
-        const std::uintptr_t from = addr & ~(page - 1);
+        const std::uintptr_t from = addr & ~(page_size - 1);
         // mmap is a plain system call here; MAP_FIXED replaces the file pages in place.
         if (::mmap(reinterpret_cast<void*>(from), e - from, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
                    -1, 0) != MAP_FAILED) {
@@ -296,6 +296,7 @@ void on_sigbus(int sig, siginfo_t* info, void* context) {
 int guard_mapping(const void* base, std::size_t size) {
     static std::once_flag once;
     std::call_once(once, [] {
+        page_size = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
         struct sigaction ours {};
         ours.sa_sigaction = on_sigbus;
         ours.sa_flags = SA_SIGINFO | SA_RESTART;
