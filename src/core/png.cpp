@@ -26,15 +26,11 @@ namespace {
 }
 
 /// Writes `data` to a temporary file beside `path`, then renames it over `path`, so readers
-/// never see a partial image and a failure leaves nothing behind.
+/// never see a partial image and a failure leaves nothing behind (errors name the path).
 void write_atomically(const std::string& path, const std::string& data) {
-    try {
-        detail::temp_file out(path);
-        out.write(data.data(), data.size());
-        out.commit();
-    } catch (const file_error& e) {
-        fail(path, e.what());
-    }
+    detail::temp_file out(path);
+    out.write(data.data(), data.size());
+    out.commit();
 }
 
 void put_u32(std::string& s, std::uint32_t v) {
