@@ -2,9 +2,13 @@
 #pragma once
 
 #include <tilestream/error.hpp>
+#include <tilestream/npy.hpp>
 #include <tilestream/types.hpp>
 
 #include <charconv>
+#include <cmath>
+#include <initializer_list>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -83,6 +87,20 @@ public:
             throw invalid_argument("--" + name + " expects a number, got '" + *v + "'");
         }
     }
+    /// A real option converted to T; a finite value beyond T's range is an error, not infinity.
+    template <class T>
+    T scalar(const std::string& name, double fallback) const {
+        const double v = real(name, fallback);
+        if (std::isfinite(v) && std::fabs(v) > double(std::numeric_limits<T>::max()))
+            throw invalid_argument("--" + name + " " + *get(name) + " is out of range for " +
+                                   std::string(to_string(dtype_of<T>())));
+        return static_cast<T>(v);
+    }
+    /// Checks, before any work, that each of these options that is given names a writable file.
+    void check_output_paths(std::initializer_list<const char*> names) const {
+        for (const char* n : names)
+            if (auto p = get(n)) check_output_path(*p);
+    }
     const std::vector<std::string>& positional() const { return positional_; }
 
 private:
@@ -90,5 +108,24 @@ private:
     std::map<std::string, std::string> values_;
     std::vector<std::string> positional_;
 };
+
+/// A failure while running (an output that could not be written, an input that changed), as
+/// opposed to bad usage or bad input: the tool exits with 3.
+class runtime_failure : public error {
+public:
+    using error::error;
+};
+
+/// Runs an output write or a check of the inputs after a run; its file_error (disk full, I/O
+/// error, an input truncated meanwhile) becomes a runtime_failure: the paths themselves were
+/// checked before the run.
+template <class F>
+void as_runtime_failure(F&& step) {
+    try {
+        step();
+    } catch (const file_error& e) {
+        throw runtime_failure(e.what());
+    }
+}
 
 }  // namespace tilestream::cli

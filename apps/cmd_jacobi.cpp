@@ -38,7 +38,7 @@ const char* jacobi_help =
     "  --decomp D                rows | cols | tiles | tiles:PxQ | auto (default auto: least halo bytes)\n"
     "  --overlap on|off          strips and halos first, interior meanwhile (default on)\n"
     "  --memory-budget BYTES     budget of each device, e.g. 512MiB\n"
-    "  --cpu-threads N           threads per CPU device\n"
+    "  --cpu-threads N           threads per CPU device (at most 4 x cores, at least 16)\n"
     "  --out FIELD.npy           write the final field\n"
     "  --image FIELD.png         write the final field colour-mapped, with a colour bar\n"
     "  --check                   rerun the same iterations on the first device alone and compare bit for\n"
@@ -51,7 +51,7 @@ const char* jacobi_help =
 open_options device_options(const args& a) {
     open_options o;
     if (auto b = a.get("memory-budget")) o.memory_budget = parse_bytes(*b);
-    o.cpu_threads = static_cast<int>(a.integer("cpu-threads", 0, 1, 4096));
+    o.cpu_threads = static_cast<int>(a.integer("cpu-threads", 0, 1, std::numeric_limits<int>::max()));
     return o;
 }
 
@@ -78,6 +78,10 @@ private:
 template <class T>
 int run_jacobi_command(const args& a, const jacobi_problem& pb, jacobi_options opt,
                        const std::optional<npy_array>& init) {
+    // The field (and its start, for --check) lives in host memory: say so before allocating.
+    const std::size_t field_bytes = checked_bytes(pb.ny, pb.nx, pb.type, "jacobi: field");
+    check_host_memory(field_bytes * (a.flag("check") ? 2 : 1),
+                      "jacobi: the " + std::to_string(pb.ny) + "x" + std::to_string(pb.nx) + " field");
     const std::string spec = a.get_or("devices", "cpu");
     auto devs = open_devices(spec, device_options(a));
     const bool json = a.flag("json");
@@ -93,6 +97,7 @@ int run_jacobi_command(const args& a, const jacobi_problem& pb, jacobi_options o
                 for (index_t j = 0; j < pb.nx; ++j) field(i, j) = static_cast<T>(v(i, j));
         };
         visit_dtype(init->type(), copy);
+        as_runtime_failure([&] { init->check_unchanged(); });
     } else {
         fill_jacobi_start<T>(field.view());
     }
@@ -141,8 +146,8 @@ int run_jacobi_command(const args& a, const jacobi_problem& pb, jacobi_options o
 
     const auto out_path = a.get("out");
     const auto image_path = a.get("image");
-    if (out_path) write_npy<T>(*out_path, host_matrix_view<const T>(field.view()));
-    if (image_path) write_field_png<T>(*image_path, host_matrix_view<const T>(field.view()));
+    if (out_path) as_runtime_failure([&] { write_npy<T>(*out_path, host_matrix_view<const T>(field.view())); });
+    if (image_path) as_runtime_failure([&] { write_field_png<T>(*image_path, host_matrix_view<const T>(field.view())); });
 
     std::string ids;
     for (const auto& d : devs) ids += (ids.empty() ? "" : ",") + d->id();
@@ -189,6 +194,7 @@ int cmd_jacobi(int argc, char** argv) {
     }
     if (!a.positional().empty())
         throw invalid_argument("jacobi: unexpected argument '" + a.positional().front() + "'");
+    a.check_output_paths({"out", "image"});
     const index_t big = std::numeric_limits<index_t>::max();
     jacobi_problem pb;
     std::optional<npy_array> init;

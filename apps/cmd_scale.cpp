@@ -58,7 +58,7 @@ std::vector<scaling_row> scale_gemm(const args& a, const std::vector<std::string
     po.cache = parse_cache_mode(a.get_or("cache", "auto"));
     open_options oo;
     if (auto b = a.get("memory-budget")) oo.memory_budget = parse_bytes(*b);
-    oo.cpu_threads = int(a.integer("cpu-threads", 0, 1, 4096));
+    oo.cpu_threads = int(a.integer("cpu-threads", 0, 1, std::numeric_limits<int>::max()));
     std::vector<scaling_row> rows;
     const std::string problem = std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + " " +
                                 std::string(to_string(type));
@@ -107,6 +107,7 @@ int cmd_scale_jacobi(int argc, char** argv) {
             "repeat", "plot"},
            {"json", "weak"});
     if (!a.has("devices")) throw invalid_argument("scale jacobi: give --devices, e.g. cpu:1,cpu:2");
+    a.check_output_paths({"plot"});
     const auto sets = device_sets(*a.get("devices"));
     const index_t big = std::numeric_limits<index_t>::max();
     jacobi_problem base;
@@ -125,7 +126,7 @@ int cmd_scale_jacobi(int argc, char** argv) {
     const int repeat = int(a.integer("repeat", 3, 1, 1000));
     open_options oo;
     if (auto b = a.get("memory-budget")) oo.memory_budget = parse_bytes(*b);
-    oo.cpu_threads = int(a.integer("cpu-threads", 0, 1, 4096));
+    oo.cpu_threads = int(a.integer("cpu-threads", 0, 1, std::numeric_limits<int>::max()));
     std::vector<scaling_row> rows;
     for (const auto& set : sets) {
         auto devs = open_devices(set, oo);
@@ -159,8 +160,10 @@ int cmd_scale_jacobi(int argc, char** argv) {
     else
         std::cout << scaling_table(rows, "GLUP/s");
     if (auto plot = a.get("plot"))
-        write_text_file_atomically(*plot, scaling_svg(rows, std::string(weak ? "weak" : "strong") + " scaling, jacobi " +
-                                                                rows.front().problem));
+        as_runtime_failure([&] {
+            write_text_file_atomically(*plot, scaling_svg(rows, std::string(weak ? "weak" : "strong") +
+                                                                    " scaling, jacobi " + rows.front().problem));
+        });
     return 0;
 }
 
@@ -181,6 +184,7 @@ int cmd_scale(int argc, char** argv) {
             "repeat", "plot", "rates"},
            {"json"});
     if (!a.has("devices")) throw invalid_argument("scale gemm: give --devices, e.g. cpu:1,cpu:2");
+    a.check_output_paths({"plot"});
     const auto sets = device_sets(*a.get("devices"));
     const dtype type = parse_dtype(a.get_or("dtype", "f32"));
     auto rows = visit_dtype(type, [&]<class T>() { return scale_gemm<T>(a, sets, type); });
@@ -188,7 +192,8 @@ int cmd_scale(int argc, char** argv) {
         std::cout << "{\"workload\": \"gemm\", \"rows\": " << scaling_json(rows, "GFLOP/s") << "}\n";
     else
         std::cout << scaling_table(rows, "GFLOP/s");
-    if (auto plot = a.get("plot")) write_text_file_atomically(*plot, scaling_svg(rows, "gemm scaling: " + rows.front().problem));
+    if (auto plot = a.get("plot"))
+        as_runtime_failure([&] { write_text_file_atomically(*plot, scaling_svg(rows, "gemm scaling: " + rows.front().problem)); });
     return 0;
 }
 
@@ -198,8 +203,9 @@ int cmd_timeline(int argc, char** argv) {
         std::cout << "usage: tilestream timeline run.json run.svg   (a Chrome trace written by --trace)\n";
         return a.flag("help") ? 0 : 2;
     }
+    check_output_path(a.positional()[1]);
     const auto spans = read_chrome_trace(a.positional()[0]);
-    write_text_file_atomically(a.positional()[1], timeline_svg(spans, "timeline of " + a.positional()[0]));
+    as_runtime_failure([&] { write_text_file_atomically(a.positional()[1], timeline_svg(spans, "timeline of " + a.positional()[0])); });
     std::printf("wrote %s (%zu spans)\n", a.positional()[1].c_str(), spans.size());
     return 0;
 }

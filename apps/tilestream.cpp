@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <iostream>
 #include <limits>
+#include <new>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -55,7 +56,7 @@ const char* gemm_help =
     "  --math strict|tf32        f32 math mode (tf32: CUDA vendor kernel only)\n"
     "  --devices SPEC            e.g. cpu, cpu:2, cuda:0, cpu@512MiB (default cpu)\n"
     "  --memory-budget BYTES     budget of each device, e.g. 512MiB\n"
-    "  --cpu-threads N           threads per CPU device\n"
+    "  --cpu-threads N           threads per CPU device (at most 4 x cores, at least 16)\n"
     "  --strategy S              auto (default), in-core, tiles-3d, a-panel, a-panel-c-panel, b-panel, c-block\n"
     "  --tile T | --tile-m/-n/-k override the planner's tile sizes\n"
     "  --transfer 2d|pack        2-D strided copies (default) or pack tiles on the host first\n"
@@ -81,7 +82,7 @@ const char* gemm_help =
 ts::open_options device_options(const ts::cli::args& a) {
     ts::open_options o;
     if (auto b = a.get("memory-budget")) o.memory_budget = ts::parse_bytes(*b);
-    o.cpu_threads = static_cast<int>(a.integer("cpu-threads", 0, 1, 4096));
+    o.cpu_threads = static_cast<int>(a.integer("cpu-threads", 0, 1, std::numeric_limits<int>::max()));
     return o;
 }
 
@@ -194,8 +195,8 @@ template <class T>
 int run_gemm(const ts::cli::args& a, ts::dtype type) {
     const ts::op op_a = ts::parse_op(a.get_or("op-a", "n"));
     const ts::op op_b = ts::parse_op(a.get_or("op-b", "n"));
-    const T alpha = static_cast<T>(a.real("alpha", 1.0));
-    const T beta = static_cast<T>(a.real("beta", 0.0));
+    const T alpha = a.scalar<T>("alpha", 1.0);
+    const T beta = a.scalar<T>("beta", 0.0);
     const auto seed = static_cast<std::uint64_t>(a.integer("seed", 42, 0, std::numeric_limits<ts::index_t>::max()));
     const int repeat = static_cast<int>(a.integer("repeat", 1, 1, 100000));
     ts::gemm_options opt;
@@ -226,6 +227,7 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
             ops.c_init = ts::host_matrix<T>(m, n, c_layout);
             for (ts::index_t i = 0; i < m; ++i)
                 for (ts::index_t j = 0; j < n; ++j) ops.c_init(i, j) = cv(i, j);
+            ts::cli::as_runtime_failure([&] { cf.check_unchanged(); });
         } else if (beta != T(0)) {
             throw ts::invalid_argument("gemm: --beta is not 0 but no --c file was given");
         }
@@ -237,9 +239,14 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
         m = a.integer("m", 0, 1, big);
         n = a.integer("n", 0, 1, big);
         k = a.integer("k", 0, 1, big);
-        ts::checked_bytes(m, k, type, "gemm: A");
-        ts::checked_bytes(k, n, type, "gemm: B");
-        ts::checked_bytes(m, n, type, "gemm: C");
+        const std::size_t a_bytes = ts::checked_bytes(m, k, type, "gemm: A");
+        const std::size_t b_bytes = ts::checked_bytes(k, n, type, "gemm: B");
+        const std::size_t c_bytes = ts::checked_bytes(m, n, type, "gemm: C");
+        // A, B, C (and C's start when beta != 0) live in host memory: say so before allocating.
+        const std::size_t host_bytes = a_bytes + b_bytes + c_bytes * (beta != T(0) ? 2 : 1);
+        ts::check_host_memory(host_bytes, "gemm: random " + std::to_string(m) + "x" + std::to_string(n) + "x" +
+                                              std::to_string(k) + " " + std::string(ts::to_string(type)) +
+                                              " operands");
         const std::string lay = a.get_or("layout", "row");
         if (lay != "row" && lay != "col") throw ts::invalid_argument("--layout expects row or col, got '" + lay + "'");
         c_layout = lay == "row" ? ts::layout::row_major : ts::layout::col_major;
@@ -306,7 +313,17 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
     } catch (const ts::out_of_budget& e) {
         throw ts::out_of_budget(dev_names + ": " + e.what());
     }
-    if (explain) std::fprintf(stderr, "%s", ts::explain(plan).c_str());
+    if (explain) {
+        std::fprintf(stderr, "%s", ts::explain(plan).c_str());
+        if (!a.has("rates") && !rates.measured)
+            std::fprintf(stderr, "rates: not measured (the probe does not fit the budget of %s); the plan used "
+                                 "default rates (give --rates to declare them)\n",
+                         ts::format_bytes(budget).c_str());
+    }
+    if ((a.has("tile") || a.has("tile-m") || a.has("tile-n") || a.has("tile-k")) &&
+        po.strategy == ts::gemm_strategy::automatic && plan.strategy == ts::gemm_strategy::in_core)
+        std::fprintf(stderr, "tilestream gemm: warning: the tile sizes given are not used: the planner chose "
+                             "in-core (the whole problem fits the budget); add --strategy tiles-3d to tile it\n");
 
     ts::trace_recorder recorder;
     ts::gemm_run_options run;
@@ -332,23 +349,29 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
             ts::fill_nan(c.view());  // beta = 0 must overwrite whatever C holds
         last = ts::execute_gemm<T>(plan, dev_ptrs, alpha, ops.a, ops.b, beta, c.view(), run);
         seconds.push_back(last.seconds);
+        ts::cli::as_runtime_failure([&] {
+            ops.a_file.check_unchanged();
+            ops.b_file.check_unchanged();
+        });
     }
     progress.finish();
     const double secs = median(seconds);
     const double flops = 2.0 * double(m) * double(n) * double(k);
+    // An empty problem (m, n or k = 0 from files) does no arithmetic: report 0, not 0/0.
+    const double gflops = flops > 0 && secs > 0 ? flops / secs * 1e-9 : 0.0;
     if (explain)
         std::fprintf(stderr,
                      "measured: %.4f s (predicted %.4f s), bytes h2d %zu (predicted %zu), d2h %zu (predicted %zu), "
                      "packed %zu (predicted %zu), peak device memory %zu (predicted %zu)\n",
                      secs, plan.predicted_seconds, last.bytes_h2d, plan.bytes_h2d, last.bytes_d2h, plan.bytes_d2h,
                      last.bytes_packed, plan.bytes_packed, last.peak_device_bytes, plan.peak_device_bytes);
-    if (a.has("trace")) recorder.write_chrome(*a.get("trace"));
+    if (a.has("trace")) ts::cli::as_runtime_failure([&] { recorder.write_chrome(*a.get("trace")); });
     if (a.has("timeline"))
-        ts::write_text_file_atomically(*a.get("timeline"),
+        ts::cli::as_runtime_failure([&] { ts::write_text_file_atomically(*a.get("timeline"),
                                        ts::timeline_svg(recorder.spans(), "gemm " + std::to_string(m) + "x" + std::to_string(n) +
                                                                               "x" + std::to_string(k) + " " +
                                                                               std::string(ts::to_string(plan.strategy)) +
-                                                                              " on " + dev_names));
+                                                                              " on " + dev_names)); });
 
     // C0 (the input C) is kept in ops.c_init when beta != 0; with beta == 0 it is not read.
     const ts::host_matrix_view<const T> c0 =
@@ -357,7 +380,7 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
     if (a.flag("check")) check = ts::check_gemm<T>(op_a, op_b, alpha, ops.a, ops.b, beta, c0, c.view(), opt.math);
     std::optional<ts::blas_anchor> anchor;
     if (a.flag("anchor")) anchor = ts::time_host_blas_gemm<T>(op_a, op_b, alpha, ops.a, ops.b, beta, c0, repeat);
-    if (out_path) ts::write_npy<T>(*out_path, c.view());
+    if (out_path) ts::cli::as_runtime_failure([&] { ts::write_npy<T>(*out_path, c.view()); });
 
     const bool ok = !check || check->passed();
     if (a.flag("json")) {
@@ -366,7 +389,7 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
         o.add("kernel", std::string(ts::to_string(opt.kernel))).add("math", std::string(ts::to_string(opt.math)));
         o.add("devices", dev_names).add("op_a", std::string(ts::to_string(op_a))).add("op_b", std::string(ts::to_string(op_b)));
         o.add("alpha", double(alpha)).add("beta", double(beta)).add("repeat", repeat);
-        o.add("seconds", secs).add("gflops", flops / secs * 1e-9);
+        o.add("seconds", secs).add("gflops", gflops);
         o.add("strategy", std::string(ts::to_string(plan.strategy))).add("transfer", std::string(ts::to_string(plan.transfer)));
         o.add("tile_m", plan.tile_m).add("tile_n", plan.tile_n).add("tile_k", plan.tile_k);
         o.add("bytes_h2d", last.bytes_h2d).add("bytes_d2h", last.bytes_d2h).add("bytes_packed", last.bytes_packed);
@@ -390,7 +413,7 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
                 .add("check_nonfinite_mismatched", check->nonfinite_mismatched);
         if (anchor)
             o.add("anchor", anchor->name).add("anchor_seconds", anchor->seconds).add("anchor_gflops", anchor->gflops)
-                .add("ratio_to_anchor", flops / secs * 1e-9 / anchor->gflops);
+                .add("ratio_to_anchor", (anchor->gflops > 0 ? gflops / anchor->gflops : 0.0));
         std::cout << o.str() << "\n";
     } else {
         std::printf("gemm %lldx%lldx%lld %s op(A)=%s op(B)=%s kernel=%s strategy=%s on %s: %.4f s (median of %d), "
@@ -398,11 +421,11 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
                     (long long)m, (long long)n, (long long)k, std::string(ts::to_string(type)).c_str(),
                     std::string(ts::to_string(op_a)).c_str(), std::string(ts::to_string(op_b)).c_str(),
                     std::string(ts::to_string(opt.kernel)).c_str(), std::string(ts::to_string(plan.strategy)).c_str(),
-                    dev_names.c_str(), secs, repeat, flops / secs * 1e-9);
+                    dev_names.c_str(), secs, repeat, gflops);
         if (anchor)
             std::printf("anchor: %s: %.4f s (median of %d), %.1f GFLOP/s; this run / anchor = %.2f\n",
                         anchor->name.c_str(), anchor->seconds, anchor->repeat, anchor->gflops,
-                        flops / secs * 1e-9 / anchor->gflops);
+                        (anchor->gflops > 0 ? gflops / anchor->gflops : 0.0));
         if (check) std::printf("check: %s\n", check->summary().c_str());
         if (out_path) std::printf("wrote %s\n", out_path->c_str());
     }
@@ -420,6 +443,7 @@ int cmd_gemm(int argc, char** argv) {
         return 0;
     }
     if (!a.positional().empty()) throw ts::invalid_argument("gemm: unexpected argument '" + a.positional().front() + "'");
+    a.check_output_paths({"out", "trace", "timeline"});
     ts::dtype type = ts::parse_dtype(a.get_or("dtype", "f32"));
     if (a.has("a")) {
         // The dtype comes from the files and must match across them.
@@ -463,6 +487,9 @@ int main(int argc, char** argv) {
         }
         std::cerr << "tilestream: unknown command '" << cmd << "'\n" << usage_text;
         return exit_usage;
+    } catch (const ts::cli::runtime_failure& e) {
+        std::cerr << "tilestream " << cmd << ": error: " << e.what() << "\n";
+        return exit_runtime;
     } catch (const ts::invalid_argument& e) {
         std::cerr << "tilestream " << cmd << ": error: " << e.what() << "\n";
         return exit_usage;
@@ -472,6 +499,9 @@ int main(int argc, char** argv) {
     } catch (const ts::out_of_budget& e) {
         std::cerr << "tilestream " << cmd << ": error: " << e.what() << "\n";
         return exit_usage;
+    } catch (const std::bad_alloc&) {
+        std::cerr << "tilestream " << cmd << ": error: out of host memory (std::bad_alloc)\n";
+        return exit_runtime;
     } catch (const std::exception& e) {
         std::cerr << "tilestream " << cmd << ": error: " << e.what() << "\n";
         return exit_runtime;

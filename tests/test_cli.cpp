@@ -72,7 +72,7 @@ TEST(cli_bad_input, ClearErrorsWithExitCode2) {
     expect_usage_error("gemm --m 4294967296 --n 4294967296 --k 4", "overflows 64 bits");
     expect_usage_error("gemm --m 10 --n 10 --k 10 --devices tpu:0", "devices present: cpu");
     expect_usage_error("gemm --m 10 --n 10 --k 10 --devices cuda:9", "unknown device 'cuda:9'");
-    expect_usage_error("gemm --m 100 --n 100 --k 100 --memory-budget 10KiB", "budget of");
+    expect_usage_error("gemm --m 100 --n 100 --k 100 --memory-budget 4KiB", "no plan fits the device budget of 4.0 KiB");
     expect_usage_error("gemm --m 10 --n 10 --k 10 --kernel magic", "unknown kernel 'magic'");
     expect_usage_error("gemm --m 10 --n 10 --k 10 --dtype f16", "unknown dtype 'f16'");
     expect_usage_error("gemm --m 10 --n 10 --k 10 --bogus", "unknown option --bogus");

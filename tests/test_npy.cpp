@@ -17,8 +17,13 @@
 #include <string>
 #include <vector>
 
+#include <csignal>
+
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include "core/temp_files.hpp"
 
 namespace fs = std::filesystem;
 using namespace tilestream;
@@ -522,3 +527,84 @@ TEST_F(npy_test, WriteIntoReadOnlyDirectoryLeavesNothing) {
     fs::permissions(sub, fs::perms::owner_all);
     EXPECT_TRUE(fs::is_empty(sub));
 }
+
+namespace {
+
+TEST_F(npy_test, TruncatedWhileMappedReadsZerosAndIsReported) {
+    // Without the guard, reading a page past the new end of the file ends the process (SIGBUS).
+    const std::string p = path("shrinks.npy");
+    host_matrix<double> m(300, 200);  // 480 000 bytes: many pages past the header
+    fill_random(m.view(), 21);
+    write_npy<double>(p, m.view());
+    const npy_array a = read_npy(p);
+    EXPECT_NO_THROW(a.check_unchanged());
+    ASSERT_EQ(::truncate(p.c_str(), 128), 0);
+    const auto v = a.view<double>();
+    double sum_tail = 0;
+    for (index_t i = 100; i < 300; ++i)
+        for (index_t j = 0; j < 200; ++j) sum_tail += std::fabs(v(i, j));
+    EXPECT_EQ(sum_tail, 0.0) << "pages past the truncation read as zeros";
+    EXPECT_FILE_ERROR(a.check_unchanged(), p, "was truncated while tilestream read it");
+}
+
+TEST_F(npy_test, RewrittenFileIsReportedByCheckUnchanged) {
+    const std::string p = path("grows.npy");
+    host_matrix<float> m(17, 9);
+    fill_random(m.view(), 22);
+    write_npy<float>(p, m.view());
+    const npy_array a = read_npy(p);
+    std::ofstream(p, std::ios::app) << "more";
+    EXPECT_FILE_ERROR(a.check_unchanged(), p, "changed size while tilestream read it");
+}
+
+TEST_F(npy_test, DescrWithEscapeCodesIsEscapedAndCut) {
+    // Clear screen, set the window title, ring the bell, turn red; and a 1 MiB descr.
+    const std::string p = path("hostile.npy");
+    const std::string cases[] = {"\x1b[2J\x1b]0;title\x07\x1b[31m", std::string(1 << 20, 'A')};
+    for (const std::string& descr : cases) {
+        write_bytes(p, npy_bytes(2, "{'descr': '" + descr + "', 'fortran_order': False, 'shape': (1, 1), }",
+                                 std::string(8, '\0')));
+        try {
+            (void)read_npy(p);
+            ADD_FAILURE() << "expected file_error";
+        } catch (const file_error& e) {
+            const std::string what = e.what();
+            EXPECT_NE(what.find("unsupported dtype"), std::string::npos) << what;
+            EXPECT_EQ(what.find('\x1b'), std::string::npos) << "escape code echoed raw";
+            EXPECT_EQ(what.find('\x07'), std::string::npos) << "bell echoed raw";
+            EXPECT_LT(what.size(), 400u) << "message not cut";
+        }
+    }
+}
+
+TEST_F(npy_test, TerminatingSignalRemovesTheTemporary) {
+    // A child writes a .npy and receives SIGTERM in the middle of the write.
+    const std::string p = path("interrupted.npy");
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        detail::temp_file_write_hook = [](const std::string&) { ::raise(SIGTERM); };
+        host_matrix<float> m(64, 64);
+        fill_random(m.view(), 23);
+        write_npy<float>(p, m.view());
+        ::_exit(0);  // not reached: SIGTERM ends the child
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFSIGNALED(status)) << "the child should die of the signal, status " << status;
+    EXPECT_EQ(WTERMSIG(status), SIGTERM);
+    EXPECT_TRUE(listing().empty()) << "left behind: " << (listing().empty() ? "" : listing().front());
+}
+
+TEST_F(npy_test, OutputPathsAreCheckedUpFront) {
+    EXPECT_FILE_ERROR(check_output_path(path("missing/out.npy")), path("missing/out.npy"),
+                      "No such file or directory");
+    fs::create_directory(path("sub"));
+    EXPECT_FILE_ERROR(check_output_path(path("sub")), path("sub"), "it is a directory");
+    write_bytes(path("plain"), "x");
+    EXPECT_FILE_ERROR(check_output_path(path("plain/out.npy")), path("plain/out.npy"), "is not a directory");
+    EXPECT_NO_THROW(check_output_path(path("fine.npy")));
+    EXPECT_TRUE(!fs::exists(path("fine.npy"))) << "the check must not create the file";
+}
+
+}  // namespace

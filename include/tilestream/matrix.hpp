@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <memory>
+#include <new>
 #include <string>
 #include <type_traits>
 
@@ -53,11 +54,13 @@ public:
 
     /// The sub-matrix of nr x nc elements starting at (r0, c0); throws when it does not fit.
     host_matrix_view section(index_t r0, index_t c0, index_t nr, index_t nc) const {
-        if (r0 < 0 || c0 < 0 || nr < 0 || nc < 0 || r0 + nr > rows_ || c0 + nc > cols_)
-            detail::throw_bad_view("host_matrix_view::section: rows [" + std::to_string(r0) + ", " +
-                                   std::to_string(r0 + nr) + ") x cols [" + std::to_string(c0) +
-                                   ", " + std::to_string(c0 + nc) + ") is outside a " +
-                                   std::to_string(rows_) + "x" + std::to_string(cols_) + " matrix");
+        // Written as differences so that huge r0 + nr cannot overflow and wrap into range.
+        if (r0 < 0 || c0 < 0 || nr < 0 || nc < 0 || r0 > rows_ || c0 > cols_ || nr > rows_ - r0 ||
+            nc > cols_ - c0)
+            detail::throw_bad_view("host_matrix_view::section: " + std::to_string(nr) + "x" +
+                                   std::to_string(nc) + " elements at (" + std::to_string(r0) + ", " +
+                                   std::to_string(c0) + ") is outside a " + std::to_string(rows_) + "x" +
+                                   std::to_string(cols_) + " matrix");
         return host_matrix_view(nr && nc ? &(*this)(r0, c0) : data_, nr, nc, layout_, ld_);
     }
 
@@ -75,7 +78,17 @@ struct aligned_free {
 };
 /// 64-byte aligned host allocation of `bytes` (at least one byte); throws std::bad_alloc.
 void* aligned_host_alloc(std::size_t bytes);
+/// Throws error("<what>: cannot allocate <bytes> of host memory for a RxC <type> matrix ...").
+[[noreturn]] void throw_out_of_host_memory(const char* what, index_t rows, index_t cols, dtype t,
+                                           std::size_t bytes);
 }  // namespace detail
+
+/// Host memory the kernel reports available (MemAvailable in /proc/meminfo), or 0 when unknown.
+std::size_t available_host_memory();
+/// Throws out_of_budget naming `what` when `bytes` of new host memory exceed
+/// available_host_memory() (does nothing when that is unknown): a clear error before an
+/// allocation the system cannot back.
+void check_host_memory(std::size_t bytes, const std::string& what);
 
 /// An owning, packed host matrix (64-byte aligned).
 template <class T>
@@ -87,7 +100,11 @@ public:
         detail::check_view_shape(rows, cols, l == layout::row_major ? (cols ? cols : 1) : (rows ? rows : 1),
                                  l, "host_matrix");
         const std::size_t bytes = checked_bytes(rows, cols, dtype_of<T>(), "host_matrix");
-        data_.reset(static_cast<T*>(detail::aligned_host_alloc(bytes)));
+        try {
+            data_.reset(static_cast<T*>(detail::aligned_host_alloc(bytes)));
+        } catch (const std::bad_alloc&) {
+            detail::throw_out_of_host_memory("host_matrix", rows, cols, dtype_of<T>(), bytes);
+        }
     }
 
     host_matrix_view<T> view() { return {data_.get(), rows_, cols_, layout_}; }

@@ -1,4 +1,5 @@
-// NumPy .npy files: read (versions 1-3, <f4/<f8, C or Fortran order, memory-mapped) and write
+// NumPy .npy files: read (versions 1-3, <f4/<f8, C or Fortran order, memory-mapped, guarded
+// against truncation) and write
 // (atomically: a temporary file renamed into place).
 #pragma once
 
@@ -9,6 +10,10 @@
 #include <string>
 
 namespace tilestream {
+
+namespace detail {
+struct npy_mapping;
+}
 
 /// A 2-D array read from a .npy file. C order is row-major, Fortran order column-major.
 /// A 1-D array of length n reads as n x 1.
@@ -25,6 +30,12 @@ public:
     template <class T>
     host_matrix_view<const T> view() const;
 
+    /// Throws file_error when the file was truncated or rewritten since read_npy mapped it, so
+    /// that results computed from it must not be trusted. A mapped file truncated under a reader
+    /// would end the process with SIGBUS; tilestream catches that signal for its mappings,
+    /// reads zeros instead, and reports it here. Call after a run, before using its results.
+    void check_unchanged() const;
+
     npy_array() = default;
     npy_array(npy_array&&) noexcept = default;
     npy_array& operator=(npy_array&&) noexcept = default;
@@ -33,6 +44,7 @@ public:
 private:
     friend npy_array read_npy(const std::string& path);
     std::shared_ptr<void> storage_;  // the mapping (or buffer) that owns data_
+    std::shared_ptr<const detail::npy_mapping> mapping_;  // the file as mapped (null for a copy)
     const void* data_ = nullptr;
     dtype type_ = dtype::f32;
     index_t rows_ = 0, cols_ = 0;
@@ -42,6 +54,11 @@ private:
 
 /// Reads a .npy file (memory-mapped). Throws file_error naming the file and what is wrong.
 npy_array read_npy(const std::string& path);
+
+/// Checks, before any work, that an output file (.npy, trace, image) can be written at `path`:
+/// its directory exists and is writable and `path` is not a directory. Throws file_error naming
+/// the path and the reason.
+void check_output_path(const std::string& path);
 
 /// Writes m as a .npy file (row-major -> C order, column-major -> Fortran order). Writes to a
 /// temporary file beside `path` and renames it, so a failure leaves no partial file.

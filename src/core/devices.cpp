@@ -136,10 +136,29 @@ std::string describe_present_devices() {
     return s.str();
 }
 
+namespace {
+/// The most threads one CPU device may have, and the most CPU devices one spec may open.
+int max_cpu_threads_per_device() { return std::max(16, 4 * inventory().cpu_cores); }
+}  // namespace
+
 std::vector<std::unique_ptr<device>> open_devices(std::string_view spec, const open_options& opt) {
     const auto requests = parse_device_spec(spec);
     const auto& inv = inventory();
     if (opt.cpu_threads < 0) throw invalid_argument("--cpu-threads must be >= 1");
+    // More threads or CPU devices than this only oversubscribes the cores (and thousands of
+    // threads exhaust memory); the floor keeps multi-device runs possible on small machines.
+    const int cpu_limit = max_cpu_threads_per_device();
+    if (opt.cpu_threads > cpu_limit)
+        throw invalid_argument("--cpu-threads " + std::to_string(opt.cpu_threads) + " is above the limit of " +
+                               std::to_string(cpu_limit) + " threads per CPU device (4 x " +
+                               std::to_string(inv.cpu_cores) + " cores, at least 16)");
+    int cpu_devices = 0;
+    for (const auto& r : requests)
+        if (r.kind != device_request::what::cuda) cpu_devices += r.kind == device_request::what::all ? 1 : r.count;
+    if (cpu_devices > cpu_limit)
+        throw invalid_argument("device spec '" + std::string(spec) + "' asks for " + std::to_string(cpu_devices) +
+                               " CPU devices, above the limit of " + std::to_string(cpu_limit) + " (4 x " +
+                               std::to_string(inv.cpu_cores) + " cores, at least 16)");
     if (opt.memory_budget && *opt.memory_budget == 0) throw invalid_argument("memory budget must be > 0");
     // Every GPU once (an item per GPU, cuda:IxK for slices); all CPU devices split the host.
     check_distinct_devices(requests, inv.gpus);

@@ -141,8 +141,9 @@ jacobi_plan plan_jacobi(const jacobi_problem& problem, std::vector<device*> devi
                 if (dec.p == 0)
                     throw invalid_argument(where + ": no tiles:PxQ with P*Q = " + std::to_string(d) +
                                            " leaves every part an interior row and column");
-            } else if (dec.p * dec.q != d) {
-                throw invalid_argument("jacobi: " + to_string(dec) + " makes " + std::to_string(dec.p * dec.q) +
+            } else if (std::int64_t(dec.p) * dec.q != d) {  // 64-bit: P*Q of two ints can overflow int
+                throw invalid_argument("jacobi: " + to_string(dec) + " makes " +
+                                       std::to_string(std::int64_t(dec.p) * dec.q) +
                                        " parts but " + std::to_string(d) + " devices were given");
             }
             break;

@@ -2,12 +2,17 @@
 #include <tilestream/error.hpp>
 #include <tilestream/npy.hpp>
 
+#include "core/message_text.hpp"
+#include "core/temp_files.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <bit>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <csignal>
+#include <mutex>
 #include <optional>
 #include <string_view>
 #include <utility>
@@ -29,7 +34,7 @@ namespace {
 constexpr char npy_magic[] = "\x93NUMPY";
 constexpr std::size_t npy_magic_size = 6;
 // Above this many characters a malformed header is cut short in error messages.
-constexpr std::size_t header_quote_limit = 200;
+constexpr std::size_t header_quote_limit = 120;
 
 std::string errno_text(int err) { return std::strerror(err); }
 
@@ -42,8 +47,7 @@ std::string_view descr_of(dtype t) { return t == dtype::f32 ? "<f4" : "<f8"; }
 std::string quote_header(std::string_view header) {
     while (!header.empty() && (header.back() == ' ' || header.back() == '\n'))
         header.remove_suffix(1);
-    if (header.size() <= header_quote_limit) return std::string(header);
-    return std::string(header.substr(0, header_quote_limit)) + "...";
+    return detail::printable_text(header, header_quote_limit);
 }
 
 std::string shape_text(const std::vector<index_t>& shape) {
@@ -72,11 +76,7 @@ public:
         if (fd_ >= 0) ::close(fd_);
     }
     int get() const { return fd_; }
-    /// Closes now and reports close()'s errno (0 on success); a later destructor does nothing.
-    int close_checked() {
-        const int fd = std::exchange(fd_, -1);
-        return fd >= 0 && ::close(fd) != 0 ? errno : 0;
-    }
+    int release() { return std::exchange(fd_, -1); }
 
 private:
     int fd_;
@@ -111,7 +111,7 @@ public:
             }
             const std::string key = parse_string("expected a quoted key");
             skip_space();
-            expect(':', "expected ':' after key '" + key + "'");
+            expect(':', "expected ':' after key " + detail::quote_text(key));
             skip_space();
             if (key == "descr") {
                 if (have_descr) malformed("duplicate key 'descr'");
@@ -132,13 +132,13 @@ public:
                 have_shape = true;
                 h.shape = parse_shape();
             } else {
-                malformed("unexpected key '" + key + "'");
+                malformed("unexpected key " + detail::quote_text(key));
             }
             skip_space();
             if (peek() == ',') {
                 ++pos_;
             } else if (peek() != '}') {
-                malformed("expected ',' or '}' after the value of '" + key + "'");
+                malformed("expected ',' or '}' after the value of " + detail::quote_text(key));
             }
         }
         skip_space();
@@ -254,6 +254,66 @@ private:
     std::size_t pos_ = 0;
 };
 
+// ---- SIGBUS guard of mapped files ----
+// Reading a page of a mapping past the end of a file truncated since ends the process with
+// SIGBUS. The handler below maps zero pages over the rest of a registered mapping, so the read
+// resumes, and marks the mapping; npy_array::check_unchanged() then reports it. A read(2) copy
+// would avoid the signal but double the memory of inputs and lose the zero-copy path.
+constexpr int max_guarded_mappings = 256;
+struct guarded_range {
+    std::atomic<std::uintptr_t> begin{0}, end{0};
+    std::atomic<bool> faulted{false};
+};
+guarded_range guarded[max_guarded_mappings];
+std::mutex guard_mutex;
+struct sigaction previous_sigbus {};
+std::uintptr_t page_size = 4096;  // set before the handler is installed (sysconf is not signal-safe)
+
+void on_sigbus(int sig, siginfo_t* info, void* context) {
+    const auto addr = reinterpret_cast<std::uintptr_t>(info->si_addr);
+    for (auto& g : guarded) {
+        const std::uintptr_t b = g.begin.load(std::memory_order_acquire), e = g.end.load(std::memory_order_acquire);
+        if (b == 0 || addr < b || addr >= e) continue;
+        const std::uintptr_t from = addr & ~(page_size - 1);
+        // mmap is a plain system call here; MAP_FIXED replaces the file pages in place.
+        if (::mmap(reinterpret_cast<void*>(from), e - from, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
+                   -1, 0) != MAP_FAILED) {
+            g.faulted.store(true, std::memory_order_release);
+            return;
+        }
+    }
+    // Not one of ours: whatever handled SIGBUS before, or the default action (the faulting
+    // access runs again on return and ends the process as it would have without us).
+    if ((previous_sigbus.sa_flags & SA_SIGINFO) && previous_sigbus.sa_sigaction != nullptr)
+        previous_sigbus.sa_sigaction(sig, info, context);
+    else if (previous_sigbus.sa_handler != SIG_DFL && previous_sigbus.sa_handler != SIG_IGN)
+        previous_sigbus.sa_handler(sig);
+    else
+        ::signal(SIGBUS, SIG_DFL);
+}
+
+/// Registers [base, base + size) with the guard; returns the slot, or -1 (then unguarded).
+int guard_mapping(const void* base, std::size_t size) {
+    static std::once_flag once;
+    std::call_once(once, [] {
+        page_size = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+        struct sigaction ours {};
+        ours.sa_sigaction = on_sigbus;
+        ours.sa_flags = SA_SIGINFO | SA_RESTART;
+        sigemptyset(&ours.sa_mask);
+        ::sigaction(SIGBUS, &ours, &previous_sigbus);
+    });
+    std::lock_guard lock(guard_mutex);
+    for (int i = 0; i < max_guarded_mappings; ++i) {
+        if (guarded[i].begin.load() != 0) continue;
+        guarded[i].faulted.store(false);
+        guarded[i].end.store(reinterpret_cast<std::uintptr_t>(base) + size, std::memory_order_release);
+        guarded[i].begin.store(reinterpret_cast<std::uintptr_t>(base), std::memory_order_release);
+        return i;
+    }
+    return -1;
+}
+
 std::uint32_t read_le(const unsigned char* p, int bytes) {
     std::uint32_t v = 0;
     for (int i = bytes - 1; i >= 0; --i) v = (v << 8) | p[i];
@@ -261,6 +321,52 @@ std::uint32_t read_le(const unsigned char* p, int bytes) {
 }
 
 }  // namespace
+
+namespace detail {
+/// A file as read_npy mapped it: the mapping, its guard slot, and the descriptor and status
+/// that check_unchanged compares with.
+struct npy_mapping {
+    void* base = nullptr;
+    std::size_t size = 0;
+    int slot = -1;
+    int fd = -1;
+    struct stat at_open {};
+    npy_mapping() = default;
+    npy_mapping(const npy_mapping&) = delete;
+    npy_mapping& operator=(const npy_mapping&) = delete;
+    ~npy_mapping() {
+        if (slot >= 0) {
+            std::lock_guard lock(guard_mutex);
+            guarded[slot].begin.store(0);
+            guarded[slot].end.store(0);
+        }
+        if (base) ::munmap(base, size);
+        if (fd >= 0) ::close(fd);
+    }
+    bool faulted() const { return slot >= 0 && guarded[slot].faulted.load(std::memory_order_acquire); }
+    /// Why the file is no longer what was mapped, or empty.
+    std::string change() const {
+        if (faulted()) return "was truncated while tilestream read it";
+        struct stat now {};
+        if (::fstat(fd, &now) != 0) return {};
+        if (now.st_size < at_open.st_size)
+            return "was truncated while tilestream read it (" + std::to_string(at_open.st_size) + " -> " +
+                   std::to_string(now.st_size) + " bytes)";
+        if (now.st_size != at_open.st_size)
+            return "changed size while tilestream read it (" + std::to_string(at_open.st_size) + " -> " +
+                   std::to_string(now.st_size) + " bytes)";
+        if (now.st_mtim.tv_sec != at_open.st_mtim.tv_sec || now.st_mtim.tv_nsec != at_open.st_mtim.tv_nsec)
+            return "was modified while tilestream read it";
+        return {};
+    }
+};
+}  // namespace detail
+
+void npy_array::check_unchanged() const {
+    if (!mapping_) return;
+    const std::string why = mapping_->change();
+    if (!why.empty()) fail(path_, why + "; results computed from it are discarded");
+}
 
 npy_array read_npy(const std::string& path) {
     if (path.empty()) throw file_error("read_npy: empty file name");
@@ -286,9 +392,18 @@ npy_array read_npy(const std::string& path) {
         const int err = errno;
         fail(path, "cannot map " + std::to_string(file_size) + " bytes: " + errno_text(err));
     }
-    std::shared_ptr<void> mapping(base, [file_size](void* p) { ::munmap(p, file_size); });
-    // The mapping keeps the file's pages; the descriptor is no longer needed.
-    fd.close_checked();
+    auto watch = std::make_shared<detail::npy_mapping>();
+    watch->base = base;
+    watch->size = file_size;
+    watch->at_open = st;
+    watch->slot = guard_mapping(base, file_size);
+    // The descriptor stays open so that check_unchanged can see the file's size and time later.
+    watch->fd = fd.release();
+    std::shared_ptr<void> mapping(watch, base);
+    // A truncation while the header is read shows as zeros; report it as what it is.
+    const auto truncated_now = [&] {
+        if (watch->faulted()) fail(path, "was truncated while tilestream read it");
+    };
 
     const auto* bytes = static_cast<const unsigned char*>(base);
     if (std::memcmp(bytes, npy_magic, npy_magic_size) != 0)
@@ -317,7 +432,14 @@ npy_array read_npy(const std::string& path) {
     // in both, and any other text can only appear inside a descr we reject.
     const std::string_view header_text(reinterpret_cast<const char*>(bytes + header_start),
                                        header_len);
-    const npy_header h = header_parser(header_text, path).parse();
+    npy_header h;
+    try {
+        h = header_parser(header_text, path).parse();
+    } catch (const file_error&) {
+        truncated_now();
+        throw;
+    }
+    truncated_now();
 
     dtype type = dtype::f32;
     if (h.descr_is_string && h.descr == "<f4")
@@ -325,7 +447,8 @@ npy_array read_npy(const std::string& path) {
     else if (h.descr_is_string && h.descr == "<f8")
         type = dtype::f64;
     else
-        fail(path, "unsupported dtype " + (h.descr_is_string ? "'" + h.descr + "'" : h.descr) +
+        fail(path, "unsupported dtype " +
+                       (h.descr_is_string ? detail::quote_text(h.descr) : detail::printable_text(h.descr)) +
                        " (tilestream reads '<f4' and '<f8')");
 
     if (h.shape.empty() || h.shape.size() > 2)
@@ -351,6 +474,7 @@ npy_array read_npy(const std::string& path) {
     const unsigned char* data = bytes + data_offset;
     if (data_offset % size_of(type) == 0) {
         a.storage_ = std::move(mapping);
+        a.mapping_ = std::move(watch);
         a.data_ = data;
     } else {
         // numpy aligns data to 64 bytes, but a hand-made header may not; a misaligned float
@@ -359,6 +483,7 @@ npy_array read_npy(const std::string& path) {
             detail::aligned_host_alloc(static_cast<std::size_t>(data_bytes)),
             detail::aligned_free{});
         std::memcpy(buffer.get(), data, static_cast<std::size_t>(data_bytes));
+        truncated_now();
         a.data_ = buffer.get();
         a.storage_ = std::move(buffer);
     }
@@ -383,72 +508,6 @@ template host_matrix_view<const float> npy_array::view<float>() const;
 template host_matrix_view<const double> npy_array::view<double>() const;
 
 namespace {
-
-/// A file created beside the target and renamed over it on commit; removed if never committed.
-class temp_file {
-public:
-    explicit temp_file(const std::string& target) : target_(target) {
-        static std::atomic<unsigned> counter{0};
-        int err = 0;
-        // O_EXCL with our own name rather than mkstemp: mkstemp creates the file 0600, while
-        // mode 0666 lets the umask give the result the permissions of any other new file.
-        for (int attempt = 0; attempt < 100; ++attempt) {
-            name_ = target + ".tmp." + std::to_string(::getpid()) + "." +
-                    std::to_string(counter.fetch_add(1));
-            fd_ = ::open(name_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-            if (fd_ >= 0) return;
-            err = errno;
-            if (err != EEXIST) break;
-        }
-        fail(target_, "cannot create temporary file '" + name_ + "': " + errno_text(err));
-    }
-    temp_file(const temp_file&) = delete;
-    temp_file& operator=(const temp_file&) = delete;
-    ~temp_file() {
-        if (fd_ >= 0) ::close(fd_);
-        if (!committed_) ::unlink(name_.c_str());
-    }
-
-    void write(const void* data, std::size_t n) {
-        const auto* p = static_cast<const char*>(data);
-        while (n > 0) {
-            const ssize_t w = ::write(fd_, p, n);
-            if (w < 0) {
-                const int err = errno;
-                if (err == EINTR) continue;
-                fail(target_, "cannot write '" + name_ + "': " + errno_text(err));
-            }
-            p += w;
-            n -= static_cast<std::size_t>(w);
-        }
-    }
-
-    void commit() {
-        // fsync before rename, so that after a crash the target holds the old or the new
-        // contents, never a renamed but empty file. Filesystems without fsync return EINVAL.
-        if (::fsync(fd_) != 0) {
-            const int err = errno;
-            if (err != EINVAL && err != EROFS)
-                fail(target_, "cannot flush '" + name_ + "': " + errno_text(err));
-        }
-        const int fd = std::exchange(fd_, -1);
-        if (::close(fd) != 0) {
-            const int err = errno;
-            fail(target_, "cannot close '" + name_ + "': " + errno_text(err));
-        }
-        if (::rename(name_.c_str(), target_.c_str()) != 0) {
-            const int err = errno;
-            fail(target_, "cannot rename '" + name_ + "' into place: " + errno_text(err));
-        }
-        committed_ = true;
-    }
-
-private:
-    std::string target_;
-    std::string name_;
-    int fd_ = -1;
-    bool committed_ = false;
-};
 
 std::string npy_preamble(dtype type, bool fortran_order, index_t rows, index_t cols) {
     std::string dict = "{'descr': '" + std::string(descr_of(type)) +
@@ -478,6 +537,25 @@ std::string npy_preamble(dtype type, bool fortran_order, index_t rows, index_t c
 
 }  // namespace
 
+void check_output_path(const std::string& path) {
+    if (path.empty()) throw file_error("output file: empty file name");
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+        fail(path, "cannot write: it is a directory");
+    const auto slash = path.find_last_of('/');
+    const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+    if (::stat(dir.c_str(), &st) != 0) {
+        const int err = errno;
+        fail(path, "cannot write: directory '" + dir + "': " + errno_text(err));
+    }
+    if (!S_ISDIR(st.st_mode)) fail(path, "cannot write: '" + dir + "' is not a directory");
+    // The file is written as a temporary beside it and renamed, so the directory must be writable.
+    if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+        const int err = errno;
+        fail(path, "cannot write in directory '" + dir + "': " + errno_text(err));
+    }
+}
+
 template <class T>
 void write_npy(const std::string& path, host_matrix_view<const T> m) {
     if (path.empty()) throw file_error("write_npy: empty file name");
@@ -486,7 +564,7 @@ void write_npy(const std::string& path, host_matrix_view<const T> m) {
     // Total size is checked up front so that a view whose size overflows fails before any I/O.
     checked_bytes(m.rows(), m.cols(), type, "write_npy");
 
-    temp_file out(path);
+    detail::temp_file out(path);
     const std::string pre = npy_preamble(type, col_major, m.rows(), m.cols());
     out.write(pre.data(), pre.size());
 

@@ -3,6 +3,8 @@
 #include <tilestream/error.hpp>
 #include <tilestream/image.hpp>
 
+#include "core/temp_files.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -24,40 +26,11 @@ namespace {
 }
 
 /// Writes `data` to a temporary file beside `path`, then renames it over `path`, so readers
-/// never see a partial image and a failure leaves nothing behind.
+/// never see a partial image and a failure leaves nothing behind (errors name the path).
 void write_atomically(const std::string& path, const std::string& data) {
-    static std::atomic<unsigned> counter{0};
-    const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd < 0) fail(path, "cannot create '" + tmp + "': " + std::strerror(errno));
-    const auto abandon = [&](const std::string& what) {
-        const int err = errno;
-        ::close(fd);
-        ::unlink(tmp.c_str());
-        fail(path, what + ": " + std::strerror(err));
-    };
-    const char* p = data.data();
-    std::size_t left = data.size();
-    while (left > 0) {
-        const ssize_t w = ::write(fd, p, left);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            abandon("cannot write '" + tmp + "'");
-        }
-        p += w;
-        left -= std::size_t(w);
-    }
-    if (::fsync(fd) != 0 && errno != EINVAL && errno != EROFS) abandon("cannot flush '" + tmp + "'");
-    if (::close(fd) != 0) {
-        const int err = errno;
-        ::unlink(tmp.c_str());
-        fail(path, "cannot close '" + tmp + "': " + std::strerror(err));
-    }
-    if (::rename(tmp.c_str(), path.c_str()) != 0) {
-        const int err = errno;
-        ::unlink(tmp.c_str());
-        fail(path, "cannot rename '" + tmp + "' into place: " + std::strerror(err));
-    }
+    detail::temp_file out(path);
+    out.write(data.data(), data.size());
+    out.commit();
 }
 
 void put_u32(std::string& s, std::uint32_t v) {

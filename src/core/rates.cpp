@@ -35,57 +35,72 @@ device_rates measure_rates(device& dev, dtype type, gemm_kernel kernel, math_mod
         std::lock_guard lock(mutex);
         if (auto it = cache.find(key); it != cache.end()) return it->second;
     }
+    // Each probe runs only when its buffers fit what the budget leaves (a probe that does not fit
+    // keeps the default rate); results are cached only when every probe ran.
     device_rates r;
-    r.measured = true;
     const std::size_t free = dev.budget() - std::min(dev.budget(), dev.bytes_in_use());
     const std::size_t es = size_of(type);
-    // Copies: 16 MiB (less on small budgets) from a staging buffer, as the pipeline copies.
-    const std::size_t copy_bytes = std::max<std::size_t>(64 * 1024, std::min<std::size_t>(16u << 20, free / 4));
-    {
-        auto buf = dev.allocate(copy_bytes);
-        auto host = dev.allocate_host_staging(copy_bytes);
-        std::fill_n(static_cast<char*>(host.get()), copy_bytes, char(1));
-        auto s = dev.create_stream();
-        r.h2d = double(copy_bytes) / median_seconds(3, [&] {
-                    dev.copy_to_device(*s, buf.get(), host.get(), copy_bytes);
-                    s->synchronize();
-                });
-        r.d2h = double(copy_bytes) / median_seconds(3, [&] {
-                    dev.copy_to_host(*s, host.get(), buf.get(), copy_bytes);
-                    s->synchronize();
-                });
+    bool copies_measured = false, gemm_measured = false;
+    // Copies: 16 MiB (less on small budgets, at least 64 KiB) from a staging buffer, as the pipeline copies.
+    const std::size_t min_copy_bytes = 64 * 1024;
+    const std::size_t copy_bytes = std::max(min_copy_bytes, std::min<std::size_t>(16u << 20, free / 4));
+    if (copy_bytes <= free) {
+        try {
+            auto buf = dev.allocate(copy_bytes);
+            auto host = dev.allocate_host_staging(copy_bytes);
+            std::fill_n(static_cast<char*>(host.get()), copy_bytes, char(1));
+            auto s = dev.create_stream();
+            r.h2d = double(copy_bytes) / median_seconds(3, [&] {
+                        dev.copy_to_device(*s, buf.get(), host.get(), copy_bytes);
+                        s->synchronize();
+                    });
+            r.d2h = double(copy_bytes) / median_seconds(3, [&] {
+                        dev.copy_to_host(*s, host.get(), buf.get(), copy_bytes);
+                        s->synchronize();
+                    });
+            copies_measured = true;
+        } catch (const out_of_budget&) {
+            // Another caller took the memory in the meantime: keep the default copy rates.
+        }
     }
-    // GEMM rate: the largest square up to 1024 (2048 on GPUs) whose operands fit a quarter of the budget.
+    // GEMM rate: the largest square up to 1024 (2048 on GPUs) whose operands fit a quarter of the
+    // budget, at least 64 (smaller squares say little about the rate of real tiles).
     index_t n = dev.info().kind == device_kind::cuda ? 2048 : 1024;
     while (n > 64 && 3 * std::size_t(n) * std::size_t(n) * es > free / 4) n /= 2;
-    {
-        const std::size_t bytes = std::size_t(n) * std::size_t(n) * es;
-        auto a = dev.allocate(bytes), b = dev.allocate(bytes), c = dev.allocate(bytes);
-        auto s = dev.create_stream();
-        // Non-zero operands: copy a pattern in once.
-        auto host = dev.allocate_host_staging(bytes);
-        for (std::size_t i = 0; i < bytes / es; ++i) {
-            if (type == dtype::f32) static_cast<float*>(host.get())[i] = float((i % 7) + 1) * 0.125f;
-            else static_cast<double*>(host.get())[i] = double((i % 7) + 1) * 0.125;
-        }
-        dev.copy_to_device(*s, a.get(), host.get(), bytes);
-        dev.copy_to_device(*s, b.get(), host.get(), bytes);
-        s->synchronize();
-        gemm_call call;
-        call.type = type;
-        call.m = call.n = call.k = n;
-        call.a = a.get();
-        call.b = b.get();
-        call.c = c.get();
-        call.lda = call.ldb = call.ldc = n;
-        call.kernel = kernel;
-        call.math = math;
-        const double t = median_seconds(3, [&] {
-            dev.gemm(*s, call);
+    if (3 * std::size_t(n) * std::size_t(n) * es <= free) {
+        try {
+            const std::size_t bytes = std::size_t(n) * std::size_t(n) * es;
+            auto a = dev.allocate(bytes), b = dev.allocate(bytes), c = dev.allocate(bytes);
+            auto s = dev.create_stream();
+            // Non-zero operands: copy a pattern in once.
+            auto host = dev.allocate_host_staging(bytes);
+            for (std::size_t i = 0; i < bytes / es; ++i) {
+                if (type == dtype::f32) static_cast<float*>(host.get())[i] = float((i % 7) + 1) * 0.125f;
+                else static_cast<double*>(host.get())[i] = double((i % 7) + 1) * 0.125;
+            }
+            dev.copy_to_device(*s, a.get(), host.get(), bytes);
+            dev.copy_to_device(*s, b.get(), host.get(), bytes);
             s->synchronize();
-        });
-        r.flops = call.flops() / t;
+            gemm_call call;
+            call.type = type;
+            call.m = call.n = call.k = n;
+            call.a = a.get();
+            call.b = b.get();
+            call.c = c.get();
+            call.lda = call.ldb = call.ldc = n;
+            call.kernel = kernel;
+            call.math = math;
+            const double t = median_seconds(3, [&] {
+                dev.gemm(*s, call);
+                s->synchronize();
+            });
+            r.flops = call.flops() / t;
+            gemm_measured = true;
+        } catch (const out_of_budget&) {
+        }
     }
+    r.measured = copies_measured && gemm_measured;
+    if (!r.measured) return r;
     std::lock_guard lock(mutex);
     cache[key] = r;
     return r;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -201,7 +202,9 @@ std::string timeline_svg(const std::vector<trace_span>& spans, const std::string
     const int ay = T + next * lane_h + 6;
     s << "<line x1=\"" << L << "\" y1=\"" << ay << "\" x2=\"" << W - R << "\" y2=\"" << ay << "\" stroke=\"black\"/>\n";
     const double step = nice_step(span * 1e3, 10);
-    for (double v = 0; v <= span * 1e3 + 1e-9; v += step) {
+    // Counted, so that an infinite span (step = inf) or a step lost to rounding cannot loop forever.
+    for (int tick = 0; tick <= 20 && std::isfinite(step) && tick * step <= span * 1e3 + 1e-9; ++tick) {
+        const double v = tick * step;
         const double x = X(t0 + v * 1e-3);
         s << "<line x1=\"" << fmt("%.1f", x) << "\" y1=\"" << ay << "\" x2=\"" << fmt("%.1f", x) << "\" y2=\"" << ay + 5
           << "\" stroke=\"black\"/><text x=\"" << fmt("%.1f", x) << "\" y=\"" << ay + 18 << "\" text-anchor=\"middle\">"
@@ -339,6 +342,11 @@ private:
 
 }  // namespace
 
+namespace {
+/// v limited to [lo, hi] (NaN -> lo): numbers from a file converted to integers must be in range.
+double clamped(double v, double lo, double hi) { return v >= lo ? (v <= hi ? v : hi) : lo; }
+}  // namespace
+
 std::vector<trace_span> read_chrome_trace(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
     if (!in) throw file_error(path + ": cannot open");
@@ -375,7 +383,7 @@ std::vector<trace_span> read_chrome_trace(const std::string& path) {
         trace_span sp;
         const double pid = num(*m, "pid");
         sp.device = names.count(pid) ? names[pid] : "pid " + fmt("%g", pid);
-        sp.stream = int(num(*m, "tid"));
+        sp.stream = int(clamped(num(*m, "tid"), 0, double(std::numeric_limits<int>::max())));
         sp.name = str(*m, "name");
         const std::string cat = str(*m, "cat");
         for (auto k : {span_kind::copy_h2d, span_kind::copy_d2h, span_kind::copy_d2d, span_kind::copy_peer,
@@ -383,9 +391,11 @@ std::vector<trace_span> read_chrome_trace(const std::string& path) {
             if (cat == to_string(k)) sp.kind = k;
         sp.t0 = num(*m, "ts") * 1e-6;
         sp.t1 = sp.t0 + num(*m, "dur") * 1e-6;
+        if (!std::isfinite(sp.t0) || !std::isfinite(sp.t1))
+            throw file_error(path + ": event " + std::to_string(out.size()) + " has a time that is not a finite number");
         if (m->count("args"))
             if (const auto* a = std::get_if<std::map<std::string, json_ptr>>(&m->at("args")->v)) {
-                sp.bytes = std::size_t(num(*a, "bytes"));
+                sp.bytes = std::size_t(clamped(num(*a, "bytes"), 0, 1.8e19));
                 sp.flops = num(*a, "flops");
             }
         out.push_back(std::move(sp));

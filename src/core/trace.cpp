@@ -3,6 +3,8 @@
 #include <tilestream/json.hpp>
 #include <tilestream/trace.hpp>
 
+#include "core/temp_files.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -57,27 +59,9 @@ std::string trace_recorder::chrome_json() const {
 void trace_recorder::write_chrome(const std::string& path) const { write_text_file_atomically(path, chrome_json()); }
 
 void write_text_file_atomically(const std::string& path, const std::string& text) {
-    static std::atomic<unsigned> counter{0};
-    const std::string tmp = path + ".tmp." + std::to_string(getpid()) + "." + std::to_string(counter++);
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0666);
-    if (fd < 0) throw file_error(path + ": cannot write: " + std::strerror(errno));
-    std::size_t done = 0;
-    while (done < text.size()) {
-        const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            const int err = errno;
-            ::close(fd);
-            ::unlink(tmp.c_str());
-            throw file_error(path + ": cannot write: " + std::strerror(err));
-        }
-        done += std::size_t(n);
-    }
-    if (::close(fd) != 0 || std::rename(tmp.c_str(), path.c_str()) != 0) {
-        const int err = errno;
-        ::unlink(tmp.c_str());
-        throw file_error(path + ": cannot write: " + std::strerror(err));
-    }
+    detail::temp_file out(path);
+    out.write(text.data(), text.size());
+    out.commit();
 }
 
 }  // namespace tilestream

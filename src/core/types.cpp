@@ -144,7 +144,10 @@ std::size_t parse_bytes(std::string_view text) {
     else if (unit == "tb") scale = 1e12;
     else throw bad("unknown unit '" + unit + "'");
     const double bytes = value * scale;
-    if (!std::isfinite(bytes) || bytes >= 1.8e19) throw bad("too large");
+    // Sizes are added and multiplied as 64-bit signed numbers elsewhere; 2^62 bytes (4 EiB) leaves
+    // room for that and is beyond any memory.
+    constexpr double max_bytes = 4611686018427387904.0;  // 2^62
+    if (!std::isfinite(bytes) || bytes > max_bytes) throw bad("too large (at most 4 EiB)");
     return static_cast<std::size_t>(std::llround(bytes));
 }
 
@@ -176,5 +179,30 @@ void* aligned_host_alloc(std::size_t bytes) {
     return p;
 }
 
+void throw_out_of_host_memory(const char* what, index_t rows, index_t cols, dtype t, std::size_t bytes) {
+    throw error(std::string(what) + ": cannot allocate " + format_bytes(bytes) + " of host memory for a " +
+                std::to_string(rows) + "x" + std::to_string(cols) + " " + std::string(to_string(t)) +
+                " matrix (out of memory)");
+}
+
 }  // namespace detail
+
+std::size_t available_host_memory() {
+    std::FILE* f = std::fopen("/proc/meminfo", "r");
+    if (f == nullptr) return 0;
+    char line[256];
+    std::size_t kib = 0;
+    while (std::fgets(line, sizeof line, f))
+        if (std::sscanf(line, "MemAvailable: %zu kB", &kib) == 1) break;
+    std::fclose(f);
+    return kib * 1024;
+}
+
+void check_host_memory(std::size_t bytes, const std::string& what) {
+    const std::size_t available = available_host_memory();
+    if (available != 0 && bytes > available)
+        throw out_of_budget(what + ": " + format_bytes(bytes) + " of host memory needed but only " +
+                            format_bytes(available) + " is available (MemAvailable)");
+}
+
 }  // namespace tilestream

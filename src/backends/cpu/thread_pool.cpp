@@ -5,22 +5,44 @@
 
 #include <algorithm>
 #include <exception>
+#include <string>
+#include <system_error>
+
+namespace tilestream::cpu::detail {
+std::function<bool(int)> thread_start_hook;
+}  // namespace tilestream::cpu::detail
 
 namespace tilestream::cpu {
 
 thread_pool::thread_pool(int threads) {
     const int n = std::max(1, threads);
     workers_.reserve(n);
-    for (int i = 0; i < n; ++i) workers_.emplace_back([this] { work(); });
+    try {
+        for (int i = 0; i < n; ++i) {
+            if (detail::thread_start_hook && !detail::thread_start_hook(i))
+                throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again));
+            workers_.emplace_back([this] { work(); });
+        }
+    } catch (const std::system_error& e) {
+        // Stop and join the workers that did start, so that nothing waits on the missing ones.
+        const auto started = workers_.size();
+        stop_workers();
+        throw device_error("cpu: cannot start worker thread " + std::to_string(started + 1) + " of " +
+                           std::to_string(n) + ": " + e.what() +
+                           " (fewer threads per device, e.g. --cpu-threads, or a larger thread/memory limit)");
+    }
 }
 
-thread_pool::~thread_pool() {
+thread_pool::~thread_pool() { stop_workers(); }
+
+void thread_pool::stop_workers() {
     {
         std::lock_guard lock(mutex_);
         stopping_ = true;
     }
     cv_.notify_all();
     for (auto& w : workers_) w.join();
+    workers_.clear();
 }
 
 void thread_pool::work() {

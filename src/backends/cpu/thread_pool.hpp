@@ -13,6 +13,13 @@
 
 namespace tilestream::cpu {
 
+namespace detail {
+/// Test hook: called before starting worker i; returning false makes that start fail as when the
+/// system has no more threads (std::system_error). Empty in normal runs.
+extern std::function<bool(int worker)> thread_start_hook;
+}  // namespace detail
+
+/// Throws device_error when a worker cannot start (the ones started are joined first).
 class thread_pool {
 public:
     explicit thread_pool(int threads);
@@ -31,6 +38,7 @@ public:
 
 private:
     void work();
+    void stop_workers();
     std::vector<std::thread> workers_;
     std::mutex mutex_;
     std::condition_variable cv_;
