@@ -84,7 +84,8 @@ gemm_report gemm(device& dev, op op_a, op op_b, T alpha, host_matrix_view<const 
                                                                           : device_rates{};
     gemm_plan plan;
     try {
-        plan = plan_gemm(problem, dev.budget() - std::min(dev.budget(), dev.bytes_in_use()), rates, po);
+        // Memory that concurrent calls hold is theirs only for a while (see budget_reservation).
+        plan = plan_gemm(problem, dev.budget_for_runs(), rates, po);
     } catch (const out_of_budget& e) {
         throw out_of_budget(dev.id() + ": " + e.what());
     }

@@ -4,6 +4,7 @@
 #include <tilestream/error.hpp>
 #include <tilestream/gemm.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <chrono>
@@ -12,6 +13,7 @@
 #include <map>
 #include <tuple>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -87,6 +89,8 @@ struct run_state {
     /// Which device holds which A (0) and B (1) tile, when tiles may come from peers.
     std::mutex directory_mutex;
     std::map<std::tuple<int, index_t, index_t>, std::vector<tile_holder>> directory;
+    /// Each device's share of its budget for this run; its buffers are drawn from it.
+    std::vector<budget_reservation*> reservations;
 };
 
 template <class T>
@@ -103,7 +107,7 @@ public:
         const auto make = [&](std::vector<slot>& v, int n, std::size_t bytes, bool out) {
             for (int i = 0; i < n; ++i) {
                 slot s;
-                s.buf = dev.allocate(bytes);
+                s.buf = dev.allocate(bytes, state.reservations[index]);
                 if (pack) {
                     s.stage_in = dev.allocate_host_staging(bytes);
                     if (out) s.stage_out = dev.allocate_host_staging(bytes);
@@ -604,12 +608,21 @@ gemm_report execute_gemm(const gemm_plan& plan, std::span<device* const> devices
         }
 
     run_state state(devices.size(), units.size());
-    std::vector<std::size_t> base(devices.size());
-    for (std::size_t i = 0; i < devices.size(); ++i) {
-        base[i] = devices[i]->bytes_in_use();
-        devices[i]->reset_peak();
-        if (run.trace) devices[i]->set_trace_sink(run.trace);
+    // Each device's share of its budget, so concurrent runs on a device take turns instead of
+    // failing, and this run's peak is its own. Taken in one order (by address): runs sharing
+    // devices never wait for each other in a cycle.
+    std::vector<std::unique_ptr<budget_reservation>> reservations(devices.size());
+    {
+        std::vector<std::size_t> order(devices.size());
+        for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+        std::sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
+            return std::less<device*>()(devices[x], devices[y]);
+        });
+        for (std::size_t i : order) reservations[i] = std::make_unique<budget_reservation>(*devices[i], plan.peak_device_bytes);
+        for (const auto& r : reservations) state.reservations.push_back(r.get());
     }
+    for (std::size_t i = 0; i < devices.size(); ++i)
+        if (run.trace) devices[i]->set_trace_sink(run.trace);
     std::vector<std::unique_ptr<device_pipeline<T>>> pipes(devices.size());
     std::vector<std::exception_ptr> errors(devices.size());
     const auto work = [&](std::size_t i) {
@@ -646,7 +659,7 @@ gemm_report execute_gemm(const gemm_plan& plan, std::span<device* const> devices
         }
     }
     for (std::size_t i = 0; i < devices.size(); ++i) {
-        rep.peak_device_bytes = std::max(rep.peak_device_bytes, devices[i]->peak_bytes() - base[i]);
+        rep.peak_device_bytes = std::max(rep.peak_device_bytes, reservations[i]->peak());
         if (pipes[i]) {
             rep.devices.push_back(pipes[i]->share());
             rep.cache_hits += rep.devices.back().cache_hits;
