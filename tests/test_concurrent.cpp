@@ -102,10 +102,6 @@ TEST(concurrent_gemm, FourThreadsOnOneDeviceMatchReferenceDoubleNaive) {
 /// reservations are taken in one order, so no two runs wait for each other for ever.
 TEST(concurrent_gemm, RunsOverSharedDevicesInOppositeOrdersFinish) {
     const index_t m = 61, n = 47, k = 53;
-    open_options oo;
-    oo.memory_budget = 40 * 1024;
-    oo.cpu_threads = 1;
-    auto devs = open_devices("cpu:2", oo);
     const auto p = make_problem<double>(m, n, k, 5, 7);
     plan_options po;
     po.strategy = gemm_strategy::c_block;
@@ -113,8 +109,11 @@ TEST(concurrent_gemm, RunsOverSharedDevicesInOppositeOrdersFinish) {
     po.devices = 2;
     host_matrix<double> shape(m, n, p.c0.layout());
     const gemm_problem q = describe_gemm<double>(p.oa, p.ob, 1.0, p.a.view(), p.b.view(), 1.0, shape.view());
-    const gemm_plan plan = plan_gemm(q, 30 * 1024, device_rates{}, po);
-    ASSERT_GT(plan.peak_device_bytes, 20u * 1024) << "two runs must not fit a device at once";
+    const gemm_plan plan = plan_gemm(q, std::size_t(1) << 30, device_rates{}, po);
+    open_options oo;
+    oo.memory_budget = plan.peak_device_bytes + plan.peak_device_bytes / 2;  // one run at a time
+    oo.cpu_threads = 1;
+    auto devs = open_devices("cpu:2", oo);
     std::atomic<int> wrong{0}, failures{0};
     const auto caller = [&](int t) {
         std::vector<device*> order = {devs[0].get(), devs[1].get()};

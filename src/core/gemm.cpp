@@ -78,6 +78,7 @@ gemm_report gemm(device& dev, op op_a, op op_b, T alpha, host_matrix_view<const 
     po.transfer = opt.transfer;
     po.kernel = opt.kernel;
     po.math = opt.math;
+    po.reproducible = opt.reproducible;
     // Rates only steer the automatic choice; a fixed strategy runs without probing the device.
     const device_rates rates = opt.rates ? *opt.rates
                                : opt.strategy == gemm_strategy::automatic ? measure_rates(dev, problem.type, opt.kernel, opt.math)

@@ -150,7 +150,7 @@ public:
         peer_->synchronize();
     }
 
-    void run(const std::vector<gemm_unit>& units) {
+    void run(std::size_t total) {
         for (std::size_t taken = 0;; ++taken) {
             wait_for_room();
             if (state_.failed.load()) return;
@@ -158,22 +158,22 @@ public:
             if (plan_.static_assignment) {
                 u = index_ + taken * count_;
             } else {
-                if (!worth_taking(units.size())) {
+                if (!worth_taking(total)) {
                     // Declined for now: look again shortly (estimates change as units finish).
                     --taken;
                     std::this_thread::sleep_for(std::chrono::microseconds(200));
                     continue;
                 }
-                u = take_unit(units);
+                u = take_unit(total);
             }
-            if (u >= units.size()) return;
+            if (u >= total) return;
             {
                 std::lock_guard lock(progress_mutex_);
                 ++in_flight_;
                 ++state_.in_flight[index_];
                 enqueued_.push_back(std::chrono::steady_clock::now());
             }
-            process(units[u]);
+            process(plan_unit(plan_, u));
             ++units_;
         }
     }
@@ -235,8 +235,7 @@ private:
 
     /// The next unit from the shared queue. With the tile cache on, the device looks a few units
     /// ahead and takes the one whose tiles it holds most of, so units sharing tiles stay together.
-    std::size_t take_unit(const std::vector<gemm_unit>& units) {
-        const std::size_t total = units.size();
+    std::size_t take_unit(std::size_t total) {
         for (;;) {
             std::size_t h = state_.head.load();
             while (h < total && state_.claimed[h].load()) {
@@ -250,7 +249,7 @@ private:
                 const std::size_t window = std::min(total, h + 2 * count_ + 2);
                 for (std::size_t u = h; u < window; ++u) {
                     if (state_.claimed[u].load()) continue;
-                    const int score = cached_tiles(units[u]);
+                    const int score = cached_tiles(plan_unit(plan_, u));
                     if (score > best_score) {
                         best_score = score;
                         best = u;
@@ -346,7 +345,7 @@ private:
                 call.c = c_element(cs, c_rect, st.c_row, st.c_col);
                 call.ldc = std::max<index_t>(1, c_rect.inner());
                 call.layout_c = c_rect.lay;
-                dev_.gemm(*compute_, call);
+                gemm_by_k_blocks(call);
                 slow_down();
                 as.released->record(*compute_);
                 bs.released->record(*compute_);
@@ -367,6 +366,25 @@ private:
         store(cs, c_rect);
         cs.released->record(*d2h_);
         dev_.enqueue_host(*d2h_, [this] { unit_finished(); }, "unit done");
+    }
+
+    /// One kernel call per k-block of the step, in order, when the plan fixes the k-order (the
+    /// step starts on a k-block boundary): every plan then adds the same partial products.
+    void gemm_by_k_blocks(const gemm_call& call) {
+        const index_t kb = plan_.k_block;
+        if (kb <= 0 || call.k <= kb) {
+            dev_.gemm(*compute_, call);
+            return;
+        }
+        const std::size_t es = size_of(call.type);
+        for (index_t p0 = 0; p0 < call.k; p0 += kb) {
+            gemm_call part = call;
+            part.k = std::min(kb, call.k - p0);
+            part.beta = p0 == 0 ? call.beta : 1.0;
+            part.a = static_cast<const char*>(call.a) + std::size_t(p0 * call.a_col_stride()) * es;
+            part.b = static_cast<const char*>(call.b) + std::size_t(p0 * call.b_row_stride()) * es;
+            dev_.gemm(*compute_, part);
+        }
     }
 
     void slow_down() {
@@ -586,8 +604,9 @@ gemm_report execute_gemm(const gemm_plan& plan, std::span<device* const> devices
     gemm_report rep;
     rep.plan = plan;
     const auto t0 = clock::now();
-    const std::vector<gemm_unit> units = plan_units(plan);
-    if (units.empty()) return rep;
+    // Units are computed from their index when taken (a plan may have millions).
+    const std::size_t units = plan.units;
+    if (units == 0 || q.m == 0 || q.n == 0) return rep;
 
     // Pin host operands in place for devices that copy faster from pinned memory.
     std::vector<std::pair<device*, void*>> registered;
@@ -607,7 +626,7 @@ gemm_report execute_gemm(const gemm_plan& plan, std::span<device* const> devices
             break;  // registration is per process for CUDA, once is enough
         }
 
-    run_state state(devices.size(), units.size());
+    run_state state(devices.size(), units);
     // Each device's share of its budget, so concurrent runs on a device take turns instead of
     // failing, and this run's peak is its own. Taken in one order (by address): runs sharing
     // devices never wait for each other in a cycle.
