@@ -142,6 +142,24 @@ TEST(concurrent_gemm, RunsOverSharedDevicesInOppositeOrdersFinish) {
     EXPECT_EQ(devs[1]->bytes_in_use(), 0u);
 }
 
+TEST(concurrent_gemm, DeviceListedTwiceIsRefusedInsteadOfWaitingForItself) {
+    open_options oo;
+    oo.memory_budget = 1 << 20;
+    auto devs = open_devices("cpu", oo);
+    host_matrix<float> a(8, 8), b(8, 8), c(8, 8);
+    fill_random(a.view(), 1);
+    fill_random(b.view(), 2);
+    const gemm_problem q = describe_gemm<float>(op::n, op::n, 1.f, a.view(), b.view(), 0.f, c.view());
+    const gemm_plan plan = plan_gemm(q, 1 << 20, device_rates{}, plan_options{});
+    std::vector<device*> twice = {devs[0].get(), devs[0].get()};
+    try {
+        execute_gemm<float>(plan, twice, 1.f, a.view(), b.view(), 0.f, c.view());
+        FAIL() << "a device listed twice was accepted";
+    } catch (const invalid_argument& e) {
+        EXPECT_NE(std::string(e.what()).find("cpu:0 is listed twice"), std::string::npos) << e.what();
+    }
+}
+
 /// Memory allocated outside runs is not given back by waiting: a run that needs it fails at once
 /// with a message naming the device and both amounts.
 TEST(concurrent_gemm, RunThatCanNeverFitFailsAtOnceNamingTheMemoryHeldOutside) {

@@ -596,6 +596,11 @@ gemm_report execute_gemm(const gemm_plan& plan, std::span<device* const> devices
         actual.layout_c != q.layout_c)
         throw invalid_argument("execute_gemm: the operands do not match the problem the plan was made for");
     if (devices.empty()) throw invalid_argument("execute_gemm: no device");
+    // A device listed twice would wait for its own reservation.
+    for (std::size_t i = 0; i < devices.size(); ++i)
+        for (std::size_t j = 0; j < i; ++j)
+            if (devices[i] == devices[j])
+                throw invalid_argument("execute_gemm: device " + devices[i]->id() + " is listed twice");
     for (device* d : devices)
         if (!d->supports(plan.kernel))
             throw invalid_argument("gemm: device " + d->id() + " has no '" + std::string(to_string(plan.kernel)) +
