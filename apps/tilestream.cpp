@@ -66,6 +66,8 @@ const char* gemm_help =
     "  --timeline run.svg        draw copies and kernels per device and stream (SVG)\n"
     "  --cache auto|on|off       reuse A/B tiles in spare device memory (auto: where the cost model predicts a gain)\n"
     "  --peer-tiles auto|on|off  copy missing tiles from another device's cache (auto: GPUs with peer access)\n"
+    "  --reproducible on|off     add k in fixed k-blocks, so C is bitwise the same for any plan or device\n"
+    "                            count with the same kernel (default: on; tile-k becomes a multiple)\n"
     "  --quiet                   no progress line\n"
     "  --check                   verify C in float64, exit 1 on failure. NaN/Inf must sit where the reference\n"
     "                            has them; the other elements' relative Frobenius error must be within\n"
@@ -295,6 +297,10 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
     po.devices = int(dev_ptrs.size());
     po.cache = ts::parse_cache_mode(a.get_or("cache", "auto"));
     po.in_place = ts::computes_in_place(dev_ptrs);
+    const std::string reproducible = a.get_or("reproducible", "on");
+    if (reproducible != "on" && reproducible != "off")
+        throw ts::invalid_argument("--reproducible expects on or off, got '" + reproducible + "'");
+    po.reproducible = reproducible == "on";
     for (auto* d : dev_ptrs)
         if (!d->supports(opt.kernel))
             throw ts::invalid_argument("gemm: device " + d->id() + " has no '" + std::string(ts::to_string(opt.kernel)) +
@@ -391,7 +397,7 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
         o.add("alpha", double(alpha)).add("beta", double(beta)).add("repeat", repeat);
         o.add("seconds", secs).add("gflops", gflops);
         o.add("strategy", std::string(ts::to_string(plan.strategy))).add("transfer", std::string(ts::to_string(plan.transfer)));
-        o.add("tile_m", plan.tile_m).add("tile_n", plan.tile_n).add("tile_k", plan.tile_k);
+        o.add("tile_m", plan.tile_m).add("tile_n", plan.tile_n).add("tile_k", plan.tile_k).add("k_block", plan.k_block);
         o.add("bytes_h2d", last.bytes_h2d).add("bytes_d2h", last.bytes_d2h).add("bytes_packed", last.bytes_packed);
         o.add("peak_device_bytes", last.peak_device_bytes).add("budget_bytes", budget);
         o.add("predicted_seconds", plan.predicted_seconds).add("predicted_bound", plan.bound);
@@ -436,7 +442,8 @@ int cmd_gemm(int argc, char** argv) {
     ts::cli::args a(argc, argv, 2,
                     {"m", "n", "k", "dtype", "seed", "layout", "a", "b", "c", "out", "alpha", "beta", "op-a",
                      "op-b", "kernel", "math", "devices", "memory-budget", "cpu-threads", "repeat", "strategy", "tile",
-                     "tile-m", "tile-n", "tile-k", "transfer", "rates", "trace", "timeline", "cache", "peer-tiles"},
+                     "tile-m", "tile-n", "tile-k", "transfer", "rates", "trace", "timeline", "cache", "peer-tiles",
+                     "reproducible"},
                     {"check", "anchor", "json", "help", "explain", "quiet"});
     if (a.flag("help")) {
         std::cout << gemm_help;

@@ -6,15 +6,18 @@
 #include <tilestream/types.hpp>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 namespace tilestream {
 
 class device;
+class budget_reservation;
 
 enum class device_kind { cpu, cuda };
 std::string_view to_string(device_kind k) noexcept;
@@ -80,15 +83,47 @@ public:
 
 private:
     friend class device;
-    device_buffer(device* d, void* p, std::size_t n) : dev_(d), ptr_(p), bytes_(n) {}
+    device_buffer(device* d, void* p, std::size_t n, budget_reservation* from = nullptr, std::size_t reserved = 0)
+        : dev_(d), ptr_(p), bytes_(n), from_(from), reserved_(reserved) {}
     void swap(device_buffer& o) noexcept {
         std::swap(dev_, o.dev_);
         std::swap(ptr_, o.ptr_);
         std::swap(bytes_, o.bytes_);
+        std::swap(from_, o.from_);
+        std::swap(reserved_, o.reserved_);
     }
     device* dev_ = nullptr;
     void* ptr_ = nullptr;
     std::size_t bytes_ = 0;
+    budget_reservation* from_ = nullptr;  ///< the run it was allocated for, if any
+    std::size_t reserved_ = 0;            ///< of bytes_, those drawn from that run's reservation
+};
+
+/// A share of one device's budget held by one run (a GEMM call), so that runs sharing a device
+/// never take each other's memory: the constructor waits, in turn with other runs, until the
+/// bytes are free (runs end, so the wait does too) and throws out_of_budget at once when they
+/// could never be (more than the budget less the memory allocated outside runs). Buffers
+/// allocated with it count against it, and in_use()/peak() are the run's own figures, whatever
+/// other runs on the device do. Not movable: it lives for the run, and its buffers are freed
+/// before it ends.
+class budget_reservation {
+public:
+    budget_reservation(device& dev, std::size_t bytes);
+    ~budget_reservation();
+    budget_reservation(const budget_reservation&) = delete;
+    budget_reservation& operator=(const budget_reservation&) = delete;
+
+    device& owner() const { return dev_; }
+    std::size_t bytes() const { return bytes_; }
+    /// This run's buffers on the device now, and at most since the reservation was made.
+    std::size_t in_use() const { return in_use_.load(); }
+    std::size_t peak() const { return peak_.load(); }
+
+private:
+    friend class device;
+    device& dev_;
+    std::size_t bytes_;
+    std::atomic<std::size_t> in_use_{0}, peak_{0};
 };
 
 /// Host memory suited to fast copies with a device (pinned for CUDA). Move-only.
@@ -188,9 +223,15 @@ public:
 
     // ---- memory, accounted against the budget (shared by all backends) ----
     /// Allocates `bytes` of device memory; throws out_of_budget naming device, request and budget.
-    device_buffer allocate(std::size_t bytes);
+    /// With a reservation of this device, the bytes come from it while it has room (beyond it,
+    /// from the free budget) and count in its in_use() and peak().
+    device_buffer allocate(std::size_t bytes, budget_reservation* from = nullptr);
     std::size_t budget() const { return info_.budget_bytes; }
+    /// Bytes allocated outside reservations plus bytes reserved.
     std::size_t bytes_in_use() const { return in_use_.load(); }
+    /// The budget less the memory allocated outside reservations: what one run may plan for
+    /// (concurrent runs then take turns, see budget_reservation).
+    std::size_t budget_for_runs() const;
     /// Highest bytes_in_use() since construction or the last reset_peak().
     std::size_t peak_bytes() const { return peak_.load(); }
     void reset_peak() { peak_.store(in_use_.load()); }
@@ -250,15 +291,24 @@ protected:
 
 private:
     friend class device_buffer;
-    void release(void* p, std::size_t bytes) noexcept;
+    friend class budget_reservation;
+    void release(void* p, std::size_t bytes, budget_reservation* from, std::size_t reserved) noexcept;
+    void notify_budget_waiters();
     std::atomic<std::size_t> in_use_{0};
+    std::atomic<std::size_t> reserved_{0};  ///< held by live reservations (part of in_use_)
+    std::mutex budget_mutex_;               ///< reservations: turns and waits
+    std::condition_variable budget_freed_;
+    std::uint64_t next_turn_ = 0, serving_turn_ = 0;
+    std::atomic<int> budget_waiters_{0};
     std::atomic<std::size_t> peak_{0};
     std::atomic<trace_sink*> sink_{nullptr};
 };
 
 inline void device_buffer::reset() noexcept {
-    if (ptr_ != nullptr) dev_->release(ptr_, bytes_);
+    if (ptr_ != nullptr) dev_->release(ptr_, bytes_, from_, reserved_);
     dev_ = nullptr;
+    from_ = nullptr;
+    reserved_ = 0;
     ptr_ = nullptr;
     bytes_ = 0;
 }

@@ -81,7 +81,20 @@ struct plan_options {
     /// Every device can compute on host operands in place (host-addressable, no user budget):
     /// `automatic` then considers zero-copy, which copies nothing; `zero_copy` requires it.
     bool in_place = false;
+    /// Fix the accumulation order over k: every kernel call covers one k-block (see
+    /// reproducible_k_block) and k-tiles are whole multiples of it, so devices running the same
+    /// kernel give bitwise identical results whatever the strategy, tiles, budget and device
+    /// count. A --tile-k that is not a multiple is rounded up to one (explain says so).
+    bool reproducible = true;
 };
+
+/// The k-block of reproducible plans: the tiled CPU kernel's KC and OpenBLAS's GEMM_Q on
+/// Haswell/Zen (384 for f32, 256 for f64), so a call covers exactly one pass of either kernel.
+index_t reproducible_k_block(dtype t) noexcept;
+
+/// Kernel calls a plan may make; more (tiny tiles on a large problem) is refused with the tile
+/// counts named, rather than run for hours.
+inline constexpr std::size_t max_plan_kernel_calls = std::size_t(1) << 22;
 
 /// One work unit: a block of C and the steps (k-slabs) that accumulate into it, in fixed order.
 struct gemm_step {
@@ -105,6 +118,9 @@ struct gemm_plan {
     math_mode math = math_mode::strict;
     index_t tile_m = 0, tile_n = 0, tile_k = 0;
     index_t tiles_m = 0, tiles_n = 0, tiles_k = 0;
+    /// Reproducible plans: each kernel call covers one k-block, in order (0: calls cover k-tiles).
+    index_t k_block = 0;
+    bool tile_k_rounded = false;  ///< a requested tile-k was rounded up to a multiple of k_block
     /// Device buffers per operand ("slots") and the bytes of each.
     int a_slots = 0, b_slots = 0, c_slots = 0;
     std::size_t a_slot_bytes = 0, b_slot_bytes = 0, c_slot_bytes = 0;
@@ -129,7 +145,11 @@ struct gemm_plan {
 gemm_plan plan_gemm(const gemm_problem& p, std::size_t budget, const device_rates& rates,
                     const plan_options& opt = {});
 
-/// The work units of a plan in their execution order.
+/// Work unit `index` (< plan.units) in execution order, computed from the index: units are not
+/// stored, so a plan with millions of them costs no memory.
+gemm_unit plan_unit(const gemm_plan& plan, std::size_t index);
+
+/// The work units of a plan in their execution order (plan_unit for every index).
 std::vector<gemm_unit> plan_units(const gemm_plan& plan);
 
 /// A human-readable explanation of the plan (strategy, tiles, bytes, memory, time and its bound).

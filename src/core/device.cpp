@@ -2,6 +2,7 @@
 #include <tilestream/device.hpp>
 #include <tilestream/error.hpp>
 
+#include <algorithm>
 #include <chrono>
 
 namespace tilestream {
@@ -27,33 +28,117 @@ double trace_clock_seconds() {
 
 device::~device() = default;
 
-device_buffer device::allocate(std::size_t bytes) {
-    const std::size_t budget = info_.budget_bytes;
+namespace {
+
+void raise_peak(std::atomic<std::size_t>& peak, std::size_t now) {
+    std::size_t p = peak.load();
+    while (now > p && !peak.compare_exchange_weak(p, now)) {
+    }
+}
+
+}  // namespace
+
+device_buffer device::allocate(std::size_t bytes, budget_reservation* from) {
+    if (from != nullptr && &from->dev_ != this)
+        throw invalid_argument(info_.id + ": allocation with a reservation of device " + from->dev_.id());
+    // From the run's reservation while it has room.
+    std::size_t reserved = 0;
+    if (from != nullptr) {
+        std::size_t cur = from->in_use_.load();
+        while (cur <= from->bytes_ && bytes <= from->bytes_ - cur && !from->in_use_.compare_exchange_weak(cur, cur + bytes)) {
+        }
+        if (cur <= from->bytes_ && bytes <= from->bytes_ - cur) {
+            reserved = bytes;
+            raise_peak(from->peak_, cur + bytes);
+        }
+    }
     std::size_t cur = in_use_.load();
-    do {
-        if (bytes > budget || cur > budget - bytes)
-            throw out_of_budget(info_.id + ": cannot allocate " + format_bytes(bytes) + " (" +
-                                std::to_string(bytes) + " bytes): " + format_bytes(cur) +
-                                " already in use of a budget of " + format_bytes(budget) + " (" +
-                                std::to_string(budget) + " bytes)");
-    } while (!in_use_.compare_exchange_weak(cur, cur + bytes));
+    if (reserved == 0) {
+        const std::size_t budget = info_.budget_bytes;
+        do {
+            if (bytes > budget || cur > budget - bytes)
+                throw out_of_budget(info_.id + ": cannot allocate " + format_bytes(bytes) + " (" +
+                                    std::to_string(bytes) + " bytes): " + format_bytes(cur) +
+                                    " already in use of a budget of " + format_bytes(budget) + " (" +
+                                    std::to_string(budget) + " bytes)");
+        } while (!in_use_.compare_exchange_weak(cur, cur + bytes));
+        raise_peak(peak_, cur + bytes);
+        if (from != nullptr) raise_peak(from->peak_, from->in_use_.fetch_add(bytes) + bytes);
+    }
     void* p = nullptr;
     try {
         p = raw_allocate(bytes == 0 ? 1 : bytes);
     } catch (...) {
-        in_use_.fetch_sub(bytes);
+        if (from != nullptr) from->in_use_.fetch_sub(bytes);
+        if (reserved == 0) {
+            in_use_.fetch_sub(bytes);
+            notify_budget_waiters();
+        }
         throw;
     }
-    const std::size_t now = cur + bytes;
-    std::size_t peak = peak_.load();
-    while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
-    }
-    return device_buffer(this, p, bytes);
+    return device_buffer(this, p, bytes, from, reserved);
 }
 
-void device::release(void* p, std::size_t bytes) noexcept {
+void device::release(void* p, std::size_t bytes, budget_reservation* from, std::size_t reserved) noexcept {
     raw_free(p);
-    in_use_.fetch_sub(bytes);
+    if (from != nullptr) from->in_use_.fetch_sub(bytes);
+    if (bytes > reserved) {
+        in_use_.fetch_sub(bytes - reserved);
+        notify_budget_waiters();
+    }
+}
+
+void device::notify_budget_waiters() {
+    if (budget_waiters_.load() == 0) return;
+    // Under the mutex, so a waiter between its check and its wait cannot miss it.
+    std::lock_guard lock(budget_mutex_);
+    budget_freed_.notify_all();
+}
+
+std::size_t device::budget_for_runs() const {
+    const std::size_t outside = in_use_.load() - std::min(in_use_.load(), reserved_.load());
+    return info_.budget_bytes - std::min(info_.budget_bytes, outside);
+}
+
+budget_reservation::budget_reservation(device& dev, std::size_t bytes) : dev_(dev), bytes_(bytes) {
+    std::unique_lock lock(dev.budget_mutex_);
+    const std::uint64_t turn = dev.next_turn_++;
+    ++dev.budget_waiters_;
+    const auto leave = [&] {
+        --dev.budget_waiters_;
+        ++dev.serving_turn_;
+        dev.budget_freed_.notify_all();
+    };
+    for (;;) {
+        const std::size_t budget = dev.info_.budget_bytes, used = dev.in_use_.load();
+        const std::size_t outside = used - std::min(used, dev.reserved_.load());
+        if (bytes > budget - std::min(budget, outside)) {
+            leave();
+            throw out_of_budget(dev.id() + ": a run needs " + format_bytes(bytes) + " (" + std::to_string(bytes) +
+                                " bytes) but only " + format_bytes(budget - std::min(budget, outside)) +
+                                " of the budget of " + format_bytes(budget) + " can be given to runs (" +
+                                format_bytes(outside) + " allocated outside them)");
+        }
+        std::size_t cur = used;
+        if (dev.serving_turn_ == turn && cur <= budget && bytes <= budget - cur &&
+            dev.in_use_.compare_exchange_strong(cur, cur + bytes)) {
+            dev.reserved_ += bytes;
+            raise_peak(dev.peak_, cur + bytes);
+            leave();
+            return;
+        }
+        // Other runs hold the memory (or are ahead in line): wait for a release. The timeout
+        // only re-checks in case memory was freed by a path that does not notify.
+        dev.budget_freed_.wait_for(lock, std::chrono::milliseconds(50));
+    }
+}
+
+budget_reservation::~budget_reservation() {
+    // Its buffers are freed first (a run frees them before its reservation ends).
+    std::lock_guard lock(dev_.budget_mutex_);
+    dev_.reserved_ -= bytes_;
+    dev_.in_use_.fetch_sub(bytes_);
+    dev_.budget_freed_.notify_all();
 }
 
 }  // namespace tilestream

@@ -80,13 +80,15 @@ gemm_report gemm(device& dev, op op_a, op op_b, T alpha, host_matrix_view<const 
     po.math = opt.math;
     device* devs[] = {&dev};
     po.in_place = computes_in_place(devs);
+    po.reproducible = opt.reproducible;
     // Rates only steer the automatic choice; a fixed strategy runs without probing the device.
     const device_rates rates = opt.rates ? *opt.rates
                                : opt.strategy == gemm_strategy::automatic ? measure_rates(dev, problem.type, opt.kernel, opt.math)
                                                                           : device_rates{};
     gemm_plan plan;
     try {
-        plan = plan_gemm(problem, dev.budget() - std::min(dev.budget(), dev.bytes_in_use()), rates, po);
+        // Memory that concurrent calls hold is theirs only for a while (see budget_reservation).
+        plan = plan_gemm(problem, dev.budget_for_runs(), rates, po);
     } catch (const out_of_budget& e) {
         throw out_of_budget(dev.id() + ": " + e.what());
     }

@@ -4,6 +4,7 @@
 #include <tilestream/error.hpp>
 #include <tilestream/gemm.hpp>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <condition_variable>
@@ -13,6 +14,7 @@
 #include <map>
 #include <tuple>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -88,6 +90,8 @@ struct run_state {
     /// Which device holds which A (0) and B (1) tile, when tiles may come from peers.
     std::mutex directory_mutex;
     std::map<std::tuple<int, index_t, index_t>, std::vector<tile_holder>> directory;
+    /// Each device's share of its budget for this run; its buffers are drawn from it.
+    std::vector<budget_reservation*> reservations;
 };
 
 template <class T>
@@ -104,7 +108,7 @@ public:
         const auto make = [&](std::vector<slot>& v, int n, std::size_t bytes, bool out) {
             for (int i = 0; i < n; ++i) {
                 slot s;
-                s.buf = dev.allocate(bytes);
+                s.buf = dev.allocate(bytes, state.reservations[index]);
                 if (pack) {
                     s.stage_in = dev.allocate_host_staging(bytes);
                     if (out) s.stage_out = dev.allocate_host_staging(bytes);
@@ -147,7 +151,7 @@ public:
         peer_->synchronize();
     }
 
-    void run(const std::vector<gemm_unit>& units) {
+    void run(std::size_t total) {
         for (std::size_t taken = 0;; ++taken) {
             wait_for_room();
             if (state_.failed.load()) return;
@@ -155,22 +159,22 @@ public:
             if (plan_.static_assignment) {
                 u = index_ + taken * count_;
             } else {
-                if (!worth_taking(units.size())) {
+                if (!worth_taking(total)) {
                     // Declined for now: look again shortly (estimates change as units finish).
                     --taken;
                     std::this_thread::sleep_for(std::chrono::microseconds(200));
                     continue;
                 }
-                u = take_unit(units);
+                u = take_unit(total);
             }
-            if (u >= units.size()) return;
+            if (u >= total) return;
             {
                 std::lock_guard lock(progress_mutex_);
                 ++in_flight_;
                 ++state_.in_flight[index_];
                 enqueued_.push_back(std::chrono::steady_clock::now());
             }
-            process(units[u]);
+            process(plan_unit(plan_, u));
             ++units_;
         }
     }
@@ -232,8 +236,7 @@ private:
 
     /// The next unit from the shared queue. With the tile cache on, the device looks a few units
     /// ahead and takes the one whose tiles it holds most of, so units sharing tiles stay together.
-    std::size_t take_unit(const std::vector<gemm_unit>& units) {
-        const std::size_t total = units.size();
+    std::size_t take_unit(std::size_t total) {
         for (;;) {
             std::size_t h = state_.head.load();
             while (h < total && state_.claimed[h].load()) {
@@ -247,7 +250,7 @@ private:
                 const std::size_t window = std::min(total, h + 2 * count_ + 2);
                 for (std::size_t u = h; u < window; ++u) {
                     if (state_.claimed[u].load()) continue;
-                    const int score = cached_tiles(units[u]);
+                    const int score = cached_tiles(plan_unit(plan_, u));
                     if (score > best_score) {
                         best_score = score;
                         best = u;
@@ -334,7 +337,7 @@ private:
                 call.c = c_element(cs, c_rect, st.c_row, st.c_col);
                 call.ldc = std::max<index_t>(1, c_rect.inner());
                 call.layout_c = c_rect.lay;
-                dev_.gemm(*compute_, call);
+                gemm_by_k_blocks(call);
                 slow_down();
                 as.released->record(*compute_);
                 bs.released->record(*compute_);
@@ -399,11 +402,30 @@ private:
                 call.alpha = 0;
                 call.beta = static_cast<double>(beta_);
             }
-            dev_.gemm(*compute_, call);
+            gemm_by_k_blocks(call);
             slow_down();
             flops_ += 2.0 * double(st.rows) * double(st.cols) * double(st.depth);
         }
         dev_.enqueue_host(*compute_, [this] { unit_finished(); }, "unit done");
+    }
+
+    /// One kernel call per k-block of the step, in order, when the plan fixes the k-order (the
+    /// step starts on a k-block boundary): every plan then adds the same partial products.
+    void gemm_by_k_blocks(const gemm_call& call) {
+        const index_t kb = plan_.k_block;
+        if (kb <= 0 || call.k <= kb) {
+            dev_.gemm(*compute_, call);
+            return;
+        }
+        const std::size_t es = size_of(call.type);
+        for (index_t p0 = 0; p0 < call.k; p0 += kb) {
+            gemm_call part = call;
+            part.k = std::min(kb, call.k - p0);
+            part.beta = p0 == 0 ? call.beta : 1.0;
+            part.a = static_cast<const char*>(call.a) + std::size_t(p0 * call.a_col_stride()) * es;
+            part.b = static_cast<const char*>(call.b) + std::size_t(p0 * call.b_row_stride()) * es;
+            dev_.gemm(*compute_, part);
+        }
     }
 
     void slow_down() {
@@ -615,6 +637,11 @@ gemm_report execute_gemm(const gemm_plan& plan, std::span<device* const> devices
         actual.layout_c != q.layout_c)
         throw invalid_argument("execute_gemm: the operands do not match the problem the plan was made for");
     if (devices.empty()) throw invalid_argument("execute_gemm: no device");
+    // A device listed twice would wait for its own reservation.
+    for (std::size_t i = 0; i < devices.size(); ++i)
+        for (std::size_t j = 0; j < i; ++j)
+            if (devices[i] == devices[j])
+                throw invalid_argument("execute_gemm: device " + devices[i]->id() + " is listed twice");
     for (device* d : devices)
         if (!d->supports(plan.kernel))
             throw invalid_argument("gemm: device " + d->id() + " has no '" + std::string(to_string(plan.kernel)) +
@@ -632,15 +659,26 @@ gemm_report execute_gemm(const gemm_plan& plan, std::span<device* const> devices
         pinned = pinned_operands(devices, std::array{std::pair<const void*, std::size_t>{c.data(), span_bytes(c)}});
     for (const auto& w : pinned.refused()) rep.warnings.push_back("host memory not pinned (copies stay pageable): " + w);
     const auto t0 = clock::now();
-    const std::vector<gemm_unit> units = plan_units(plan);
+    // Units are computed from their index when taken (a plan may have millions).
+    const std::size_t units = plan.units;
+    if (units == 0) return rep;
 
-    run_state state(devices.size(), units.size());
-    std::vector<std::size_t> base(devices.size());
-    for (std::size_t i = 0; i < devices.size(); ++i) {
-        base[i] = devices[i]->bytes_in_use();
-        devices[i]->reset_peak();
-        if (run.trace) devices[i]->set_trace_sink(run.trace);
+    run_state state(devices.size(), units);
+    // Each device's share of its budget, so concurrent runs on a device take turns instead of
+    // failing, and this run's peak is its own. Taken in one order (by address): runs sharing
+    // devices never wait for each other in a cycle.
+    std::vector<std::unique_ptr<budget_reservation>> reservations(devices.size());
+    {
+        std::vector<std::size_t> order(devices.size());
+        for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+        std::sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
+            return std::less<device*>()(devices[x], devices[y]);
+        });
+        for (std::size_t i : order) reservations[i] = std::make_unique<budget_reservation>(*devices[i], plan.peak_device_bytes);
+        for (const auto& r : reservations) state.reservations.push_back(r.get());
     }
+    for (std::size_t i = 0; i < devices.size(); ++i)
+        if (run.trace) devices[i]->set_trace_sink(run.trace);
     std::vector<std::unique_ptr<device_pipeline<T>>> pipes(devices.size());
     std::vector<std::exception_ptr> errors(devices.size());
     const auto work = [&](std::size_t i) {
@@ -677,7 +715,7 @@ gemm_report execute_gemm(const gemm_plan& plan, std::span<device* const> devices
         }
     }
     for (std::size_t i = 0; i < devices.size(); ++i) {
-        rep.peak_device_bytes = std::max(rep.peak_device_bytes, devices[i]->peak_bytes() - base[i]);
+        rep.peak_device_bytes = std::max(rep.peak_device_bytes, reservations[i]->peak());
         if (pipes[i]) {
             rep.devices.push_back(pipes[i]->share());
             rep.cache_hits += rep.devices.back().cache_hits;

@@ -273,12 +273,20 @@ std::vector<index_t> tile_candidates(index_t dim) {
     return c;
 }
 
+/// Kernel calls a plan makes: one per step, or one per k-block of a step when the k-order is fixed.
+std::size_t kernel_calls(const gemm_plan& p) {
+    const index_t depth = std::min(p.tile_k, std::max<index_t>(p.problem.k, 1));
+    return p.steps * std::size_t(p.k_block > 0 ? ceil_div(depth, p.k_block) : 1);
+}
+
 bool better(const gemm_plan& a, const gemm_plan& b) {
     if (a.predicted_seconds != b.predicted_seconds) return a.predicted_seconds < b.predicted_seconds;
     return a.bytes_h2d + a.bytes_d2h < b.bytes_h2d + b.bytes_d2h;
 }
 
 }  // namespace
+
+index_t reproducible_k_block(dtype t) noexcept { return t == dtype::f64 ? 256 : 384; }
 
 gemm_plan plan_gemm(const gemm_problem& q, std::size_t budget, const device_rates& rates, const plan_options& opt) {
     if (q.m < 0 || q.n < 0 || q.k < 0) throw size_overflow("plan_gemm: negative extent");
@@ -324,8 +332,20 @@ gemm_plan plan_gemm(const gemm_problem& q, std::size_t budget, const device_rate
     const auto fixed_or = [](index_t fixed, index_t dim) {
         return fixed ? std::vector<index_t>{std::min(fixed, std::max<index_t>(dim, 1))} : tile_candidates(dim);
     };
+    // Reproducible plans cut k only at multiples of the k-block, so every plan adds the same
+    // k-blocks in the same order.
+    const index_t kb = opt.reproducible ? reproducible_k_block(q.type) : 0;
+    const auto k_tile = [&](index_t t) { return kb && t < k ? std::min(k, ceil_div(t, kb) * kb) : std::min(t, k); };
+    const auto k_candidates = [&](index_t fixed) {
+        if (fixed) return std::vector<index_t>{k_tile(fixed)};
+        if (!kb) return tile_candidates(k);
+        std::vector<index_t> c;
+        for (index_t t = kb; t < k; t *= 2) c.push_back(t);
+        c.push_back(k);
+        return c;
+    };
 
-    std::optional<gemm_plan> best, smallest;
+    std::optional<gemm_plan> best, smallest, too_many_calls;
     const auto consider = [&](gemm_strategy s, index_t tm, index_t tn, index_t tk) {
         gemm_plan p;
         p.problem = q;
@@ -340,7 +360,16 @@ gemm_plan plan_gemm(const gemm_problem& q, std::size_t budget, const device_rate
         p.budget = budget;
         p.devices = std::max(1, opt.devices);
         p.static_assignment = s == gemm_strategy::row_panels;
+        p.k_block = kb;
+        const index_t requested_k = s == gemm_strategy::c_block ? opt.tile_k
+                                    : s == gemm_strategy::tiles_3d ? (opt.tile_m ? opt.tile_m : (opt.tile_n ? opt.tile_n : opt.tile_k))
+                                                                   : 0;
+        p.tile_k_rounded = requested_k && tk != std::min(requested_k, k);
         cost(p);
+        if (kernel_calls(p) > max_plan_kernel_calls) {
+            if (!too_many_calls) too_many_calls = p;
+            return;
+        }
         if (!smallest || p.peak_device_bytes < smallest->peak_device_bytes) smallest = p;
         if (p.peak_device_bytes <= budget && (!best || better(p, *best))) best = p;
     };
@@ -351,7 +380,7 @@ gemm_plan plan_gemm(const gemm_problem& q, std::size_t budget, const device_rate
             case gemm_strategy::tiles_3d: {
                 const index_t fixed = opt.tile_m ? opt.tile_m : (opt.tile_n ? opt.tile_n : opt.tile_k);
                 for (index_t t : fixed ? std::vector<index_t>{fixed} : tile_candidates(std::max({m, n, k})))
-                    consider(s, std::min(t, m), std::min(t, n), std::min(t, k));
+                    consider(s, std::min(t, m), std::min(t, n), k_tile(t));
                 break;
             }
             case gemm_strategy::a_panel:
@@ -365,7 +394,7 @@ gemm_plan plan_gemm(const gemm_problem& q, std::size_t budget, const device_rate
                 for (index_t tm : fixed_or(opt.tile_m, m))
                     for (index_t tn : fixed_or(opt.tile_n ? opt.tile_n : 0, n)) {
                         if (!opt.tile_n && !opt.tile_m && tn != tm && tn != n && tm != m) continue;  // square blocks
-                        for (index_t tk : fixed_or(opt.tile_k, k)) consider(s, tm, tn, tk);
+                        for (index_t tk : k_candidates(opt.tile_k)) consider(s, tm, tn, tk);
                     }
                 break;
             case gemm_strategy::zero_copy:
@@ -377,11 +406,19 @@ gemm_plan plan_gemm(const gemm_problem& q, std::size_t budget, const device_rate
                 for (index_t tm : fixed_or(opt.tile_m, m))
                     for (index_t tn : fixed_or(opt.tile_n, n)) {
                         if ((tm < 256 && tm < m && !opt.tile_m) || (tn < 256 && tn < n && !opt.tile_n)) continue;
-                        consider(s, tm, tn, opt.tile_k ? std::min(opt.tile_k, k) : k);
+                        consider(s, tm, tn, opt.tile_k ? k_tile(opt.tile_k) : k);
                     }
                 break;
             case gemm_strategy::automatic: break;
         }
+    }
+    if (!best && !smallest && too_many_calls) {
+        const gemm_plan& p = *too_many_calls;
+        throw invalid_argument("gemm: " + std::string(to_string(p.strategy)) + " with tiles " + std::to_string(p.tile_m) + "x" +
+                               std::to_string(p.tile_n) + "x" + std::to_string(p.tile_k) + " makes " +
+                               std::to_string(kernel_calls(p)) + " kernel calls (" + std::to_string(p.tiles_m) + " x " +
+                               std::to_string(p.tiles_n) + " x " + std::to_string(p.tiles_k) + " tiles), more than the " +
+                               std::to_string(max_plan_kernel_calls) + " a plan may make; use larger tiles");
     }
     if (!best) {
         std::ostringstream msg;
@@ -397,10 +434,10 @@ gemm_plan plan_gemm(const gemm_problem& q, std::size_t budget, const device_rate
     return *best;
 }
 
-std::vector<gemm_unit> plan_units(const gemm_plan& p) {
+gemm_unit plan_unit(const gemm_plan& p, std::size_t index) {
     const gemm_problem& q = p.problem;
-    std::vector<gemm_unit> units;
-    if (q.m == 0 || q.n == 0) return units;
+    if (index >= p.units)
+        throw invalid_argument("plan_unit: unit " + std::to_string(index) + " of a plan with " + std::to_string(p.units));
     const bool ab = q.reads_ab && q.k > 0;
     const index_t kt = ab ? p.tiles_k : 1;
     const auto rows_of = [&](index_t i) { return std::min(p.tile_m, q.m - i * p.tile_m); };
@@ -408,31 +445,33 @@ std::vector<gemm_unit> plan_units(const gemm_plan& p) {
     const auto depth_of = [&](index_t kb) { return ab ? std::min(p.tile_k, q.k - kb * p.tile_k) : 0; };
     const auto block_unit = [&](index_t i, index_t j) {
         gemm_unit u{i * p.tile_m, j * p.tile_n, rows_of(i), cols_of(j), {}};
+        u.steps.reserve(std::size_t(kt));
         for (index_t kb = 0; kb < kt; ++kb) u.steps.push_back({i, kb, j, 0, 0, u.rows, u.cols, depth_of(kb)});
         return u;
     };
+    const index_t x = index_t(index);
     switch (p.strategy) {
-        case gemm_strategy::b_panel:
-            for (index_t j = 0; j < p.tiles_n; ++j)
-                for (index_t i = 0; i < p.tiles_m; ++i) units.push_back(block_unit(i, j));
-            break;
+        case gemm_strategy::b_panel: return block_unit(x % p.tiles_m, x / p.tiles_m);
         case gemm_strategy::a_panel_c_panel:
-        case gemm_strategy::row_panels:
-            for (index_t i = 0; i < p.tiles_m; ++i) {
-                gemm_unit u{i * p.tile_m, 0, rows_of(i), q.n, {}};
-                for (index_t j = 0; j < p.tiles_n; ++j)
-                    u.steps.push_back({i, 0, j, 0, j * p.tile_n, u.rows, cols_of(j), depth_of(0)});
-                units.push_back(std::move(u));
-            }
-            break;
-        default:
+        case gemm_strategy::row_panels: {
+            gemm_unit u{x * p.tile_m, 0, rows_of(x), q.n, {}};
+            for (index_t j = 0; j < p.tiles_n; ++j)
+                u.steps.push_back({x, 0, j, 0, j * p.tile_n, u.rows, cols_of(j), depth_of(0)});
+            return u;
+        }
+        default: {
             // With a cache, a serpentine order keeps the A row (and B column at each turn) in use.
-            for (index_t i = 0; i < p.tiles_m; ++i)
-                for (index_t jj = 0; jj < p.tiles_n; ++jj) {
-                    const index_t j = p.cache && (i % 2) ? p.tiles_n - 1 - jj : jj;
-                    units.push_back(block_unit(i, j));
-                }
+            const index_t i = x / p.tiles_n, jj = x % p.tiles_n;
+            return block_unit(i, p.cache && (i % 2) ? p.tiles_n - 1 - jj : jj);
+        }
     }
+}
+
+std::vector<gemm_unit> plan_units(const gemm_plan& p) {
+    std::vector<gemm_unit> units;
+    if (p.problem.m == 0 || p.problem.n == 0) return units;
+    units.reserve(p.units);
+    for (std::size_t u = 0; u < p.units; ++u) units.push_back(plan_unit(p, u));
     return units;
 }
 
@@ -457,6 +496,9 @@ std::string explain(const gemm_plan& p) {
       << "\n";
     if (p.devices > 1)
         s << "  devices         " << p.devices << (p.static_assignment ? " (row panels dealt round-robin)" : " (shared queue)") << "\n";
+    if (p.k_block)
+        s << "  k-order         k-blocks of " << p.k_block << " added in order (bitwise reproducible)"
+          << (p.tile_k_rounded ? "; the requested tile-k was rounded up to a multiple" : "") << "\n";
     if (p.cache) s << "  note            with the cache, bytes h2d are an upper bound (hits are not predicted)\n";
     s << "  peak memory     " << format_bytes(p.peak_device_bytes) << " of a " << format_bytes(p.budget) << " budget\n";
     s << "  bytes h2d       " << format_bytes(p.bytes_h2d) << " (" << p.bytes_h2d << ")\n";
