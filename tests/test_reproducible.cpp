@@ -185,7 +185,7 @@ TEST(lazy_units, PlanUnitMatchesEveryStrategysOrder) {
         po.strategy = s;
         po.tile_m = 16;
         po.tile_n = s == gemm_strategy::tiles_3d ? 16 : 32;
-        po.cache = true;
+        po.cache = cache_mode::on;
         const gemm_plan p = plan_gemm(q, std::size_t(1) << 30, device_rates{}, po);
         // Every C element is covered by exactly one unit, and its k-steps add up to k.
         std::vector<int> covered(std::size_t(q.m * q.n), 0);

@@ -152,9 +152,7 @@ std::vector<std::unique_ptr<device>> open_devices(std::string_view spec, const o
         throw invalid_argument("--cpu-threads " + std::to_string(opt.cpu_threads) + " is above the limit of " +
                                std::to_string(cpu_limit) + " threads per CPU device (4 x " +
                                std::to_string(inv.cpu_cores) + " cores, at least 16)");
-    int cpu_devices = 0;
-    for (const auto& r : requests)
-        if (r.kind != device_request::what::cuda) cpu_devices += r.kind == device_request::what::all ? 1 : r.count;
+    const int cpu_devices = count_cpu_devices(requests);
     if (cpu_devices > cpu_limit)
         throw invalid_argument("device spec '" + std::string(spec) + "' asks for " + std::to_string(cpu_devices) +
                                " CPU devices, above the limit of " + std::to_string(cpu_limit) + " (4 x " +
@@ -162,7 +160,6 @@ std::vector<std::unique_ptr<device>> open_devices(std::string_view spec, const o
     if (opt.memory_budget && *opt.memory_budget == 0) throw invalid_argument("memory budget must be > 0");
     // Every GPU once (an item per GPU, cuda:IxK for slices); all CPU devices split the host.
     check_distinct_devices(requests, inv.gpus);
-    const int cpu_devices = count_cpu_devices(requests);
     std::vector<std::unique_ptr<device>> out;
     int next_cpu = 0;
 
