@@ -364,6 +364,9 @@ public:
     void record(stream&) override {}
     void synchronize() override { synchronized = true; }
     bool ready() override { return synchronized; }
+    std::function<void()> host_waiter() override {
+        return [this] { synchronized = true; };
+    }
     bool synchronized = false;
 };
 

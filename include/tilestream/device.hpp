@@ -16,7 +16,7 @@ namespace tilestream {
 
 class device;
 
-enum class device_kind { cpu, cuda };
+enum class device_kind { cpu, cuda, opencl };
 std::string_view to_string(device_kind k) noexcept;
 
 /// What a device is; filled by its backend.
@@ -33,6 +33,11 @@ struct device_info {
     int slice = 0, slices = 1;    ///< logical slice of the physical device
     int cc_major = 0, cc_minor = 0;
     std::vector<int> peer_access; ///< GPU ordinals this GPU can read and write directly
+    // OpenCL-only facts ("opencl:2", "opencl:0.1" for logical slice 1 of OpenCL device 0).
+    std::string platform, vendor, driver, device_type;  ///< device_type: "GPU", "CPU", ...
+    std::size_t local_memory = 0;  ///< work-group local memory per compute unit
+    bool fp64 = true;              ///< double precision kernels available
+    bool emulated = false;         ///< a CPU behind an OpenCL runtime: used only when named
 };
 
 /// Kind of work an operation on a stream does, for traces and counters.
@@ -153,6 +158,10 @@ public:
     virtual void synchronize() = 0;
     /// True when the last recorded point has been reached.
     virtual bool ready() = 0;
+    /// A host-blocking wait for the point recorded last as of this call (later records do not move
+    /// it); the returned function stays valid after the event is destroyed. Streams of other
+    /// backends use it to honour "wait for the record current at wait()".
+    virtual std::function<void()> host_waiter() = 0;
 
 protected:
     event() = default;

@@ -150,6 +150,7 @@ public:
         };
     }
     void synchronize() override { waiter()(); }
+    std::function<void()> host_waiter() override { return waiter(); }
 
 private:
     std::uint64_t current_target() {

@@ -112,6 +112,11 @@ public:
     void record(stream& s) override;
     void synchronize() override;
     bool ready() override;
+    /// Placeholder until CUDA events snapshot their record: waits now, so it is never late.
+    std::function<void()> host_waiter() override {
+        synchronize();
+        return [] {};
+    }
 
     cudaEvent_t native() const { return event_; }
     bool recorded() const { return recorded_.load(); }
