@@ -22,7 +22,7 @@ struct ooc_case {
 };
 
 template <class T>
-void check_case(gemm_strategy strategy, transfer_mode transfer, const ooc_case& cs, op oa, op ob, layout la,
+void check_case(const std::string& spec, gemm_strategy strategy, transfer_mode transfer, const ooc_case& cs, op oa, op ob, layout la,
                 layout lb, layout lc, std::uint64_t seed) {
     const bool na = oa == op::n, nb = ob == op::n;
     // Padded leading dimensions on A, so tiles of full width are not contiguous either.
@@ -62,7 +62,7 @@ void check_case(gemm_strategy strategy, transfer_mode transfer, const ooc_case& 
 
     open_options oo;
     oo.memory_budget = budget;
-    auto devs = open_devices("cpu", oo);
+    auto devs = open_devices(spec, oo);
     const gemm_plan plan = plan_gemm(problem, budget, device_rates{}, po);
     ASSERT_EQ(plan.strategy, strategy);
     ASSERT_GT(plan.tiles_m * plan.tiles_n * plan.tiles_k, 1) << "the case must be out-of-core";
@@ -87,10 +87,9 @@ std::string ooc_name(const ::testing::TestParamInfo<ooc_param>& info) {
            std::to_string(std::get<2>(info.param)) + "_layouts" + std::to_string(std::get<3>(info.param));
 }
 
-class out_of_core_matches_reference : public ::testing::TestWithParam<ooc_param> {};
-
-TEST_P(out_of_core_matches_reference, RaggedTilesBothTransfers) {
-    const auto& [strategy, type, ops, layouts] = GetParam();
+/// Every strategy and transfer mode on ragged tiles, on the device `spec` names.
+void check_ragged_tiles(const std::string& spec, const ooc_param& param) {
+    const auto& [strategy, type, ops, layouts] = param;
     const op oa = (ops & 1) ? op::t : op::n, ob = (ops & 2) ? op::t : op::n;
     const layout la = (layouts & 1) ? layout::col_major : layout::row_major;
     const layout lb = (layouts & 2) ? layout::col_major : layout::row_major;
@@ -104,8 +103,17 @@ TEST_P(out_of_core_matches_reference, RaggedTilesBothTransfers) {
     for (transfer_mode t : {transfer_mode::copy_2d, transfer_mode::pack})
         for (const auto& cs : cases) {
             SCOPED_TRACE(::testing::Message() << to_string(t) << " " << cs.m << "x" << cs.n << "x" << cs.k);
-            visit_dtype(type, [&]<class T>() { check_case<T>(strategy, t, cs, oa, ob, la, lb, lc, seed++); });
+            visit_dtype(type, [&]<class T>() { check_case<T>(spec, strategy, t, cs, oa, ob, la, lb, lc, seed++); });
         }
+}
+
+class out_of_core_matches_reference : public ::testing::TestWithParam<ooc_param> {};
+TEST_P(out_of_core_matches_reference, RaggedTilesBothTransfers) { check_ragged_tiles("cpu", GetParam()); }
+
+class out_of_core_opencl_matches_reference : public ::testing::TestWithParam<ooc_param> {};
+TEST_P(out_of_core_opencl_matches_reference, RaggedTilesBothTransfers) {
+    TILESTREAM_SKIP_WITHOUT_GPU("opencl:0");
+    check_ragged_tiles("opencl:0", GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -113,6 +121,14 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(gemm_strategy::tiles_3d, gemm_strategy::a_panel, gemm_strategy::a_panel_c_panel,
                                          gemm_strategy::b_panel, gemm_strategy::c_block),
                        ::testing::Values(dtype::f32, dtype::f64), ::testing::Range(0, 4), ::testing::Range(0, 4)),
+    ooc_name);
+
+// Both op pairs that differ most and both layouts of A and B (C follows them): every strategy.
+INSTANTIATE_TEST_SUITE_P(
+    opencl, out_of_core_opencl_matches_reference,
+    ::testing::Combine(::testing::Values(gemm_strategy::tiles_3d, gemm_strategy::a_panel, gemm_strategy::a_panel_c_panel,
+                                         gemm_strategy::b_panel, gemm_strategy::c_block),
+                       ::testing::Values(dtype::f32, dtype::f64), ::testing::Values(0, 3), ::testing::Values(0, 3)),
     ooc_name);
 
 TEST(out_of_core, AutoFitsATinyBudgetAndMatches) {

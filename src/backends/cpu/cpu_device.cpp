@@ -190,8 +190,8 @@ public:
         if (auto* ce = dynamic_cast<cpu_event*>(&e)) {
             inner(s).push({ce->waiter(), true});
         } else {
-            // An event of another backend: the stream thread blocks on it from the host side.
-            inner(s).push({[&e] { e.synchronize(); }, true});
+            // An event of another backend: the stream thread blocks on the record current now.
+            inner(s).push({e.host_waiter(), true});
         }
     }
 
