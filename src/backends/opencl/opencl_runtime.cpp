@@ -120,7 +120,8 @@ registry discover() {
 }
 
 registry& the_registry() {
-    static registry r = [] {
+    // Never destroyed: the devices (and their contexts) stay reachable until the process ends.
+    static registry* r = new registry([] {
         try {
             return discover();
         } catch (const std::exception& ex) {
@@ -128,8 +129,8 @@ registry& the_registry() {
         } catch (...) {
             return registry{{}, "OpenCL discovery failed"};
         }
-    }();
-    return r;
+    }());
+    return *r;
 }
 
 // ---- program cache
