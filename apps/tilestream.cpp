@@ -114,9 +114,19 @@ int cmd_devices(int argc, char** argv) {
             }
             items.push_back(o.str());
         }
+        std::vector<std::string> opencl;  // every OpenCL device, emulated ones included
+        for (const auto& i : inv.opencl_devices) {
+            ts::json_object o;
+            o.add("id", i.id).add("name", i.name).add("platform", i.platform).add("vendor", i.vendor);
+            o.add("type", i.device_type).add("driver", i.driver).add("compute_units", i.threads);
+            o.add("global_memory_bytes", i.memory_bytes).add("local_memory_bytes", i.local_memory);
+            o.add("fp64", i.fp64).add("emulated", i.emulated);
+            opencl.push_back(o.str());
+        }
         ts::json_object top;
         top.raw("devices", ts::json_array(items));
         top.add("cpu_cores", inv.cpu_cores).add("cuda_status", inv.cuda_status);
+        top.raw("opencl_devices", ts::json_array(opencl)).add("opencl_status", inv.opencl_status);
         std::cout << top.str() << "\n";
         return 0;
     }
@@ -136,6 +146,14 @@ int cmd_devices(int argc, char** argv) {
         }
     }
     std::printf("CUDA: %s\n", inv.cuda_status.c_str());
+    std::printf("OpenCL: %s\n", inv.opencl_status.c_str());
+    for (const auto& i : inv.opencl_devices) {
+        std::printf("%-10s %s (%s, %s), %s%s\n", i.id.c_str(), i.name.c_str(), i.vendor.c_str(), i.platform.c_str(),
+                    i.device_type.c_str(), i.emulated ? ", emulated: used only when named" : "");
+        std::printf("           driver %s, %d compute units, global %s, local %s, fp64 %s\n", i.driver.c_str(),
+                    i.threads, ts::format_bytes(i.memory_bytes).c_str(), ts::format_bytes(i.local_memory).c_str(),
+                    i.fp64 ? "yes" : "no");
+    }
     return 0;
 }
 

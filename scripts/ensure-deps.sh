@@ -2,7 +2,9 @@
 # Installs the Debian packages tilestream needs to build and test (as root), or prints the exact
 # apt-get line and stops (otherwise). CUDA is optional and comes from /usr/local/cuda, not apt.
 set -euo pipefail
-packages=(g++ make cmake ninja-build git libopenblas-dev libgtest-dev zlib1g-dev clang libclang-rt-14-dev)  # clang: scripts/fuzz.sh
+packages=(g++ make cmake ninja-build git libopenblas-dev libgtest-dev zlib1g-dev
+          clang libclang-rt-14-dev  # scripts/fuzz.sh
+          ocl-icd-opencl-dev opencl-c-headers opencl-clhpp-headers pocl-opencl-icd libclblast-dev clinfo)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -122,8 +122,8 @@ TEST_P(device_layer, StreamErrorsSurfaceAtSynchronize) {
     s->synchronize();  // reported once, then the stream is usable again
 }
 
-INSTANTIATE_TEST_SUITE_P(backends, device_layer, ::testing::Values("cpu", "cuda:0"),
-                         [](const auto& info) { return info.param == "cpu" ? std::string("cpu") : std::string("cuda"); });
+INSTANTIATE_TEST_SUITE_P(backends, device_layer, ::testing::Values("cpu", "cuda:0", "opencl:0"),
+                         [](const auto& info) { return info.param.substr(0, info.param.find(':')); });
 
 // ---- device specs ----
 

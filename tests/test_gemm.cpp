@@ -112,6 +112,20 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(dtype::f32, dtype::f64), ::testing::Range(0, 8), ::testing::Range(0, 4)),
     param_name);
 
+INSTANTIATE_TEST_SUITE_P(
+    opencl, gemm_matches_reference,
+    ::testing::Combine(::testing::Values(std::string("opencl:0")),
+                       ::testing::Values(gemm_kernel::naive, gemm_kernel::tiled),
+                       ::testing::Values(dtype::f32, dtype::f64), ::testing::Range(0, 8), ::testing::Range(0, 4)),
+    param_name);
+// CLBlast compiles a program per layout and transpose pair on first use in each process (seconds
+// on PoCL): RRR, CRC, RCR, CCC with NN and TT reach all eight (layout, op, op) calls it receives.
+INSTANTIATE_TEST_SUITE_P(
+    opencl_vendor, gemm_matches_reference,
+    ::testing::Combine(::testing::Values(std::string("opencl:0")), ::testing::Values(gemm_kernel::vendor),
+                       ::testing::Values(dtype::f32, dtype::f64), ::testing::Values(0, 5, 2, 7), ::testing::Values(0, 3)),
+    param_name);
+
 /// Larger than any cache block, with prime extents, per kernel and dtype.
 class gemm_large_matches_reference
     : public ::testing::TestWithParam<std::tuple<std::string, gemm_kernel, dtype>> {};
@@ -135,6 +149,12 @@ INSTANTIATE_TEST_SUITE_P(cpu, gemm_large_matches_reference,
                                             ::testing::Values(dtype::f32, dtype::f64)));
 INSTANTIATE_TEST_SUITE_P(cuda, gemm_large_matches_reference,
                          ::testing::Combine(::testing::Values(std::string("cuda:0")),
+                                            ::testing::Values(gemm_kernel::naive, gemm_kernel::tiled,
+                                                              gemm_kernel::vendor),
+                                            ::testing::Values(dtype::f32, dtype::f64)));
+
+INSTANTIATE_TEST_SUITE_P(opencl, gemm_large_matches_reference,
+                         ::testing::Combine(::testing::Values(std::string("opencl:0")),
                                             ::testing::Values(gemm_kernel::naive, gemm_kernel::tiled,
                                                               gemm_kernel::vendor),
                                             ::testing::Values(dtype::f32, dtype::f64)));
@@ -188,6 +208,11 @@ INSTANTIATE_TEST_SUITE_P(cpu, gemm_blas_semantics,
                                                               gemm_kernel::tiled, gemm_kernel::vendor)));
 INSTANTIATE_TEST_SUITE_P(cuda, gemm_blas_semantics,
                          ::testing::Combine(::testing::Values(std::string("cuda:0")),
+                                            ::testing::Values(gemm_kernel::naive, gemm_kernel::tiled,
+                                                              gemm_kernel::vendor)));
+
+INSTANTIATE_TEST_SUITE_P(opencl, gemm_blas_semantics,
+                         ::testing::Combine(::testing::Values(std::string("opencl:0")),
                                             ::testing::Values(gemm_kernel::naive, gemm_kernel::tiled,
                                                               gemm_kernel::vendor)));
 

@@ -141,8 +141,8 @@ TEST(jacobi, DefaultStartIsSineOnTheSideColumns) {
 class jacobi_devices : public ::testing::TestWithParam<std::tuple<int, std::string>> {};
 
 template <class T>
-void expect_decompositions_match(int count) {
-    auto devs = cpus(count);
+void expect_decompositions_match(const std::vector<std::unique_ptr<device>>& devs) {
+    const int count = static_cast<int>(devs.size());
     auto one = cpus(1);
     for (auto [nx, ny] : {std::pair<index_t, index_t>{37, 29}, {50, 71}}) {
         const host_matrix<T> start = random_start<T>(nx, ny, 11);
@@ -164,9 +164,27 @@ void expect_decompositions_match(int count) {
 
 TEST_P(jacobi_devices, EveryDecompositionMatchesOneDeviceBitwise) {
     const auto& [count, type] = GetParam();
-    if (type == "f32") expect_decompositions_match<float>(count);
-    else expect_decompositions_match<double>(count);
+    if (type == "f32") expect_decompositions_match<float>(cpus(count));
+    else expect_decompositions_match<double>(cpus(count));
 }
+
+/// OpenCL parts (logical slices of one device, and one beside a CPU device) give the CPU's bits.
+class jacobi_opencl_devices : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+TEST_P(jacobi_opencl_devices, EveryDecompositionMatchesOneCpuDeviceBitwise) {
+    const auto& [spec, type] = GetParam();
+    TILESTREAM_SKIP_WITHOUT_GPU(spec);
+    if (type == "f32") expect_decompositions_match<float>(open_devices(spec));
+    else expect_decompositions_match<double>(open_devices(spec));
+}
+INSTANTIATE_TEST_SUITE_P(opencl, jacobi_opencl_devices,
+                         ::testing::Combine(::testing::Values("opencl:0", "opencl:0x3", "cpu,opencl:0"),
+                                            ::testing::Values("f32", "f64")),
+                         [](const auto& info) {
+                             std::string spec = std::get<0>(info.param);
+                             for (auto& ch : spec)
+                                 if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                             return spec + "_" + std::get<1>(info.param);
+                         });
 
 INSTANTIATE_TEST_SUITE_P(cpu, jacobi_devices,
                          ::testing::Combine(::testing::Values(1, 2, 3, 4, 5), ::testing::Values("f32", "f64")),

@@ -8,6 +8,7 @@
 #include <tilestream/verify.hpp>
 
 #include <cstring>
+#include <functional>
 #include <tuple>
 
 namespace tilestream {
@@ -42,8 +43,9 @@ gemm_report run_on(const std::string& spec, std::size_t budget, const plan_optio
 using multi_param = std::tuple<gemm_strategy, dtype, int /*ops*/, int /*layouts*/>;
 class multi_device_matches_reference : public ::testing::TestWithParam<multi_param> {};
 
-TEST_P(multi_device_matches_reference, ThreeDevicesSmallBudgets) {
-    const auto& [strategy, type, ops, layouts] = GetParam();
+/// Three devices (`spec`) with 64 KiB budgets each, cache off and on.
+void check_three_devices(const std::string& spec, const multi_param& param) {
+    const auto& [strategy, type, ops, layouts] = param;
     const op oa = (ops & 1) ? op::t : op::n, ob = (ops & 2) ? op::t : op::n;
     const layout la = (layouts & 1) ? layout::col_major : layout::row_major;
     const layout lb = (layouts & 2) ? layout::col_major : layout::row_major;
@@ -67,7 +69,7 @@ TEST_P(multi_device_matches_reference, ThreeDevicesSmallBudgets) {
         for (bool cache : {false, true}) {
             po.cache = cache ? cache_mode::on : cache_mode::off;
             std::copy(c0.data(), c0.data() + m * n, c.data());
-            const auto rep = run_on<T>("cpu:3", 64 * 1024, po, oa, ob, a.view(), b.view(), T(0.5), T(-1.25), c.view());
+            const auto rep = run_on<T>(spec, 64 * 1024, po, oa, ob, a.view(), b.view(), T(0.5), T(-1.25), c.view());
             host_matrix<double> ad(a.rows(), a.cols()), bd(b.rows(), b.cols()), ref(m, n);
             for (index_t i = 0; i < a.rows(); ++i)
                 for (index_t j = 0; j < a.cols(); ++j) ad(i, j) = a(i, j);
@@ -99,6 +101,30 @@ std::string multi_name(const ::testing::TestParamInfo<multi_param>& info) {
            std::to_string(std::get<2>(info.param)) + "_layouts" + std::to_string(std::get<3>(info.param));
 }
 
+TEST_P(multi_device_matches_reference, ThreeDevicesSmallBudgets) { check_three_devices("cpu:3", GetParam()); }
+
+/// Three logical OpenCL devices sharing one, and two of them beside a CPU device.
+class multi_device_opencl_matches_reference : public ::testing::TestWithParam<std::tuple<std::string, multi_param>> {};
+TEST_P(multi_device_opencl_matches_reference, ThreeDevicesSmallBudgets) {
+    const auto& [spec, param] = GetParam();
+    TILESTREAM_SKIP_WITHOUT_GPU(spec);
+    check_three_devices(spec, param);
+}
+INSTANTIATE_TEST_SUITE_P(
+    opencl, multi_device_opencl_matches_reference,
+    ::testing::Combine(::testing::Values(std::string("opencl:0x3"), std::string("cpu,opencl:0x2")),
+                       ::testing::Combine(::testing::Values(gemm_strategy::tiles_3d, gemm_strategy::a_panel,
+                                                            gemm_strategy::b_panel, gemm_strategy::c_block,
+                                                            gemm_strategy::row_panels),
+                                          ::testing::Values(dtype::f32, dtype::f64), ::testing::Values(0, 3),
+                                          ::testing::Values(0, 3))),
+    [](const auto& info) {
+        std::string spec = std::get<0>(info.param);
+        for (auto& ch : spec)
+            if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+        return spec + "_" + multi_name(::testing::TestParamInfo<multi_param>(std::get<1>(info.param), info.index));
+    });
+
 INSTANTIATE_TEST_SUITE_P(cpu, multi_device_matches_reference,
                          ::testing::Combine(::testing::Values(gemm_strategy::tiles_3d, gemm_strategy::a_panel,
                                                               gemm_strategy::b_panel, gemm_strategy::c_block,
@@ -110,8 +136,9 @@ INSTANTIATE_TEST_SUITE_P(cpu, multi_device_matches_reference,
 /// The k-order of each C block is fixed, so any number of devices gives the same bits.
 class multi_device_bitwise : public ::testing::TestWithParam<std::tuple<gemm_strategy, gemm_kernel>> {};
 
-TEST_P(multi_device_bitwise, SameBitsForOneToFiveDevices) {
-    const auto& [strategy, kernel] = GetParam();
+/// C from 1..max_count devices named by spec(count) is bitwise the same.
+void check_same_bits(const std::function<std::string(int)>& spec, int max_count, gemm_strategy strategy,
+                     gemm_kernel kernel) {
     const index_t m = 97, n = 83, k = 131;
     host_matrix<float> a(m, k), b(k, n), c(m, n), first(m, n);
     fill_random(a.view(), 21);
@@ -123,15 +150,31 @@ TEST_P(multi_device_bitwise, SameBitsForOneToFiveDevices) {
     po.tile_n = 24;
     po.tile_k = strategy == gemm_strategy::row_panels ? 0 : 32;
     if (strategy == gemm_strategy::tiles_3d) po.tile_n = po.tile_k = 16;
-    for (int count = 1; count <= 5; ++count) {
+    for (int count = 1; count <= max_count; ++count) {
         fill_nan(c.view());
-        run_on<float>("cpu:" + std::to_string(count), 1 << 20, po, op::n, op::n, a.view(), b.view(), 1.f, 0.f, c.view());
+        run_on<float>(spec(count), 1 << 20, po, op::n, op::n, a.view(), b.view(), 1.f, 0.f, c.view());
         if (count == 1)
             std::memcpy(first.data(), c.data(), sizeof(float) * m * n);
         else
             EXPECT_EQ(std::memcmp(first.data(), c.data(), sizeof(float) * m * n), 0) << count << " devices";
     }
 }
+
+TEST_P(multi_device_bitwise, SameBitsForOneToFiveDevices) {
+    const auto& [strategy, kernel] = GetParam();
+    check_same_bits([](int count) { return "cpu:" + std::to_string(count); }, 5, strategy, kernel);
+}
+
+class multi_device_opencl_bitwise : public multi_device_bitwise {};
+TEST_P(multi_device_opencl_bitwise, SameBitsForOneToThreeSlices) {
+    const auto& [strategy, kernel] = GetParam();
+    TILESTREAM_SKIP_WITHOUT_GPU("opencl:0");
+    check_same_bits([](int count) { return "opencl:0x" + std::to_string(count); }, 3, strategy, kernel);
+}
+INSTANTIATE_TEST_SUITE_P(opencl, multi_device_opencl_bitwise,
+                         ::testing::Combine(::testing::Values(gemm_strategy::c_block, gemm_strategy::tiles_3d,
+                                                              gemm_strategy::row_panels),
+                                            ::testing::Values(gemm_kernel::tiled, gemm_kernel::naive)));
 
 INSTANTIATE_TEST_SUITE_P(cpu, multi_device_bitwise,
                          ::testing::Combine(::testing::Values(gemm_strategy::c_block, gemm_strategy::tiles_3d,
@@ -219,7 +262,8 @@ namespace {
 
 /// Row panels on three devices all need every B panel: with peer tiles on, devices copy B panels
 /// out of each other's caches instead of from the host, and C is unchanged to the bit.
-TEST(tile_cache, TilesComeFromPeerCaches) {
+/// `automatic_uses_peers`: devices that do not share host memory copy tiles from each other.
+void check_tiles_from_peer_caches(const std::string& spec, bool automatic_uses_peers) {
     const index_t m = 96, n = 120, k = 40;
     host_matrix<float> a(m, k), b(k, n), c(m, n), plain(m, n);
     fill_random(a.view(), 51);
@@ -232,21 +276,31 @@ TEST(tile_cache, TilesComeFromPeerCaches) {
     po.cache = cache_mode::on;
     gemm_run_options off;
     off.peer_tiles = peer_tile_mode::off;
-    const auto rep_off = run_on<float>("cpu:3", 1 << 20, po, op::n, op::n, a.view(), b.view(), 1.f, 0.f, plain.view(), off);
+    const auto rep_off = run_on<float>(spec, 1 << 20, po, op::n, op::n, a.view(), b.view(), 1.f, 0.f, plain.view(), off);
     EXPECT_EQ(rep_off.peer_hits, 0u);
     gemm_run_options on;
     on.peer_tiles = peer_tile_mode::on;
     fill_nan(c.view());
-    const auto rep = run_on<float>("cpu:3", 1 << 20, po, op::n, op::n, a.view(), b.view(), 1.f, 0.f, c.view(), on);
+    const auto rep = run_on<float>(spec, 1 << 20, po, op::n, op::n, a.view(), b.view(), 1.f, 0.f, c.view(), on);
     EXPECT_GT(rep.peer_hits, 0u);
     EXPECT_EQ(rep.bytes_from_peers, rep.peer_hits * std::size_t(k * 12) * sizeof(float));
     // Every tile a peer supplied is a tile the host did not.
     EXPECT_EQ(rep.bytes_h2d + rep.bytes_from_peers, rep_off.bytes_h2d);
     EXPECT_EQ(std::memcmp(c.data(), plain.data(), sizeof(float) * m * n), 0);
-    // automatic: CPU devices share one memory, so no peer copies.
+    // automatic: CPU devices share one memory, so no peer copies; OpenCL slices do copy.
     gemm_run_options automatic;
-    const auto rep_auto = run_on<float>("cpu:3", 1 << 20, po, op::n, op::n, a.view(), b.view(), 1.f, 0.f, c.view(), automatic);
-    EXPECT_EQ(rep_auto.peer_hits, 0u);
+    fill_nan(c.view());
+    const auto rep_auto = run_on<float>(spec, 1 << 20, po, op::n, op::n, a.view(), b.view(), 1.f, 0.f, c.view(), automatic);
+    if (automatic_uses_peers) EXPECT_GT(rep_auto.peer_hits, 0u);
+    else EXPECT_EQ(rep_auto.peer_hits, 0u);
+    EXPECT_EQ(std::memcmp(c.data(), plain.data(), sizeof(float) * m * n), 0);
+}
+
+TEST(tile_cache, TilesComeFromPeerCaches) { check_tiles_from_peer_caches("cpu:3", false); }
+
+TEST(tile_cache, TilesComeFromPeerCachesOnOpenCLSlices) {
+    TILESTREAM_SKIP_WITHOUT_GPU("opencl:0");
+    check_tiles_from_peer_caches("opencl:0x3", true);
 }
 
 }  // namespace

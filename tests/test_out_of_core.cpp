@@ -88,10 +88,9 @@ std::string ooc_name(const ::testing::TestParamInfo<ooc_param>& info) {
            std::to_string(std::get<2>(info.param)) + "_layouts" + std::to_string(std::get<3>(info.param));
 }
 
-class out_of_core_matches_reference : public ::testing::TestWithParam<ooc_param> {};
-
-TEST_P(out_of_core_matches_reference, RaggedTilesBothTransfers) {
-    const auto& [strategy, type, ops, layouts] = GetParam();
+/// Every strategy and transfer mode on ragged tiles, on the device `spec` names.
+void check_ragged_tiles(const std::string& spec, const ooc_param& param) {
+    const auto& [strategy, type, ops, layouts] = param;
     const op oa = (ops & 1) ? op::t : op::n, ob = (ops & 2) ? op::t : op::n;
     const layout la = (layouts & 1) ? layout::col_major : layout::row_major;
     const layout lb = (layouts & 2) ? layout::col_major : layout::row_major;
@@ -105,8 +104,17 @@ TEST_P(out_of_core_matches_reference, RaggedTilesBothTransfers) {
     for (transfer_mode t : {transfer_mode::copy_2d, transfer_mode::pack})
         for (const auto& cs : cases) {
             SCOPED_TRACE(::testing::Message() << to_string(t) << " " << cs.m << "x" << cs.n << "x" << cs.k);
-            visit_dtype(type, [&]<class T>() { check_case<T>(strategy, t, cs, oa, ob, la, lb, lc, seed++); });
+            visit_dtype(type, [&]<class T>() { check_case<T>(strategy, t, cs, oa, ob, la, lb, lc, seed++, spec); });
         }
+}
+
+class out_of_core_matches_reference : public ::testing::TestWithParam<ooc_param> {};
+TEST_P(out_of_core_matches_reference, RaggedTilesBothTransfers) { check_ragged_tiles("cpu", GetParam()); }
+
+class out_of_core_opencl_matches_reference : public ::testing::TestWithParam<ooc_param> {};
+TEST_P(out_of_core_opencl_matches_reference, RaggedTilesBothTransfers) {
+    TILESTREAM_SKIP_WITHOUT_GPU("opencl:0");
+    check_ragged_tiles("opencl:0", GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -152,6 +160,14 @@ INSTANTIATE_TEST_SUITE_P(cuda, out_of_core_on_gpu,
                          ::testing::Combine(::testing::Values(std::string("cuda:0")),
                                             ::testing::Values(gemm_kernel::tiled, gemm_kernel::vendor),
                                             ::testing::Values(dtype::f32, dtype::f64)));
+
+// Both op pairs that differ most and both layouts of A and B (C follows them): every strategy.
+INSTANTIATE_TEST_SUITE_P(
+    opencl, out_of_core_opencl_matches_reference,
+    ::testing::Combine(::testing::Values(gemm_strategy::tiles_3d, gemm_strategy::a_panel, gemm_strategy::a_panel_c_panel,
+                                         gemm_strategy::b_panel, gemm_strategy::c_block),
+                       ::testing::Values(dtype::f32, dtype::f64), ::testing::Values(0, 3), ::testing::Values(0, 3)),
+    ooc_name);
 
 TEST(out_of_core, AutoFitsATinyBudgetAndMatches) {
     host_matrix<float> a(301, 211), b(211, 173), c(301, 173);

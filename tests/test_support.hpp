@@ -16,8 +16,18 @@
 
 namespace tilestream::testing {
 
-/// True when the spec names a CUDA device and none is present; sets `reason`.
+/// True when the spec names a CUDA device and none is present, or an OpenCL device in a build
+/// without the OpenCL backend; sets `reason`. Where
+/// OpenCL is compiled, a missing OpenCL device fails the test (CI runs them on PoCL).
 inline bool gpu_missing(const std::string& spec, std::string& reason) {
+    if (spec.find("opencl") != std::string::npos) {
+#if !defined(TILESTREAM_HAVE_OPENCL)
+        reason = "the OpenCL backend is not compiled into this build";
+        return true;
+#else
+        return false;
+#endif
+    }
     if (spec.rfind("cuda", 0) != 0) return false;
     const auto& inv = inventory();
     if (!inv.gpus.empty()) return false;

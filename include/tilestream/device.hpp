@@ -19,7 +19,7 @@ namespace tilestream {
 class device;
 class budget_reservation;
 
-enum class device_kind { cpu, cuda };
+enum class device_kind { cpu, cuda, opencl };
 std::string_view to_string(device_kind k) noexcept;
 
 /// What a device is; filled by its backend.
@@ -39,6 +39,11 @@ struct device_info {
     int slice = 0, slices = 1;    ///< logical slice of the physical device
     int cc_major = 0, cc_minor = 0;
     std::vector<int> peer_access; ///< GPU ordinals this GPU can read and write directly
+    // OpenCL-only facts ("opencl:2", "opencl:0.1" for logical slice 1 of OpenCL device 0).
+    std::string platform, vendor, driver, device_type;  ///< device_type: "GPU", "CPU", ...
+    std::size_t local_memory = 0;  ///< work-group local memory per compute unit
+    bool fp64 = true;              ///< double precision kernels available
+    bool emulated = false;         ///< a CPU behind an OpenCL runtime: used only when named
 };
 
 /// Kind of work an operation on a stream does, for traces and counters.

@@ -1,4 +1,4 @@
-// Device specs ("all", "cpu", "cpu:N", "cuda:I", "cuda:IxK", comma lists, "@budget") and
+// Device specs ("all", "cpu", "cpu:N", "cuda:I", "cuda:IxK", "opencl:I", "opencl:IxK", comma lists, "@budget") and
 // discovery of the devices present.
 #pragma once
 
@@ -15,10 +15,10 @@ namespace tilestream {
 
 /// One item of a device spec.
 struct device_request {
-    enum class what { all, cpu, cuda } kind = what::cpu;
+    enum class what { all, cpu, cuda, opencl } kind = what::cpu;
     int count = 1;       ///< cpu:N -> N CPU devices splitting the cores ("cpu" alone is N = 1)
-    int index = 0;       ///< cuda:I
-    int slices = 1;      ///< cuda:IxK -> K logical devices on GPU I
+    int index = 0;       ///< cuda:I, opencl:I
+    int slices = 1;      ///< cuda:IxK, opencl:IxK -> K logical devices on device I
     std::optional<std::size_t> budget;  ///< "@256MiB": budget of each device this item makes
     std::string text;    ///< the item as written, for messages
 };
@@ -33,6 +33,8 @@ struct system_inventory {
     std::string cpu_name;
     std::vector<device_info> gpus;  ///< one per physical GPU (empty when none)
     std::string cuda_status;        ///< one line: why there are no GPUs, or the driver/runtime versions
+    std::vector<device_info> opencl_devices;  ///< every OpenCL device, in `opencl:I` order
+    std::string opencl_status;      ///< one line: the platforms found, or why there are none
 };
 /// Discovers CPU cores, host memory and CUDA GPUs (never aborts; no GPU is not an error).
 const system_inventory& inventory();

@@ -34,4 +34,18 @@ cuda_discovery discover_cuda() noexcept;
 std::unique_ptr<device> make_cuda_device(int ordinal, int slice, int slices,
                                          std::optional<std::size_t> budget);
 
+/// What the OpenCL backend found: one device_info per OpenCL device in listing order (platform
+/// by platform), and a one-line status ("OpenCL backend not compiled", "no OpenCL platform", ...).
+struct opencl_discovery {
+    std::vector<device_info> devices;
+    std::string status;
+};
+/// Never throws and never aborts: failures become zero devices and a status line.
+opencl_discovery discover_opencl() noexcept;
+
+/// Opens logical device `slice` of `slices` on OpenCL device `index` (listing order); the slices
+/// share the device and split its memory. The stub throws not_compiled("opencl").
+std::unique_ptr<device> make_opencl_device(int index, int slice, int slices,
+                                           std::optional<std::size_t> budget);
+
 }  // namespace tilestream::backends

@@ -7,7 +7,14 @@
 
 namespace tilestream {
 
-std::string_view to_string(device_kind k) noexcept { return k == device_kind::cpu ? "cpu" : "cuda"; }
+std::string_view to_string(device_kind k) noexcept {
+    switch (k) {
+        case device_kind::cpu: return "cpu";
+        case device_kind::cuda: return "cuda";
+        case device_kind::opencl: return "opencl";
+    }
+    return "?";
+}
 
 std::string_view to_string(span_kind k) noexcept {
     switch (k) {

@@ -95,9 +95,18 @@ std::vector<device_request> parse_device_spec(std::string_view spec) {
                 r.slices = parse_positive(std::string_view(rest).substr(x + 1), item, "slice count");
                 if (r.slices < 1) throw invalid_argument("bad device '" + item + "': cuda:IxK needs K >= 1");
             }
+        } else if (lower.rfind("opencl:", 0) == 0) {
+            r.kind = device_request::what::opencl;
+            const std::string rest = lower.substr(7);
+            const auto x = rest.find('x');
+            r.index = parse_positive(std::string_view(rest).substr(0, x), item, "OpenCL device index");
+            if (x != std::string::npos) {
+                r.slices = parse_positive(std::string_view(rest).substr(x + 1), item, "slice count");
+                if (r.slices < 1) throw invalid_argument("bad device '" + item + "': opencl:IxK needs K >= 1");
+            }
         } else {
-            throw invalid_argument("unknown device '" + item + "' (expected all, cpu, cpu:N, cuda:I or "
-                                   "cuda:IxK, optionally @budget); devices present: " +
+            throw invalid_argument("unknown device '" + item + "' (expected all, cpu, cpu:N, cuda:I, "
+                                   "cuda:IxK, opencl:I or opencl:IxK, optionally @budget); devices present: " +
                                    describe_present_devices());
         }
         if (r.budget && *r.budget == 0) throw invalid_argument("bad device '" + item + "': zero budget");
@@ -118,6 +127,9 @@ const system_inventory& inventory() {
         auto cuda = backends::discover_cuda();
         inv.gpus = std::move(cuda.gpus);
         inv.cuda_status = std::move(cuda.status);
+        auto opencl = backends::discover_opencl();
+        inv.opencl_devices = std::move(opencl.devices);
+        inv.opencl_status = std::move(opencl.status);
     });
     return inv;
 }
@@ -133,6 +145,9 @@ std::string describe_present_devices() {
         for (const auto& g : inv.gpus)
             s << "; " << g.id << " (" << g.name << ", " << format_bytes(g.memory_bytes) << ")";
     }
+    if (inv.opencl_devices.empty()) s << "; no OpenCL device (" << inv.opencl_status << ")";
+    for (const auto& d : inv.opencl_devices)
+        s << "; " << d.id << " (" << d.name << ", " << d.device_type << (d.emulated ? ", emulated" : "") << ")";
     return s.str();
 }
 
@@ -186,12 +201,34 @@ std::vector<std::unique_ptr<device>> open_devices(std::string_view spec, const o
         for (int s = 0; s < r.slices; ++s)
             out.push_back(backends::make_cuda_device(r.index, s, r.slices, budget));
     };
+    const auto open_opencl = [&](const device_request& r, std::optional<std::size_t> budget) {
+        if (r.index >= static_cast<int>(inv.opencl_devices.size()))
+            throw invalid_argument("unknown device '" + r.text + "': devices present: " + describe_present_devices());
+        for (int s = 0; s < r.slices; ++s)
+            out.push_back(backends::make_opencl_device(r.index, s, r.slices, budget));
+    };
+    // `all` takes an OpenCL GPU unless CUDA already took it (same vendor and model, counted);
+    // CPU OpenCL devices are emulated and only used when named.
+    const auto opencl_gpus_for_all = [&] {
+        std::vector<int> taken;
+        std::vector<bool> cuda_used(inv.gpus.size(), false);
+        for (const auto& d : inv.opencl_devices) {
+            if (d.emulated || d.device_type != "GPU") continue;
+            bool through_cuda = false;
+            for (std::size_t g = 0; g < inv.gpus.size() && !through_cuda; ++g)
+                if (!cuda_used[g] && inv.gpus[g].name == d.name && d.vendor.find("NVIDIA") != std::string::npos)
+                    cuda_used[g] = through_cuda = true;
+            if (!through_cuda) taken.push_back(d.physical_index);
+        }
+        return taken;
+    };
 
     for (const auto& r : requests) {
         const auto budget = r.budget ? r.budget : opt.memory_budget;
         switch (r.kind) {
             case device_request::what::cpu: open_cpus(r.count, budget); break;
             case device_request::what::cuda: open_gpu(r, budget); break;
+            case device_request::what::opencl: open_opencl(r, budget); break;
             case device_request::what::all:
                 for (const auto& g : inv.gpus) {
                     device_request one;
@@ -199,6 +236,13 @@ std::vector<std::unique_ptr<device>> open_devices(std::string_view spec, const o
                     one.index = g.physical_index;
                     one.text = g.id;
                     open_gpu(one, budget);
+                }
+                for (int index : opencl_gpus_for_all()) {
+                    device_request one;
+                    one.kind = device_request::what::opencl;
+                    one.index = index;
+                    one.text = "opencl:" + std::to_string(index);
+                    open_opencl(one, budget);
                 }
                 open_cpus(1, budget);
                 break;

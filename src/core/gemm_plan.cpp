@@ -527,7 +527,8 @@ device_rates parse_rates(std::string_view text, device_rates base) {
         char* end = nullptr;
         const double v = std::strtod(value.c_str(), &end);
         const std::string unit = end ? std::string(end) : "";
-        if (end == value.c_str() || !(v > 0)) throw invalid_argument("bad rate '" + item + "': not a positive number");
+        if (end == value.c_str() || !(v > 0) || !std::isfinite(v))
+            throw invalid_argument("bad rate '" + item + "': not a positive finite number");
         if (name == "h2d" || name == "d2h") {
             double scale = 1;
             if (unit == "GB/s") scale = 1e9;

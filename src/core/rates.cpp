@@ -64,8 +64,10 @@ device_rates measure_rates(device& dev, dtype type, gemm_kernel kernel, math_mod
         }
     }
     // GEMM rate: the largest square up to 1024 (2048 on GPUs) whose operands fit a quarter of the
-    // budget, at least 64 (smaller squares say little about the rate of real tiles).
-    index_t n = dev.info().kind == device_kind::cuda ? 2048 : 1024;
+    // budget, at least 64 (smaller squares say little about the rate of real tiles). An emulated
+    // device (OpenCL on the host's cores) runs its naive kernel near 1 GFLOP/s: 256 keeps its probe
+    // well under a second.
+    index_t n = dev.info().kind == device_kind::cuda ? 2048 : dev.info().emulated ? 256 : 1024;
     while (n > 64 && 3 * std::size_t(n) * std::size_t(n) * es > free / 4) n /= 2;
     if (3 * std::size_t(n) * std::size_t(n) * es <= free) {
         try {
