@@ -65,7 +65,7 @@ const char* gemm_help =
     "  --cache on|off            reuse A/B tiles in spare device memory (default: on with several devices)\n"
     "  --peer-tiles auto|on|off  copy missing tiles from another device's cache (auto: GPUs with peer access)\n"
     "  --reproducible on|off     add k in fixed k-blocks, so C is bitwise the same for any plan or device\n"
-    "                            count with the same kernel (default: on; tile-k becomes a multiple)\n"
+    "                            count with the same kernel (default: off; tile-k becomes a multiple)\n"
     "  --quiet                   no progress line\n"
     "  --check                   compare with a float64 reference; exit 1 when over tolerance\n"
     "  --repeat R                run R times, report the median\n"
@@ -279,7 +279,7 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
     const std::string cache = a.get_or("cache", dev_ptrs.size() > 1 ? "on" : "off");
     if (cache != "on" && cache != "off") throw ts::invalid_argument("--cache expects on or off, got '" + cache + "'");
     po.cache = cache == "on";
-    const std::string reproducible = a.get_or("reproducible", "on");
+    const std::string reproducible = a.get_or("reproducible", "off");
     if (reproducible != "on" && reproducible != "off")
         throw ts::invalid_argument("--reproducible expects on or off, got '" + reproducible + "'");
     po.reproducible = reproducible == "on";
