@@ -243,7 +243,8 @@ TEST(cli_robustness, RandomInputsBeyondFreeMemoryAreRefusedBeforeAllocating) {
 }
 
 TEST(cli_robustness, TileSizesIgnoredByAnInCorePlanAreWarnedAbout) {
-    auto r = run_cli("gemm --m 64 --n 64 --k 64 --tile 3 --check --quiet");
+    // A budget makes the CPU device stage data, so auto picks in-core (without one it is zero-copy, which uses the tiles).
+    auto r = run_cli("gemm --m 64 --n 64 --k 64 --tile 3 --memory-budget 1MiB --check --quiet");
     EXPECT_EQ(r.exit_code, 0) << r.out;
     EXPECT_TRUE(contains(r.out, "warning: the tile sizes given are not used")) << r.out;
     r = run_cli("gemm --m 64 --n 64 --k 64 --tile 3 --strategy tiles-3d --check --quiet");

@@ -556,5 +556,17 @@ TEST(device_identity, OpenDevicesRejectsTheSameGpuTwice) {
     }
 }
 
+TEST(device_identity, TheSameOpenCLDeviceTwiceIsAClearError) {
+    // Checked before any device is opened, whatever OpenCL devices are present.
+    for (const char* spec : {"opencl:0,opencl:0", "opencl:0x2,cpu,opencl:0@1MiB"}) {
+        try {
+            open_devices(spec);
+            FAIL() << "no error for " << spec;
+        } catch (const invalid_argument& e) {
+            EXPECT_TRUE(contains(e.what(), "opens opencl:0 twice")) << e.what();
+        }
+    }
+}
+
 }  // namespace
 }  // namespace tilestream

@@ -18,7 +18,10 @@ protected:
         TILESTREAM_SKIP_WITHOUT_GPU(GetParam());
         open_options o;
         o.memory_budget = 1 << 20;
-        devs_ = open_devices(GetParam() + "," + GetParam(), o);
+        // Two devices of the backend: two CPU devices, or two logical devices on one accelerator
+        // (a spec names each accelerator once).
+        const std::string& spec = GetParam();
+        devs_ = open_devices(spec == "cpu" ? std::string("cpu:2") : spec + "x2", o);
     }
     device& dev() { return *devs_[0]; }
     device& other() { return *devs_[1]; }

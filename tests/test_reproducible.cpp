@@ -82,7 +82,7 @@ TEST_P(reproducible_gemm, SameBytesForEveryPlanAndDeviceCount) {
             po.tile_n = v.tile_n;
             po.tile_k = v.tile_k;
             po.devices = int(ptrs.size());
-            po.cache = ptrs.size() > 1;
+            po.cache = ptrs.size() > 1 ? cache_mode::on : cache_mode::off;
             po.reproducible = true;
             device_rates rates;  // fixed, so the automatic choice is the same on every machine
             rates.h2d = rates.d2h = 1e9;
