@@ -329,7 +329,8 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
     const bool explain = a.flag("explain");
     ts::device_rates rates;
     if (a.has("rates")) rates = ts::parse_rates(*a.get("rates"));
-    else if (po.strategy == ts::gemm_strategy::automatic || explain)
+    else if ((po.strategy == ts::gemm_strategy::automatic && !po.in_place) || explain)
+        // In place nothing is copied and the compute is the same whatever the plan: no probe.
         rates = ts::measure_rates(*dev_ptrs.front(), type, opt.kernel, opt.math);
     ts::gemm_plan plan;
     try {

@@ -81,9 +81,11 @@ gemm_report gemm(device& dev, op op_a, op op_b, T alpha, host_matrix_view<const 
     device* devs[] = {&dev};
     po.in_place = computes_in_place(devs);
     po.reproducible = opt.reproducible;
-    // Rates only steer the automatic choice; a fixed strategy runs without probing the device.
+    // Rates only steer the automatic choice; a fixed strategy, or one device computing in place
+    // (one unit, nothing copied), runs without probing the device.
     const device_rates rates = opt.rates ? *opt.rates
-                               : opt.strategy == gemm_strategy::automatic ? measure_rates(dev, problem.type, opt.kernel, opt.math)
+                               : opt.strategy == gemm_strategy::automatic && !po.in_place
+                                   ? measure_rates(dev, problem.type, opt.kernel, opt.math)
                                                                           : device_rates{};
     gemm_plan plan;
     try {
