@@ -829,8 +829,11 @@ void ocl_device::gemm(stream& s, const gemm_call& c) {
                                    std::to_string(es) + "-byte elements");
         return std::make_pair(w.mem, cl_long(w.offset / es));
     };
-    const auto [c_mem, c_off] =
-        locate(c.c, extent_bytes(c.m, c.n, c.c_row_stride(), c.c_col_stride(), es), "C");
+    // Plain variables, not a structured binding: the lambdas below capture them (clang 14, which
+    // builds the fuzz harnesses, cannot capture bindings).
+    cl_mem c_mem = nullptr;
+    cl_long c_off = 0;
+    std::tie(c_mem, c_off) = locate(c.c, extent_bytes(c.m, c.n, c.c_row_stride(), c.c_col_stride(), es), "C");
     cl_mem a_mem = c_mem, b_mem = c_mem;  // unread placeholders when alpha == 0 or k == 0
     cl_long a_off = 0, b_off = 0;
     if (reads_ab) {
