@@ -48,6 +48,12 @@ public:
     using error::error;
 };
 
+/// A run stopped because its caller asked it to (gemm_run_options::cancel, jacobi_options::cancel).
+class cancelled : public error {
+public:
+    using error::error;
+};
+
 /// Use of a backend that was not compiled into this build.
 class not_compiled : public error {
 public:

@@ -7,6 +7,7 @@
 #include <tilestream/matrix.hpp>
 #include <tilestream/plan.hpp>
 
+#include <atomic>
 #include <cstddef>
 #include <functional>
 #include <optional>
@@ -36,6 +37,14 @@ struct device_share {
     std::size_t peer_hits = 0, bytes_from_peers = 0;  ///< tiles copied from another device's cache
 };
 
+/// A device lost during a run: its unfinished units went back to the queue and other devices
+/// redid them (the run still succeeded).
+struct device_fault {
+    std::string id;             ///< the device
+    std::string message;        ///< what failed (the first error its streams or allocations reported)
+    std::size_t units_redone = 0;  ///< its units (taken or assigned, not finished) other devices ran
+};
+
 /// What a run did, beside what its plan predicted.
 struct gemm_report {
     gemm_plan plan;
@@ -45,8 +54,11 @@ struct gemm_report {
     std::size_t cache_hits = 0, cache_misses = 0, bytes_saved = 0;  ///< tile loads avoided / done (cache on)
     std::size_t peer_hits = 0, bytes_from_peers = 0;
     std::vector<device_share> devices;
-    /// What did not go as asked but did not stop the run (host memory a device refused to pin).
+    /// What did not go as asked but did not stop the run (host memory a device refused to pin, a
+    /// device that ran with fewer buffers after an allocation failed).
     std::vector<std::string> warnings;
+    /// Devices lost during the run (see execute_gemm); empty when none failed.
+    std::vector<device_fault> faults;
 };
 
 /// Whether a device may copy a missing tile from another device's cache instead of from the host.
@@ -62,6 +74,10 @@ struct gemm_run_options {
     /// the shared queue responsive to device speed.
     int max_units_in_flight = 2;
     peer_tile_mode peer_tiles = peer_tile_mode::automatic;
+    /// When it becomes true the run stops handing out units, lets the queued ones finish, frees
+    /// its buffers and throws tilestream::cancelled (unless every unit had already finished).
+    /// Checked between units and, on the compute stream, before each kernel step.
+    const std::atomic<bool>* cancel = nullptr;
     /// Test-only: extra seconds a device's compute stream idles after each kernel (slows it down).
     std::vector<std::pair<std::string, double>> test_slowdown;
 };
@@ -117,6 +133,13 @@ gemm_problem describe_gemm(op op_a, op op_b, T alpha, host_matrix_view<const T> 
 /// round-robin for row-panels); a device stops taking units when the fastest one would finish all
 /// that remain before it finishes one more, so a slow device does not hold the finish back.
 /// Every device must fit the plan's peak memory.
+///
+/// Faults: with two or more devices (and no tiles copied between devices), a device that fails
+/// during the run (a kernel or copy error reported by its streams, an allocation that fails) is
+/// dropped: its unfinished units, with their C blocks restored to the values they had before, go
+/// back to the queue and the other devices finish the run; gemm_report::faults names it. The run
+/// fails only when every device is lost, with every cause in the message. A device whose buffers
+/// cannot all be allocated first retries with half as many (down to one per operand).
 template <class T>
 gemm_report execute_gemm(const gemm_plan& plan, std::span<device* const> devices, T alpha,
                          host_matrix_view<const T> a, host_matrix_view<const T> b, T beta, host_matrix_view<T> c,

@@ -6,6 +6,7 @@
 #include <tilestream/matrix.hpp>
 #include <tilestream/types.hpp>
 
+#include <atomic>
 #include <cstddef>
 #include <functional>
 #include <limits>
@@ -83,6 +84,10 @@ struct jacobi_options {
     double tol = 0;
     /// Called on the host thread at each examined residual (for progress lines); may be empty.
     std::function<void(const jacobi_progress&)> progress;
+    /// When it becomes true the solve stops before its next iteration, lets the queued ones
+    /// finish, frees its buffers and throws tilestream::cancelled; the field keeps its starting
+    /// values. A device that fails stops the solve the same way with a device_error naming it.
+    const std::atomic<bool>* cancel = nullptr;
 };
 
 /// One part: the interior points [row_begin, row_end) x [col_begin, col_end) of the field (in

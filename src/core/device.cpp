@@ -1,4 +1,6 @@
 // The parts of the device interface shared by every backend: budget accounting and names.
+#include "core/fault_injection.hpp"
+
 #include <tilestream/device.hpp>
 #include <tilestream/error.hpp>
 
@@ -74,6 +76,7 @@ device_buffer device::allocate(std::size_t bytes, budget_reservation* from) {
     }
     void* p = nullptr;
     try {
+        fault_injection::on_allocate(*this);
         p = raw_allocate(bytes == 0 ? 1 : bytes);
     } catch (...) {
         if (from != nullptr) from->in_use_.fetch_sub(bytes);

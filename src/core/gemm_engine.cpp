@@ -1,6 +1,8 @@
 // Executes a GEMM plan: per device a pipeline of copy-in, compute and copy-out streams over a
 // few device buffers ("slots"), ordered by events so copies overlap compute; work units come
 // from a queue shared by all devices.
+#include "core/fault_injection.hpp"
+
 #include <tilestream/error.hpp>
 #include <tilestream/gemm.hpp>
 
@@ -51,6 +53,7 @@ struct slot {
     device_buffer buf;
     host_staging_buffer stage_in, stage_out;  // pack mode only
     std::unique_ptr<event> ready, released;
+    std::unique_ptr<event> inputs;  // C slots of runs that survive faults: the unit's loads are checked
     std::optional<std::pair<index_t, index_t>> key;
     std::uint64_t last_use = 0;
     /// Other devices' copies out of this slot (guarded by run_state::directory_mutex); the slot
@@ -78,7 +81,19 @@ struct run_state {
     std::atomic<std::size_t> taken{0};
     std::atomic<std::size_t> head{0};
     std::atomic<std::size_t> units_done{0};
-    std::atomic<bool> failed{false};
+    /// Every device stops taking units: the run was cancelled or failed for good.
+    std::atomic<bool> stop{false};
+    /// A lost device's units go back to the queue (several devices, no tiles copied between
+    /// devices); otherwise its error ends the run.
+    bool recoverable = false;
+    /// Units given back by lost devices, taken before the queue; `working`: devices that may still
+    /// finish units or give some back (the others wait, or are gone).
+    std::mutex queue_mutex;
+    std::condition_variable queue_cv;
+    std::deque<std::size_t> returned;
+    std::size_t working = 0;
+    std::vector<device_fault> faults;
+    std::vector<std::string> warnings;
     std::atomic<std::size_t> bytes_h2d{0}, bytes_d2h{0}, bytes_packed{0};
     /// Measured seconds per unit of each device (0 until its first unit finishes).
     std::vector<std::atomic<double>> seconds_per_unit;
@@ -99,13 +114,14 @@ class device_pipeline {
 public:
     device_pipeline(device& dev, std::size_t index, std::size_t count, const gemm_plan& plan, T alpha, T beta,
                     host_matrix_view<const T> a, host_matrix_view<const T> b, host_matrix_view<T> c, run_state& state,
-                    const gemm_run_options& run)
+                    const gemm_run_options& run, int shrink)
         : dev_(dev), index_(index), count_(count), plan_(plan), alpha_(alpha), beta_(beta), a_(a), b_(b), c_(c),
           state_(state), run_(run) {
         for (const auto& [id, seconds] : run.test_slowdown)
             if (id == dev.id()) slowdown_ = seconds;
         const bool pack = plan.transfer == transfer_mode::pack;
         const auto make = [&](std::vector<slot>& v, int n, std::size_t bytes, bool out) {
+            if (n > 0) n = std::max(1, n >> shrink);  // retries after a failed allocation: fewer buffers
             for (int i = 0; i < n; ++i) {
                 slot s;
                 s.buf = dev.allocate(bytes, state.reservations[index]);
@@ -115,6 +131,7 @@ public:
                 }
                 s.ready = dev.create_event();
                 s.released = dev.create_event();
+                if (out && state.recoverable) s.inputs = dev.create_event();
                 v.push_back(std::move(s));
             }
         };
@@ -151,38 +168,90 @@ public:
         peer_->synchronize();
     }
 
+    /// Drains every stream (after a fault: nothing of this device runs on once it returns) and
+    /// says what the first failing one reported ("" when none did).
+    std::string drain() {
+        std::string first;
+        for (stream* st : {h2d_.get(), compute_.get(), d2h_.get(), peer_.get()}) {
+            if (st == nullptr) continue;
+            try {
+                st->synchronize();
+            } catch (const std::exception& e) {
+                if (first.empty()) first = e.what();
+            } catch (...) {
+                if (first.empty()) first = "unknown error";
+            }
+        }
+        return first;
+    }
+
+    /// After drain(): the units this device took or was assigned and did not finish, their C
+    /// blocks restored to what they held before this device touched them.
+    std::vector<std::size_t> take_back(std::size_t total) {
+        std::vector<std::size_t> units;
+        std::lock_guard lock(progress_mutex_);
+        for (unit_record& r : unfinished_) {
+            if (!r.backup.empty()) {
+                const gemm_unit u = plan_unit(plan_, r.index);
+                copy_rows(desc(r.backup.data(), rect_of(c_, u.row0, u.col0, u.rows, u.cols), false));
+            }
+            units.push_back(r.index);
+        }
+        unfinished_.clear();
+        if (plan_.static_assignment)
+            for (std::size_t u = index_ + next_static_ * count_; u < total; u += count_) units.push_back(u);
+        next_static_ = total;
+        return units;
+    }
+
+    /// Whether this device should stop taking units (cancelled, or the run failed for good).
+    bool stopping() const { return state_.stop.load() || (run_.cancel != nullptr && run_.cancel->load()); }
+
     void run(std::size_t total) {
-        for (std::size_t taken = 0;; ++taken) {
+        for (;;) {
             wait_for_room();
-            if (state_.failed.load()) return;
-            std::size_t u;
-            if (plan_.static_assignment) {
-                u = index_ + taken * count_;
+            if (stopping()) return;
+            if (broken_.load())
+                throw device_error(dev_.id() + ": a stream failed (a unit's copies or kernels did not complete)");
+            std::size_t u = total;
+            {
+                std::lock_guard lock(state_.queue_mutex);
+                if (!state_.returned.empty()) {
+                    u = state_.returned.front();
+                    state_.returned.pop_front();
+                    ++state_.taken;
+                }
+            }
+            if (u < total) {
+                // A lost device's unit: taken at once (rare; balance does not matter).
+            } else if (plan_.static_assignment) {
+                u = index_ + next_static_ * count_;
+                if (u >= total) return;
+                ++next_static_;
+                ++state_.taken;
             } else {
                 if (!worth_taking(total)) {
                     // Declined for now: look again shortly (estimates change as units finish).
-                    --taken;
                     std::this_thread::sleep_for(std::chrono::microseconds(200));
                     continue;
                 }
                 u = take_unit(total);
+                if (u >= total) return;
             }
-            if (u >= total) return;
-            {
-                std::lock_guard lock(progress_mutex_);
-                ++in_flight_;
-                ++state_.in_flight[index_];
-                enqueued_.push_back(std::chrono::steady_clock::now());
-            }
-            process(plan_unit(plan_, u));
-            ++units_;
+            start(u);
         }
+    }
+
+    /// "a/b/c": the buffers this pipeline holds per operand.
+    std::string buffers() const {
+        return std::to_string(a_slots_.size()) + "/" + std::to_string(b_slots_.size()) + "/" +
+               std::to_string(c_slots_.size());
     }
 
     device_share share() const {
         device_share s;
         s.id = dev_.id();
-        s.units = units_;
+        s.units = finished_;
         s.flops = flops_;
         s.bytes_h2d = bytes_h2d_;
         s.cache_hits = hits_;
@@ -197,13 +266,22 @@ private:
     /// Blocks while this device already has its limit of unfinished units.
     void wait_for_room() {
         const auto room = [&] {
-            return in_flight_ < std::size_t(std::max(1, run_.max_units_in_flight)) || state_.failed.load();
+            return in_flight_ < std::size_t(std::max(1, run_.max_units_in_flight)) || stopping() || broken_.load();
         };
+        // A cancel flag is not notified, nor is a unit whose stream failed: look often.
+        const auto poll = std::chrono::milliseconds(run_.cancel != nullptr || state_.recoverable ? 10 : 200);
+        auto since = std::chrono::steady_clock::now();
         for (;;) {
+            bool stuck = false;
             {
                 std::unique_lock lock(progress_mutex_);
-                if (progress_cv_.wait_for(lock, std::chrono::milliseconds(200), room)) return;
+                if (progress_cv_.wait_for(lock, poll, room)) return;
+                // The event after the oldest unit's "unit done" was reached, yet the unit is not
+                // done: its stream failed and skipped it.
+                stuck = !unfinished_.empty() && unfinished_.front().done && unfinished_.front().done->ready();
             }
+            if (!stuck && std::chrono::steady_clock::now() - since < std::chrono::milliseconds(200)) continue;
+            since = std::chrono::steady_clock::now();
             // Nothing finished for a while: an error on the stream that finishes units would keep
             // the count from ever dropping, so drain that stream, which rethrows such an error.
             (plan_.strategy == gemm_strategy::zero_copy ? compute_ : d2h_)->synchronize();
@@ -279,12 +357,49 @@ private:
         return n;
     }
 
-    /// Host function run on the copy-out stream when a unit is back in host memory.
-    void unit_finished() {
+    /// Starts unit u: notes it as unfinished (with its C block's values when a redo elsewhere
+    /// would need them) and queues its work.
+    void start(std::size_t u) {
+        const gemm_unit unit = plan_unit(plan_, u);
+        unit_record rec;
+        rec.index = u;
+        rec.seq = ++seq_;
+        if (state_.recoverable) rec.done = std::shared_ptr<event>(dev_.create_event());
+        const std::shared_ptr<event> done = rec.done;
+        // A unit redone elsewhere after this device wrote part of its C block must start from C's
+        // first values when beta != 0 (with beta == 0 the redo overwrites every element).
+        if (state_.recoverable && plan_.problem.reads_c) {
+            const host_rect r = rect_of(c_, unit.row0, unit.col0, unit.rows, unit.cols);
+            rec.backup.resize(r.bytes());
+            copy_rows(desc(rec.backup.data(), r, true));
+        }
+        {
+            std::lock_guard lock(progress_mutex_);
+            ++in_flight_;
+            ++state_.in_flight[index_];
+            enqueued_.push_back(std::chrono::steady_clock::now());
+            unfinished_.push_back(std::move(rec));
+        }
+        process(unit, seq_, done.get());
+    }
+
+    /// Host function run on the copy-out stream when a unit is back in host memory. In runs that
+    /// survive faults, the unit counts only when the markers its copy-in and compute streams ran
+    /// after its work show that no operation before them failed (a failed stream skips the rest).
+    void unit_finished(std::uint64_t seq) {
+        const bool good = !state_.recoverable || plan_.strategy == gemm_strategy::zero_copy ||
+                          (h2d_mark_.load() >= seq && compute_mark_.load() >= seq);
         {
             std::lock_guard lock(progress_mutex_);
             --in_flight_;
             --state_.in_flight[index_];
+            if (!good) {
+                enqueued_.pop_front();
+                broken_ = true;
+                progress_cv_.notify_all();
+                return;
+            }
+            std::erase_if(unfinished_, [&](const unit_record& r) { return r.seq == seq; });
             ++finished_;
             // Service time: from when the device could start this unit (it was enqueued and the
             // previous one was done) to its end. The fastest seen is the device's speed: a hiccup
@@ -302,8 +417,9 @@ private:
         if (run_.on_unit_done) run_.on_unit_done(done);
     }
 
-    void process(const gemm_unit& u) {
-        if (plan_.strategy == gemm_strategy::zero_copy) return process_in_place(u);
+    void process(const gemm_unit& u, std::uint64_t seq, event* done) {
+        const bool inject = fault_injection::unit_fails(dev_);
+        if (plan_.strategy == gemm_strategy::zero_copy) return process_in_place(u, seq, inject, done);
         const gemm_problem& q = plan_.problem;
         const bool ab = q.reads_ab && q.k > 0;
         slot& cs = c_slots_[next_c_++ % c_slots_.size()];
@@ -318,6 +434,7 @@ private:
             dev_.wait(*compute_, *cs.released);
         }
         for (const gemm_step& st : u.steps) {
+            cancel_point();
             gemm_call call = step_call(st);
             if (ab && st.depth > 0) {
                 const index_t i0 = st.a_tile_row * plan_.tile_m, p0 = st.k_block * plan_.tile_k,
@@ -352,12 +469,36 @@ private:
                 dev_.gemm(*compute_, call);
             }
             flops_ += 2.0 * double(st.rows) * double(st.cols) * double(st.depth);
+            if (inject && &st == &u.steps.front()) injected_kernel_failure();
+        }
+        if (state_.recoverable) {
+            dev_.enqueue_host(*h2d_, [this, seq] { h2d_mark_ = seq; }, "unit loaded");
+            cs.inputs->record(*h2d_);
+            dev_.enqueue_host(*compute_, [this, seq] { compute_mark_ = seq; }, "unit computed");
         }
         cs.ready->record(*compute_);
         dev_.wait(*d2h_, *cs.ready);
+        if (state_.recoverable) dev_.wait(*d2h_, *cs.inputs);
         store(cs, c_rect);
         cs.released->record(*d2h_);
-        dev_.enqueue_host(*d2h_, [this] { unit_finished(); }, "unit done");
+        dev_.enqueue_host(*d2h_, [this, seq] { unit_finished(seq); }, "unit done");
+        if (done != nullptr) done->record(*d2h_);
+    }
+
+    /// Test fault: the compute stream reports an error after the unit's first step.
+    void injected_kernel_failure() {
+        const std::string what = dev_.id() + ": kernel failed (injected fault)";
+        dev_.enqueue_host(*compute_, [what] { throw device_error(what); }, "injected fault");
+    }
+
+    /// With a cancel flag, the compute stream looks at it before each step: once set, the step
+    /// and everything after it on the stream are skipped (an error stops a stream), so the run
+    /// drains in about one kernel's time.
+    void cancel_point() {
+        if (run_.cancel == nullptr) return;
+        dev_.enqueue_host(*compute_, [flag = run_.cancel] {
+            if (flag->load()) throw cancelled("gemm: cancelled");
+        }, "cancel point");
     }
 
     /// The kernel call of one step, operands not yet set: the first k-slab applies beta, later
@@ -380,10 +521,11 @@ private:
 
     /// Zero-copy: the kernel reads A and B and writes C where they lie in host memory, with the
     /// host strides, on the compute stream; nothing is copied.
-    void process_in_place(const gemm_unit& u) {
+    void process_in_place(const gemm_unit& u, std::uint64_t seq, bool inject, event* done) {
         const gemm_problem& q = plan_.problem;
         const bool ab = q.reads_ab && q.k > 0;
         for (const gemm_step& st : u.steps) {
+            cancel_point();
             gemm_call call = step_call(st);
             const index_t i0 = u.row0 + st.c_row, j0 = u.col0 + st.c_col;
             call.c = &c_(i0, j0);
@@ -405,8 +547,10 @@ private:
             gemm_by_k_blocks(call);
             slow_down();
             flops_ += 2.0 * double(st.rows) * double(st.cols) * double(st.depth);
+            if (inject && &st == &u.steps.front()) injected_kernel_failure();
         }
-        dev_.enqueue_host(*compute_, [this] { unit_finished(); }, "unit done");
+        dev_.enqueue_host(*compute_, [this, seq] { unit_finished(seq); }, "unit done");
+        if (done != nullptr) done->record(*compute_);
     }
 
     /// One kernel call per k-block of the step, in order, when the plan fixes the k-order (the
@@ -511,6 +655,11 @@ private:
         state_.bytes_h2d += bytes;
         bytes_h2d_ += bytes;
         if (bytes == 0) return;
+        if (fault_injection::h2d_fails(dev_)) {
+            const std::string what = dev_.id() + ": copy to the device failed (injected fault)";
+            dev_.enqueue_host(*h2d_, [what] { throw device_error(what); }, "injected fault");
+            return;
+        }
         if (plan_.transfer == transfer_mode::copy_2d) {
             dev_.copy_2d_to_device(*h2d_, desc(s.buf.get(), r, true));
         } else if (r.contiguous()) {
@@ -527,6 +676,18 @@ private:
         const std::size_t bytes = r.bytes();
         state_.bytes_d2h += bytes;
         if (bytes == 0) return;
+        if (fault_injection::d2h_fails(dev_)) {
+            // Half of the block's rows get garbage, as from a copy that broke off.
+            const std::string what = dev_.id() + ": copy to the host failed half way (injected fault)";
+            copy_2d_desc d = desc(nullptr, r, false);
+            d.height = (d.height + 1) / 2;
+            dev_.enqueue_host(*d2h_, [what, d] {
+                for (std::size_t row = 0; row < d.height; ++row)
+                    std::memset(static_cast<char*>(d.dst) + row * d.dst_pitch, 0x7f, d.width_bytes);
+                throw device_error(what);
+            }, "injected fault");
+            return;
+        }
         if (plan_.transfer == transfer_mode::copy_2d) {
             dev_.copy_2d_to_host(*d2h_, desc(s.buf.get(), r, false));
         } else if (r.contiguous()) {
@@ -578,8 +739,20 @@ private:
     std::size_t peer_hits_ = 0, bytes_from_peers_ = 0;
     std::size_t next_c_ = 0;
     std::uint64_t clock_ = 0;
-    std::size_t units_ = 0;
     double flops_ = 0;
+    /// Units started and not yet known finished, oldest first (with C's values when kept).
+    struct unit_record {
+        std::size_t index = 0;
+        std::uint64_t seq = 0;
+        std::vector<char> backup;
+        std::shared_ptr<event> done;  ///< recorded after its "unit done" (runs that survive faults)
+    };
+    std::deque<unit_record> unfinished_;
+    std::uint64_t seq_ = 0;
+    std::size_t next_static_ = 0;  ///< static assignment: units of this device taken so far
+    /// Sequence numbers of the last unit whose loads / kernels ran (see unit_finished).
+    std::atomic<std::uint64_t> h2d_mark_{0}, compute_mark_{0};
+    std::atomic<bool> broken_{false};
     std::size_t bytes_h2d_ = 0, hits_ = 0, misses_ = 0, bytes_saved_ = 0;
     double slowdown_ = 0;
     std::mutex progress_mutex_;
@@ -679,22 +852,97 @@ gemm_report execute_gemm(const gemm_plan& plan, std::span<device* const> devices
     }
     for (std::size_t i = 0; i < devices.size(); ++i)
         if (run.trace) devices[i]->set_trace_sink(run.trace);
+    // Faults are survived with several devices, unless tiles travel between devices (a lost
+    // device's tiles could then be in use elsewhere).
+    bool peers_possible = false;
+    for (device* d : devices)
+        if (run.peer_tiles == peer_tile_mode::on || (run.peer_tiles == peer_tile_mode::automatic && !d->host_addressable()))
+            peers_possible = plan.cache;
+    state.recoverable = devices.size() > 1 && !peers_possible;
+    state.working = devices.size();
+    const auto cancel_requested = [&] { return run.cancel != nullptr && run.cancel->load(); };
     std::vector<std::unique_ptr<device_pipeline<T>>> pipes(devices.size());
     std::vector<std::exception_ptr> errors(devices.size());
+    // A device that failed: drained, its unfinished units (C restored) back to the queue.
+    const auto lose = [&](std::size_t i, std::exception_ptr e) {
+        std::string message = "unknown error";
+        try {
+            std::rethrow_exception(e);
+        } catch (const std::exception& x) {
+            message = x.what();
+        } catch (...) {
+        }
+        {
+            std::lock_guard lock(state.tail_mutex);
+            state.active[i] = false;
+        }
+        std::vector<std::size_t> back;
+        if (pipes[i]) {
+            // The stream's own error says more than "a stream failed".
+            const std::string first = pipes[i]->drain();
+            if (!first.empty()) message = first;
+            back = pipes[i]->take_back(units);
+        } else if (plan.static_assignment) {
+            for (std::size_t u = i; u < units; u += devices.size()) back.push_back(u);
+        }
+        std::lock_guard lock(state.queue_mutex);
+        for (std::size_t u : back) state.returned.push_back(u);
+        state.taken -= std::min<std::size_t>(state.taken.load(), back.size());
+        state.faults.push_back({devices[i]->id(), message, back.size()});
+        errors[i] = e;
+        --state.working;
+        state.queue_cv.notify_all();
+    };
     const auto work = [&](std::size_t i) {
         try {
-            pipes[i] = std::make_unique<device_pipeline<T>>(*devices[i], i, devices.size(), plan, alpha, beta, a, b,
-                                                            c, state, run);
-            pipes[i]->run(units);
-            {
-                // A device done with the queue no longer counts as one that could take the rest.
-                std::lock_guard lock(state.tail_mutex);
-                state.active[i] = false;
+            // Buffers that cannot all be allocated (memory taken by others though the budget has
+            // room): retry with half as many of each, down to one; the units stay the same.
+            std::string first_failure;
+            for (int shrink = 0;; ++shrink) {
+                try {
+                    pipes[i] = std::make_unique<device_pipeline<T>>(*devices[i], i, devices.size(), plan, alpha, beta,
+                                                                    a, b, c, state, run, shrink);
+                    break;
+                } catch (const std::exception& e) {
+                    const int most = std::max({plan.a_slots, plan.b_slots, plan.c_slots});
+                    if ((most >> shrink) <= 1 || cancel_requested()) throw;
+                    if (first_failure.empty()) first_failure = e.what();
+                }
             }
-            pipes[i]->finish();
+            if (!first_failure.empty()) {
+                std::lock_guard lock(state.queue_mutex);
+                state.warnings.push_back(devices[i]->id() + ": " + first_failure + "; ran with fewer buffers (" +
+                                         pipes[i]->buffers() + " of " + std::to_string(plan.a_slots) + "/" +
+                                         std::to_string(plan.b_slots) + "/" + std::to_string(plan.c_slots) +
+                                         " for A/B/C)");
+            }
+            for (;;) {
+                pipes[i]->run(units);
+                {
+                    // A device done with the queue no longer counts as one that could take the rest.
+                    std::lock_guard lock(state.tail_mutex);
+                    state.active[i] = false;
+                }
+                pipes[i]->finish();
+                // Idle: wait for units a lost device gives back, until no device could.
+                std::unique_lock lock(state.queue_mutex);
+                --state.working;
+                state.queue_cv.notify_all();
+                while (state.returned.empty() && state.working > 0 && !state.stop && !cancel_requested())
+                    state.queue_cv.wait_for(lock, std::chrono::milliseconds(run.cancel != nullptr ? 10 : 200));
+                if (state.returned.empty() || state.stop || cancel_requested()) break;
+                ++state.working;
+            }
         } catch (...) {
-            errors[i] = std::current_exception();
-            state.failed = true;
+            if (state.recoverable && !cancel_requested() && !state.stop) {
+                lose(i, std::current_exception());
+            } else {
+                errors[i] = std::current_exception();
+                state.stop = true;
+                std::lock_guard lock(state.queue_mutex);
+                --state.working;
+                state.queue_cv.notify_all();
+            }
         }
     };
     if (devices.size() == 1) {
@@ -729,8 +977,35 @@ gemm_report execute_gemm(const gemm_plan& plan, std::span<device* const> devices
     rep.seconds = std::chrono::duration<double>(clock::now() - t0).count();
     for (device* d : devices)
         if (run.trace) d->set_trace_sink(nullptr);
-    for (auto& e : errors)
-        if (e) std::rethrow_exception(e);
+    const std::size_t done = state.units_done.load();
+    if (cancel_requested() && done < units)
+        throw cancelled("gemm: cancelled after " + std::to_string(done) + " of " + std::to_string(units) + " units");
+    if (state.recoverable) {
+        if (done < units) {
+            // Every device is gone: name each cause.
+            std::string all;
+            bool budget = true;
+            for (std::size_t i = 0; i < devices.size(); ++i) {
+                if (!errors[i]) continue;
+                try {
+                    std::rethrow_exception(errors[i]);
+                } catch (const out_of_budget&) {
+                } catch (...) {
+                    budget = false;
+                }
+            }
+            for (const device_fault& f : state.faults) all += "; " + f.id + ": " + f.message;
+            const std::string text = "gemm: every device failed (" + std::to_string(done) + " of " +
+                                     std::to_string(units) + " units done)" + all;
+            if (budget) throw out_of_budget(text);
+            throw device_error(text);
+        }
+    } else {
+        for (auto& e : errors)
+            if (e) std::rethrow_exception(e);
+    }
+    rep.faults = std::move(state.faults);
+    for (auto& w : state.warnings) rep.warnings.push_back(std::move(w));
     rep.bytes_h2d = state.bytes_h2d;
     rep.bytes_d2h = state.bytes_d2h;
     rep.bytes_packed = state.bytes_packed;

@@ -1,11 +1,13 @@
 // Running a Jacobi plan: parts resident on their devices, the per-iteration schedule of strip
 // sweeps, halo messages and interior sweeps ordered by events, and the delayed residual.
+#include "core/fault_injection.hpp"
 #include "core/jacobi_layout.hpp"
 
 #include <tilestream/error.hpp>
 #include <tilestream/jacobi.hpp>
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <numbers>
@@ -86,6 +88,8 @@ struct part_run {
     std::array<std::unique_ptr<event>, 2> boundary_done, sent, residual_ready;
     std::unique_ptr<event> interior_done;
     std::array<std::unique_ptr<event>, 4> milestone;
+    /// The last check iteration the interior stream reached (a failed stream skips the marker).
+    std::unique_ptr<std::atomic<index_t>> reached = std::make_unique<std::atomic<index_t>>(0);
     sweep_split sweeps;
     std::vector<halo_link*> in, out;
 
@@ -118,7 +122,7 @@ public:
     void copy_out(void* host, std::size_t pitch, int buffer);
     void enqueue_iteration(index_t t, bool check, int slot);
     void throttle(index_t t);
-    double examine(int slot);
+    double examine(int slot, index_t iteration);
     void synchronize();
 
 private:
@@ -263,13 +267,24 @@ void jacobi_engine::copy_out(void* host, std::size_t pitch, int buffer) {
 
 void jacobi_engine::synchronize() {
     std::exception_ptr first;
-    for (auto& p : parts_)
-        for (auto& s : p.owned) try {
+    std::string failed;
+    for (std::size_t k = 0; k < parts_.size(); ++k)
+        for (auto& s : parts_[k].owned) try {
                 s->synchronize();
             } catch (...) {
-                if (!first) first = std::current_exception();
+                if (first) continue;
+                first = std::current_exception();
+                failed = "jacobi: device " + parts_[k].dev->id() + " (part " + std::to_string(k) + " of " +
+                         std::to_string(parts_.size()) + ") failed: ";
             }
-    if (first) std::rethrow_exception(first);
+    if (!first) return;
+    try {
+        std::rethrow_exception(first);
+    } catch (const cancelled&) {
+        throw;
+    } catch (const std::exception& e) {
+        throw device_error(failed + e.what());
+    }
 }
 
 // Iteration t reads field[prev] and writes field[cur]. Every wait names an event recorded
@@ -318,10 +333,15 @@ void jacobi_engine::enqueue_iteration(index_t t, bool check, int slot) {
             p.dev->copy_within(s, res, p.residual.get(), sizeof(double));
         }
         if (!p.sweeps.rest.empty()) p.dev->jacobi_sweep(s, sweep_call(p, p.sweeps.rest, prev, cur, res));
+        if (fault_injection::unit_fails(*p.dev)) {
+            const std::string what = p.dev->id() + ": kernel failed (injected fault) at iteration " + std::to_string(t);
+            p.dev->enqueue_host(s, [what] { throw device_error(what); }, "injected fault");
+        }
         p.interior_done->record(s);
         if (check) {
             p.dev->copy_to_host(s, static_cast<double*>(p.residual_host.get()) + 2 * slot, p.residual_slot(slot, 0),
                                 2 * sizeof(double));
+            p.dev->enqueue_host(s, [m = p.reached.get(), t] { *m = t; }, "check reached");
             p.residual_ready[slot]->record(s);
         }
     }
@@ -380,10 +400,12 @@ void jacobi_engine::throttle(index_t t) {
     }
 }
 
-double jacobi_engine::examine(int slot) {
+double jacobi_engine::examine(int slot, index_t iteration) {
     double sum = 0;
     for (part_run& p : parts_) {
         p.residual_ready[slot]->synchronize();
+        // Its marker did not run: an operation before it failed; synchronize() names it.
+        if (p.reached->load() < iteration) synchronize();
         const double* h = static_cast<const double*>(p.residual_host.get()) + 2 * slot;
         sum += h[0] + h[1];
     }
@@ -412,11 +434,7 @@ jacobi_report run_jacobi(const jacobi_plan& plan, host_matrix_view<T> field) {
         return rep;
     }
     jacobi_engine engine(plan);
-    engine.setup();
     const std::size_t pitch = std::size_t(field.ld()) * sizeof(T);
-    engine.copy_in(field.data(), pitch);
-
-    const auto t0 = clock_type::now();
     const index_t n = opt.iters, k = opt.check_every;
     struct pending_check {
         index_t iteration;
@@ -426,39 +444,55 @@ jacobi_report run_jacobi(const jacobi_plan& plan, host_matrix_view<T> field) {
     int checks = 0;
     index_t done = 0;
     bool stop = false;
-    const auto examine = [&](const pending_check& c) {
-        const double r = engine.examine(c.slot);
-        if (opt.progress) opt.progress({c.iteration, n, r, seconds_since(t0)});
-        return r;
-    };
-    // The residual of a check is examined after the next check is queued: the devices always have
-    // the iterations in between to work on while it travels to the host.
-    for (index_t t = 1; t <= n && !stop; ++t) {
-        const bool check = t % k == 0 || t == n;
-        const int slot = checks % 2;
-        engine.enqueue_iteration(t, check, slot);
-        engine.throttle(t);
-        done = t;
-        if (!check) continue;
-        if (pending) {
-            const double r = examine(*pending);
-            if (opt.tol > 0 && r < opt.tol) {
-                rep.converged = true;
-                rep.converged_at = pending->iteration;
-                stop = true;
+    // Until the copy out, a failing device stops the solve with the field untouched.
+    try {
+        engine.setup();
+        engine.copy_in(field.data(), pitch);
+        const auto t0 = clock_type::now();
+        const auto examine = [&](const pending_check& c) {
+            const double r = engine.examine(c.slot, c.iteration);
+            if (opt.progress) opt.progress({c.iteration, n, r, seconds_since(t0)});
+            return r;
+        };
+        // The residual of a check is examined after the next check is queued: the devices always
+        // have the iterations in between to work on while it travels to the host.
+        for (index_t t = 1; t <= n && !stop; ++t) {
+            if (opt.cancel != nullptr && opt.cancel->load())
+                throw cancelled("jacobi: cancelled at iteration " + std::to_string(t) + " of " + std::to_string(n) +
+                                "; the field holds its starting values");
+            const bool check = t % k == 0 || t == n;
+            const int slot = checks % 2;
+            engine.enqueue_iteration(t, check, slot);
+            engine.throttle(t);
+            done = t;
+            if (!check) continue;
+            if (pending) {
+                const double r = examine(*pending);
+                if (opt.tol > 0 && r < opt.tol) {
+                    rep.converged = true;
+                    rep.converged_at = pending->iteration;
+                    stop = true;
+                }
             }
+            pending = pending_check{t, slot};
+            ++checks;
         }
-        pending = pending_check{t, slot};
-        ++checks;
+        engine.synchronize();
+        rep.seconds = seconds_since(t0);
+        rep.residual = examine(*pending);
+    } catch (const device_error& e) {
+        throw device_error(std::string(e.what()) + "; the solve stopped, the field holds its starting values");
     }
-    engine.synchronize();
-    rep.seconds = seconds_since(t0);
-    rep.residual = examine(*pending);
     if (!rep.converged && opt.tol > 0 && rep.residual < opt.tol) {
         rep.converged = true;
         rep.converged_at = done;
     }
-    engine.copy_out(field.data(), pitch, int(done % 2));
+    try {
+        engine.copy_out(field.data(), pitch, int(done % 2));
+    } catch (const device_error& e) {
+        throw device_error(std::string(e.what()) +
+                           "; the field is partly written: parts copied out before the failure hold the final values");
+    }
 
     rep.iterations = done;
     rep.halo_bytes = std::size_t(done) * plan.halo_bytes_per_iteration();
