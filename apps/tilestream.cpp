@@ -365,6 +365,7 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
 
     std::vector<double> seconds;
     ts::gemm_report last;
+    std::vector<ts::device_fault> faults;  // devices lost in any repeat (the others redid their units)
     // Pinned once for all repeats, outside the timed runs.
     const ts::pinned_operands pinned(dev_ptrs, ops.a, ops.b, c.view());
     for (const auto& w : pinned.refused()) std::fprintf(stderr, "warning: host memory not pinned (copies stay pageable): %s\n", w.c_str());
@@ -376,6 +377,12 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
             ts::fill_nan(c.view());  // beta = 0 must overwrite whatever C holds
         last = ts::execute_gemm<T>(plan, dev_ptrs, alpha, ops.a, ops.b, beta, c.view(), run);
         seconds.push_back(last.seconds);
+        for (const auto& f : last.faults) {
+            std::fprintf(stderr, "warning: device %s failed and was dropped (%zu of its units redone by the others): %s\n",
+                         f.id.c_str(), f.units_redone, f.message.c_str());
+            faults.push_back(f);
+        }
+        for (const auto& w : last.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
         ts::cli::as_runtime_failure([&] {
             ops.a_file.check_unchanged();
             ops.b_file.check_unchanged();
@@ -392,6 +399,12 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
                      "packed %zu (predicted %zu), peak device memory %zu (predicted %zu)\n",
                      secs, plan.predicted_seconds, last.bytes_h2d, plan.bytes_h2d, last.bytes_d2h, plan.bytes_d2h,
                      last.bytes_packed, plan.bytes_packed, last.peak_device_bytes, plan.peak_device_bytes);
+    if (explain) {
+        if (faults.empty()) std::fprintf(stderr, "faults: none (no device lost)\n");
+        for (const auto& f : faults)
+            std::fprintf(stderr, "fault: device %s lost, %zu units redone by the other devices: %s\n", f.id.c_str(),
+                         f.units_redone, f.message.c_str());
+    }
     if (a.has("trace")) ts::cli::as_runtime_failure([&] { recorder.write_chrome(*a.get("trace")); });
     if (a.has("timeline"))
         ts::cli::as_runtime_failure([&] { ts::write_text_file_atomically(*a.get("timeline"),
@@ -429,6 +442,11 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
             shares.push_back(ts::json_object().add("id", d.id).add("units", d.units).add("flops", d.flops)
                                  .add("bytes_h2d", d.bytes_h2d).add("cache_hits", d.cache_hits).str());
         o.raw("device_shares", ts::json_array(shares));
+        std::vector<std::string> lost;
+        for (const auto& f : faults)
+            lost.push_back(ts::json_object().add("device", f.id).add("message", f.message)
+                               .add("units_redone", f.units_redone).str());
+        o.raw("faults", ts::json_array(lost));
         if (plan.cache)
             o.add("cache_hits", last.cache_hits).add("cache_misses", last.cache_misses).add("bytes_saved", last.bytes_saved)
                 .add("peer_hits", last.peer_hits).add("bytes_from_peers", last.bytes_from_peers);

@@ -142,14 +142,14 @@ TEST_P(device_fault_survived, OtherDevicesFinishAndTheResultIsRight) {
     g.seed = 100 + std::uint64_t(variant);
     fi::faults f;
     switch (kind) {
-        case fault_kind::kernel: f.fail_after_units = 1; break;
+        case fault_kind::kernel: f.fail_after_units = 0; break;
         case fault_kind::h2d: f.fail_h2d_after = 3; break;
         case fault_kind::d2h: f.fail_d2h_after = 0; break;
     }
     fi::arm(*devs[1], f);
     // The other two devices are slowed a little, so device 1 surely takes units before the run ends.
     gemm_run_options run;
-    run.test_slowdown = {{devs[0]->id(), 0.0005}, {devs[2]->id(), 0.0005}};
+    run.test_slowdown = {{devs[0]->id(), 0.002}, {devs[2]->id(), 0.002}};
     visit_dtype(type, [&]<class T>() {
         const gemm_outcome out = run_checked<T>(ptrs, g, run);
         ASSERT_FALSE(out.threw) << out.what;
@@ -298,6 +298,15 @@ TEST_F(faults_test, OpenCLDeviceBesideCpuDevicesSurvivesACpuFault) {
     ASSERT_LE(out.rep.faults.size(), 1u);
     if (!out.rep.faults.empty()) EXPECT_EQ(out.rep.faults[0].id, devs[0]->id());
     EXPECT_EQ(units_done(out.rep), out.rep.plan.units);
+}
+
+TEST(faults_cli, JsonListsTheDevicesLost) {
+    const auto r = testing::run_cli("gemm --m 33 --n 29 --k 31 --devices cpu:2 --memory-budget 64KiB --json --quiet");
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_NE(r.out.find("\"faults\": []"), std::string::npos) << r.out;
+    const auto e = testing::run_cli("gemm --m 33 --n 29 --k 31 --devices cpu:2 --memory-budget 64KiB --explain --quiet");
+    ASSERT_EQ(e.exit_code, 0) << e.out;
+    EXPECT_NE(e.out.find("faults: none"), std::string::npos) << e.out;
 }
 
 // ---- Jacobi: a fault stops the solve, naming the device
