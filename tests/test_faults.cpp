@@ -446,5 +446,253 @@ TEST_F(faults_test, JacobiCancelledLeavesTheFieldAsItWas) {
     EXPECT_TRUE(same_bits(field, expect));
 }
 
+// ---- soak
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool sanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr bool sanitized = true;
+#else
+constexpr bool sanitized = false;
+#endif
+#else
+constexpr bool sanitized = false;
+#endif
+
+/// VmRSS of this process in bytes (0 when /proc is not there).
+std::size_t resident_bytes() {
+    std::ifstream in("/proc/self/status");
+    std::string line;
+    while (std::getline(in, line))
+        if (line.rfind("VmRSS:", 0) == 0) return std::size_t(std::stoull(line.substr(6))) * 1024;
+    return 0;
+}
+
+std::size_t open_fds() {
+    std::size_t n = 0;
+    std::error_code ec;
+    for (auto it = std::filesystem::directory_iterator("/proc/self/fd", ec); !ec && it != std::filesystem::end(it);
+         it.increment(ec))
+        ++n;
+    return n;
+}
+
+/// What the soak's callers did, summed over threads.
+struct soak_counts {
+    std::atomic<std::size_t> gemms{0}, jacobis{0}, devices_lost{0}, jacobi_stopped{0}, cancelled{0}, retried{0}, all_lost{0};
+};
+
+class soak_caller {
+public:
+    soak_caller(int id, const std::vector<std::unique_ptr<device>>& budgeted,
+                const std::vector<std::unique_ptr<device>>& in_place, const std::vector<std::unique_ptr<device>>& solvers,
+                soak_counts& counts)
+        : id_(id), rng_(std::uint64_t(1000 + id)), budgeted_(budgeted), in_place_(in_place), solvers_(solvers),
+          counts_(counts) {}
+
+    /// One call: a GEMM (faults armed by caller 0 only, one device at a time, so no run loses
+    /// every device), a Jacobi solve, or (caller 2) a GEMM cancelled before it starts.
+    void call() {
+        const int what = pick(0, 9);
+        if (what < 6) gemm_call(false);
+        else if (what < 9) jacobi_call();
+        else if (id_ == 2) gemm_call(true);
+        else gemm_call(false);
+    }
+
+private:
+    int pick(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng_); }
+
+    std::vector<device*> subset(const std::vector<std::unique_ptr<device>>& from, int count) {
+        std::vector<device*> all = raw(from);
+        std::shuffle(all.begin(), all.end(), rng_);
+        all.resize(std::size_t(count));
+        return all;
+    }
+
+    void gemm_call(bool cancel_first) {
+        const bool copying = pick(0, 3) != 0;
+        const std::vector<device*> devs = copying ? subset(budgeted_, pick(2, 3)) : subset(in_place_, 2);
+        gemm_case g;
+        g.m = pick(1, 70);
+        g.n = pick(1, 70);
+        g.k = pick(1, 70);
+        g.oa = pick(0, 1) ? op::t : op::n;
+        g.ob = pick(0, 1) ? op::t : op::n;
+        g.la = pick(0, 1) ? layout::col_major : layout::row_major;
+        g.lb = pick(0, 1) ? layout::col_major : layout::row_major;
+        g.lc = pick(0, 1) ? layout::col_major : layout::row_major;
+        g.alpha = std::array{1.0, 0.5, -2.0}[std::size_t(pick(0, 2))];
+        g.beta = std::array{0.0, 0.5, 1.0}[std::size_t(pick(0, 2))];
+        g.seed = std::uint64_t(pick(1, 1 << 30));
+        static constexpr std::array copying_strategies{gemm_strategy::automatic, gemm_strategy::tiles_3d,
+                                                       gemm_strategy::a_panel,   gemm_strategy::b_panel,
+                                                       gemm_strategy::c_block,   gemm_strategy::row_panels};
+        g.strategy = copying ? copying_strategies[std::size_t(pick(0, 5))]
+                             : (pick(0, 1) ? gemm_strategy::zero_copy : gemm_strategy::automatic);
+        g.tile = std::array<index_t, 4>{0, 8, 16, 24}[std::size_t(pick(0, 3))];
+        if (g.strategy == gemm_strategy::automatic) g.tile = 0;
+        const bool inject = id_ == 0 && pick(0, 1) == 1;
+        if (inject) {
+            fi::faults f;
+            switch (copying ? pick(0, 4) : 0) {
+                case 0: f.fail_after_units = pick(0, 3); break;
+                case 1: f.fail_h2d_after = pick(0, 6); break;
+                case 2: f.fail_d2h_after = pick(0, 2); break;
+                case 3: f.fail_allocations = 1; break;
+                default: f.fail_allocations = 1000; break;
+            }
+            fi::arm(*devs[std::size_t(pick(0, int(devs.size()) - 1))], f);
+        }
+        std::atomic<bool> cancel{cancel_first};
+        gemm_run_options run;
+        if (cancel_first) run.cancel = &cancel;
+        const auto checked = [&]<class T>() {
+            gemm_outcome out;
+            try {
+                out = run_checked<T>(devs, g, run);
+            } catch (const error&) {
+                // The plan: this strategy or tile does not fit the budget; the planner's choice does.
+                gemm_case fallback = g;
+                fallback.strategy = copying ? gemm_strategy::automatic : gemm_strategy::zero_copy;
+                fallback.tile = 0;
+                out = run_checked<T>(devs, fallback, run);
+            }
+            return out;
+        };
+        const gemm_outcome out = pick(0, 1) ? checked.template operator()<float>() : checked.template operator()<double>();
+        if (inject) fi::clear();
+        if (cancel_first) {
+            EXPECT_TRUE(out.threw);
+            EXPECT_NE(out.what.find("cancelled"), std::string::npos) << out.what;
+            ++counts_.cancelled;
+            return;
+        }
+        if (out.threw && out.what.find("every device failed") != std::string::npos) {
+            // Caller 0 armed a fault on each of this run's devices in turn while it ran (its
+            // calls are shorter than this one): fine if every cause was injected and is named.
+            for (device* d : devs) EXPECT_NE(out.what.find(d->id() + ": "), std::string::npos) << out.what;
+            std::size_t causes = 0;
+            for (std::size_t at = 0; (at = out.what.find("injected", at)) != std::string::npos; ++at) ++causes;
+            EXPECT_EQ(causes, devs.size()) << out.what;
+            ++counts_.all_lost;
+            return;
+        }
+        ASSERT_FALSE(out.threw) << out.what;
+        EXPECT_LE(out.error, out.tolerance) << g.m << "x" << g.n << "x" << g.k << " " << to_string(g.strategy);
+        EXPECT_EQ(units_done(out.rep), out.rep.plan.units);
+        counts_.devices_lost += out.rep.faults.size();
+        counts_.retried += out.rep.warnings.size();
+        ++counts_.gemms;
+    }
+
+    void jacobi_call() {
+        const index_t nx = pick(8, 60), ny = pick(8, 60), iters = pick(1, 30);
+        const auto devs = subset(solvers_, pick(1, 3));
+        const bool inject = id_ == 0 && pick(0, 2) == 0;
+        if (inject) {
+            fi::faults f;
+            f.fail_after_units = pick(0, 20);
+            fi::arm(*devs[0], f);
+        }
+        const auto solve_one = [&]<class T>() {
+            const host_matrix<T> start = random_field<T>(nx, ny, std::uint64_t(pick(1, 1000)));
+            host_matrix<T> field(ny, nx);
+            std::memcpy(field.data(), start.data(), sizeof(T) * std::size_t(start.size()));
+            jacobi_options o;
+            o.iters = iters;
+            o.check_every = pick(1, 10);
+            try {
+                run_jacobi<T>(plan_jacobi(jacobi_problem{nx, ny, dtype_of<T>()}, devs, o), field.view());
+            } catch (const device_error& e) {
+                // Only an injected fault (armed by caller 0, maybe hit by another caller's solve).
+                EXPECT_NE(std::string(e.what()).find("injected"), std::string::npos) << e.what();
+                EXPECT_TRUE(same_bits(field, start));
+                ++counts_.jacobi_stopped;
+                return;
+            }
+            host_matrix<T> expect(ny, nx);
+            std::memcpy(expect.data(), start.data(), sizeof(T) * std::size_t(start.size()));
+            plain_jacobi(expect, iters);
+            EXPECT_TRUE(same_bits(field, expect)) << nx << "x" << ny << " " << iters << " iterations";
+            ++counts_.jacobis;
+        };
+        if (pick(0, 1)) solve_one.template operator()<float>();
+        else solve_one.template operator()<double>();
+        if (inject) fi::clear();
+    }
+
+    int id_;
+    std::mt19937_64 rng_;
+    const std::vector<std::unique_ptr<device>>& budgeted_;
+    const std::vector<std::unique_ptr<device>>& in_place_;
+    const std::vector<std::unique_ptr<device>>& solvers_;
+    soak_counts& counts_;
+};
+
+/// Rounds of random GEMMs (shapes, ops, layouts, dtypes, strategies, tiles; three budgeted CPU
+/// devices with 96 KiB each, or two zero-copy ones) and Jacobi solves from three threads at once,
+/// with injected faults; every result checked. Round 0 warms up (thread pools, allocator arenas);
+/// from the end of round 0 to the end of the last, open descriptors must not change and resident
+/// memory must not grow by more than 24 MiB (glibc keeps freed thread stacks and per-thread arenas
+/// for reuse; a leak of a C block per call would be far larger over the calls), except in
+/// sanitizer builds, whose allocator quarantine holds freed memory (LeakSanitizer checks leaks).
+/// TILESTREAM_SOAK_ROUNDS sets the rounds (default 40, 10 in sanitizer builds).
+TEST(Soak, RandomGemmsAndJacobiWithFaultsFromThreeCallers) {
+    int rounds = sanitized ? 10 : 40;
+    if (const char* env = std::getenv("TILESTREAM_SOAK_ROUNDS")) rounds = std::max(2, std::atoi(env));
+    constexpr int callers = 3, calls_per_round = 6;
+    open_options budget;
+    budget.cpu_threads = 1;
+    budget.memory_budget = 96 * 1024;
+    open_options plain;
+    plain.cpu_threads = 1;
+    const auto budgeted = open_devices("cpu:3", budget);
+    const auto in_place = open_devices("cpu:2", plain);
+    // A budget bounds the blocks a device keeps for reuse (an unbudgeted one keeps a block of
+    // every size it saw, up to its memory share): the RSS figure then shows leaks, not that pool.
+    open_options solver_budget = plain;
+    solver_budget.memory_budget = 1024 * 1024;
+    const auto solvers = open_devices("cpu:3", solver_budget);
+    soak_counts counts;
+    std::vector<std::unique_ptr<soak_caller>> who;
+    for (int i = 0; i < callers; ++i)
+        who.push_back(std::make_unique<soak_caller>(i, budgeted, in_place, solvers, counts));
+    std::size_t rss0 = 0, fds0 = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int r = 0; r < rounds; ++r) {
+        std::vector<std::thread> threads;
+        for (int i = 0; i < callers; ++i)
+            threads.emplace_back([&, i] {
+                for (int c = 0; c < calls_per_round; ++c) who[std::size_t(i)]->call();
+            });
+        for (auto& t : threads) t.join();
+        fi::clear();
+        if (r == 0) {
+            rss0 = resident_bytes();
+            fds0 = open_fds();
+        }
+        if (rounds >= 8 && (r + 1) % (rounds / 4) == 0)
+            std::printf("soak: after round %d: RSS %.1f MiB, open fds %zu\n", r + 1, double(resident_bytes()) / 1048576.0,
+                        open_fds());
+        if (::testing::Test::HasFatalFailure()) break;
+    }
+    const std::size_t rss1 = resident_bytes(), fds1 = open_fds();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("soak: %d rounds, %d calls (%zu gemm, %zu jacobi, %zu cancelled, %zu jacobi stopped by a fault), "
+                "%zu devices lost and %zu buffer retries survived, %zu runs lost every device, %.1f s; after round 0 -> end: RSS %.1f -> %.1f MiB, "
+                "open fds %zu -> %zu%s\n",
+                rounds, rounds * callers * calls_per_round, counts.gemms.load(), counts.jacobis.load(),
+                counts.cancelled.load(), counts.jacobi_stopped.load(), counts.devices_lost.load(), counts.retried.load(),
+                counts.all_lost.load(), seconds, double(rss0) / 1048576.0, double(rss1) / 1048576.0, fds0, fds1,
+                sanitized ? " (sanitizer build: RSS not bounded)" : "");
+    EXPECT_EQ(fds1, fds0);
+    if (!sanitized) EXPECT_LE(rss1, rss0 + 24 * 1024 * 1024);
+    EXPECT_GT(counts.devices_lost.load(), 0u);
+    for (const auto* set : {&budgeted, &in_place, &solvers})
+        for (const auto& d : *set) EXPECT_EQ(d->bytes_in_use(), 0u) << d->id();
+}
+
 }  // namespace
 }  // namespace tilestream

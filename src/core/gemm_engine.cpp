@@ -994,7 +994,8 @@ gemm_report execute_gemm(const gemm_plan& plan, std::span<device* const> devices
                     budget = false;
                 }
             }
-            for (const device_fault& f : state.faults) all += "; " + f.id + ": " + f.message;
+            for (const device_fault& f : state.faults)
+                all += "; " + (f.message.rfind(f.id + ": ", 0) == 0 ? f.message : f.id + ": " + f.message);
             const std::string text = "gemm: every device failed (" + std::to_string(done) + " of " +
                                      std::to_string(units) + " units done)" + all;
             if (budget) throw out_of_budget(text);
