@@ -984,7 +984,7 @@ gemm_report execute_gemm(const gemm_plan& plan, std::span<device* const> devices
         if (done < units) {
             // Every device is gone: name each cause.
             std::string all;
-            bool budget = true;
+            bool budget = !state.faults.empty();
             for (std::size_t i = 0; i < devices.size(); ++i) {
                 if (!errors[i]) continue;
                 try {
