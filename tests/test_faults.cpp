@@ -636,9 +636,9 @@ private:
 /// memory must not grow by more than 24 MiB (glibc keeps freed thread stacks and per-thread arenas
 /// for reuse; a leak of a C block per call would be far larger over the calls), except in
 /// sanitizer builds, whose allocator quarantine holds freed memory (LeakSanitizer checks leaks).
-/// TILESTREAM_SOAK_ROUNDS sets the rounds (default 40, 10 in sanitizer builds).
+/// TILESTREAM_SOAK_ROUNDS sets the rounds (default 40, 20 in sanitizer builds).
 TEST(Soak, RandomGemmsAndJacobiWithFaultsFromThreeCallers) {
-    int rounds = sanitized ? 10 : 40;
+    int rounds = sanitized ? 20 : 40;
     if (const char* env = std::getenv("TILESTREAM_SOAK_ROUNDS")) rounds = std::max(2, std::atoi(env));
     constexpr int callers = 3, calls_per_round = 6;
     open_options budget;
