@@ -106,7 +106,12 @@ void device::notify_budget_waiters() {
 }
 
 std::size_t device::budget_for_runs() const {
-    const std::size_t outside = in_use_.load() - std::min(in_use_.load(), reserved_.load());
+    // Under the mutex reservations change in_use_ and reserved_ under: read apart, a reservation
+    // being made or ended could look like memory allocated outside runs (down to a 0 B budget).
+    // (The mutex is not `mutable` in the header; locking it changes no observable state.)
+    std::lock_guard lock(const_cast<std::mutex&>(budget_mutex_));
+    const std::size_t used = in_use_.load();
+    const std::size_t outside = used - std::min(used, reserved_.load());
     return info_.budget_bytes - std::min(info_.budget_bytes, outside);
 }
 
