@@ -25,34 +25,27 @@ namespace {
 
 constexpr int exit_check_failed = 1;
 
-const char* jacobi_help =
-    "usage: tilestream jacobi [options]\n"
-    "  --nx N --ny N             grid columns and rows, boundary included (default 1024 x 1024)\n"
-    "  --init FILE.npy           starting field (ny x nx; its boundary stays fixed) instead of the\n"
-    "                            default: sin(2*pi*i/(ny-1)) on columns 0 and nx-1, 0 elsewhere\n"
-    "  --dtype f32|f64           field type (default f32, or the --init file's)\n"
-    "  --iters N                 most iterations (default 1000)\n"
-    "  --tol X                   stop when the residual norm is below X (default 0: never)\n"
-    "  --check-every K           residual every K iterations, read one check later (default 10)\n"
-    "  --devices SPEC            e.g. cpu, cpu:4, cuda:0,cuda:1 (default cpu)\n"
-    "  --decomp D                rows | cols | tiles | tiles:PxQ | auto (default auto: least halo bytes)\n"
-    "  --overlap on|off          strips and halos first, interior meanwhile (default on)\n"
-    "  --memory-budget BYTES     budget of each device, e.g. 512MiB\n"
-    "  --cpu-threads N           threads per CPU device (at most 4 x cores, at least 16)\n"
-    "  --out FIELD.npy           write the final field\n"
-    "  --image FIELD.png         write the final field colour-mapped, with a colour bar\n"
-    "  --check                   rerun the same iterations on the first device alone and compare bit for\n"
-    "                            bit; exit 1 unless identical. Costs one more solve on one device (about the\n"
-    "                            run's time times the number of devices); the output gives its seconds\n"
-    "  --explain                 print the plan (parts, devices, halo bytes) before running\n"
-    "  --json                    print one JSON object\n"
-    "  --quiet                   no progress lines on long runs\n";
-
-open_options device_options(const args& a) {
-    open_options o;
-    if (auto b = a.get("memory-budget")) o.memory_budget = parse_bytes(*b);
-    o.cpu_threads = static_cast<int>(a.integer("cpu-threads", 0, 1, std::numeric_limits<int>::max()));
-    return o;
+void declare_jacobi_options(args& a) {
+    declare_device_options(a);
+    a.integer_option("nx", "grid columns, boundary included (default 1024)")
+        .integer_option("ny", "grid rows, boundary included (default 1024)")
+        .text("init", "starting field (ny x nx; its boundary stays fixed) instead of the default: "
+                      "sin(2 pi i/(ny-1)) on columns 0 and nx-1, 0 elsewhere", "FILE.npy")
+        .text("dtype", "field type: f32 (default, or the --init file's) or f64", "f32|f64")
+        .integer_option("iters", "most iterations (default 1000)")
+        .number_option("tol", "stop when the residual norm is below X (default 0: never)")
+        .integer_option("check-every", "residual every K iterations, read one check later (default 10)")
+        .text("devices", "e.g. cpu, cpu:4, cuda:0,cuda:1 (default cpu)", "SPEC")
+        .text("decomp", "rows | cols | tiles | tiles:PxQ | auto (default auto: least halo bytes)", "D")
+        .text("overlap", "strips and halos first, interior meanwhile (default on)", "on|off")
+        .text("out", "write the final field", "FIELD.npy")
+        .text("image", "write the final field colour-mapped, with a colour bar", "FIELD.png")
+        .flag_option("check", "rerun the same iterations on the first device alone and compare bit for bit; exit 1 "
+                              "unless identical. Costs one more solve on one device (about the run's time times the "
+                              "number of devices); the output gives its seconds")
+        .flag_option("explain", "print the plan (parts, devices, halo bytes) before running")
+        .flag_option("json", "print one JSON object")
+        .flag_option("quiet", "no progress lines on long runs");
 }
 
 bool parse_on_off(const std::string& name, const std::string& v) {
@@ -184,16 +177,9 @@ int run_jacobi_command(const args& a, const jacobi_problem& pb, jacobi_options o
 }  // namespace
 
 int cmd_jacobi(int argc, char** argv) {
-    args a(argc, argv, 2,
-           {"nx", "ny", "iters", "tol", "check-every", "dtype", "devices", "decomp", "overlap", "init", "out",
-            "image", "memory-budget", "cpu-threads"},
-           {"check", "json", "quiet", "explain", "help"});
-    if (a.flag("help")) {
-        std::cout << jacobi_help;
-        return 0;
-    }
-    if (!a.positional().empty())
-        throw invalid_argument("jacobi: unexpected argument '" + a.positional().front() + "'");
+    args a("jacobi", "2-D Laplace equation by Jacobi iterations across devices.");
+    declare_jacobi_options(a);
+    if (!a.parse(argc, argv, 2)) return 0;
     a.check_output_paths({"out", "image"});
     const index_t big = std::numeric_limits<index_t>::max();
     jacobi_problem pb;

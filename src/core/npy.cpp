@@ -368,6 +368,11 @@ void npy_array::check_unchanged() const {
     if (!why.empty()) fail(path_, why + "; results computed from it are discarded");
 }
 
+void npy_array::release_resident() const {
+    // A read-only private mapping holds no private changes: dropping its pages loses nothing.
+    if (mapping_) ::madvise(mapping_->base, mapping_->size, MADV_DONTNEED);
+}
+
 npy_array read_npy(const std::string& path) {
     if (path.empty()) throw file_error("read_npy: empty file name");
 
@@ -593,6 +598,79 @@ void write_npy(const std::string& path, host_matrix_view<const T> m) {
         }
     }
     out.commit();
+}
+
+namespace detail {
+struct npy_output_state {
+    explicit npy_output_state(const std::string& path) : file(path) {}
+    ~npy_output_state() {
+        if (base) ::munmap(base, size);
+    }
+    temp_file file;
+    std::string path;
+    void* base = nullptr;
+    std::size_t size = 0, data_offset = 0;
+    dtype type = dtype::f32;
+    index_t rows = 0, cols = 0;
+    tilestream::layout layout = layout::row_major;
+};
+}  // namespace detail
+
+npy_output::npy_output(const std::string& path, dtype type, index_t rows, index_t cols, tilestream::layout lay) {
+    if (path.empty()) throw file_error("npy_output: empty file name");
+    const std::size_t data_bytes = checked_bytes(rows, cols, type, "npy_output " + path);
+    const std::string pre = npy_preamble(type, lay == layout::col_major, rows, cols);
+    auto st = std::make_unique<detail::npy_output_state>(path);
+    st->path = path;
+    st->type = type;
+    st->rows = rows;
+    st->cols = cols;
+    st->layout = lay;
+    st->data_offset = pre.size();
+    st->size = pre.size() + data_bytes;
+    st->file.reserve(st->size);
+    st->file.write(pre.data(), pre.size());
+    void* base = ::mmap(nullptr, st->size, PROT_READ | PROT_WRITE, MAP_SHARED, st->file.fd(), 0);
+    if (base == MAP_FAILED) {
+        const int err = errno;
+        fail(path, "cannot map the temporary '" + st->file.name() + "' (" + std::to_string(st->size) +
+                       " bytes): " + errno_text(err));
+    }
+    st->base = base;
+    s_ = std::move(st);
+}
+
+npy_output::npy_output(npy_output&&) noexcept = default;
+npy_output& npy_output::operator=(npy_output&&) noexcept = default;
+npy_output::~npy_output() = default;
+
+template <class T>
+host_matrix_view<T> npy_output::view() const {
+    if (dtype_of<T>() != s_->type)
+        throw invalid_argument(s_->path + ": view<" + std::string(to_string(dtype_of<T>())) + "> of an output of " +
+                               std::string(to_string(s_->type)));
+    return host_matrix_view<T>(reinterpret_cast<T*>(static_cast<char*>(s_->base) + s_->data_offset), s_->rows,
+                               s_->cols, s_->layout);
+}
+
+template host_matrix_view<float> npy_output::view<float>() const;
+template host_matrix_view<double> npy_output::view<double>() const;
+
+void npy_output::release_resident() const {
+    // For a shared file mapping the page cache keeps what was written (dirty pages are written
+    // back later); only this process's page table entries go.
+    if (s_ && s_->base) ::madvise(s_->base, s_->size, MADV_DONTNEED);
+}
+
+void npy_output::commit() {
+    if (!s_) throw file_error("npy_output: commit after a move or a commit");
+    if (::msync(s_->base, s_->size, MS_SYNC) != 0) {
+        const int err = errno;
+        fail(s_->path, "cannot write '" + s_->file.name() + "': " + errno_text(err));
+    }
+    ::munmap(std::exchange(s_->base, nullptr), s_->size);
+    s_->file.commit();
+    s_.reset();
 }
 
 template void write_npy<float>(const std::string&, host_matrix_view<const float>);
