@@ -2,12 +2,12 @@
 // devices, with optional bitwise check against one device, .npy and PNG output, and JSON.
 #include "cli_args.hpp"
 #include "commands.hpp"
+#include "core/json_text.hpp"
 
 #include <tilestream/devices.hpp>
 #include <tilestream/error.hpp>
 #include <tilestream/image.hpp>
 #include <tilestream/jacobi.hpp>
-#include <tilestream/json.hpp>
 #include <tilestream/npy.hpp>
 
 #include <chrono>
@@ -146,18 +146,18 @@ int run_jacobi_command(const args& a, const jacobi_problem& pb, jacobi_options o
     for (const auto& d : devs) ids += (ids.empty() ? "" : ",") + d->id();
     const std::string decomp = to_string(plan.decomposition());
     if (json) {
-        json_object o;
-        o.add("nx", pb.nx).add("ny", pb.ny).add("dtype", std::string(to_string(pb.type)));
-        o.add("devices", ids).add("decomp", decomp).add("planner_choice", plan.planner_chose());
-        o.add("overlap", opt.overlap).add("iterations", rep.iterations).add("seconds", rep.seconds);
-        o.add("total_seconds", rep.total_seconds).add("glups", rep.glups).add("gbps", rep.gbps);
-        o.add("residual", rep.residual).add("converged", rep.converged).add("converged_at", rep.converged_at);
-        o.add("check_every", opt.check_every).add("tol", opt.tol);
-        o.add("halo_bytes_per_iteration", plan.halo_bytes_per_iteration()).add("halo_bytes", rep.halo_bytes);
-        if (check_ok) o.add("check_passed", *check_ok).add("check_seconds", check_seconds);
-        if (out_path) o.add("out", *out_path);
-        if (image_path) o.add("image", *image_path);
-        std::cout << o.str() << "\n";
+        detail::json o = {{"nx", pb.nx}, {"ny", pb.ny}, {"dtype", std::string(to_string(pb.type))}, {"devices", ids},
+                          {"decomp", decomp}, {"planner_choice", plan.planner_chose()}, {"overlap", opt.overlap},
+                          {"iterations", rep.iterations}, {"seconds", rep.seconds},
+                          {"total_seconds", rep.total_seconds}, {"glups", rep.glups}, {"gbps", rep.gbps},
+                          {"residual", rep.residual}, {"converged", rep.converged},
+                          {"converged_at", rep.converged_at}, {"check_every", opt.check_every}, {"tol", opt.tol},
+                          {"halo_bytes_per_iteration", plan.halo_bytes_per_iteration()},
+                          {"halo_bytes", rep.halo_bytes}};
+        if (check_ok) o["check_passed"] = *check_ok, o["check_seconds"] = check_seconds;
+        if (out_path) o["out"] = *out_path;
+        if (image_path) o["image"] = *image_path;
+        std::cout << detail::json_line(o) << "\n";
     } else {
         std::printf("jacobi %lldx%lld %s on %s: %s%s, overlap %s\n", (long long)pb.nx, (long long)pb.ny,
                     std::string(to_string(pb.type)).c_str(), ids.c_str(), decomp.c_str(),

@@ -2,6 +2,7 @@
 // seconds, rate, speedup and efficiency, with --json and an SVG plot; and `tilestream timeline`.
 #include "cli_args.hpp"
 #include "commands.hpp"
+#include "core/json_text.hpp"
 
 #include <tilestream/devices.hpp>
 #include <tilestream/gemm.hpp>
@@ -167,8 +168,10 @@ int cmd_scale_jacobi(int argc, char** argv) {
     }
     compute_scaling(rows, weak);
     if (a.flag("json"))
-        std::cout << "{\"workload\": \"jacobi\", \"weak\": " << (weak ? "true" : "false")
-                  << ", \"rows\": " << scaling_json(rows, "GLUP/s") << "}\n";
+        std::cout << detail::json_line({{"workload", "jacobi"},
+                                        {"weak", weak},
+                                        {"rows", detail::json::parse(scaling_json(rows, "GLUP/s"))}})
+                  << "\n";
     else
         std::cout << scaling_table(rows, "GLUP/s");
     if (auto plot = a.get("plot"))
@@ -210,7 +213,8 @@ int cmd_scale(int argc, char** argv) {
     const dtype type = parse_dtype(a.get_or("dtype", "f32"));
     auto rows = visit_dtype(type, [&]<class T>() { return scale_gemm<T>(a, sets, type); });
     if (a.flag("json"))
-        std::cout << "{\"workload\": \"gemm\", \"rows\": " << scaling_json(rows, "GFLOP/s") << "}\n";
+        std::cout << detail::json_line({{"workload", "gemm"}, {"rows", detail::json::parse(scaling_json(rows, "GFLOP/s"))}})
+                  << "\n";
     else
         std::cout << scaling_table(rows, "GFLOP/s");
     if (auto plot = a.get("plot"))

@@ -1,12 +1,12 @@
 // The tilestream command-line tool: parses options, calls the library, prints results.
 #include "cli_args.hpp"
 #include "commands.hpp"
+#include "core/json_text.hpp"
 
 #include <tilestream/anchor.hpp>
 #include <tilestream/devices.hpp>
 #include <tilestream/error.hpp>
 #include <tilestream/gemm.hpp>
-#include <tilestream/json.hpp>
 #include <tilestream/npy.hpp>
 #include <tilestream/report.hpp>
 #include <tilestream/trace.hpp>
@@ -112,37 +112,32 @@ int cmd_devices(int argc, char** argv) {
     const auto& inv = ts::inventory();
     auto devs = ts::open_devices("all");
     if (a.flag("json")) {
-        std::vector<std::string> items;
+        using ts::detail::json;
+        json items = json::array();
         for (const auto& d : devs) {
             const auto& i = d->info();
-            ts::json_object o;
-            o.add("id", i.id).add("kind", std::string(ts::to_string(i.kind))).add("name", i.name);
-            o.add("memory_bytes", i.memory_bytes).add("memory_free_bytes", i.memory_free);
-            o.add("budget_bytes", i.budget_bytes).add("threads", i.threads);
-            if (i.kind == ts::device_kind::cpu) o.add("isa", i.isa).add("blocking", i.blocking);
+            json o = {{"id", i.id}, {"kind", std::string(ts::to_string(i.kind))}, {"name", i.name},
+                      {"memory_bytes", i.memory_bytes}, {"memory_free_bytes", i.memory_free},
+                      {"budget_bytes", i.budget_bytes}, {"threads", i.threads}};
+            if (i.kind == ts::device_kind::cpu) o["isa"] = i.isa, o["blocking"] = i.blocking;
             if (i.kind == ts::device_kind::cuda) {
-                o.add("compute_capability", std::to_string(i.cc_major) + "." + std::to_string(i.cc_minor));
-                o.add("sm_count", i.threads);
-                std::vector<std::string> peers;
+                o["compute_capability"] = std::to_string(i.cc_major) + "." + std::to_string(i.cc_minor);
+                o["sm_count"] = i.threads;
+                json peers = json::array();
                 for (int p : i.peer_access) peers.push_back(std::to_string(p));
-                o.raw("peer_access", ts::json_array(peers));
+                o["peer_access"] = peers;
             }
-            items.push_back(o.str());
+            items.push_back(std::move(o));
         }
-        std::vector<std::string> opencl;  // every OpenCL device, emulated ones included
-        for (const auto& i : inv.opencl_devices) {
-            ts::json_object o;
-            o.add("id", i.id).add("name", i.name).add("platform", i.platform).add("vendor", i.vendor);
-            o.add("type", i.device_type).add("driver", i.driver).add("compute_units", i.threads);
-            o.add("global_memory_bytes", i.memory_bytes).add("local_memory_bytes", i.local_memory);
-            o.add("fp64", i.fp64).add("emulated", i.emulated);
-            opencl.push_back(o.str());
-        }
-        ts::json_object top;
-        top.raw("devices", ts::json_array(items));
-        top.add("cpu_cores", inv.cpu_cores).add("cuda_status", inv.cuda_status);
-        top.raw("opencl_devices", ts::json_array(opencl)).add("opencl_status", inv.opencl_status);
-        std::cout << top.str() << "\n";
+        json opencl = json::array();  // every OpenCL device, emulated ones included
+        for (const auto& i : inv.opencl_devices)
+            opencl.push_back({{"id", i.id}, {"name", i.name}, {"platform", i.platform}, {"vendor", i.vendor},
+                              {"type", i.device_type}, {"driver", i.driver}, {"compute_units", i.threads},
+                              {"global_memory_bytes", i.memory_bytes}, {"local_memory_bytes", i.local_memory},
+                              {"fp64", i.fp64}, {"emulated", i.emulated}});
+        const json top = {{"devices", items}, {"cpu_cores", inv.cpu_cores}, {"cuda_status", inv.cuda_status},
+                          {"opencl_devices", opencl}, {"opencl_status", inv.opencl_status}};
+        std::cout << ts::detail::json_line(top) << "\n";
         return 0;
     }
     std::printf("%-10s %-5s %-40s %12s %12s %8s\n", "id", "kind", "name", "memory", "free", "threads");
@@ -507,38 +502,42 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
 
     const bool ok = !check || check->passed();
     if (a.flag("json")) {
-        ts::json_object o;
-        o.add("m", m).add("n", n).add("k", k).add("dtype", std::string(ts::to_string(type)));
-        o.add("kernel", std::string(ts::to_string(opt.kernel))).add("math", std::string(ts::to_string(opt.math)));
-        o.add("devices", dev_names).add("op_a", std::string(ts::to_string(op_a))).add("op_b", std::string(ts::to_string(op_b)));
-        o.add("alpha", double(alpha)).add("beta", double(beta)).add("repeat", repeat);
-        o.add("seconds", secs).add("gflops", gflops);
-        o.add("strategy", std::string(ts::to_string(plan.strategy))).add("transfer", std::string(ts::to_string(plan.transfer)));
-        o.add("tile_m", plan.tile_m).add("tile_n", plan.tile_n).add("tile_k", plan.tile_k).add("k_block", plan.k_block);
-        o.add("bytes_h2d", last.bytes_h2d).add("bytes_d2h", last.bytes_d2h).add("bytes_packed", last.bytes_packed);
-        o.add("peak_device_bytes", last.peak_device_bytes).add("budget_bytes", budget);
-        o.add("peak_rss_bytes", peak_rss_bytes());
-        o.add("predicted_seconds", plan.predicted_seconds).add("predicted_bound", plan.bound);
-        o.add("predicted_bytes_h2d", plan.bytes_h2d).add("predicted_bytes_d2h", plan.bytes_d2h);
-        o.add("predicted_bytes_packed", plan.bytes_packed).add("predicted_peak_device_bytes", plan.peak_device_bytes);
-        std::vector<std::string> shares;
+        using ts::detail::json;
+        json o = {{"m", m}, {"n", n}, {"k", k}, {"dtype", std::string(ts::to_string(type))},
+                  {"kernel", std::string(ts::to_string(opt.kernel))}, {"math", std::string(ts::to_string(opt.math))},
+                  {"devices", dev_names}, {"op_a", std::string(ts::to_string(op_a))},
+                  {"op_b", std::string(ts::to_string(op_b))}, {"alpha", double(alpha)}, {"beta", double(beta)},
+                  {"repeat", repeat}, {"seconds", secs}, {"gflops", gflops},
+                  {"strategy", std::string(ts::to_string(plan.strategy))},
+                  {"transfer", std::string(ts::to_string(plan.transfer))}, {"tile_m", plan.tile_m},
+                  {"tile_n", plan.tile_n}, {"tile_k", plan.tile_k}, {"k_block", plan.k_block},
+                  {"bytes_h2d", last.bytes_h2d}, {"bytes_d2h", last.bytes_d2h}, {"bytes_packed", last.bytes_packed},
+                  {"peak_device_bytes", last.peak_device_bytes}, {"budget_bytes", budget},
+                  {"peak_rss_bytes", peak_rss_bytes()}, {"predicted_seconds", plan.predicted_seconds},
+                  {"predicted_bound", plan.bound}, {"predicted_bytes_h2d", plan.bytes_h2d},
+                  {"predicted_bytes_d2h", plan.bytes_d2h}, {"predicted_bytes_packed", plan.bytes_packed},
+                  {"predicted_peak_device_bytes", plan.peak_device_bytes}};
+        json shares = json::array();
         for (const auto& d : last.devices)
-            shares.push_back(ts::json_object().add("id", d.id).add("units", d.units).add("flops", d.flops)
-                                 .add("bytes_h2d", d.bytes_h2d).add("cache_hits", d.cache_hits).str());
-        o.raw("device_shares", ts::json_array(shares));
-        if (plan.cache)
-            o.add("cache_hits", last.cache_hits).add("cache_misses", last.cache_misses).add("bytes_saved", last.bytes_saved)
-                .add("peer_hits", last.peer_hits).add("bytes_from_peers", last.bytes_from_peers);
-        if (check)
-            o.add("rel_error", check->error).add("tolerance", check->tolerance).add("check_passed", ok)
-                .add("check_method", std::string(ts::to_string(check->method))).add("check_tolerance", check->tolerance)
-                .add("check_seconds", check->seconds)
-                .add("check_nonfinite_matched", check->nonfinite_matched)
-                .add("check_nonfinite_mismatched", check->nonfinite_mismatched);
-        if (anchor)
-            o.add("anchor", anchor->name).add("anchor_seconds", anchor->seconds).add("anchor_gflops", anchor->gflops)
-                .add("ratio_to_anchor", (anchor->gflops > 0 ? gflops / anchor->gflops : 0.0));
-        std::cout << o.str() << "\n";
+            shares.push_back({{"id", d.id}, {"units", d.units}, {"flops", d.flops}, {"bytes_h2d", d.bytes_h2d},
+                              {"cache_hits", d.cache_hits}});
+        o["device_shares"] = shares;
+        if (plan.cache) {
+            o["cache_hits"] = last.cache_hits, o["cache_misses"] = last.cache_misses;
+            o["bytes_saved"] = last.bytes_saved, o["peer_hits"] = last.peer_hits;
+            o["bytes_from_peers"] = last.bytes_from_peers;
+        }
+        if (check) {
+            o["rel_error"] = check->error, o["tolerance"] = check->tolerance, o["check_passed"] = ok;
+            o["check_method"] = std::string(ts::to_string(check->method)), o["check_tolerance"] = check->tolerance;
+            o["check_seconds"] = check->seconds, o["check_nonfinite_matched"] = check->nonfinite_matched;
+            o["check_nonfinite_mismatched"] = check->nonfinite_mismatched;
+        }
+        if (anchor) {
+            o["anchor"] = anchor->name, o["anchor_seconds"] = anchor->seconds, o["anchor_gflops"] = anchor->gflops;
+            o["ratio_to_anchor"] = anchor->gflops > 0 ? gflops / anchor->gflops : 0.0;
+        }
+        std::cout << ts::detail::json_line(o) << "\n";
     } else {
         std::printf("gemm %lldx%lldx%lld %s op(A)=%s op(B)=%s kernel=%s strategy=%s on %s: %.4f s (median of %d), "
                     "%.1f GFLOP/s\n",
