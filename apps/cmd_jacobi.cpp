@@ -4,6 +4,7 @@
 #include "commands.hpp"
 #include "core/json_text.hpp"
 
+#include <tilestream/context.hpp>
 #include <tilestream/devices.hpp>
 #include <tilestream/error.hpp>
 #include <tilestream/image.hpp>
@@ -75,11 +76,14 @@ int run_jacobi_command(const args& a, const jacobi_problem& pb, jacobi_options o
     const std::size_t field_bytes = checked_bytes(pb.ny, pb.nx, pb.type, "jacobi: field");
     check_host_memory(field_bytes * (a.flag("check") ? 2 : 1),
                       "jacobi: the " + std::to_string(pb.ny) + "x" + std::to_string(pb.nx) + " field");
-    const std::string spec = a.get_or("devices", "cpu");
-    auto devs = open_devices(spec, device_options(a));
+    const open_options oo = device_options(a);
+    context_options co;
+    co.memory_budget = oo.memory_budget;
+    co.cpu_threads = oo.cpu_threads;
+    context ctx(a.get_or("devices", "cpu"), co);
     const bool json = a.flag("json");
     if (!json && !a.flag("quiet")) opt.progress = progress_printer{};
-    const jacobi_plan plan = plan_jacobi(pb, devs, opt);
+    const jacobi_plan plan = ctx.plan_jacobi(pb, opt);
     if (a.flag("explain") && !json) std::cout << plan.explain();
 
     host_matrix<T> field(pb.ny, pb.nx);
@@ -100,7 +104,7 @@ int run_jacobi_command(const args& a, const jacobi_problem& pb, jacobi_options o
         std::memcpy(start->data(), field.data(), sizeof(T) * std::size_t(field.size()));
     }
 
-    const jacobi_report rep = run_jacobi<T>(plan, field.view());
+    const jacobi_report rep = ctx.jacobi<T>(pb, field.view(), opt);
 
     // --check: the same number of iterations on the first device alone, compared bit for bit.
     std::optional<bool> check_ok;
@@ -113,7 +117,7 @@ int run_jacobi_command(const args& a, const jacobi_problem& pb, jacobi_options o
         one.tol = 0;
         one.progress = nullptr;
         const auto t0 = std::chrono::steady_clock::now();
-        const jacobi_plan single = plan_jacobi(pb, std::vector<device*>{devs.front().get()}, one);
+        const jacobi_plan single = plan_jacobi(pb, std::vector<device*>{ctx.devices().front()}, one);
         run_jacobi<T>(single, start->view());
         check_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         index_t differ = 0, first_i = -1, first_j = -1;
@@ -126,14 +130,14 @@ int run_jacobi_command(const args& a, const jacobi_problem& pb, jacobi_options o
         char cost[64];
         std::snprintf(cost, sizeof cost, " (the rerun took %.3f s)", check_seconds);
         if (differ == 0) {
-            check_text = "final field bitwise identical to a single-device run on " + devs.front()->id() + cost + ": OK";
+            check_text = "final field bitwise identical to a single-device run on " + ctx.devices().front()->id() + cost + ": OK";
         } else {
             char buf[160];
             std::snprintf(buf, sizeof buf, "first at row %lld, column %lld: %.17g here, %.17g alone",
                           (long long)first_i, (long long)first_j, double(field(first_i, first_j)),
                           double((*start)(first_i, first_j)));
             check_text = std::to_string(differ) + " points differ from a single-device run on " +
-                         devs.front()->id() + " (" + buf + ")" + cost + ": FAILED";
+                         ctx.devices().front()->id() + " (" + buf + ")" + cost + ": FAILED";
         }
     }
 
@@ -142,8 +146,7 @@ int run_jacobi_command(const args& a, const jacobi_problem& pb, jacobi_options o
     if (out_path) as_runtime_failure([&] { write_npy<T>(*out_path, host_matrix_view<const T>(field.view())); });
     if (image_path) as_runtime_failure([&] { write_field_png<T>(*image_path, host_matrix_view<const T>(field.view())); });
 
-    std::string ids;
-    for (const auto& d : devs) ids += (ids.empty() ? "" : ",") + d->id();
+    const std::string& ids = ctx.device_names();
     const std::string decomp = to_string(plan.decomposition());
     if (json) {
         detail::json o = {{"nx", pb.nx}, {"ny", pb.ny}, {"dtype", std::string(to_string(pb.type))}, {"devices", ids},

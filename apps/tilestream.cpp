@@ -4,6 +4,7 @@
 #include "core/json_text.hpp"
 
 #include <tilestream/anchor.hpp>
+#include <tilestream/context.hpp>
 #include <tilestream/devices.hpp>
 #include <tilestream/error.hpp>
 #include <tilestream/gemm.hpp>
@@ -342,45 +343,38 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
     }
 
     std::optional<std::string> out_path = a.get("out");
-    const std::string spec = a.get_or("devices", "cpu");
-    auto devs = ts::open_devices(spec, ts::cli::device_options(a));
-    std::vector<ts::device*> dev_ptrs;
-    std::size_t budget = std::numeric_limits<std::size_t>::max();
-    for (auto& d : devs) {
-        dev_ptrs.push_back(d.get());
-        budget = std::min(budget, d->budget());
-    }
-    std::string dev_names;
-    for (auto* d : dev_ptrs) dev_names += (dev_names.empty() ? "" : ",") + d->id();
-
-    ts::plan_options po;
-    po.strategy = ts::parse_gemm_strategy(a.get_or("strategy", "auto"));
-    const ts::index_t big = std::numeric_limits<ts::index_t>::max();
-    const ts::index_t tile = a.integer("tile", 0, 1, big);
-    po.tile_m = a.integer("tile-m", tile, 1, big);
-    po.tile_n = a.integer("tile-n", tile, 1, big);
-    po.tile_k = a.integer("tile-k", po.strategy == ts::gemm_strategy::a_panel ||
-                                            po.strategy == ts::gemm_strategy::a_panel_c_panel ||
-                                            po.strategy == ts::gemm_strategy::b_panel
-                                        ? 0
-                                        : tile,
-                          1, big);
-    const std::string transfer = a.get_or("transfer", "2d");
-    if (transfer != "2d" && transfer != "pack") throw ts::invalid_argument("--transfer expects 2d or pack, got '" + transfer + "'");
-    po.transfer = transfer == "2d" ? ts::transfer_mode::copy_2d : ts::transfer_mode::pack;
-    po.kernel = opt.kernel;
-    po.math = opt.math;
-    po.devices = int(dev_ptrs.size());
-    po.cache = ts::parse_cache_mode(a.get_or("cache", "auto"));
-    po.in_place = ts::computes_in_place(dev_ptrs);
+    // The devices, their rates and the planner come from a context, as for every caller of the library.
+    ts::context_options co;
+    const ts::open_options oo = ts::cli::device_options(a);
+    co.memory_budget = oo.memory_budget;
+    co.cpu_threads = oo.cpu_threads;
+    co.kernel = opt.kernel;
+    co.math = opt.math;
+    co.cache = ts::parse_cache_mode(a.get_or("cache", "auto"));
     const std::string reproducible = a.get_or("reproducible", "off");
     if (reproducible != "on" && reproducible != "off")
         throw ts::invalid_argument("--reproducible expects on or off, got '" + reproducible + "'");
-    po.reproducible = reproducible == "on";
-    for (auto* d : dev_ptrs)
-        if (!d->supports(opt.kernel))
-            throw ts::invalid_argument("gemm: device " + d->id() + " has no '" + std::string(ts::to_string(opt.kernel)) +
-                                       "' kernel (the reference kernel runs on CPU devices only)");
+    co.reproducible = reproducible == "on";
+    if (a.has("rates")) co.rates = ts::parse_rates(*a.get("rates"));
+    ts::context ctx(a.get_or("devices", "cpu"), co);
+    const std::size_t budget = ctx.budget();
+    const std::string& dev_names = ctx.device_names();
+
+    ts::gemm_call_options call;
+    call.strategy = ts::parse_gemm_strategy(a.get_or("strategy", "auto"));
+    const ts::index_t big = std::numeric_limits<ts::index_t>::max();
+    const ts::index_t tile = a.integer("tile", 0, 1, big);
+    call.tile_m = a.integer("tile-m", tile, 1, big);
+    call.tile_n = a.integer("tile-n", tile, 1, big);
+    call.tile_k = a.integer("tile-k", call.strategy == ts::gemm_strategy::a_panel ||
+                                              call.strategy == ts::gemm_strategy::a_panel_c_panel ||
+                                              call.strategy == ts::gemm_strategy::b_panel
+                                          ? 0
+                                          : tile,
+                            1, big);
+    const std::string transfer = a.get_or("transfer", "2d");
+    if (transfer != "2d" && transfer != "pack") throw ts::invalid_argument("--transfer expects 2d or pack, got '" + transfer + "'");
+    call.transfer = transfer == "2d" ? ts::transfer_mode::copy_2d : ts::transfer_mode::pack;
 
     // C: in memory, or, for file inputs written to --out, the output file itself (mapped), so
     // that operands larger than memory pass through the devices' budgets without a copy in RAM.
@@ -402,31 +396,25 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
     }
     const ts::gemm_problem problem = ts::describe_gemm<T>(op_a, op_b, alpha, ops.a, ops.b, beta, c);
     const bool explain = a.flag("explain");
-    ts::device_rates rates;
-    if (a.has("rates")) rates = ts::parse_rates(*a.get("rates"));
-    else if ((po.strategy == ts::gemm_strategy::automatic && !po.in_place) || explain)
-        // In place nothing is copied and the compute is the same whatever the plan: no probe.
-        rates = ts::measure_rates(*dev_ptrs.front(), type, opt.kernel, opt.math);
-    ts::gemm_plan plan;
-    try {
-        plan = ts::plan_gemm(problem, budget, rates, po);
-    } catch (const ts::out_of_budget& e) {
-        throw ts::out_of_budget(dev_names + ": " + e.what());
-    }
+    // --explain predicts with measured rates whatever the strategy (the automatic choice measures
+    // them anyway; in place nothing is copied, so it needs none).
+    if (explain && !co.rates) call.rates = ctx.rates(type, opt.kernel);
+    const ts::gemm_plan plan = ctx.plan(problem, call);
+    const ts::device_rates& rates = plan.rates;
     if (explain) {
-        std::fprintf(stderr, "%s", ts::explain(plan).c_str());
+        std::fprintf(stderr, "%s", ctx.explain(plan).c_str());
         if (!a.has("rates") && !rates.measured)
             std::fprintf(stderr, "rates: not measured (the probe does not fit the budget of %s); the plan used "
                                  "default rates (give --rates to declare them)\n",
                          ts::format_bytes(budget).c_str());
     }
     if ((a.has("tile") || a.has("tile-m") || a.has("tile-n") || a.has("tile-k")) &&
-        po.strategy == ts::gemm_strategy::automatic && plan.strategy == ts::gemm_strategy::in_core)
+        call.strategy == ts::gemm_strategy::automatic && plan.strategy == ts::gemm_strategy::in_core)
         std::fprintf(stderr, "tilestream gemm: warning: the tile sizes given are not used: the planner chose "
                              "in-core (the whole problem fits the budget); add --strategy tiles-3d to tile it\n");
 
     ts::trace_recorder recorder;
-    ts::gemm_run_options run;
+    ts::gemm_run_options& run = call.run;
     if (a.has("trace") || a.has("timeline")) run.trace = &recorder;
     const std::string peers = a.get_or("peer-tiles", "auto");
     if (peers != "auto" && peers != "on" && peers != "off")
@@ -441,13 +429,6 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
 
     std::vector<double> seconds;
     ts::gemm_report last;
-    // Pinned once for all repeats, outside the timed runs. Mapped files are not pinned: that
-    // would lock the whole file in memory; their tiles go through the devices' staging.
-    const ts::pinned_operands pinned(dev_ptrs, from_files ? ts::host_matrix_view<const T>() : ops.a,
-                                     from_files ? ts::host_matrix_view<const T>() : ops.b,
-                                     c_file_out ? ts::host_matrix_view<T>() : c);
-    for (const auto& w : pinned.refused()) std::fprintf(stderr, "warning: host memory not pinned (copies stay pageable): %s\n", w.c_str());
-    run.register_host = false;
     for (int r = 0; r < repeat; ++r) {
         by_blocks(c, trim, [&](ts::host_matrix_view<T> part, ts::index_t first) {
             if (beta == T(0)) return ts::fill_nan(part);  // beta = 0 must overwrite whatever C holds
@@ -456,7 +437,12 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
             for (ts::index_t i = 0; i < part.rows(); ++i)
                 for (ts::index_t j = 0; j < part.cols(); ++j) part(i, j) = from(i, j);
         });
-        last = ts::execute_gemm<T>(plan, dev_ptrs, alpha, ops.a, ops.b, beta, c, run);
+        // The context pins the operands before each run's clock (mapped files stay pageable:
+        // pinning would lock them in memory; their tiles go through the devices' staging).
+        last = ctx.execute<T>(plan, alpha, ops.a, ops.b, beta, c, call);
+        if (r == 0)
+            for (const auto& w : last.warnings)
+                if (w.rfind("host memory not pinned", 0) == 0) std::fprintf(stderr, "warning: %s\n", w.c_str());
         seconds.push_back(last.seconds);
         if (!trim.empty()) trim.now();
         ts::cli::as_runtime_failure([&] {

@@ -5,6 +5,9 @@
 #include "test_support.hpp"
 
 #include <tilestream/npy.hpp>
+#include <tilestream/verify.hpp>
+
+#include "core/file_mappings.hpp"
 
 #include <chrono>
 #include <cmath>
@@ -45,6 +48,37 @@ std::size_t json_number(const std::string& text, const std::string& key) {
     const auto at = text.find("\"" + key + "\": ");
     if (at == std::string::npos) return 0;
     return std::size_t(std::stod(text.substr(at + key.size() + 4)));
+}
+
+// Mapped files are known as such, so pinning for devices (CLI and context alike) skips them.
+TEST(npy_mapping, MappedFilesAreKnownAndWrittenThroughTheMapping) {
+    temp_dir dir;
+    host_matrix<double> m(37, 5, layout::col_major);
+    fill_random(m.view(), 3);
+    EXPECT_FALSE(detail::in_file_mapping(m.data(), sizeof(double) * 37 * 5));
+    {
+        npy_output out(dir.file("o.npy"), dtype::f64, 37, 5, layout::col_major);
+        const auto v = out.view<double>();
+        EXPECT_TRUE(detail::in_file_mapping(v.data(), sizeof(double)));
+        EXPECT_THROW((void)out.view<float>(), tilestream::invalid_argument);
+        for (index_t i = 0; i < 37; ++i)
+            for (index_t j = 0; j < 5; ++j) v(i, j) = m(i, j);
+        out.release_resident();  // written pages survive: the page cache keeps them
+        EXPECT_EQ(dir.entries(), 1u) << "the temporary";
+        out.commit();
+        EXPECT_FALSE(detail::in_file_mapping(v.data(), sizeof(double)));
+    }
+    {
+        npy_output dropped(dir.file("dropped.npy"), dtype::f32, 4, 4, layout::row_major);
+    }  // not committed: removed
+    EXPECT_EQ(dir.entries(), 1u);
+    const auto in = read_npy(dir.file("o.npy"));
+    ASSERT_EQ(in.layout(), layout::col_major);
+    const auto v = in.view<double>();
+    EXPECT_TRUE(detail::in_file_mapping(v.data() + 3, sizeof(double)));
+    in.release_resident();
+    for (index_t i = 0; i < 37; ++i)
+        for (index_t j = 0; j < 5; ++j) ASSERT_EQ(v(i, j), m(i, j)) << i << "," << j;
 }
 
 TEST(cli_disk, OperandsLargerThanTheBudgetStreamThroughMappedFiles) {

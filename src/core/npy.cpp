@@ -2,6 +2,7 @@
 #include <tilestream/error.hpp>
 #include <tilestream/npy.hpp>
 
+#include "core/file_mappings.hpp"
 #include "core/message_text.hpp"
 #include "core/temp_files.hpp"
 
@@ -323,6 +324,39 @@ std::uint32_t read_le(const unsigned char* p, int bytes) {
 }  // namespace
 
 namespace detail {
+
+namespace {
+std::mutex output_mutex;
+std::vector<std::pair<std::uintptr_t, std::uintptr_t>> output_ranges;  // [begin, end) of npy_output mappings
+}  // namespace
+
+void add_output_mapping(const void* base, std::size_t size) {
+    const std::lock_guard lock(output_mutex);
+    const auto b = reinterpret_cast<std::uintptr_t>(base);
+    output_ranges.emplace_back(b, b + size);
+}
+
+void remove_output_mapping(const void* base) {
+    const std::lock_guard lock(output_mutex);
+    const auto b = reinterpret_cast<std::uintptr_t>(base);
+    std::erase_if(output_ranges, [b](const auto& r) { return r.first == b; });
+}
+
+bool in_file_mapping(const void* p, std::size_t n) {
+    if (p == nullptr || n == 0) return false;
+    const auto b = reinterpret_cast<std::uintptr_t>(p), e = b + n;
+    const auto overlaps = [&](std::uintptr_t rb, std::uintptr_t re) { return rb != 0 && b < re && rb < e; };
+    {
+        const std::lock_guard lock(guard_mutex);
+        for (const auto& g : guarded)
+            if (overlaps(g.begin.load(), g.end.load())) return true;
+    }
+    const std::lock_guard lock(output_mutex);
+    for (const auto& [rb, re] : output_ranges)
+        if (overlaps(rb, re)) return true;
+    return false;
+}
+
 /// A file as read_npy mapped it: the mapping, its guard slot, and the descriptor and status
 /// that check_unchanged compares with.
 struct npy_mapping {
@@ -604,7 +638,10 @@ namespace detail {
 struct npy_output_state {
     explicit npy_output_state(const std::string& path) : file(path) {}
     ~npy_output_state() {
-        if (base) ::munmap(base, size);
+        if (base) {
+            remove_output_mapping(base);
+            ::munmap(base, size);
+        }
     }
     temp_file file;
     std::string path;
@@ -637,6 +674,7 @@ npy_output::npy_output(const std::string& path, dtype type, index_t rows, index_
                        " bytes): " + errno_text(err));
     }
     st->base = base;
+    detail::add_output_mapping(base, st->size);
     s_ = std::move(st);
 }
 
@@ -668,6 +706,7 @@ void npy_output::commit() {
         const int err = errno;
         fail(s_->path, "cannot write '" + s_->file.name() + "': " + errno_text(err));
     }
+    detail::remove_output_mapping(s_->base);
     ::munmap(std::exchange(s_->base, nullptr), s_->size);
     s_->file.commit();
     s_.reset();
