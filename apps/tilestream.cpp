@@ -437,8 +437,8 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
             for (ts::index_t i = 0; i < part.rows(); ++i)
                 for (ts::index_t j = 0; j < part.cols(); ++j) part(i, j) = from(i, j);
         });
-        // The context pins the operands before each run's clock (mapped files stay pageable:
-        // pinning would lock them in memory; their tiles go through the devices' staging).
+        // The context pins the operands before each run's clock (large mapped files stay
+        // pageable: pinning would lock them in memory; their tiles go through the staging).
         last = ctx.execute<T>(plan, alpha, ops.a, ops.b, beta, c, call);
         if (r == 0)
             for (const auto& w : last.warnings)

@@ -1,6 +1,7 @@
 // Which host memory is a memory-mapped file (npy_array inputs, npy_output results): such memory is
-// not pinned for devices, since pinning would lock the whole file in RAM, and files larger than
-// memory are exactly what the mappings are for. Their tiles go through the devices' staging.
+// not pinned for devices when it is large (over a quarter of MemAvailable), since pinning would lock
+// the whole file in RAM, and files larger than memory are what the mappings are for. Their tiles
+// then go through the devices' staging.
 #pragma once
 
 #include <cstddef>
