@@ -9,6 +9,7 @@ endif()
 execute_process(
   COMMAND ${CMAKE_COMMAND} -E env --unset=LD_LIBRARY_PATH PYTHONPATH=${prefix}/${SITE} ${PYTHON} -c
     "import numpy as np, tilestream as t; a = np.arange(6.0).reshape(2, 3); b = np.ones((3, 4)); assert t.__file__.startswith('${prefix}'), t.__file__; assert (t.matmul(a, b) == a @ b).all(); print('installed', t.__file__)"
+  WORKING_DIRECTORY ${prefix}  # not the build tree: python -c puts the working directory on sys.path
   RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "importing tilestream from ${prefix}/${SITE} failed (${rc})")

@@ -63,8 +63,8 @@ def _budget(memory_budget):
     if memory_budget is None:
         return None
     if isinstance(memory_budget, str):
-        return _native.parse_bytes(memory_budget)
-    if isinstance(memory_budget, (bool, np.bool_)) or not isinstance(memory_budget, numbers.Integral):
+        memory_budget = _native.parse_bytes(memory_budget)
+    elif isinstance(memory_budget, (bool, np.bool_)) or not isinstance(memory_budget, numbers.Integral):
         raise TypeError(f"memory_budget must be a number of bytes (int) or a string such as '8MiB', "
                         f"got {type(memory_budget).__name__}")
     if memory_budget < 1:
@@ -314,6 +314,8 @@ class Context:
         progress = _progress_callable(progress, "matmul")
         run, result, copied = self._start_gemm(a, b, out, alpha, beta, c, strategy, tile, kernel, False)
         report = _wait(run, progress)
+        if out is None and result.ndim == 0:
+            result = result[()]  # vector @ vector: a scalar, as numpy's
         if not explain:
             return result
         lines = [report["text"].rstrip("\n")]
