@@ -110,7 +110,11 @@ public:
         return finished_cv_.wait_for(lock, std::chrono::duration<double>(std::max(seconds, 0.0)),
                                      [this] { return finished_; });
     }
-    std::pair<std::size_t, std::size_t> progress() const { return {done_.load(), total_.load()}; }
+    /// (done, total) units or iterations; done never exceeds a known total.
+    std::pair<std::size_t, std::size_t> progress() const {
+        const std::size_t total = total_.load(), done = done_.load();
+        return {total ? std::min(done, total) : done, total};
+    }
     void cancel() { cancel_.store(true); }
     py::object output() const { return output_; }
     bool cancel_requested() const { return cancel_.load(); }
@@ -261,7 +265,8 @@ std::unique_ptr<background_run> start_jacobi(py::object ctx_obj, ts::context& ct
     } else {
         // The Python layer hands a C-contiguous array of the field's shape and dtype.
         const auto sv = view_of<const T>(py::array(start), "start");
-        if (sv.rows() != problem.ny || sv.cols() != problem.nx || sv.layout() != ts::layout::row_major)
+        if (sv.rows() != problem.ny || sv.cols() != problem.nx || sv.layout() != ts::layout::row_major ||
+            sv.ld() != problem.nx)
             throw ts::invalid_argument("internal: start is not the field's shape");
         std::copy(sv.data(), sv.data() + bytes / sizeof(T), fv.data());
     }
