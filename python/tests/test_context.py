@@ -81,9 +81,9 @@ def test_the_gil_is_released_during_a_run(rng):
     stop.set()
     counter.join()
     during = [t for t in ticks if t0 < t < t1]
-    # with the GIL held for the whole run, no tick would fall inside it; the waiting thread
-    # wakes every 50 ms, so allow the counter a few ms per wake-up
-    assert len(during) >= 0.25 * (t1 - t0) / 0.002, (len(during), t1 - t0)
+    # with the GIL held for the whole run, no tick would fall inside it (the counter sleeps 1 ms
+    # between ticks; a loaded machine may delay it, so a handful is enough)
+    assert t1 - t0 > 0.02 and len(during) >= 5, (len(during), t1 - t0)
     check(result, a, b)
 
 
