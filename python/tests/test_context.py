@@ -62,7 +62,7 @@ def test_progress_bar_on_stderr(rng, capsys):
 def test_the_gil_is_released_during_a_run(rng):
     """Another Python thread keeps running while matmul computes."""
     ctx = tilestream.Context("cpu", memory_budget="256KiB", cpu_threads=1)
-    a, b = random(rng, (400, 400)), random(rng, (400, 400))
+    a, b = random(rng, (640, 640)), random(rng, (640, 640))  # tens of ms at least
     ticks = []
     stop = threading.Event()
 
@@ -82,7 +82,7 @@ def test_the_gil_is_released_during_a_run(rng):
     during = [t for t in ticks if t0 < t < t1]
     # with the GIL held for the whole run, no tick would fall inside it (the counter sleeps 1 ms
     # between ticks; a loaded machine may delay it, so a handful is enough)
-    assert t1 - t0 > 0.02 and len(during) >= 5, (len(during), t1 - t0)
+    assert len(during) >= 5, (len(during), t1 - t0)
     check(result, a, b)
 
 
