@@ -45,6 +45,10 @@ public:
             log_fd_ = ::open(config_.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
             if (log_fd_ < 0)
                 stderr_line("cannot open TILESTREAM_BLAS_LOG '" + config_.log_path + "': " + std::strerror(errno));
+            log("settings pid=" + std::to_string(::getpid()) + " threshold=" + std::to_string(config_.threshold) +
+                " devices=" + config_.devices + " memory_budget=" +
+                (config_.memory_budget ? std::to_string(*config_.memory_budget) : std::string("device")) +
+                " system_blas=" + libraries_.system().path);
         }
         pthread_atfork([] { instance().context_mutex_.lock(); }, [] { instance().context_mutex_.unlock(); },
                        [] { instance().context_mutex_.unlock(); });
@@ -150,10 +154,12 @@ bool check_args(gemm_args<T>& g) {
     return g.lda >= line(a_rows, a_cols) && g.ldb >= line(b_rows, b_cols) && g.ldc >= line(g.m, g.n);
 }
 
-std::string shape_fields(const char* routine, layout order, char ta, char tb, long m, long n, long k) {
-    return std::string("routine=") + routine + " order=" + (order == layout::row_major ? "row" : "col") +
-           " transa=" + ta + " transb=" + tb + " m=" + std::to_string(m) + " n=" + std::to_string(n) +
-           " k=" + std::to_string(k);
+template <class T>
+std::string shape_fields(const gemm_args<T>& g) {
+    return std::string("routine=") + g.routine + " order=" + (g.order == layout::row_major ? "row" : "col") +
+           " transa=" + g.trans_a + " transb=" + g.trans_b + " m=" + std::to_string(g.m) + " n=" +
+           std::to_string(g.n) + " k=" + std::to_string(g.k) + " lda=" + std::to_string(g.lda) +
+           " ldb=" + std::to_string(g.ldb) + " ldc=" + std::to_string(g.ldc);
 }
 
 std::string seconds_field(std::chrono::steady_clock::time_point start) {
@@ -227,7 +233,7 @@ void route(const void* caller, gemm_args<T> g, Entry entry, Forward forward) {
     }
     const auto start = std::chrono::steady_clock::now();
     g.valid = check_args(g);
-    const std::string shape = shape_fields(g.routine, g.order, g.trans_a, g.trans_b, g.m, g.n, g.k);
+    const std::string shape = shape_fields(g);
     const gemm_entries& system = f.libraries().system();
     const bool system_has_it = entry(system) != nullptr;
     const double size = double(g.m) * double(g.n) * double(g.k);
