@@ -84,6 +84,7 @@ public:
         return context_;
     }
 
+    bool logging() const { return log_fd_ >= 0; }
     void log(const std::string& fields) const {
         if (log_fd_ < 0) return;
         const std::string line = fields + "\n";
@@ -233,7 +234,7 @@ void route(const void* caller, gemm_args<T> g, Entry entry, Forward forward) {
     }
     const auto start = std::chrono::steady_clock::now();
     g.valid = check_args(g);
-    const std::string shape = shape_fields(g);
+    const std::string shape = f.logging() ? shape_fields(g) : std::string();
     const gemm_entries& system = f.libraries().system();
     const bool system_has_it = entry(system) != nullptr;
     const double size = double(g.m) * double(g.n) * double(g.k);
@@ -247,15 +248,16 @@ void route(const void* caller, gemm_args<T> g, Entry entry, Forward forward) {
     if (reason) {
         if (!system_has_it) no_blas_at_all(g, std::string("this call cannot run on tilestream (") + reason + ")");
         forward(system);
-        f.log(shape + " ran=system-blas reason=" + reason + seconds_field(start));
+        if (f.logging()) f.log(shape + " ran=system-blas reason=" + reason + seconds_field(start));
         return;
     }
     const long internal_before = f.internal_calls.load(std::memory_order_relaxed);
     try {
         const std::string fields = run_on_tilestream(*ctx, g);
-        f.log(shape + " ran=tilestream" + fields +
-              " internal_calls=" + std::to_string(f.internal_calls.load(std::memory_order_relaxed) - internal_before) +
-              seconds_field(start));
+        if (f.logging())
+            f.log(shape + " ran=tilestream" + fields +
+                  " internal_calls=" + std::to_string(f.internal_calls.load(std::memory_order_relaxed) - internal_before) +
+                  seconds_field(start));
     } catch (const std::exception& e) {
         if (!system_has_it) no_blas_at_all(g, std::string("tilestream failed (") + e.what() + ")");
         f.report_error(std::string(g.routine) + " " + std::to_string(g.m) + "x" + std::to_string(g.n) + "x" +

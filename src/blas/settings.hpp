@@ -9,8 +9,9 @@
 
 namespace tilestream::blas {
 
-/// GEMMs with m*n*k at or above this go to tilestream (256^3; docs/blas.md says how it was chosen).
-inline constexpr std::uint64_t default_threshold = 256ull * 256 * 256;
+/// GEMMs with m*n*k at or above this go to tilestream: 512^3, where the context's fixed cost per call
+/// (about 0.2 ms on the 2-core VM) is a few percent of the GEMM (docs/blas.md has the measurement).
+inline constexpr std::uint64_t default_threshold = 512ull * 512 * 512;
 
 struct settings {
     std::string devices = "all";               ///< TILESTREAM_DEVICES (the CLI's --devices grammar)

@@ -75,13 +75,13 @@ def main():
             check(where == 'system-blas' and line['reason'] == 'no-context', str(line))
 
     if setting == 'threshold':
-        check(threshold == 256 ** 3, 'default threshold %d' % threshold)
+        check(threshold == 512 ** 3, 'default threshold %d (src/blas/settings.hpp says 512^3)' % threshold)
         check(any(l['ran'] == 'tilestream' for l in logged), 'no call reached tilestream')
     if setting == 'pool-threads':
         check(all(l['devices'] == 'cpu:0,cpu:1' for l in logged), 'not on two devices')
         # The large calls are cut into several units, whose OpenBLAS calls come from the devices'
         # threads (a small one may be a single unit on one device).
-        large = [l for l in logged if int(l['m']) * int(l['n']) * int(l['k']) >= 256 ** 3]
+        large = [l for l in logged if int(l['m']) * int(l['n']) * int(l['k']) >= 512 ** 3]
         check(len(large) == 2 and all(int(l['internal_calls']) >= 2 for l in large),
               'the large calls made fewer than 2 OpenBLAS calls each: %s' % large)
     if setting == 'config-file':
