@@ -39,7 +39,9 @@ void stderr_line(const std::string& text) {
 // atexit handlers or threads still running at exit).
 class front {
 public:
-    front() : config_(read_settings()), libraries_(config_.system_blas, reinterpret_cast<const void*>(&stderr_line), config_.problems) {
+    front()
+        : config_(read_settings()),
+          libraries_(config_.system_blas, reinterpret_cast<const void*>(&stderr_line), config_.problems) {
         for (const auto& p : config_.problems) stderr_line(p);
         if (!config_.log_path.empty()) {
             log_fd_ = ::open(config_.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -97,8 +99,9 @@ public:
         const int n = errors_printed_.fetch_add(1);
         if (n < 5) stderr_line(text);
         if (n == 4)
-            stderr_line(config_.log_path.empty() ? "further errors are not printed (set TILESTREAM_BLAS_LOG to keep them)"
-                                                 : "further errors are only logged in " + config_.log_path);
+            stderr_line(config_.log_path.empty()
+                            ? "further errors are not printed (set TILESTREAM_BLAS_LOG to keep them)"
+                            : "further errors are only logged in " + config_.log_path);
     }
 
     std::atomic<long> internal_calls{0};  ///< tilestream's own BLAS calls, forwarded
@@ -238,11 +241,11 @@ void route(const void* caller, gemm_args<T> g, Entry entry, Forward forward) {
     const gemm_entries& system = f.libraries().system();
     const bool system_has_it = entry(system) != nullptr;
     const double size = double(g.m) * double(g.n) * double(g.k);
-    const char* reason = !g.valid                        ? "invalid-arguments"
-                         : g.m == 0 || g.n == 0 || g.k == 0 ? "empty"
-                         : g.alpha == T(0)                 ? "alpha-zero"
+    const char* reason = !g.valid                                               ? "invalid-arguments"
+                         : g.m == 0 || g.n == 0 || g.k == 0                     ? "empty"
+                         : g.alpha == T(0)                                      ? "alpha-zero"
                          : size < double(f.config().threshold) && system_has_it ? "below-threshold"
-                                                                                 : nullptr;
+                                                                                : nullptr;
     context* ctx = reason ? nullptr : f.shared_context();
     if (!reason && !ctx) reason = "no-context";
     if (reason) {
@@ -255,8 +258,8 @@ void route(const void* caller, gemm_args<T> g, Entry entry, Forward forward) {
     try {
         const std::string fields = run_on_tilestream(*ctx, g);
         if (f.logging())
-            f.log(shape + " ran=tilestream" + fields +
-                  " internal_calls=" + std::to_string(f.internal_calls.load(std::memory_order_relaxed) - internal_before) +
+            f.log(shape + " ran=tilestream" + fields + " internal_calls=" +
+                  std::to_string(f.internal_calls.load(std::memory_order_relaxed) - internal_before) +
                   seconds_field(start));
     } catch (const std::exception& e) {
         if (!system_has_it) no_blas_at_all(g, std::string("tilestream failed (") + e.what() + ")");
@@ -321,7 +324,9 @@ TILESTREAM_BLAS_EXPORT void cblas_sgemm(int order, int transa, int transb, int m
     route(__builtin_return_address(0),
           cblas_args("cblas_sgemm", order, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc),
           [](const gemm_entries& l) { return l.cblas_sgemm; },
-          [&](const gemm_entries& l) { l.cblas_sgemm(order, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc); });
+          [&](const gemm_entries& l) {
+              l.cblas_sgemm(order, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+          });
 }
 
 TILESTREAM_BLAS_EXPORT void cblas_dgemm(int order, int transa, int transb, int m, int n, int k, double alpha,
@@ -330,5 +335,7 @@ TILESTREAM_BLAS_EXPORT void cblas_dgemm(int order, int transa, int transb, int m
     route(__builtin_return_address(0),
           cblas_args("cblas_dgemm", order, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc),
           [](const gemm_entries& l) { return l.cblas_dgemm; },
-          [&](const gemm_entries& l) { l.cblas_dgemm(order, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc); });
+          [&](const gemm_entries& l) {
+              l.cblas_dgemm(order, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+          });
 }

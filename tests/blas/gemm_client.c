@@ -139,7 +139,8 @@ static int run_case(const struct gemm_case* t) {
     if (t->beta == 0.0) /* C must not be read: NaN everywhere */
         for (size_t i = 0; i < c.lines; ++i)
             for (size_t j = 0; j < c.len; ++j)
-                memcpy((char*)c.data + (i * c.ld + j) * es, t->f64 ? (const void*)&poison64 : (const void*)&poison32, es);
+                memcpy((char*)c.data + (i * c.ld + j) * es,
+                       t->f64 ? (const void*)&poison64 : (const void*)&poison32, es);
     void* a0 = copy_of(&a, t->f64);
     void* b0 = copy_of(&b, t->f64);
     void* expected = copy_of(&c, t->f64);
