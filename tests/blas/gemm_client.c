@@ -5,8 +5,10 @@
    drop-in); the padding of A, B and C holds a NaN payload that must survive untouched, A and B
    must not change, and with beta == 0 C starts as NaN (BLAS must not read it).
    Prints one line per call ("call <routine> <order> <ta> <tb> <m> <n> <k>") for the test driver,
-   and exits 1 on the first mismatch. */
+   and exits 1 when a call is wrong. With a thread count as second argument, that many threads make
+   all the calls at once (the drop-in's first, lazy opening of its context included). */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -45,7 +47,7 @@ struct gemm_case {
     int pad_a, pad_b, pad_c; /* extra elements per stored line */
 };
 
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static _Thread_local uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 static double uniform(void) { /* in [-1, 1], never 0 */
     rng_state ^= rng_state << 13;
     rng_state ^= rng_state >> 7;
@@ -190,9 +192,42 @@ static int run_case(const struct gemm_case* t) {
     return bad;
 }
 
+static const struct gemm_case cases[] = {
+    /* f64 Fortran: every transpose spelling, lda/ldb/ldc above the matrices */
+    {1, fortran, 'N', 'N', 67, 45, 33, 1.5, 0.0, 3, 5, 7},
+    {1, fortran, 't', 'N', 67, 45, 33, -0.75, 0.5, 1, 2, 3},
+    {1, fortran, 'N', 'c', 129, 3, 77, 2.0, -1.25, 4, 0, 9},
+    {1, fortran, 'C', 'T', 5, 131, 61, 0.5, 1.0, 2, 3, 1},
+    {1, fortran, 'n', 't', 1, 50, 40, 1.0, 0.25, 6, 1, 2},
+    {1, fortran, 'T', 't', 50, 1, 40, -2.0, 0.0, 1, 4, 5},
+    {1, fortran, 'N', 'N', 513, 519, 505, 0.75, 0.5, 5, 3, 11}, /* above 512^3 */
+    /* f32 Fortran */
+    {0, fortran, 'N', 'N', 71, 39, 45, 1.25, 0.0, 2, 3, 4},
+    {0, fortran, 'T', 'n', 33, 97, 29, -1.0, 2.0, 5, 1, 3},
+    {0, fortran, 'n', 'T', 83, 61, 127, 0.5, -0.5, 1, 6, 2},
+    {0, fortran, 'C', 'C', 41, 43, 47, 1.0, 1.0, 3, 3, 3},
+    {0, fortran, 'N', 'N', 512, 512, 512, 1.0, 0.0, 1, 2, 3}, /* at 512^3 */
+    /* CBLAS, row- and column-major */
+    {1, cblas_row, 'N', 'N', 61, 53, 37, 1.5, 0.0, 3, 2, 5},
+    {1, cblas_row, 'T', 'N', 44, 77, 31, -0.5, 1.5, 1, 4, 2},
+    {1, cblas_row, 'N', 'T', 512, 512, 511, 2.0, -1.0, 2, 2, 2}, /* just below 512^3 */
+    {1, cblas_col, 'T', 'T', 39, 71, 43, 1.0, 0.75, 5, 1, 6},
+    {0, cblas_row, 'N', 'N', 57, 63, 49, 1.0, 0.0, 4, 3, 1},
+    {0, cblas_row, 'T', 'T', 35, 29, 83, 0.25, 2.0, 2, 5, 3},
+    {0, cblas_col, 'N', 'T', 75, 81, 23, -1.5, 0.5, 1, 2, 7},
+    {0, cblas_col, 'C', 'N', 27, 37, 91, 1.0, -2.0, 3, 4, 5},
+};
+enum { case_count = sizeof cases / sizeof cases[0] };
+
+static void* run_all(void* failures) {
+    rng_state ^= (uint64_t)(uintptr_t)failures; /* other operands on each thread */
+    for (size_t i = 0; i < case_count; ++i) *(int*)failures += run_case(&cases[i]);
+    return NULL;
+}
+
 int main(int argc, char** argv) {
-    if (argc != 2) {
-        fprintf(stderr, "usage: %s SYSTEM_BLAS_PATH\n", argv[0]);
+    if (argc != 2 && argc != 3) {
+        fprintf(stderr, "usage: %s SYSTEM_BLAS_PATH [THREADS]\n", argv[0]);
         return 2;
     }
     void* h = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
@@ -208,37 +243,21 @@ int main(int argc, char** argv) {
         fprintf(stderr, "%s lacks a GEMM entry point\n", argv[1]);
         return 2;
     }
-    const struct gemm_case cases[] = {
-        /* f64 Fortran: every transpose spelling, lda/ldb/ldc above the matrices */
-        {1, fortran, 'N', 'N', 67, 45, 33, 1.5, 0.0, 3, 5, 7},
-        {1, fortran, 't', 'N', 67, 45, 33, -0.75, 0.5, 1, 2, 3},
-        {1, fortran, 'N', 'c', 129, 3, 77, 2.0, -1.25, 4, 0, 9},
-        {1, fortran, 'C', 'T', 5, 131, 61, 0.5, 1.0, 2, 3, 1},
-        {1, fortran, 'n', 't', 1, 50, 40, 1.0, 0.25, 6, 1, 2},
-        {1, fortran, 'T', 't', 50, 1, 40, -2.0, 0.0, 1, 4, 5},
-        {1, fortran, 'N', 'N', 513, 519, 505, 0.75, 0.5, 5, 3, 11}, /* above 512^3 */
-        /* f32 Fortran */
-        {0, fortran, 'N', 'N', 71, 39, 45, 1.25, 0.0, 2, 3, 4},
-        {0, fortran, 'T', 'n', 33, 97, 29, -1.0, 2.0, 5, 1, 3},
-        {0, fortran, 'n', 'T', 83, 61, 127, 0.5, -0.5, 1, 6, 2},
-        {0, fortran, 'C', 'C', 41, 43, 47, 1.0, 1.0, 3, 3, 3},
-        {0, fortran, 'N', 'N', 512, 512, 512, 1.0, 0.0, 1, 2, 3}, /* at 512^3 */
-        /* CBLAS, row- and column-major */
-        {1, cblas_row, 'N', 'N', 61, 53, 37, 1.5, 0.0, 3, 2, 5},
-        {1, cblas_row, 'T', 'N', 44, 77, 31, -0.5, 1.5, 1, 4, 2},
-        {1, cblas_row, 'N', 'T', 512, 512, 511, 2.0, -1.0, 2, 2, 2}, /* just below 512^3 */
-        {1, cblas_col, 'T', 'T', 39, 71, 43, 1.0, 0.75, 5, 1, 6},
-        {0, cblas_row, 'N', 'N', 57, 63, 49, 1.0, 0.0, 4, 3, 1},
-        {0, cblas_row, 'T', 'T', 35, 29, 83, 0.25, 2.0, 2, 5, 3},
-        {0, cblas_col, 'N', 'T', 75, 81, 23, -1.5, 0.5, 1, 2, 7},
-        {0, cblas_col, 'C', 'N', 27, 37, 91, 1.0, -2.0, 3, 4, 5},
-    };
-    int failures = 0;
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) failures += run_case(&cases[i]);
-    if (failures) {
-        fprintf(stderr, "%d of %zu calls wrong\n", failures, sizeof cases / sizeof cases[0]);
+    const int threads = argc > 2 ? atoi(argv[2]) : 1;
+    if (threads < 1 || threads > 16) {
+        fprintf(stderr, "thread count %s: expected 1 to 16\n", argv[2]);
+        return 2;
+    }
+    pthread_t thread[16];
+    int failures[16] = {0}, total = 0;
+    for (int t = 1; t < threads; ++t) pthread_create(&thread[t], NULL, run_all, &failures[t]);
+    run_all(&failures[0]);
+    for (int t = 1; t < threads; ++t) pthread_join(thread[t], NULL);
+    for (int t = 0; t < threads; ++t) total += failures[t];
+    if (total) {
+        fprintf(stderr, "%d of %d calls wrong\n", total, case_count * threads);
         return 1;
     }
-    printf("all %zu calls match the system BLAS\n", sizeof cases / sizeof cases[0]);
+    printf("all %d calls match the system BLAS\n", case_count * threads);
     return 0;
 }

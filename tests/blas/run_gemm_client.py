@@ -41,16 +41,27 @@ def main():
             env['TILESTREAM_BLAS_LIB'] = netlib  # its cblas_dgemm calls dgemm_ through the PLT
     elif setting == 'fallback':  # every plan fails (1 KiB budget): the system BLAS computes instead
         env = {'TILESTREAM_MEMORY_BUDGET': '1KiB', 'TILESTREAM_BLAS_THRESHOLD': '1'}
+    elif setting == 'threads':  # three client threads at once, from the context's lazy opening on
+        env = {'TILESTREAM_BLAS_THRESHOLD': '1'}
     elif setting == 'bad-devices':  # the context cannot open: every call stays with the system BLAS
         env = {'TILESTREAM_DEVICES': 'cuda:7', 'TILESTREAM_BLAS_THRESHOLD': '1'}
     else:
         check(False, 'unknown setting ' + setting)
 
-    p = run([client, system_blas], env, shim, log)
+    threads = 3 if setting == 'threads' else 1
+    p = run([client, system_blas, str(threads)], env, shim, log)
     check(p.returncode == 0, 'the client failed (exit %d) with the drop-in preloaded' % p.returncode)
     calls = client_calls(p.stdout)
     settings, logged = parse(log)
     check(settings is not None, 'no settings line in the log')
+    if setting == 'threads':  # the calls of the threads interleave: compare them as sets
+        def key(c):
+            return tuple(c[k] for k in ('routine', 'order', 'transa', 'transb', 'm', 'n', 'k'))
+        check(len(calls) == 60 and sorted(map(key, calls)) == sorted(map(key, logged)),
+              '%d calls, %d log lines, or they differ' % (len(calls), len(logged)))
+        check(all(l['ran'] == 'tilestream' for l in logged), 'not every call ran on tilestream')
+        print('threads: 3 x 20 calls at once, all on tilestream, results as the system BLAS')
+        return
     check(len(calls) == 20, 'the client made %d calls, expected 20' % len(calls))
     check(len(logged) == len(calls), '%d calls, %d log lines (each call must be logged exactly once)'
           % (len(calls), len(logged)))
