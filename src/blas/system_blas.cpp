@@ -87,6 +87,8 @@ real_blas::real_blas(const std::string& requested, const void* self, std::vector
         tilestream_ = entries_of(tilestream_handle, info.dli_fname, self);
         tilestream_.path = file_of(tilestream_);
         add_code_of(tilestream_handle, &tilestream_);
+        // That BLAS's own code too, should it call a GEMM entry through the PLT (its LAPACK may).
+        if (void* blas = dlopen(tilestream_.path.c_str(), RTLD_LAZY | RTLD_NOLOAD)) add_code_of(blas, &tilestream_);
     } else {
         problems.push_back("cannot find libtilestream's BLAS (dladdr/dlopen failed)");
     }

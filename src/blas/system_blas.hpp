@@ -36,7 +36,7 @@ struct gemm_entries {
 /// CPU vendor kernel, from any of its worker threads or from OpenBLAS's) bind to the drop-in too,
 /// and must not come back into tilestream. A call whose return address lies in libtilestream's code
 /// goes to the BLAS libtilestream itself links (the one whose thread count it sets); a call from
-/// inside the system BLAS (a reference cblas_dgemm calls dgemm_ through the PLT) goes back to it.
+/// inside a real BLAS (a reference cblas_dgemm calls dgemm_ through the PLT) goes back to it.
 /// No flag to set and clear: it holds on every thread, tilestream's or OpenBLAS's.
 class real_blas {
 public:
