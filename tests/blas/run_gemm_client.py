@@ -33,9 +33,11 @@ def main():
         config = os.path.join(work, 'tilestream-blas.conf')
         with open(config, 'w') as f:
             f.write('# tilestream BLAS settings\n'
-                    'TILESTREAM_BLAS_THRESHOLD = 100000\n'
-                    'TILESTREAM_DEVICES = cpu\n'
-                    'TILESTREAM_BOGUS = 1\n')
+                    'TILESTREAM_BLAS_THRESHOLD = 47^3\n'
+                    '  TILESTREAM_DEVICES=cpu  \n'
+                    'TILESTREAM_MEMORY_BUDGET = lots\n'
+                    'TILESTREAM_BOGUS = 1\n'
+                    'just words\n')
         env = {'TILESTREAM_BLAS_CONFIG': config, 'TILESTREAM_DEVICES': 'cpu:2'}
         if netlib and os.path.exists(netlib):
             env['TILESTREAM_BLAS_LIB'] = netlib  # its cblas_dgemm calls dgemm_ through the PLT
@@ -96,10 +98,13 @@ def main():
         check(len(large) == 2 and all(int(l['internal_calls']) >= 2 for l in large),
               'the large calls made fewer than 2 OpenBLAS calls each: %s' % large)
     if setting == 'config-file':
-        check(threshold == 100000, 'threshold %d, the file says 100000' % threshold)
+        check(threshold == 47 ** 3, 'threshold %d, the file says 47^3' % threshold)
+        check(settings['memory_budget'] == 'device', 'a bad budget must be ignored: ' + str(settings))
+        for said in ("unknown key 'TILESTREAM_BOGUS'", "TILESTREAM_MEMORY_BUDGET: ", 'lots',
+                     "tilestream-blas.conf:6: expected 'key = value', got 'just words'"):
+            check(said in p.stderr, 'stderr does not say %r: %s' % (said, p.stderr))
         check(all(l['devices'] == 'cpu:0,cpu:1' for l in logged if l['ran'] == 'tilestream'),
               'the environment (cpu:2) must win over the file (cpu)')
-        check("unknown key 'TILESTREAM_BOGUS'" in p.stderr, 'no word about the unknown key: ' + p.stderr)
         if 'TILESTREAM_BLAS_LIB' in env:
             check(os.path.realpath(settings['system_blas']) == os.path.realpath(netlib),
                   'system BLAS %s, expected %s' % (settings['system_blas'], netlib))
