@@ -274,21 +274,32 @@ void route(const void* caller, gemm_args<T> g, Entry entry, Forward forward) {
     }
 }
 
-template <class T>
-gemm_args<T> fortran_args(const char* routine, const char* transa, const char* transb, const int* m, const int* n,
-                          const int* k, const T* alpha, const T* a, const int* lda, const T* b, const int* ldb,
-                          const T* beta, T* c, const int* ldc) {
-    return {routine, layout::col_major, fortran_trans(transa), fortran_trans(transb), false, *m, *n, *k, *alpha,
-            a, *lda, b, *ldb, *beta, c, *ldc};
+// The entry points of one precision: decode, route, and forward with the caller's own arguments to
+// the same entry (`entry`) of a real library. The hidden lengths of gfortran's character arguments
+// are not read; forwarded calls pass 1 (a C caller may not have passed any).
+template <class T, class Fn>
+void fortran_gemm(const void* caller, const char* routine, Fn gemm_entries::*entry, const char* transa,
+                  const char* transb, const int* m, const int* n, const int* k, const T* alpha, const T* a,
+                  const int* lda, const T* b, const int* ldb, const T* beta, T* c, const int* ldc) {
+    const gemm_args<T> g{routine, layout::col_major, fortran_trans(transa), fortran_trans(transb), false, *m, *n,
+                         *k, *alpha, a, *lda, b, *ldb, *beta, c, *ldc};
+    route(caller, g, [entry](const gemm_entries& l) { return l.*entry; },
+          [&](const gemm_entries& l) {
+              (l.*entry)(transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, 1, 1);
+          });
 }
 
-template <class T>
-gemm_args<T> cblas_args(const char* routine, int order, int transa, int transb, int m, int n, int k, T alpha,
-                        const T* a, int lda, const T* b, int ldb, T beta, T* c, int ldc) {
+template <class T, class Fn>
+void cblas_gemm(const void* caller, const char* routine, Fn gemm_entries::*entry, int order, int transa, int transb,
+                int m, int n, int k, T alpha, const T* a, int lda, const T* b, int ldb, T beta, T* c, int ldc) {
     const bool known_order = order == 101 || order == 102;  // CblasRowMajor, CblasColMajor
-    return {routine, order == 101 ? layout::row_major : layout::col_major,
-            known_order ? cblas_trans(transa) : '?', cblas_trans(transb), false, m, n, k, alpha, a, lda, b, ldb,
-            beta, c, ldc};
+    const gemm_args<T> g{routine, order == 101 ? layout::row_major : layout::col_major,
+                         known_order ? cblas_trans(transa) : '?', cblas_trans(transb), false, m, n, k, alpha, a,
+                         lda, b, ldb, beta, c, ldc};
+    route(caller, g, [entry](const gemm_entries& l) { return l.*entry; },
+          [&](const gemm_entries& l) {
+              (l.*entry)(order, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+          });
 }
 
 }  // namespace
@@ -297,45 +308,32 @@ gemm_args<T> cblas_args(const char* routine, int order, int transa, int transb, 
 
 using namespace tilestream::blas;
 
-// The hidden lengths of gfortran's character arguments come last; only the first character is read,
-// and forwarded calls pass 1 (the caller's values may be absent when a C program calls without them).
+// Each export reads its own return address: the caller that route() tells apart.
 TILESTREAM_BLAS_EXPORT void sgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k,
                                    const float* alpha, const float* a, const int* lda, const float* b, const int* ldb,
                                    const float* beta, float* c, const int* ldc, std::size_t, std::size_t) {
-    route(__builtin_return_address(0),
-          fortran_args("sgemm_", transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc),
-          [](const gemm_entries& l) { return l.sgemm; },
-          [&](const gemm_entries& l) { l.sgemm(transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, 1, 1); });
+    fortran_gemm(__builtin_return_address(0), "sgemm_", &gemm_entries::sgemm, transa, transb, m, n, k, alpha, a, lda,
+                 b, ldb, beta, c, ldc);
 }
 
 TILESTREAM_BLAS_EXPORT void dgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k,
                                    const double* alpha, const double* a, const int* lda, const double* b,
                                    const int* ldb, const double* beta, double* c, const int* ldc, std::size_t,
                                    std::size_t) {
-    route(__builtin_return_address(0),
-          fortran_args("dgemm_", transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc),
-          [](const gemm_entries& l) { return l.dgemm; },
-          [&](const gemm_entries& l) { l.dgemm(transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, 1, 1); });
+    fortran_gemm(__builtin_return_address(0), "dgemm_", &gemm_entries::dgemm, transa, transb, m, n, k, alpha, a, lda,
+                 b, ldb, beta, c, ldc);
 }
 
 TILESTREAM_BLAS_EXPORT void cblas_sgemm(int order, int transa, int transb, int m, int n, int k, float alpha,
                                         const float* a, int lda, const float* b, int ldb, float beta, float* c,
                                         int ldc) {
-    route(__builtin_return_address(0),
-          cblas_args("cblas_sgemm", order, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc),
-          [](const gemm_entries& l) { return l.cblas_sgemm; },
-          [&](const gemm_entries& l) {
-              l.cblas_sgemm(order, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-          });
+    cblas_gemm(__builtin_return_address(0), "cblas_sgemm", &gemm_entries::cblas_sgemm, order, transa, transb, m, n,
+               k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 TILESTREAM_BLAS_EXPORT void cblas_dgemm(int order, int transa, int transb, int m, int n, int k, double alpha,
                                         const double* a, int lda, const double* b, int ldb, double beta, double* c,
                                         int ldc) {
-    route(__builtin_return_address(0),
-          cblas_args("cblas_dgemm", order, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc),
-          [](const gemm_entries& l) { return l.cblas_dgemm; },
-          [&](const gemm_entries& l) {
-              l.cblas_dgemm(order, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-          });
+    cblas_gemm(__builtin_return_address(0), "cblas_dgemm", &gemm_entries::cblas_dgemm, order, transa, transb, m, n,
+               k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
