@@ -45,8 +45,10 @@ def main():
         env = {'TILESTREAM_MEMORY_BUDGET': '1KiB', 'TILESTREAM_BLAS_THRESHOLD': '1'}
     elif setting == 'threads':  # three client threads at once, from the context's lazy opening on
         env = {'TILESTREAM_BLAS_THRESHOLD': '1'}
-    elif setting == 'bad-devices':  # the context cannot open: every call stays with the system BLAS
-        env = {'TILESTREAM_DEVICES': 'cuda:7', 'TILESTREAM_BLAS_THRESHOLD': '1'}
+    elif setting == 'bad-devices':  # the context cannot open: every call stays with the system BLAS,
+        # which is the build's own since the one asked for does not exist
+        env = {'TILESTREAM_DEVICES': 'cuda:7', 'TILESTREAM_BLAS_THRESHOLD': '1',
+               'TILESTREAM_BLAS_LIB': os.path.join(work, 'no-such-libblas.so')}
     else:
         check(False, 'unknown setting ' + setting)
 
@@ -114,6 +116,8 @@ def main():
         check('further errors are only logged' in p.stderr, 'no word that later errors are only logged')
     if setting == 'bad-devices':
         check(p.stderr.count("cannot open TILESTREAM_DEVICES 'cuda:7'") == 1, 'one line on stderr: ' + p.stderr)
+        check("cannot open the system BLAS '%s'" % env['TILESTREAM_BLAS_LIB'] in p.stderr, p.stderr)
+        check(os.path.realpath(settings['system_blas']) == os.path.realpath(system_blas), str(settings))
     print('%s: %d calls, %d on tilestream, log and results as expected'
           % (setting, len(calls), sum(l['ran'] == 'tilestream' for l in logged)))
 
