@@ -32,8 +32,12 @@ def run(command, env_updates, preload, log_path, timeout=60):
         env['TILESTREAM_BLAS_LOG'] = log_path
         if os.path.exists(log_path):
             os.remove(log_path)
-    # Sanitizer builds: the preloaded drop-in comes before the ASan runtime the client links.
-    env['ASAN_OPTIONS'] = ':'.join(filter(None, [env.get('ASAN_OPTIONS'), 'verify_asan_link_order=0']))
+    # Sanitizer builds: the preloaded drop-in comes before the ASan runtime the client links; and a
+    # client thread that opens the context (OpenCL enumeration loads PoCL, whose LLVM installs a
+    # malloc'ed alternate signal stack on that thread) makes GCC 12's ASan try to unmap that stack
+    # when the thread exits (google/sanitizers#1152, fixed in llvm-project#179000).
+    env['ASAN_OPTIONS'] = ':'.join(filter(None, [env.get('ASAN_OPTIONS'), 'verify_asan_link_order=0',
+                                                 'use_sigaltstack=0']))
     p = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
     if p.returncode != 0:
         print('$', ' '.join(shlex.quote(c) for c in command), file=sys.stderr)
