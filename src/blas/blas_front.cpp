@@ -254,6 +254,17 @@ void route(const void* caller, gemm_args<T> g, Entry entry, Forward forward) {
         if (f.logging()) f.log(shape + " ran=system-blas reason=" + reason + seconds_field(start));
         return;
     }
+    // No exception may reach the client's C or Fortran frames: every one ends in the system BLAS.
+    auto fall_back = [&](std::string what) {
+        if (!system_has_it) no_blas_at_all(g, "tilestream failed (" + what + ")");
+        f.report_error(std::string(g.routine) + " " + std::to_string(g.m) + "x" + std::to_string(g.n) + "x" +
+                       std::to_string(g.k) + " failed on tilestream (" + what + "); computed by the system BLAS (" +
+                       system.path + ") instead");
+        forward(system);
+        for (char& ch : what)
+            if (ch == '"' || ch == '\n') ch = '\'';
+        f.log(shape + " ran=system-blas reason=tilestream-error error=\"" + what + "\"" + seconds_field(start));
+    };
     const long internal_before = f.internal_calls.load(std::memory_order_relaxed);
     try {
         const std::string fields = run_on_tilestream(*ctx, g);
@@ -262,15 +273,9 @@ void route(const void* caller, gemm_args<T> g, Entry entry, Forward forward) {
                   std::to_string(f.internal_calls.load(std::memory_order_relaxed) - internal_before) +
                   seconds_field(start));
     } catch (const std::exception& e) {
-        if (!system_has_it) no_blas_at_all(g, std::string("tilestream failed (") + e.what() + ")");
-        f.report_error(std::string(g.routine) + " " + std::to_string(g.m) + "x" + std::to_string(g.n) + "x" +
-                       std::to_string(g.k) + " failed on tilestream (" + e.what() + "); computed by the system BLAS (" +
-                       system.path + ") instead");
-        forward(system);
-        std::string what = e.what();
-        for (char& ch : what)
-            if (ch == '"' || ch == '\n') ch = '\'';
-        f.log(shape + " ran=system-blas reason=tilestream-error error=\"" + what + "\"" + seconds_field(start));
+        fall_back(e.what());
+    } catch (...) {
+        fall_back("an exception that is not a std::exception");
     }
 }
 
