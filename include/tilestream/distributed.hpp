@@ -145,10 +145,11 @@ pgemm_report pgemm(const process_grid& grid, op op_a, op op_b, index_t m, index_
                    const pgemm_options& options = {});
 
 /// The communication model of a SUMMA on this grid (words = elements, per rank, received):
-/// SUMMA's, the memory-independent lower bound's order 2mnk/(p sqrt(M)) with M the words each
-/// rank holds, and PDGEMM's (the same panels, plus a transpose of any transposed operand).
+/// SUMMA's; the lower bound's order 2mnk/(p sqrt(M)) with M the words each rank holds (no
+/// constant: an order, not a bound); the memory-independent bound 3(mnk/p)^(2/3) - (mk+kn+mn)/p
+/// (Ballard et al.); and PDGEMM's (the same panels, plus a transpose of a transposed operand).
 struct pgemm_traffic {
-    double summa_words = 0, lower_bound_words = 0, pdgemm_words = 0;
+    double summa_words = 0, lower_bound_words = 0, memory_independent_words = 0, pdgemm_words = 0;
 };
 pgemm_traffic model_pgemm_traffic(op op_a, op op_b, index_t m, index_t n, index_t k, int grid_rows, int grid_cols);
 

@@ -268,6 +268,7 @@ pgemm_traffic model_pgemm_traffic(op op_a, op op_b, index_t m, index_t n, index_
     t.summa_words = dm / P * dk * (Q - 1) / Q + dk * dn / Q * (P - 1) / P;
     const double memory = (dm * dk + dk * dn + dm * dn) / ranks;
     t.lower_bound_words = 2 * dm * dn * dk / (ranks * std::sqrt(memory));
+    t.memory_independent_words = std::max(0.0, 3 * std::cbrt(dm * dn * dk / ranks) * std::cbrt(dm * dn * dk / ranks) - memory);
     t.pdgemm_words = t.summa_words;
     // PBLAS transposes a transposed operand across the grid first (each rank sends its share once).
     if (op_a == op::t && ranks > 1) t.pdgemm_words += dm * dk / ranks;
