@@ -37,7 +37,7 @@ int default_cpu_threads() {
 struct common_options {
     std::string grid, devices = "cpu", memory_budget;
     int cpu_threads = 0;
-    bool json = false, explain = false;
+    bool json = false, explain = false, quiet = false;
 };
 
 void add_common(CLI::App& app, common_options& o) {
@@ -47,6 +47,7 @@ void add_common(CLI::App& app, common_options& o) {
     app.add_option("--cpu-threads", o.cpu_threads, "threads per CPU device (default: cores / ranks on the node)");
     app.add_flag("--json", o.json, "one JSON object (rank 0)");
     app.add_flag("--explain", o.explain, "the grid, panels and words sent per rank beside the bounds");
+    app.add_flag("--quiet", o.quiet, "accepted for the one-process commands' sake (ranks print no progress lines)");
 }
 
 /// Test-only: TILESTREAM_TEST_FAIL_RANK=R makes rank R fail alone in the middle of a run, to
@@ -245,9 +246,11 @@ int run_jacobi(int argc, char** argv, const td::environment& env) {
         td::check_mpi(MPI_Reduce(&rep.seconds, &secs, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD), "MPI_Reduce");
         td::check_mpi(MPI_Reduce(&halo, &halo_max, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, 0, MPI_COMM_WORLD), "MPI_Reduce");
         if (env.rank() != 0) return 0;
-        const host_matrix_view<const T> view(field.data(), ny, nx);
-        if (!out.empty()) write_npy<T>(out, view);
-        if (!image.empty()) write_field_png<T>(image, view);
+        if (gather) {
+            const host_matrix_view<const T> view(field.data(), ny, nx);
+            if (!out.empty()) write_npy<T>(out, view);
+            if (!image.empty()) write_field_png<T>(image, view);
+        }
         const double glups = secs > 0 ? double(nx - 2) * double(ny - 2) * double(rep.iterations) / secs * 1e-9 : 0.0;
         if (co.explain)
             std::fprintf(stderr, "jacobi over %d ranks: MPI_Cart grid %dx%d (rows x columns of the interior), halos "
