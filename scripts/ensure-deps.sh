@@ -4,7 +4,8 @@
 set -euo pipefail
 packages=(g++ make cmake ninja-build git libopenblas-dev libgtest-dev zlib1g-dev
           clang libclang-rt-14-dev  # scripts/fuzz.sh
-          ocl-icd-opencl-dev opencl-c-headers opencl-clhpp-headers pocl-opencl-icd libclblast-dev clinfo)
+          ocl-icd-opencl-dev opencl-c-headers opencl-clhpp-headers pocl-opencl-icd libclblast-dev clinfo
+          libopenmpi-dev openmpi-bin libscalapack-openmpi-dev libcli11-dev)  # src/distributed, its tests, apps/cmd_distributed.cpp
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
