@@ -40,9 +40,17 @@ struct common_options {
     bool json = false, explain = false, quiet = false;
 };
 
+/// The device spec with `cuda:local` read as the GPU of this rank's index on its node.
+std::string rank_device_spec(std::string spec) {
+    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    for (auto at = spec.find("cuda:local"); at != std::string::npos; at = spec.find("cuda:local"))
+        spec.replace(at, 10, "cuda:" + std::string(local ? local : "0"));
+    return spec;
+}
+
 void add_common(CLI::App& app, common_options& o) {
-    app.add_option("--grid", o.grid, "process grid PxQ (P*Q = ranks; default the most square)");
-    app.add_option("--devices", o.devices, "each rank's devices, e.g. cpu, cpu:2, cuda:0 (default cpu)");
+    app.add_option("--grid", o.grid, "process grid PxQ (P*Q = ranks; gemm default: the fewest words per rank, jacobi: the most square)");
+    app.add_option("--devices", o.devices, "each rank's devices, e.g. cpu, cpu:2, cuda:0, cuda:local (the GPU of the rank's index on its node)");
     app.add_option("--memory-budget", o.memory_budget, "budget of each device");
     app.add_option("--cpu-threads", o.cpu_threads, "threads per CPU device (default: cores / ranks on the node)");
     app.add_flag("--json", o.json, "one JSON object (rank 0)");
@@ -98,8 +106,6 @@ int run_gemm(int argc, char** argv, const td::environment& env) {
             throw td::collective_error(e.what());
         }
     }
-    auto [p, q] = co.grid.empty() ? td::square_grid(env.size()) : td::parse_grid(co.grid);
-    const td::process_grid grid(MPI_COMM_WORLD, p, q);
     op opa, opb;
     try {
         opa = parse_op(op_a);
@@ -107,11 +113,19 @@ int run_gemm(int argc, char** argv, const td::environment& env) {
     } catch (const invalid_argument& e) {
         throw td::collective_error(e.what());
     }
+    if (files) {  // the shape decides the grid
+        const auto sa = td::npy_shape(MPI_COMM_WORLD, a), sb = td::npy_shape(MPI_COMM_WORLD, b);
+        m = opa == op::n ? sa.first : sa.second;
+        k = opa == op::n ? sa.second : sa.first;
+        n = opb == op::n ? sb.second : sb.first;
+    }
+    auto [p, q] = co.grid.empty() ? td::choose_gemm_grid(m, n, k, env.size()) : td::parse_grid(co.grid);
+    const td::process_grid grid(MPI_COMM_WORLD, p, q);
 
     open_options oo;
     if (!co.memory_budget.empty()) oo.memory_budget = parse_bytes(co.memory_budget);
     oo.cpu_threads = co.cpu_threads > 0 ? co.cpu_threads : default_cpu_threads();
-    auto devs = open_devices(co.devices, oo);
+    auto devs = open_devices(rank_device_spec(co.devices), oo);
     td::pgemm_options po;
     for (auto& d : devs) po.devices.push_back(d.get());
 
@@ -157,8 +171,9 @@ int run_gemm(int argc, char** argv, const td::environment& env) {
         });
     }
     // Per-rank figures: the largest over the ranks.
-    unsigned long long mine[2] = {rep.bytes_sent, rep.bytes_received}, most[2] = {0, 0};
+    unsigned long long mine[2] = {rep.bytes_sent, rep.bytes_received}, most[2] = {0, 0}, sum[2] = {0, 0};
     td::check_mpi(MPI_Reduce(mine, most, 2, MPI_UNSIGNED_LONG_LONG, MPI_MAX, 0, MPI_COMM_WORLD), "MPI_Reduce");
+    td::check_mpi(MPI_Reduce(mine, sum, 2, MPI_UNSIGNED_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD), "MPI_Reduce");
     double secs = 0;
     td::check_mpi(MPI_Reduce(&rep.seconds, &secs, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD), "MPI_Reduce");
     if (env.rank() != 0) return 0;
@@ -169,12 +184,12 @@ int run_gemm(int argc, char** argv, const td::environment& env) {
         std::fprintf(stderr,
                      "grid %dx%d over %d ranks, block %lld, SUMMA panels %lld of width up to %lld (two broadcasts in "
                      "flight), op(A) %s, op(B) %s\n"
-                     "words received per rank (largest): %.0f measured; model: SUMMA %.0f, PDGEMM %.0f; lower bound: "
-                     "memory-independent %.0f, order 2mnk/(p sqrt(M)) %.0f\n"
+                     "words received per rank: measured %.0f on average, %.0f on the busiest rank; model (average): SUMMA "
+                     "%.0f, PDGEMM %.0f; lower bound: memory-independent %.0f, order 2mnk/(p sqrt(M)) %.0f\n"
                      "2.5D replication: not implemented (c = 1)\n",
                      p, q, env.size(), (long long)block, (long long)rep.panels, (long long)rep.panel_width,
                      rep.redistributed_a ? "redistributed to C's rows" : "aligned with C",
-                     rep.redistributed_b ? "redistributed to C's columns" : "aligned with C", double(most[1]) / word,
+                     rep.redistributed_b ? "redistributed to C's columns" : "aligned with C", double(sum[1]) / word / env.size(), double(most[1]) / word,
                      model.summa_words, model.pdgemm_words, model.memory_independent_words, model.lower_bound_words);
     if (co.json) {
         json_object o;
@@ -182,6 +197,7 @@ int run_gemm(int argc, char** argv, const td::environment& env) {
         o.add("grid", std::to_string(p) + "x" + std::to_string(q)).add("block", block).add("seconds", secs).add("gflops", gflops);
         o.add("panels", rep.panels).add("panel_width", rep.panel_width);
         o.add("max_bytes_sent_per_rank", std::size_t(most[0])).add("max_bytes_received_per_rank", std::size_t(most[1]));
+        o.add("mean_bytes_received_per_rank", double(sum[1]) / env.size());
         o.add("model_summa_words", model.summa_words).add("model_lower_bound_words", model.lower_bound_words);
         o.add("model_pdgemm_words", model.pdgemm_words).add("model_memory_independent_bound_words", model.memory_independent_words);
         if (!out.empty()) o.add("out", out);

@@ -107,6 +107,14 @@ std::pair<int, int> parse_grid(std::string_view text);
 /// The most square P x Q = ranks with P <= Q.
 std::pair<int, int> square_grid(int ranks);
 
+/// The P x Q = ranks whose SUMMA receives the fewest words per rank for an m x n x k product
+/// (model_pgemm_traffic; ties to the squarer grid).
+std::pair<int, int> choose_gemm_grid(index_t m, index_t n, index_t k, int ranks);
+
+/// The rows and columns of a .npy file as rank 0 reads them, on every rank of comm (an
+/// unreadable file is a collective_error everywhere).
+std::pair<index_t, index_t> npy_shape(MPI_Comm comm, const std::string& path);
+
 /// ScaLAPACK's NUMROC: how many of n elements in blocks of nb, dealt cyclically from process
 /// `src` over `nprocs`, process `iproc` holds.
 index_t local_count(index_t n, index_t nb, int iproc, int src, int nprocs);

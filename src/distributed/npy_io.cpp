@@ -215,6 +215,11 @@ npy_gemm_result npy_gemm_typed(const process_grid& grid, const npy_gemm_request&
 
 }  // namespace
 
+std::pair<index_t, index_t> npy_shape(MPI_Comm comm, const std::string& path) {
+    const npy_header h = read_header(comm, path);
+    return {h.rows, h.cols};
+}
+
 npy_gemm_result npy_gemm(const process_grid& grid, const npy_gemm_request& r, const pgemm_options& options) {
     if (r.block < 1) throw collective_error("npy_gemm: block must be at least 1, got " + std::to_string(r.block));
     const npy_header ha = read_header(grid.comm(), r.a);

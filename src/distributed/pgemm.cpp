@@ -276,6 +276,20 @@ pgemm_traffic model_pgemm_traffic(op op_a, op op_b, index_t m, index_t n, index_
     return t;
 }
 
+std::pair<int, int> choose_gemm_grid(index_t m, index_t n, index_t k, int ranks) {
+    std::pair<int, int> best = square_grid(ranks);
+    double best_words = model_pgemm_traffic(op::n, op::n, m, n, k, best.first, best.second).summa_words;
+    for (int p = 1; p <= ranks; ++p) {
+        if (ranks % p) continue;
+        const double w = model_pgemm_traffic(op::n, op::n, m, n, k, p, ranks / p).summa_words;
+        if (w < best_words * (1 - 1e-9)) {
+            best = {p, ranks / p};
+            best_words = w;
+        }
+    }
+    return best;
+}
+
 template pgemm_report pgemm<float>(const process_grid&, op, op, index_t, index_t, index_t, float, const float*, index_t,
                                    index_t, const int*, const float*, index_t, index_t, const int*, float, float*,
                                    index_t, index_t, const int*, const pgemm_options&);

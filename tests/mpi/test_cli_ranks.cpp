@@ -119,6 +119,12 @@ void test_gemm() {
                 gemm_case<float>(ranks, g, op_a, op_b, m, n, k, -0.5, beta, uni(1, 12), l, 100 + case_no);
             ++case_no;
         }
+    // --explain names the grid the model chose (a tall C: all ranks down the rows) and the words.
+    const outcome r = run(4, "gemm --m 2000 --n 100 --k 100 --explain");
+    if (r.status != 0 || r.err.find("grid 4x1 over 4 ranks") == std::string::npos ||
+        r.err.find("words received per rank: measured 7500 on average") == std::string::npos ||
+        r.err.find("PDGEMM 7500") == std::string::npos)
+        fail("gemm --explain:\n" + r.err);
 }
 
 void test_jacobi() {
