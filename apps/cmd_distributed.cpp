@@ -122,12 +122,12 @@ int run_gemm(int argc, char** argv, const td::environment& env) {
     auto [p, q] = co.grid.empty() ? td::choose_gemm_grid(m, n, k, env.size()) : td::parse_grid(co.grid);
     const td::process_grid grid(MPI_COMM_WORLD, p, q);
 
-    open_options oo;
+    context_options oo;
     if (!co.memory_budget.empty()) oo.memory_budget = parse_bytes(co.memory_budget);
     oo.cpu_threads = co.cpu_threads > 0 ? co.cpu_threads : default_cpu_threads();
-    auto devs = open_devices(rank_device_spec(co.devices), oo);
+    tilestream::context ctx(rank_device_spec(co.devices), oo);
     td::pgemm_options po;
-    for (auto& d : devs) po.devices.push_back(d.get());
+    po.context = &ctx;
 
     td::pgemm_report rep;
     dtype type = dtype::f64;

@@ -92,9 +92,9 @@ std::string gemm_case(const td::process_grid& grid, int ctxt, int n, int block, 
     std::mt19937_64 rng(42 + grid.rank());
     std::uniform_real_distribution<double> u(-1, 1);
     for (auto* v : {&a, &b}) for (auto& x : *v) x = T(u(rng));
-    auto devs = ts::open_devices("cpu", {.cpu_threads = 1});
+    ts::context ctx("cpu", {.cpu_threads = 1});
     td::pgemm_options po;
-    for (auto& d : devs) po.devices.push_back(d.get());
+    po.context = &ctx;
 
     std::vector<double> ours, theirs;
     unsigned long long ours_bytes = 0, theirs_bytes = 0;

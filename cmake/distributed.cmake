@@ -30,7 +30,7 @@ if(TILESTREAM_HAVE_MPI)
   target_link_libraries(tilestream_distributed PUBLIC tilestream MPI::MPI_C)
   # <mpi.h> from C++ without the deprecated C++ bindings (which need libmpi_cxx).
   target_compile_definitions(tilestream_distributed PUBLIC OMPI_SKIP_MPICXX=1 MPICH_SKIP_MPICXX=1)
-  target_compile_options(tilestream_distributed PRIVATE -Wall -Wextra)
+  target_compile_options(tilestream_distributed PRIVATE -Wall -Wextra -Wno-missing-field-initializers)
   set_target_properties(tilestream_distributed PROPERTIES VERSION ${PROJECT_VERSION} SOVERSION 0)
   install(TARGETS tilestream_distributed EXPORT tilestreamTargets LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
   if(TILESTREAM_SCALAPACK_LIBRARY)

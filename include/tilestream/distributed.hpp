@@ -3,6 +3,7 @@
 // The only public header that includes <mpi.h>; link tilestream::distributed to use it.
 #pragma once
 
+#include <tilestream/context.hpp>
 #include <tilestream/device.hpp>
 #include <tilestream/error.hpp>
 #include <tilestream/kernels.hpp>
@@ -121,9 +122,9 @@ index_t local_count(index_t n, index_t nb, int iproc, int src, int nprocs);
 
 /// Options of a distributed GEMM; each rank multiplies its part on its own devices.
 struct pgemm_options {
-    /// This rank's devices (empty: one CPU device opened for the call).
-    std::vector<device*> devices;
-    gemm_kernel kernel = gemm_kernel::vendor;
+    /// This rank's devices, opened once: each local multiply is one call of it (null: a context
+    /// on one CPU thread is opened for the call).
+    tilestream::context* context = nullptr;
     /// SUMMA panel width over k when A or B has to be redistributed (0: 256); an operand that
     /// is already aligned with C keeps its own block width.
     index_t panel = 0;

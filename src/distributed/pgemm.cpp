@@ -2,7 +2,6 @@
 // panels broadcast with MPI_Ibcast (two in flight) while each rank's local GEMM runs on its devices.
 #include "distributed/mpi_support.hpp"
 
-#include <tilestream/devices.hpp>
 #include <tilestream/gemm.hpp>
 
 #include <algorithm>
@@ -63,10 +62,9 @@ struct summa_operand {
     std::vector<T> owned;  ///< the redistributed copy, when there is one
 };
 
+/// The local multiplies of one pgemm: calls of the rank's context, plans kept per panel shape.
 struct local_multiply {
-    std::vector<device*> devices;
-    std::vector<std::unique_ptr<device>> opened;
-    gemm_kernel kernel = gemm_kernel::vendor;
+    tilestream::context* ctx = nullptr;
     std::map<std::tuple<index_t, index_t, index_t, bool>, gemm_plan> plans;
 
     template <class T>
@@ -74,20 +72,10 @@ struct local_multiply {
         const host_matrix_view<const T> av(a, m, k, layout::col_major, std::max<index_t>(1, m));
         const host_matrix_view<const T> bv(b, k, n, layout::col_major, std::max<index_t>(1, k));
         const host_matrix_view<T> cv(c, m, n, layout::col_major, ldc);
-        auto key = std::make_tuple(m, n, k, beta != T(0));
+        const auto key = std::make_tuple(m, n, k, beta != T(0));
         auto it = plans.find(key);
-        if (it == plans.end()) {
-            plan_options po;
-            po.kernel = kernel;
-            po.devices = int(devices.size());
-            po.in_place = computes_in_place(devices);
-            std::size_t budget = std::numeric_limits<std::size_t>::max();
-            for (auto* d : devices) budget = std::min(budget, d->budget());
-            const device_rates rates = po.in_place ? device_rates{} : measure_rates(*devices.front(), dtype_of<T>(), kernel);
-            it = plans.emplace(key, plan_gemm(describe_gemm<T>(op::n, op::n, alpha, av, bv, beta, cv), budget, rates, po)).first;
-        }
-        gemm_run_options run;
-        execute_gemm<T>(it->second, devices, alpha, av, bv, beta, cv, run);
+        if (it == plans.end()) it = plans.emplace(key, ctx->plan<T>(op::n, op::n, alpha, av, bv, beta, cv)).first;
+        ctx->execute<T>(it->second, alpha, av, bv, beta, cv);
     }
 };
 
@@ -182,15 +170,10 @@ pgemm_report pgemm(const process_grid& grid, op op_a, op op_b, index_t m, index_
     check_count(lr * wmax, "pgemm: an A panel");
     check_count(wmax * lc, "pgemm: a B panel");
 
+    std::optional<tilestream::context> own;
     local_multiply mul;
-    mul.kernel = options.kernel;
-    mul.devices = options.devices;
-    if (mul.devices.empty()) {
-        open_options oo;
-        oo.cpu_threads = 1;
-        mul.opened = open_devices("cpu", oo);
-        for (auto& d : mul.opened) mul.devices.push_back(d.get());
-    }
+    mul.ctx = options.context;
+    if (!mul.ctx) mul.ctx = &own.emplace("cpu", context_options{.cpu_threads = 1});
 
     // Three buffers per operand: the panel being multiplied and two in flight.
     constexpr int depth = 3;

@@ -3,7 +3,9 @@
 // The BLACS context of C's descriptor says where each process sits; an error ends every rank.
 #include "distributed/mpi_support.hpp"
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <memory>
 
@@ -39,6 +41,19 @@ const td::process_grid& grid_of(int context) {
     return *g;
 }
 
+/// This process's devices, opened on the first call: TILESTREAM_DEVICES (default "cpu") with
+/// TILESTREAM_CPU_THREADS threads per CPU device (default 1: ScaLAPACK programs run a rank per core).
+tilestream::context& rank_context() {
+    static tilestream::context ctx = [] {
+        const char* spec = std::getenv("TILESTREAM_DEVICES");
+        const char* threads = std::getenv("TILESTREAM_CPU_THREADS");
+        tilestream::context_options o;
+        o.cpu_threads = threads ? std::max(1, std::atoi(threads)) : 1;
+        return tilestream::context(spec ? spec : "cpu", o);
+    }();
+    return ctx;
+}
+
 template <class T>
 void fortran_pgemm(const char* name, const char* transa, const char* transb, const int* m, const int* n, const int* k,
                    const T* alpha, const T* a, const int* ia, const int* ja, const int* desca, const T* b, const int* ib,
@@ -53,8 +68,10 @@ void fortran_pgemm(const char* name, const char* transa, const char* transb, con
             if (ch == 't' || ch == 'c') return tilestream::op::t;
             throw tilestream::invalid_argument(std::string("TRANS is '") + *t + "' (N, T or C)");
         };
+        td::pgemm_options po;
+        po.context = &rank_context();
         td::pgemm<T>(grid_of(descc[1]), op_of(transa), op_of(transb), *m, *n, *k, *alpha, a, *ia, *ja, desca, b, *ib, *jb,
-                     descb, *beta, c, *ic, *jc, descc);
+                     descb, *beta, c, *ic, *jc, descc, po);
     } catch (const std::exception& e) {
         int rank = -1;
         MPI_Comm_rank(MPI_COMM_WORLD, &rank);

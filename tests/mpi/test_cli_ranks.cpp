@@ -14,6 +14,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <vector>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -133,8 +134,12 @@ void test_jacobi() {
         const std::string ref = dir + "/ref.npy";
         if (run(0, base + ref + " --quiet --dtype " + type).status != 0) return fail("one-process jacobi failed");
         const std::string ref_bytes = slurp(ref);
-        const char* grids[] = {"2x1", "1x2", "3x1", "1x3", "2x2", "4x1", "1x4"};
-        for (const char* g : grids) {
+        // Every grid of 2 to 4 ranks in f32; in f64 one of rows, columns and tiles.
+        const std::vector<std::string> grids = std::string(type) == "f32"
+                                                   ? std::vector<std::string>{"2x1", "1x2", "3x1", "1x3", "2x2", "4x1", "1x4"}
+                                                   : std::vector<std::string>{"3x1", "1x2", "2x2"};
+        for (const std::string& gs : grids) {
+            const char* g = gs.c_str();
             const int ranks = (g[0] - '0') * (g[2] - '0');
             const std::string out = dir + "/ranks.npy";
             std::remove(out.c_str());

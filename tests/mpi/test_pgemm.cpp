@@ -165,8 +165,11 @@ void one_case(std::mt19937& rng, int ctxt, const td::process_grid& grid, int cas
     scalapack_gemm<T>(ta, tb, m, n, k, alpha, a.local.data(), ia2, ja, a.desc, b.local.data(), ib, jb2, b.desc, beta,
                       ours.data(), ic, jc, c.desc);
 #else
+    static ts::context ctx("cpu", {.cpu_threads = 1});  // this rank's devices, opened once
+    td::pgemm_options po;
+    po.context = &ctx;
     td::pgemm<T>(grid, op_a, op_b, m, n, k, alpha, a.local.data(), ia2, ja, a.desc, b.local.data(), ib, jb2, b.desc, beta,
-                 ours.data(), ic, jc, c.desc);
+                 ours.data(), ic, jc, c.desc, po);
 #endif
     c.check(expected, ours, p, q, grid.my_row(), grid.my_col(), tol, what + " (tilestream vs reference)");
 #ifndef TILESTREAM_TEST_FRONT
