@@ -68,7 +68,7 @@ void test_failure_point(int rank) {
 int run_gemm(int argc, char** argv, const td::environment& env) {
     CLI::App app{"tilestream gemm over MPI ranks: C <- alpha*op(A)*op(B) + beta*C on block-cyclic matrices", "gemm"};
     common_options co;
-    std::string a, b, c, out, op_a = "n", op_b = "n", dtype_name = "f64";
+    std::string a, b, c, out, op_a = "n", op_b = "n", dtype_name = "f32";
     double alpha = 1, beta = 0;
     index_t m = 0, n = 0, k = 0, block = 128;
     app.add_option("--a", a, "A as .npy (every rank reads only its blocks)");
@@ -78,7 +78,7 @@ int run_gemm(int argc, char** argv, const td::environment& env) {
     app.add_option("--m", m, "random inputs: rows of C")->check(CLI::PositiveNumber);
     app.add_option("--n", n, "random inputs: columns of C")->check(CLI::PositiveNumber);
     app.add_option("--k", k, "random inputs: inner dimension")->check(CLI::PositiveNumber);
-    app.add_option("--dtype", dtype_name, "random inputs: f32 or f64 (default f64)");
+    app.add_option("--dtype", dtype_name, "random inputs: f32 or f64 (default f32, as for one process)");
     app.add_option("--op-a", op_a, "n or t");
     app.add_option("--op-b", op_b, "n or t");
     app.add_option("--alpha", alpha);

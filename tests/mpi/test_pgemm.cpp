@@ -130,7 +130,9 @@ void one_case(std::mt19937& rng, int ctxt, const td::process_grid& grid, int cas
         for (auto& v : x->global) v = T(val(rng));
     }
     const int pick = uni(0, 3);
-    const T alpha = T(pick == 0 ? 1.0 : val(rng)), beta = T(pick == 1 ? 0.0 : pick == 2 ? 1.0 : val(rng));
+    // alpha = 0 now and then: A and B are not read, C is only scaled.
+    const T alpha = T(pick == 0 ? 1.0 : case_no % 11 == 5 ? 0.0 : val(rng));
+    const T beta = T(pick == 1 ? 0.0 : pick == 2 ? 1.0 : val(rng));
     for (auto* x : {&a, &b, &c}) x->make(ctxt, p, q, grid.my_row(), grid.my_col());
     const std::vector<T> c_clean = c.local;
     if (beta == T(0))  // beta = 0: C(ic:, jc:) is not read, so NaN there must not show
