@@ -107,8 +107,10 @@ pgemm_report pgemm(const process_grid& grid, op op_a, op op_b, index_t m, index_
     // This rank's part of C(ic:, jc:): a contiguous range of local rows and columns.
     const index_t lr = dc.rows.owned(m, grid.my_row()), lc = dc.cols.owned(n, grid.my_col());
     const index_t c_r0 = dc.rows.first_local(grid.my_row()), c_c0 = dc.cols.first_local(grid.my_col());
-    T* const c_local = c + c_r0 + c_c0 * dc.ld;
+    // A rank without elements of C may pass no array at all.
+    T* const c_local = lr > 0 && lc > 0 ? c + c_r0 + c_c0 * dc.ld : nullptr;
 
+    if (m == 0 || n == 0) return rep;
     if (k == 0 || alpha == T(0)) {
         if (lr > 0 && lc > 0 && beta != T(1)) scale_local(c_local, dc.ld, lr, lc, beta);
         rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
