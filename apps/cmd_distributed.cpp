@@ -252,6 +252,7 @@ int run_jacobi(int argc, char** argv, const td::environment& env) {
     } catch (const invalid_argument& e) {
         throw td::collective_error(e.what());
     }
+    jo.threads = co.cpu_threads > 0 ? co.cpu_threads : default_cpu_threads();
     test_failure_point(env.rank());
     return visit_dtype(type, [&]<class T>() {
         std::vector<T> field;

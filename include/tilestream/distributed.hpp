@@ -182,12 +182,14 @@ npy_gemm_result npy_gemm(const process_grid& grid, const npy_gemm_request& reque
 /// Jacobi over ranks: the interior of an ny x nx field cut over a P x Q MPI_Cart grid, a halo
 /// ring exchanged with MPI_Isend/Irecv each iteration (boundary strips first, interior swept
 /// while the halos travel), the residual reduced with MPI_Iallreduce and examined one check
-/// late. Each point gets 0.25*((N+S)+(W+E)) in T, so the field is bitwise the one-process one.
+/// late. Each point gets 0.25*((N+S)+(W+E)) in T, so the field is bitwise the one-process one
+/// (whatever the grid and threads).
 struct distributed_jacobi_options {
     int grid_rows = 0, grid_cols = 0;  ///< 0, 0: the most square grid with more rows
     index_t iters = 1000;
     index_t check_every = 10;
     double tol = 0;
+    int threads = 1;  ///< host threads per rank sweeping the interior
 };
 struct distributed_jacobi_report {
     int grid_rows = 1, grid_cols = 1;

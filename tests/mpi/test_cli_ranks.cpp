@@ -151,6 +151,12 @@ void test_jacobi() {
             if (slurp(out) != ref_bytes) fail(std::string("jacobi ") + type + " --grid " + g + ": field differs from one process");
         }
     }
+    // Several threads per rank (rows of each interior block split over them): the same field.
+    const std::string wide = "jacobi --nx 150 --ny 300 --iters 21 --out ";
+    run(0, wide + dir + "/ref.npy --quiet");
+    const outcome t = run(2, wide + dir + "/ranks.npy --cpu-threads 3");
+    if (t.status != 0 || slurp(dir + "/ref.npy") != slurp(dir + "/ranks.npy"))
+        fail("jacobi with 3 threads per rank on 2 ranks differs from one process");
     // Converging runs stop after the same iteration (the residual examined one check late).
     const std::string conv = "jacobi --nx 30 --ny 30 --iters 400 --check-every 3 --tol 2e-2 --dtype f64 --out ";
     run(0, conv + dir + "/ref.npy --quiet");
