@@ -2,11 +2,11 @@
 // options parsed alike on every rank, errors every rank agrees on printed once by rank 0, an
 // error on one rank printed with its rank and every rank ended (MPI_Abort).
 #include "commands.hpp"
+#include "core/json_text.hpp"
 
 #include <tilestream/devices.hpp>
 #include <tilestream/distributed.hpp>
 #include <tilestream/image.hpp>
-#include <tilestream/json.hpp>
 #include <tilestream/npy.hpp>
 
 #include <CLI/CLI.hpp>
@@ -192,16 +192,18 @@ int run_gemm(int argc, char** argv, const td::environment& env) {
                      rep.redistributed_b ? "redistributed to C's columns" : "aligned with C", double(sum[1]) / word / env.size(), double(most[1]) / word,
                      model.summa_words, model.pdgemm_words, model.memory_independent_words, model.lower_bound_words);
     if (co.json) {
-        json_object o;
-        o.add("m", m).add("n", n).add("k", k).add("dtype", std::string(to_string(type))).add("ranks", env.size());
-        o.add("grid", std::to_string(p) + "x" + std::to_string(q)).add("block", block).add("seconds", secs).add("gflops", gflops);
-        o.add("panels", rep.panels).add("panel_width", rep.panel_width);
-        o.add("max_bytes_sent_per_rank", std::size_t(most[0])).add("max_bytes_received_per_rank", std::size_t(most[1]));
-        o.add("mean_bytes_received_per_rank", double(sum[1]) / env.size());
-        o.add("model_summa_words", model.summa_words).add("model_lower_bound_words", model.lower_bound_words);
-        o.add("model_pdgemm_words", model.pdgemm_words).add("model_memory_independent_bound_words", model.memory_independent_words);
-        if (!out.empty()) o.add("out", out);
-        std::cout << o.str() << "\n";
+        const detail::json o = {{"m", m}, {"n", n}, {"k", k}, {"dtype", std::string(to_string(type))},
+                                {"ranks", env.size()}, {"grid", std::to_string(p) + "x" + std::to_string(q)},
+                                {"block", block}, {"seconds", secs}, {"gflops", gflops}, {"panels", rep.panels},
+                                {"panel_width", rep.panel_width}, {"max_bytes_sent_per_rank", most[0]},
+                                {"max_bytes_received_per_rank", most[1]},
+                                {"mean_bytes_received_per_rank", double(sum[1]) / env.size()},
+                                {"model_summa_words", model.summa_words},
+                                {"model_lower_bound_words", model.lower_bound_words},
+                                {"model_pdgemm_words", model.pdgemm_words},
+                                {"model_memory_independent_bound_words", model.memory_independent_words},
+                                {"out", out}};
+        std::cout << detail::json_line(o) << "\n";
     } else {
         std::printf("gemm %lldx%lldx%lld %s on %d ranks (grid %dx%d, block %lld, devices %s per rank): %.4f s, %.1f GFLOP/s, "
                     "%.1f MiB sent per rank (largest)\n",
@@ -274,12 +276,13 @@ int run_jacobi(int argc, char** argv, const td::environment& env) {
                                  "MPI_Isend/Irecv after the boundary strips, residual MPI_Iallreduce examined one check late\n",
                          env.size(), rep.grid_rows, rep.grid_cols);
         if (co.json) {
-            json_object o;
-            o.add("nx", nx).add("ny", ny).add("dtype", std::string(to_string(type))).add("ranks", env.size());
-            o.add("grid", std::to_string(rep.grid_rows) + "x" + std::to_string(rep.grid_cols));
-            o.add("iterations", rep.iterations).add("seconds", secs).add("glups", glups).add("residual", rep.residual);
-            o.add("converged", rep.converged).add("max_halo_bytes_per_rank", std::size_t(halo_max));
-            std::cout << o.str() << "\n";
+            const detail::json o = {{"nx", nx}, {"ny", ny}, {"dtype", std::string(to_string(type))},
+                                    {"ranks", env.size()},
+                                    {"grid", std::to_string(rep.grid_rows) + "x" + std::to_string(rep.grid_cols)},
+                                    {"iterations", rep.iterations}, {"seconds", secs}, {"glups", glups},
+                                    {"residual", rep.residual}, {"converged", rep.converged},
+                                    {"max_halo_bytes_per_rank", halo_max}};
+            std::cout << detail::json_line(o) << "\n";
         } else {
             std::printf("jacobi %lldx%lld %s on %d ranks (grid %dx%d): %lld iterations, %.4f s, %.3f GLUP/s, residual %.6e%s\n",
                         (long long)nx, (long long)ny, std::string(to_string(type)).c_str(), env.size(), rep.grid_rows,

@@ -83,7 +83,7 @@ unsigned long long largest(unsigned long long v) {
 }
 
 template <class T>
-std::string gemm_case(const td::process_grid& grid, int ctxt, int n, int block, int reps) {
+ts::detail::json gemm_case(const td::process_grid& grid, int ctxt, int n, int block, int reps) {
     const int lr = int(td::local_count(n, block, grid.my_row(), 0, grid.rows()));
     const int lc = int(td::local_count(n, block, grid.my_col(), 0, grid.cols()));
     const int desc[9] = {1, ctxt, n, n, block, block, 0, 0, std::max(1, lr)};
@@ -125,25 +125,21 @@ std::string gemm_case(const td::process_grid& grid, int ctxt, int n, int block, 
     const double t_ours = tb::median(ours), t_theirs = tb::median(theirs);
     const double flops = 2.0 * double(n) * double(n) * double(n);
     const auto model = td::model_pgemm_traffic(ts::op::n, ts::op::n, n, n, n, grid.rows(), grid.cols());
-    ts::json_object o;
-    o.add("dtype", std::string(ts::to_string(ts::dtype_of<T>()))).add("n", n).add("block", block);
-    o.add("grid", std::to_string(grid.rows()) + "x" + std::to_string(grid.cols())).add("reps", reps);
-    o.add("tilestream_seconds", t_ours).add("tilestream_gflops", flops / t_ours * 1e-9);
-    o.add("scalapack_seconds", t_theirs).add("scalapack_gflops", flops / t_theirs * 1e-9);
-    o.add("ratio_scalapack_time_to_tilestream", t_theirs / t_ours);
-    o.add("tilestream_max_bytes_received_per_rank", std::size_t(largest(ours_bytes)));
-    o.add("scalapack_max_bytes_received_per_rank", std::size_t(largest(theirs_bytes)));
-    o.add("model_summa_bytes_per_rank", model.summa_words * sizeof(T));
+    const unsigned long long ours_most = largest(ours_bytes), theirs_most = largest(theirs_bytes);
+    const ts::detail::json o = {{"dtype", std::string(ts::to_string(ts::dtype_of<T>()))}, {"n", n}, {"block", block},
+                                {"grid", std::to_string(grid.rows()) + "x" + std::to_string(grid.cols())}, {"reps", reps},
+                                {"tilestream_seconds", t_ours}, {"tilestream_gflops", flops / t_ours * 1e-9},
+                                {"scalapack_seconds", t_theirs}, {"scalapack_gflops", flops / t_theirs * 1e-9},
+                                {"ratio_scalapack_time_to_tilestream", t_theirs / t_ours},
+                                {"tilestream_max_bytes_received_per_rank", ours_most},
+                                {"scalapack_max_bytes_received_per_rank", theirs_most},
+                                {"model_summa_bytes_per_rank", model.summa_words * sizeof(T)}};
     if (grid.rank() == 0)
         std::printf("%s n=%d grid %dx%d: tilestream %.3f s (%.1f GFLOP/s), ScaLAPACK %.3f s (%.1f GFLOP/s); bytes received "
                     "per rank %llu vs %llu\n",
                     std::string(ts::to_string(ts::dtype_of<T>())).c_str(), n, grid.rows(), grid.cols(), t_ours,
-                    flops / t_ours * 1e-9, t_theirs, flops / t_theirs * 1e-9, largest(ours_bytes), largest(theirs_bytes));
-    else {
-        largest(ours_bytes);
-        largest(theirs_bytes);
-    }
-    return o.str();
+                    flops / t_ours * 1e-9, t_theirs, flops / t_theirs * 1e-9, ours_most, theirs_most);
+    return o;
 }
 
 }  // namespace
@@ -156,7 +152,7 @@ int main(int argc, char** argv) {
                        "usage: mpi_bench gemm [--sizes f64:4096,f32:8192] [--block 128] [--reps 3] | jacobi [--nx N] "
                        "[--ny N] [--iters N] [--dtype f32]; both [--git-hash H] [--out FILE]");
     const std::string hash = args.get("git-hash", "unknown"), out = args.get("out", "");
-    ts::json_object top = tb::result_header("mpi_" + mode, hash, "cpu (1 thread) per rank");
+    tb::json_builder top = tb::result_header("mpi_" + mode, hash, "cpu (1 thread) per rank");
     top.add("ranks", env.size());
     if (mode == "gemm") {
         const std::string sizes = args.get("sizes", "f64:4096,f32:8192");
@@ -167,7 +163,7 @@ int main(int argc, char** argv) {
         int ctxt = 0;
         Cblacs_get(-1, 0, &ctxt);
         Cblacs_gridinit(&ctxt, "Row", p, q);
-        std::vector<std::string> rows;
+        ts::detail::json rows = ts::detail::json::array();
         for (const auto& s : tb::split(sizes, ',')) {
             const auto colon = s.find(':');
             const int n = std::stoi(s.substr(colon + 1));
@@ -175,7 +171,7 @@ int main(int argc, char** argv) {
                                                        : gemm_case<double>(grid, ctxt, n, block, reps));
         }
         Cblacs_gridexit(ctxt);
-        top.raw("results", ts::json_array(rows));
+        top.add("results", rows);
     } else if (mode == "jacobi") {
         const ts::index_t nx = args.number("nx", 4096), ny = args.number("ny", 4096);
         td::distributed_jacobi_options jo;
@@ -195,6 +191,6 @@ int main(int argc, char** argv) {
     } else {
         return 2;
     }
-    if (env.rank() == 0 && !out.empty()) tb::write_file_atomically(out, top.str());
+    if (env.rank() == 0 && !out.empty()) tb::write_file_atomically(out, top.text());
     return 0;
 }

@@ -118,12 +118,12 @@ int main(int argc, char** argv) {
             measure("opencl vendor, 25% budget", spec, ts::gemm_kernel::vendor, operands / 4, reps);
         });
 
-    std::vector<std::string> rows;
+    ts::detail::json rows = ts::detail::json::array();
     for (const auto& f : figures) {
-        ts::json_object busy;
+        ts::bench::json_builder busy;
         for (const auto& [k, v] : f.busy) busy.add(k, v);
         const double flops = 2.0 * double(f.n) * double(f.n) * double(f.n);
-        rows.push_back(ts::json_object()
+        rows.push_back(ts::bench::json_builder()
                            .add("figure", f.name)
                            .add("devices", f.device)
                            .add("kernel", f.kernel)
@@ -139,12 +139,12 @@ int main(int argc, char** argv) {
                            .add("bytes_h2d", f.bytes_h2d)
                            .add("bytes_d2h", f.bytes_d2h)
                            .add("peak_device_bytes", f.peak)
-                           .add("busy_seconds_by_span_kind", busy)
-                           .str());
+                           .add("busy_seconds_by_span_kind", busy.json())
+                           .json());
     }
     auto top = ts::bench::result_header("gemm_opencl", git, spec + " (" + ts::describe_present_devices() + ")");
-    top.raw("results", ts::json_array(rows));
-    ts::bench::write_file_atomically(out, top.str());
+    top.add("results", rows);
+    ts::bench::write_file_atomically(out, top.text());
     std::printf("wrote %s\n", out.c_str());
     return 0;
 }

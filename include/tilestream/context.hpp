@@ -47,6 +47,9 @@ struct gemm_call_options {
     transfer_mode transfer = transfer_mode::copy_2d;
     std::optional<gemm_kernel> kernel;            ///< the context's when absent
     std::optional<cache_mode> cache;              ///< the context's when absent
+    /// Rates for this plan (to explain a fixed strategy with measured figures, say); when absent
+    /// the context's: declared, or measured when the automatic choice needs them.
+    std::optional<device_rates> rates;
     /// Trace, per-unit callback, peer tiles... (register_host is the context's business: operands
     /// are pinned before the clock of each run).
     gemm_run_options run;

@@ -58,7 +58,8 @@ gemm_plan context::plan(const gemm_problem& problem, const gemm_call_options& ca
                                    "' kernel (the reference kernel runs on CPU devices only)");
     // Rates only steer the automatic choice; in place nothing is copied and the compute is the
     // same whatever the plan, so no probe.
-    const device_rates r = options_.rates                                        ? *options_.rates
+    const device_rates r = call.rates                                            ? *call.rates
+                           : options_.rates                                      ? *options_.rates
                            : po.strategy == gemm_strategy::automatic && !in_place_ ? rates(problem.type, po.kernel)
                                                                                    : device_rates{};
     try {
