@@ -578,6 +578,8 @@ int main(int argc, char** argv) {
     }
     const std::string cmd = argv[1];
     try {
+        if ((cmd == "gemm" || cmd == "jacobi") && ts::cli::wants_ranks(argc, argv))
+            return ts::cli::cmd_distributed(cmd, argc, argv);
         if (cmd == "devices") return cmd_devices(argc, argv);
         if (cmd == "gemm") return cmd_gemm(argc, argv);
         if (cmd == "scale") return ts::cli::cmd_scale(argc, argv);
