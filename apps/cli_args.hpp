@@ -1,13 +1,21 @@
-// Minimal command-line option parsing for the tilestream tool: --name value, --name=value, --flag.
+// Command-line options of the tilestream tool, declared with CLI11: each command declares its
+// options (name, type, help), CLI11 parses --name value, --name=value and --flag and generates
+// --help; integers and numbers are converted while parsing, with tilestream's error messages
+// (which name the option); an unknown option or command gets a "did you mean" suggestion.
 #pragma once
 
+#include <tilestream/devices.hpp>
 #include <tilestream/error.hpp>
 #include <tilestream/npy.hpp>
 #include <tilestream/types.hpp>
 
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <initializer_list>
+#include <iostream>
 #include <limits>
 #include <map>
 #include <optional>
@@ -17,40 +25,134 @@
 
 namespace tilestream::cli {
 
-class args {
-public:
-    /// `valued` lists options that take a value, `flags` those that do not.
-    args(int argc, char** argv, int first, std::set<std::string> valued, std::set<std::string> flags)
-        : valued_(std::move(valued)), flags_(std::move(flags)) {
-        for (int i = first; i < argc; ++i) {
-            std::string a = argv[i];
-            if (a.rfind("--", 0) != 0) {
-                positional_.push_back(a);
-                continue;
-            }
-            std::string name = a.substr(2), value;
-            bool has_value = false;
-            if (const auto eq = name.find('='); eq != std::string::npos) {
-                value = name.substr(eq + 1);
-                name = name.substr(0, eq);
-                has_value = true;
-            }
-            if (flags_.count(name)) {
-                if (has_value) throw invalid_argument("option --" + name + " takes no value");
-                set_flags_.insert(name);
-            } else if (valued_.count(name)) {
-                if (!has_value) {
-                    if (i + 1 >= argc) throw invalid_argument("option --" + name + " needs a value");
-                    value = argv[++i];
-                }
-                values_[name] = value;
-            } else {
-                throw invalid_argument("unknown option --" + name);
-            }
+/// Levenshtein distance, for "did you mean".
+inline std::size_t edit_distance(const std::string& a, const std::string& b) {
+    std::vector<std::size_t> row(b.size() + 1);
+    for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (std::size_t i = 1; i <= a.size(); ++i) {
+        std::size_t diag = row[0];
+        row[0] = i;
+        for (std::size_t j = 1; j <= b.size(); ++j) {
+            const std::size_t up = row[j];
+            row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+            diag = up;
         }
     }
+    return row[b.size()];
+}
 
-    bool flag(const std::string& name) const { return set_flags_.count(name) > 0; }
+/// " (did you mean X?)" for the closest of `known` to `given` when it is close enough, else "".
+inline std::string did_you_mean(const std::string& given, const std::vector<std::string>& known) {
+    std::string best;
+    std::size_t best_d = std::numeric_limits<std::size_t>::max();
+    for (const auto& k : known) {
+        const std::size_t d = edit_distance(given, k);
+        if (d < best_d) best_d = d, best = k;
+    }
+    const std::size_t limit = std::max<std::size_t>(2, given.size() / 3);
+    return best_d <= limit ? " (did you mean " + best + "?)" : "";
+}
+
+/// The options of one command. Declare them, parse, then read the typed values.
+class args {
+public:
+    /// `command` as shown in the usage line ("gemm", "scale gemm").
+    args(const std::string& command, const std::string& description)
+        : command_(command), app_(description, "tilestream " + command) {
+        app_.get_formatter()->column_width(36);
+        app_.get_formatter()->label("REQUIRED", "");
+        app_.allow_extras(false);
+        app_.positionals_at_end(false);
+    }
+    args(const args&) = delete;
+    args& operator=(const args&) = delete;
+
+    /// An option with a text value (a path, a name, a size like 64MiB), read as given.
+    args& text(const std::string& name, const std::string& help, const std::string& type = "TEXT") {
+        add(name, help, type, [this, name](const std::string& v) { values_[name] = v; });
+        return *this;
+    }
+    /// An option holding a 64-bit integer; the range is checked where it is read (integer()).
+    args& integer_option(const std::string& name, const std::string& help) {
+        add(name, help, "INT", [this, name](const std::string& v) {
+            index_t r = 0;
+            auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), r);
+            if (ec == std::errc::result_out_of_range)
+                throw size_overflow("--" + name + " " + v + " does not fit in 64 bits");
+            if (ec != std::errc() || p != v.data() + v.size())
+                throw invalid_argument("--" + name + " expects an integer, got '" + v + "'");
+            values_[name] = v;
+            integers_[name] = r;
+        });
+        return *this;
+    }
+    /// An option holding a real number.
+    args& number_option(const std::string& name, const std::string& help) {
+        add(name, help, "FLOAT", [this, name](const std::string& v) {
+            double r = 0;
+            try {
+                std::size_t used = 0;
+                r = std::stod(v, &used);
+                if (used != v.size()) throw std::invalid_argument("");
+            } catch (const std::exception&) {
+                throw invalid_argument("--" + name + " expects a number, got '" + v + "'");
+            }
+            values_[name] = v;
+            reals_[name] = r;
+        });
+        return *this;
+    }
+    /// An option without a value.
+    args& flag_option(const std::string& name, const std::string& help) {
+        app_.add_flag("--" + name, help)->disable_flag_override()->each([this, name](const std::string&) { flags_.insert(name); });
+        known_.push_back("--" + name);
+        flag_names_.insert(name);
+        return *this;
+    }
+    /// Collects the arguments that are not options (checked by the command).
+    args& positionals(const std::string& name, const std::string& help) {
+        app_.add_option(name, positional_, help)->expected(0, 1 << 20);
+        return *this;
+    }
+    /// Text after the option list in --help.
+    args& footer(const std::string& text) {
+        app_.footer(text);
+        return *this;
+    }
+
+    /// Parses argv[first..]. Returns false when --help was asked for (the help is printed).
+    /// Bad usage throws invalid_argument (or size_overflow) naming the option.
+    bool parse(int argc, char** argv, int first) {
+        std::vector<std::string> in;
+        for (int i = argc - 1; i >= first; --i) {  // CLI11 takes them reversed
+            const std::string arg = argv[i];
+            const auto eq = arg.find('=');
+            if (arg.rfind("--", 0) == 0 && eq != std::string::npos && flag_names_.count(arg.substr(2, eq - 2)))
+                throw invalid_argument("option " + arg.substr(0, eq) + " takes no value");
+            in.push_back(arg);
+        }
+        try {
+            app_.parse(in);
+        } catch (const CLI::CallForHelp&) {
+            std::cout << app_.help();
+            return false;
+        } catch (const CLI::ExtrasError&) {
+            const auto rest = app_.remaining();
+            const std::string what = rest.empty() ? std::string("?") : rest.front();
+            if (what.rfind("--", 0) == 0) {
+                const std::string name = what.substr(0, what.find('='));
+                throw invalid_argument("unknown option " + name + did_you_mean(name, known_) +
+                                       "; 'tilestream " + command_ + " --help' lists the options");
+            }
+            throw invalid_argument(command_ + ": unexpected argument '" + what + "'");
+        } catch (const CLI::ParseError& e) {
+            throw invalid_argument(e.what());
+        }
+        return true;
+    }
+    std::string help() const { return app_.help(); }
+
+    bool flag(const std::string& name) const { return flags_.count(name) > 0; }
     bool has(const std::string& name) const { return values_.count(name) > 0; }
     std::optional<std::string> get(const std::string& name) const {
         auto it = values_.find(name);
@@ -62,30 +164,16 @@ public:
     }
     /// An integer option in [lo, hi]; the error names the option.
     index_t integer(const std::string& name, index_t fallback, index_t lo, index_t hi) const {
-        auto v = get(name);
-        if (!v) return fallback;
-        index_t r = 0;
-        auto [p, ec] = std::from_chars(v->data(), v->data() + v->size(), r);
-        if (ec == std::errc::result_out_of_range)
-            throw size_overflow("--" + name + " " + *v + " does not fit in 64 bits");
-        if (ec != std::errc() || p != v->data() + v->size())
-            throw invalid_argument("--" + name + " expects an integer, got '" + *v + "'");
-        if (r < lo || r > hi)
-            throw invalid_argument("--" + name + " must be in [" + std::to_string(lo) + ", " +
-                                   std::to_string(hi) + "], got " + *v);
-        return r;
+        auto it = integers_.find(name);
+        if (it == integers_.end()) return fallback;
+        if (it->second < lo || it->second > hi)
+            throw invalid_argument("--" + name + " must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                                   "], got " + values_.at(name));
+        return it->second;
     }
     double real(const std::string& name, double fallback) const {
-        auto v = get(name);
-        if (!v) return fallback;
-        try {
-            std::size_t used = 0;
-            double r = std::stod(*v, &used);
-            if (used != v->size()) throw std::invalid_argument("");
-            return r;
-        } catch (const std::exception&) {
-            throw invalid_argument("--" + name + " expects a number, got '" + *v + "'");
-        }
+        auto it = reals_.find(name);
+        return it == reals_.end() ? fallback : it->second;
     }
     /// A real option converted to T; a finite value beyond T's range is an error, not infinity.
     template <class T>
@@ -104,10 +192,37 @@ public:
     const std::vector<std::string>& positional() const { return positional_; }
 
 private:
-    std::set<std::string> valued_, flags_, set_flags_;
+    template <class F>
+    void add(const std::string& name, const std::string& help, const std::string& type, F store) {
+        app_.add_option_function<std::string>("--" + name, store, help)
+            ->type_name(type)
+            ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+        known_.push_back("--" + name);
+    }
+
+    std::string command_;
+    CLI::App app_;
+    std::vector<std::string> known_;
+    std::set<std::string> flags_, flag_names_;
     std::map<std::string, std::string> values_;
+    std::map<std::string, index_t> integers_;
+    std::map<std::string, double> reals_;
     std::vector<std::string> positional_;
 };
+
+/// --memory-budget and --cpu-threads, taken by every command that opens devices.
+inline void declare_device_options(args& a) {
+    a.text("memory-budget", "budget of each device without its own @budget, e.g. 512MiB", "BYTES")
+        .integer_option("cpu-threads", "threads per CPU device (at most 4 x cores, at least 16)");
+}
+
+/// The devices' options from declare_device_options.
+inline open_options device_options(const args& a) {
+    open_options o;
+    if (auto b = a.get("memory-budget")) o.memory_budget = parse_bytes(*b);
+    o.cpu_threads = static_cast<int>(a.integer("cpu-threads", 0, 1, std::numeric_limits<int>::max()));
+    return o;
+}
 
 /// A failure while running (an output that could not be written, an input that changed), as
 /// opposed to bad usage or bad input: the tool exits with 3.

@@ -2,12 +2,13 @@
 // devices, with optional bitwise check against one device, .npy and PNG output, and JSON.
 #include "cli_args.hpp"
 #include "commands.hpp"
+#include "core/json_text.hpp"
 
+#include <tilestream/context.hpp>
 #include <tilestream/devices.hpp>
 #include <tilestream/error.hpp>
 #include <tilestream/image.hpp>
 #include <tilestream/jacobi.hpp>
-#include <tilestream/json.hpp>
 #include <tilestream/npy.hpp>
 
 #include <chrono>
@@ -25,34 +26,27 @@ namespace {
 
 constexpr int exit_check_failed = 1;
 
-const char* jacobi_help =
-    "usage: tilestream jacobi [options]\n"
-    "  --nx N --ny N             grid columns and rows, boundary included (default 1024 x 1024)\n"
-    "  --init FILE.npy           starting field (ny x nx; its boundary stays fixed) instead of the\n"
-    "                            default: sin(2*pi*i/(ny-1)) on columns 0 and nx-1, 0 elsewhere\n"
-    "  --dtype f32|f64           field type (default f32, or the --init file's)\n"
-    "  --iters N                 most iterations (default 1000)\n"
-    "  --tol X                   stop when the residual norm is below X (default 0: never)\n"
-    "  --check-every K           residual every K iterations, read one check later (default 10)\n"
-    "  --devices SPEC            e.g. cpu, cpu:4, cuda:0,cuda:1 (default cpu)\n"
-    "  --decomp D                rows | cols | tiles | tiles:PxQ | auto (default auto: least halo bytes)\n"
-    "  --overlap on|off          strips and halos first, interior meanwhile (default on)\n"
-    "  --memory-budget BYTES     budget of each device, e.g. 512MiB\n"
-    "  --cpu-threads N           threads per CPU device (at most 4 x cores, at least 16)\n"
-    "  --out FIELD.npy           write the final field\n"
-    "  --image FIELD.png         write the final field colour-mapped, with a colour bar\n"
-    "  --check                   rerun the same iterations on the first device alone and compare bit for\n"
-    "                            bit; exit 1 unless identical. Costs one more solve on one device (about the\n"
-    "                            run's time times the number of devices); the output gives its seconds\n"
-    "  --explain                 print the plan (parts, devices, halo bytes) before running\n"
-    "  --json                    print one JSON object\n"
-    "  --quiet                   no progress lines on long runs\n";
-
-open_options device_options(const args& a) {
-    open_options o;
-    if (auto b = a.get("memory-budget")) o.memory_budget = parse_bytes(*b);
-    o.cpu_threads = static_cast<int>(a.integer("cpu-threads", 0, 1, std::numeric_limits<int>::max()));
-    return o;
+void declare_jacobi_options(args& a) {
+    declare_device_options(a);
+    a.integer_option("nx", "grid columns, boundary included (default 1024)")
+        .integer_option("ny", "grid rows, boundary included (default 1024)")
+        .text("init", "starting field (ny x nx; its boundary stays fixed) instead of the default: "
+                      "sin(2 pi i/(ny-1)) on columns 0 and nx-1, 0 elsewhere", "FILE.npy")
+        .text("dtype", "field type: f32 (default, or the --init file's) or f64", "f32|f64")
+        .integer_option("iters", "most iterations (default 1000)")
+        .number_option("tol", "stop when the residual norm is below X (default 0: never)")
+        .integer_option("check-every", "residual every K iterations, read one check later (default 10)")
+        .text("devices", "e.g. cpu, cpu:4, cuda:0,cuda:1 (default cpu)", "SPEC")
+        .text("decomp", "rows | cols | tiles | tiles:PxQ | auto (default auto: least halo bytes)", "D")
+        .text("overlap", "strips and halos first, interior meanwhile (default on)", "on|off")
+        .text("out", "write the final field", "FIELD.npy")
+        .text("image", "write the final field colour-mapped, with a colour bar", "FIELD.png")
+        .flag_option("check", "rerun the same iterations on the first device alone and compare bit for bit; exit 1 "
+                              "unless identical. Costs one more solve on one device (about the run's time times the "
+                              "number of devices); the output gives its seconds")
+        .flag_option("explain", "print the plan (parts, devices, halo bytes) before running")
+        .flag_option("json", "print one JSON object")
+        .flag_option("quiet", "no progress lines on long runs");
 }
 
 bool parse_on_off(const std::string& name, const std::string& v) {
@@ -82,11 +76,14 @@ int run_jacobi_command(const args& a, const jacobi_problem& pb, jacobi_options o
     const std::size_t field_bytes = checked_bytes(pb.ny, pb.nx, pb.type, "jacobi: field");
     check_host_memory(field_bytes * (a.flag("check") ? 2 : 1),
                       "jacobi: the " + std::to_string(pb.ny) + "x" + std::to_string(pb.nx) + " field");
-    const std::string spec = a.get_or("devices", "cpu");
-    auto devs = open_devices(spec, device_options(a));
+    const open_options oo = device_options(a);
+    context_options co;
+    co.memory_budget = oo.memory_budget;
+    co.cpu_threads = oo.cpu_threads;
+    context ctx(a.get_or("devices", "cpu"), co);
     const bool json = a.flag("json");
     if (!json && !a.flag("quiet")) opt.progress = progress_printer{};
-    const jacobi_plan plan = plan_jacobi(pb, devs, opt);
+    const jacobi_plan plan = ctx.plan_jacobi(pb, opt);
     if (a.flag("explain") && !json) std::cout << plan.explain();
 
     host_matrix<T> field(pb.ny, pb.nx);
@@ -107,7 +104,7 @@ int run_jacobi_command(const args& a, const jacobi_problem& pb, jacobi_options o
         std::memcpy(start->data(), field.data(), sizeof(T) * std::size_t(field.size()));
     }
 
-    const jacobi_report rep = run_jacobi<T>(plan, field.view());
+    const jacobi_report rep = ctx.jacobi<T>(pb, field.view(), opt);
 
     // --check: the same number of iterations on the first device alone, compared bit for bit.
     std::optional<bool> check_ok;
@@ -120,7 +117,7 @@ int run_jacobi_command(const args& a, const jacobi_problem& pb, jacobi_options o
         one.tol = 0;
         one.progress = nullptr;
         const auto t0 = std::chrono::steady_clock::now();
-        const jacobi_plan single = plan_jacobi(pb, std::vector<device*>{devs.front().get()}, one);
+        const jacobi_plan single = plan_jacobi(pb, std::vector<device*>{ctx.devices().front()}, one);
         run_jacobi<T>(single, start->view());
         check_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         index_t differ = 0, first_i = -1, first_j = -1;
@@ -133,14 +130,14 @@ int run_jacobi_command(const args& a, const jacobi_problem& pb, jacobi_options o
         char cost[64];
         std::snprintf(cost, sizeof cost, " (the rerun took %.3f s)", check_seconds);
         if (differ == 0) {
-            check_text = "final field bitwise identical to a single-device run on " + devs.front()->id() + cost + ": OK";
+            check_text = "final field bitwise identical to a single-device run on " + ctx.devices().front()->id() + cost + ": OK";
         } else {
             char buf[160];
             std::snprintf(buf, sizeof buf, "first at row %lld, column %lld: %.17g here, %.17g alone",
                           (long long)first_i, (long long)first_j, double(field(first_i, first_j)),
                           double((*start)(first_i, first_j)));
             check_text = std::to_string(differ) + " points differ from a single-device run on " +
-                         devs.front()->id() + " (" + buf + ")" + cost + ": FAILED";
+                         ctx.devices().front()->id() + " (" + buf + ")" + cost + ": FAILED";
         }
     }
 
@@ -149,22 +146,21 @@ int run_jacobi_command(const args& a, const jacobi_problem& pb, jacobi_options o
     if (out_path) as_runtime_failure([&] { write_npy<T>(*out_path, host_matrix_view<const T>(field.view())); });
     if (image_path) as_runtime_failure([&] { write_field_png<T>(*image_path, host_matrix_view<const T>(field.view())); });
 
-    std::string ids;
-    for (const auto& d : devs) ids += (ids.empty() ? "" : ",") + d->id();
+    const std::string& ids = ctx.device_names();
     const std::string decomp = to_string(plan.decomposition());
     if (json) {
-        json_object o;
-        o.add("nx", pb.nx).add("ny", pb.ny).add("dtype", std::string(to_string(pb.type)));
-        o.add("devices", ids).add("decomp", decomp).add("planner_choice", plan.planner_chose());
-        o.add("overlap", opt.overlap).add("iterations", rep.iterations).add("seconds", rep.seconds);
-        o.add("total_seconds", rep.total_seconds).add("glups", rep.glups).add("gbps", rep.gbps);
-        o.add("residual", rep.residual).add("converged", rep.converged).add("converged_at", rep.converged_at);
-        o.add("check_every", opt.check_every).add("tol", opt.tol);
-        o.add("halo_bytes_per_iteration", plan.halo_bytes_per_iteration()).add("halo_bytes", rep.halo_bytes);
-        if (check_ok) o.add("check_passed", *check_ok).add("check_seconds", check_seconds);
-        if (out_path) o.add("out", *out_path);
-        if (image_path) o.add("image", *image_path);
-        std::cout << o.str() << "\n";
+        detail::json o = {{"nx", pb.nx}, {"ny", pb.ny}, {"dtype", std::string(to_string(pb.type))}, {"devices", ids},
+                          {"decomp", decomp}, {"planner_choice", plan.planner_chose()}, {"overlap", opt.overlap},
+                          {"iterations", rep.iterations}, {"seconds", rep.seconds},
+                          {"total_seconds", rep.total_seconds}, {"glups", rep.glups}, {"gbps", rep.gbps},
+                          {"residual", rep.residual}, {"converged", rep.converged},
+                          {"converged_at", rep.converged_at}, {"check_every", opt.check_every}, {"tol", opt.tol},
+                          {"halo_bytes_per_iteration", plan.halo_bytes_per_iteration()},
+                          {"halo_bytes", rep.halo_bytes}};
+        if (check_ok) o["check_passed"] = *check_ok, o["check_seconds"] = check_seconds;
+        if (out_path) o["out"] = *out_path;
+        if (image_path) o["image"] = *image_path;
+        std::cout << detail::json_line(o) << "\n";
     } else {
         std::printf("jacobi %lldx%lld %s on %s: %s%s, overlap %s\n", (long long)pb.nx, (long long)pb.ny,
                     std::string(to_string(pb.type)).c_str(), ids.c_str(), decomp.c_str(),
@@ -184,16 +180,9 @@ int run_jacobi_command(const args& a, const jacobi_problem& pb, jacobi_options o
 }  // namespace
 
 int cmd_jacobi(int argc, char** argv) {
-    args a(argc, argv, 2,
-           {"nx", "ny", "iters", "tol", "check-every", "dtype", "devices", "decomp", "overlap", "init", "out",
-            "image", "memory-budget", "cpu-threads"},
-           {"check", "json", "quiet", "explain", "help"});
-    if (a.flag("help")) {
-        std::cout << jacobi_help;
-        return 0;
-    }
-    if (!a.positional().empty())
-        throw invalid_argument("jacobi: unexpected argument '" + a.positional().front() + "'");
+    args a("jacobi", "2-D Laplace equation by Jacobi iterations across devices.");
+    declare_jacobi_options(a);
+    if (!a.parse(argc, argv, 2)) return 0;
     a.check_output_paths({"out", "image"});
     const index_t big = std::numeric_limits<index_t>::max();
     jacobi_problem pb;

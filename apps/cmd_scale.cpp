@@ -2,6 +2,7 @@
 // seconds, rate, speedup and efficiency, with --json and an SVG plot; and `tilestream timeline`.
 #include "cli_args.hpp"
 #include "commands.hpp"
+#include "core/json_text.hpp"
 
 #include <tilestream/devices.hpp>
 #include <tilestream/gemm.hpp>
@@ -34,6 +35,16 @@ std::vector<std::string> device_sets(const std::string& list) {
     return out;
 }
 
+/// The options both workloads of `scale` take.
+void declare_scale_options(args& a) {
+    declare_device_options(a);
+    a.text("devices", "comma-separated device sets; '+' joins devices within a set, e.g. cpu:1,cpu:2,cuda:0+cpu", "SETS")
+        .text("dtype", "f32 (default) or f64", "f32|f64")
+        .integer_option("repeat", "median of R runs (default 3)")
+        .text("plot", "draw the scaling plot (SVG)", "scaling.svg")
+        .flag_option("json", "print one JSON object");
+}
+
 double median_of(std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
@@ -56,9 +67,7 @@ std::vector<scaling_row> scale_gemm(const args& a, const std::vector<std::string
     po.kernel = parse_gemm_kernel(a.get_or("kernel", "vendor"));
     po.tile_m = po.tile_n = a.integer("tile", 0, 1, big);
     po.cache = parse_cache_mode(a.get_or("cache", "auto"));
-    open_options oo;
-    if (auto b = a.get("memory-budget")) oo.memory_budget = parse_bytes(*b);
-    oo.cpu_threads = int(a.integer("cpu-threads", 0, 1, std::numeric_limits<int>::max()));
+    const open_options oo = device_options(a);
     std::vector<scaling_row> rows;
     const std::string problem = std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + " " +
                                 std::string(to_string(type));
@@ -102,10 +111,16 @@ std::vector<scaling_row> scale_gemm(const args& a, const std::vector<std::string
 }  // namespace
 
 int cmd_scale_jacobi(int argc, char** argv) {
-    args a(argc, argv, 3,
-           {"nx", "ny", "iters", "dtype", "devices", "decomp", "overlap", "check-every", "memory-budget", "cpu-threads",
-            "repeat", "plot"},
-           {"json", "weak"});
+    args a("scale jacobi", "The same Jacobi problem on several device sets: speedup and efficiency.");
+    declare_scale_options(a);
+    a.integer_option("nx", "grid columns")
+        .integer_option("ny", "grid rows")
+        .integer_option("iters", "iterations (default 100)")
+        .text("decomp", "rows | cols | tiles | tiles:PxQ | auto", "D")
+        .text("overlap", "on (default) or off", "on|off")
+        .integer_option("check-every", "residual every K iterations (default 10)")
+        .flag_option("weak", "weak scaling: the problem grows with the device count");
+    if (!a.parse(argc, argv, 3)) return 0;
     if (!a.has("devices")) throw invalid_argument("scale jacobi: give --devices, e.g. cpu:1,cpu:2");
     a.check_output_paths({"plot"});
     const auto sets = device_sets(*a.get("devices"));
@@ -124,9 +139,7 @@ int cmd_scale_jacobi(int argc, char** argv) {
     const bool weak = a.flag("weak");
     if (a.has("decomp")) jo.decomposition = parse_jacobi_decomposition(*a.get("decomp"));
     const int repeat = int(a.integer("repeat", 3, 1, 1000));
-    open_options oo;
-    if (auto b = a.get("memory-budget")) oo.memory_budget = parse_bytes(*b);
-    oo.cpu_threads = int(a.integer("cpu-threads", 0, 1, std::numeric_limits<int>::max()));
+    const open_options oo = device_options(a);
     std::vector<scaling_row> rows;
     for (const auto& set : sets) {
         auto devs = open_devices(set, oo);
@@ -155,8 +168,10 @@ int cmd_scale_jacobi(int argc, char** argv) {
     }
     compute_scaling(rows, weak);
     if (a.flag("json"))
-        std::cout << "{\"workload\": \"jacobi\", \"weak\": " << (weak ? "true" : "false")
-                  << ", \"rows\": " << scaling_json(rows, "GLUP/s") << "}\n";
+        std::cout << detail::json_line({{"workload", "jacobi"},
+                                        {"weak", weak},
+                                        {"rows", detail::json::parse(scaling_json(rows, "GLUP/s"))}})
+                  << "\n";
     else
         std::cout << scaling_table(rows, "GLUP/s");
     if (auto plot = a.get("plot"))
@@ -178,18 +193,28 @@ int cmd_scale(int argc, char** argv) {
     }
     const std::string what = argv[2];
     if (what == "jacobi") return cmd_scale_jacobi(argc, argv);
-    if (what != "gemm") throw invalid_argument("scale: unknown workload '" + what + "' (expected gemm or jacobi)");
-    args a(argc, argv, 3,
-           {"m", "n", "k", "dtype", "kernel", "strategy", "tile", "devices", "memory-budget", "cpu-threads", "cache",
-            "repeat", "plot", "rates"},
-           {"json"});
+    if (what != "gemm")
+        throw invalid_argument("scale: unknown workload '" + what + "' (expected gemm or jacobi)" +
+                               did_you_mean(what, {"gemm", "jacobi"}));
+    args a("scale gemm", "The same GEMM on several device sets: speedup and efficiency.");
+    declare_scale_options(a);
+    a.integer_option("m", "rows of C")
+        .integer_option("n", "columns of C")
+        .integer_option("k", "inner dimension")
+        .text("kernel", "reference, naive, tiled or vendor (default)", "KERNEL")
+        .text("strategy", "auto (default) or a strategy of gemm --strategy", "STRATEGY")
+        .integer_option("tile", "tile size instead of the planner's")
+        .text("cache", "auto (default), on or off", "auto|on|off")
+        .text("rates", "declare rates instead of measuring them, e.g. h2d=12GB/s,d2h=12GB/s,gflops=150", "RATES");
+    if (!a.parse(argc, argv, 3)) return 0;
     if (!a.has("devices")) throw invalid_argument("scale gemm: give --devices, e.g. cpu:1,cpu:2");
     a.check_output_paths({"plot"});
     const auto sets = device_sets(*a.get("devices"));
     const dtype type = parse_dtype(a.get_or("dtype", "f32"));
     auto rows = visit_dtype(type, [&]<class T>() { return scale_gemm<T>(a, sets, type); });
     if (a.flag("json"))
-        std::cout << "{\"workload\": \"gemm\", \"rows\": " << scaling_json(rows, "GFLOP/s") << "}\n";
+        std::cout << detail::json_line({{"workload", "gemm"}, {"rows", detail::json::parse(scaling_json(rows, "GFLOP/s"))}})
+                  << "\n";
     else
         std::cout << scaling_table(rows, "GFLOP/s");
     if (auto plot = a.get("plot"))
@@ -198,10 +223,12 @@ int cmd_scale(int argc, char** argv) {
 }
 
 int cmd_timeline(int argc, char** argv) {
-    args a(argc, argv, 2, {}, {"help"});
-    if (a.flag("help") || a.positional().size() != 2) {
+    args a("timeline", "Draw a Chrome trace written by --trace as an SVG timeline.");
+    a.positionals("files", "run.json run.svg: the trace to read and the picture to write");
+    if (!a.parse(argc, argv, 2)) return 0;
+    if (a.positional().size() != 2) {
         std::cout << "usage: tilestream timeline run.json run.svg   (a Chrome trace written by --trace)\n";
-        return a.flag("help") ? 0 : 2;
+        return 2;
     }
     check_output_path(a.positional()[1]);
     const auto spans = read_chrome_trace(a.positional()[0]);

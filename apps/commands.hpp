@@ -1,6 +1,8 @@
 // The subcommands of the tilestream tool, each in its own file; main() dispatches to them.
 #pragma once
 
+#include <string>
+
 namespace tilestream::cli {
 
 /// Each returns the process exit code and throws tilestream errors for main() to report.
@@ -9,5 +11,9 @@ int cmd_scale(int argc, char** argv);
 /// `scale jacobi` (strong and weak scaling of the Jacobi solver).
 int cmd_scale_jacobi(int argc, char** argv);
 int cmd_timeline(int argc, char** argv);
+/// Whether `gemm`/`jacobi` runs over MPI ranks: started by mpirun with more than one rank, or
+/// given --grid (cmd_distributed.cpp; a build without MPI says so).
+bool wants_ranks(int argc, char** argv);
+int cmd_distributed(const std::string& cmd, int argc, char** argv);
 
 }  // namespace tilestream::cli

@@ -1,12 +1,13 @@
 // The tilestream command-line tool: parses options, calls the library, prints results.
 #include "cli_args.hpp"
 #include "commands.hpp"
+#include "core/json_text.hpp"
 
 #include <tilestream/anchor.hpp>
+#include <tilestream/context.hpp>
 #include <tilestream/devices.hpp>
 #include <tilestream/error.hpp>
 #include <tilestream/gemm.hpp>
-#include <tilestream/json.hpp>
 #include <tilestream/npy.hpp>
 #include <tilestream/report.hpp>
 #include <tilestream/trace.hpp>
@@ -15,12 +16,15 @@
 #include <atomic>
 #include <chrono>
 #include <thread>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <functional>
 #include <limits>
+#include <mutex>
 #include <new>
 #include <optional>
 #include <sstream>
@@ -45,91 +49,96 @@ const char* usage_text =
     "  timeline run.json run.svg        draw a saved trace\n"
     "run 'tilestream <command> --help' for the options of a command\n";
 
-const char* gemm_help =
-    "usage: tilestream gemm [options]\n"
-    "  random inputs:  --m M --n N --k K [--dtype f32|f64] [--seed S] [--layout row|col]\n"
-    "  file inputs:    --a A.npy --b B.npy [--c C.npy]   (layout from each file's order)\n"
-    "  --out C.npy               write C (atomically)\n"
-    "  --alpha X --beta Y        scalars (default 1, 0)\n"
-    "  --op-a n|t --op-b n|t     transposes\n"
-    "  --kernel reference|naive|tiled|vendor   (default vendor)\n"
-    "  --math strict|tf32        f32 math mode (tf32: CUDA vendor kernel only)\n"
-    "  --devices SPEC            e.g. cpu, cpu:2, cuda:0, cpu@512MiB (default cpu)\n"
-    "  --memory-budget BYTES     budget of each device, e.g. 512MiB\n"
-    "  --cpu-threads N           threads per CPU device (at most 4 x cores, at least 16)\n"
-    "  --strategy S              auto (default), in-core, tiles-3d, a-panel, a-panel-c-panel, b-panel, c-block,\n"
-    "                            row-panels, zero-copy (CPU devices without a budget: operands used in place;\n"
-    "                            what auto and in-core run there)\n"
-    "  --tile T | --tile-m/-n/-k override the planner's tile sizes\n"
-    "  --transfer 2d|pack        2-D strided copies (default) or pack tiles on the host first\n"
-    "  --rates h2d=12GB/s,d2h=12GB/s,gflops=150   declare rates instead of measuring them\n"
-    "  --explain                 print the plan before the run and measured-vs-predicted after (stderr)\n"
-    "  --trace run.json          write a Chrome trace (Perfetto, chrome://tracing)\n"
-    "  --timeline run.svg        draw copies and kernels per device and stream (SVG)\n"
-    "  --cache auto|on|off       reuse A/B tiles in spare device memory (auto: where the cost model predicts a gain)\n"
-    "  --peer-tiles auto|on|off  copy missing tiles from another device's cache (auto: GPUs with peer access)\n"
-    "  --reproducible on|off     add k in fixed k-blocks, so C is bitwise the same for any plan or device\n"
-    "                            count with the same kernel (default: off; tile-k becomes a multiple)\n"
-    "  --quiet                   no progress line\n"
-    "  --check                   verify C in float64, exit 1 on failure. NaN/Inf must sit where the reference\n"
-    "                            has them; the other elements' relative Frobenius error must be within\n"
-    "                            max(16, 8 sqrt(k)) u (u = 2^-24 f32, 2^-53 f64, 2^-11 tf32). Method by m*n*k:\n"
-    "                            <= 2^22: sequential reference; <= 2^36 (4096^3): OpenBLAS dgemm on upcast\n"
-    "                            blocks (a few MiB per thread; about twice an f32 run on the host's cores);\n"
-    "                            larger: Freivalds, C x and y^T C for 4+4 random +-1 vectors against the\n"
-    "                            operands (tolerance + 8 (sqrt(n) + sqrt(k)) 2^-53 for its own rounding)\n"
-    "  --anchor                  also time OpenBLAS (cblas_?gemm, all cores) on the host on the same operands\n"
-    "                            and print the ratio of this run's GFLOP/s to it\n"
-    "  --repeat R                run R times, report the median\n"
-    "  --json                    print one JSON object\n";
-
-ts::open_options device_options(const ts::cli::args& a) {
-    ts::open_options o;
-    if (auto b = a.get("memory-budget")) o.memory_budget = ts::parse_bytes(*b);
-    o.cpu_threads = static_cast<int>(a.integer("cpu-threads", 0, 1, std::numeric_limits<int>::max()));
-    return o;
+/// The gemm command's options, with their help.
+void declare_gemm_options(ts::cli::args& a) {
+    ts::cli::declare_device_options(a);
+    a.integer_option("m", "rows of C (random inputs, uniform in [-1, 1])")
+        .integer_option("n", "columns of C (random inputs)")
+        .integer_option("k", "inner dimension (random inputs)")
+        .text("dtype", "f32 (default) or f64; file inputs: the files' dtype", "f32|f64")
+        .integer_option("seed", "seed of the random inputs (default 42)")
+        .text("layout", "row (default) or col: layout of the random inputs", "row|col")
+        .text("a", "A from a .npy file (layout from its order; memory-mapped, may exceed memory)", "A.npy")
+        .text("b", "B from a .npy file (goes with --a)", "B.npy")
+        .text("c", "C's input from a .npy file (read when --beta is not 0)", "C.npy")
+        .text("out", "write C (atomically; with file inputs C is written in place through a mapped temporary)",
+              "C.npy")
+        .number_option("alpha", "scalar alpha (default 1)")
+        .number_option("beta", "scalar beta (default 0: C is not read)")
+        .text("op-a", "op(A): n (default) or t", "n|t")
+        .text("op-b", "op(B): n (default) or t", "n|t")
+        .text("kernel", "reference, naive, tiled or vendor (default)", "KERNEL")
+        .text("math", "strict (default) or tf32 (f32 on tensor cores, CUDA vendor kernel only)", "strict|tf32")
+        .text("devices", "e.g. cpu, cpu:2, cuda:0, cpu@512MiB (default cpu)", "SPEC")
+        .text("strategy",
+              "auto (default), in-core, tiles-3d, a-panel, a-panel-c-panel, b-panel, c-block, row-panels, "
+              "zero-copy (CPU devices without a budget: operands used in place; what auto and in-core run there)",
+              "STRATEGY")
+        .integer_option("tile", "tile size (m, n and k) instead of the planner's")
+        .integer_option("tile-m", "tile rows instead of the planner's")
+        .integer_option("tile-n", "tile columns instead of the planner's")
+        .integer_option("tile-k", "tile depth instead of the planner's")
+        .text("transfer", "2d: 2-D strided copies (default), pack: pack tiles on the host first", "2d|pack")
+        .text("rates", "declare rates instead of measuring them, e.g. h2d=12GB/s,d2h=12GB/s,gflops=150", "RATES")
+        .flag_option("explain", "print the plan before the run and measured-vs-predicted after (stderr)")
+        .text("trace", "write a Chrome trace (Perfetto, chrome://tracing)", "run.json")
+        .text("timeline", "draw copies and kernels per device and stream (SVG)", "run.svg")
+        .text("cache", "reuse A/B tiles in spare device memory: auto (where the cost model predicts a gain), on, off",
+              "auto|on|off")
+        .text("peer-tiles", "copy missing tiles from another device's cache: auto (GPUs with peer access), on, off",
+              "auto|on|off")
+        .text("reproducible",
+              "on: add k in fixed k-blocks, so C is bitwise the same for any plan or device count with the same "
+              "kernel (tile-k becomes a multiple); default off",
+              "on|off")
+        .flag_option("quiet", "no progress line")
+        .flag_option("check", "verify C in float64, exit 1 on failure (see below)")
+        .flag_option("anchor", "also time OpenBLAS (cblas_?gemm, all cores) on the host on the same operands and "
+                               "print the ratio of this run's GFLOP/s to it")
+        .integer_option("repeat", "run R times, report the median (default 1)")
+        .flag_option("json", "print one JSON object (with peak_rss_bytes, the process's peak resident memory)")
+        .footer("Inputs: random (--m --n --k) or files (--a --b [--c]).\n"
+                "--check: NaN/Inf must sit where the reference has them; the other elements' relative Frobenius\n"
+                "error must be within max(16, 8 sqrt(k)) u (u = 2^-24 f32, 2^-53 f64, 2^-11 tf32). Method by m*n*k:\n"
+                "<= 2^22: sequential reference; <= 2^36 (4096^3): OpenBLAS dgemm on upcast blocks (a few MiB per\n"
+                "thread; about twice an f32 run on the host's cores); larger: Freivalds, C x and y^T C for 4+4\n"
+                "random +-1 vectors against the operands (tolerance + 8 (sqrt(n) + sqrt(k)) 2^-53 for its own\n"
+                "rounding).");
 }
 
 int cmd_devices(int argc, char** argv) {
-    ts::cli::args a(argc, argv, 2, {}, {"json", "help"});
-    if (a.flag("help")) {
-        std::cout << "usage: tilestream devices [--json]\n";
-        return 0;
-    }
+    ts::cli::args a("devices", "List the devices present.");
+    a.flag_option("json", "print one JSON object");
+    if (!a.parse(argc, argv, 2)) return 0;
     const auto& inv = ts::inventory();
     auto devs = ts::open_devices("all");
     if (a.flag("json")) {
-        std::vector<std::string> items;
+        using ts::detail::json;
+        json items = json::array();
         for (const auto& d : devs) {
             const auto& i = d->info();
-            ts::json_object o;
-            o.add("id", i.id).add("kind", std::string(ts::to_string(i.kind))).add("name", i.name);
-            o.add("memory_bytes", i.memory_bytes).add("memory_free_bytes", i.memory_free);
-            o.add("budget_bytes", i.budget_bytes).add("threads", i.threads);
-            if (i.kind == ts::device_kind::cpu) o.add("isa", i.isa).add("blocking", i.blocking);
+            json o = {{"id", i.id}, {"kind", std::string(ts::to_string(i.kind))}, {"name", i.name},
+                      {"memory_bytes", i.memory_bytes}, {"memory_free_bytes", i.memory_free},
+                      {"budget_bytes", i.budget_bytes}, {"threads", i.threads}};
+            if (i.kind == ts::device_kind::cpu) o["isa"] = i.isa, o["blocking"] = i.blocking;
             if (i.kind == ts::device_kind::cuda) {
-                o.add("compute_capability", std::to_string(i.cc_major) + "." + std::to_string(i.cc_minor));
-                o.add("sm_count", i.threads);
-                std::vector<std::string> peers;
+                o["compute_capability"] = std::to_string(i.cc_major) + "." + std::to_string(i.cc_minor);
+                o["sm_count"] = i.threads;
+                json peers = json::array();
                 for (int p : i.peer_access) peers.push_back(std::to_string(p));
-                o.raw("peer_access", ts::json_array(peers));
+                o["peer_access"] = peers;
             }
-            items.push_back(o.str());
+            items.push_back(std::move(o));
         }
-        std::vector<std::string> opencl;  // every OpenCL device, emulated ones included
-        for (const auto& i : inv.opencl_devices) {
-            ts::json_object o;
-            o.add("id", i.id).add("name", i.name).add("platform", i.platform).add("vendor", i.vendor);
-            o.add("type", i.device_type).add("driver", i.driver).add("compute_units", i.threads);
-            o.add("global_memory_bytes", i.memory_bytes).add("local_memory_bytes", i.local_memory);
-            o.add("fp64", i.fp64).add("emulated", i.emulated);
-            opencl.push_back(o.str());
-        }
-        ts::json_object top;
-        top.raw("devices", ts::json_array(items));
-        top.add("cpu_cores", inv.cpu_cores).add("cuda_status", inv.cuda_status);
-        top.raw("opencl_devices", ts::json_array(opencl)).add("opencl_status", inv.opencl_status);
-        std::cout << top.str() << "\n";
+        json opencl = json::array();  // every OpenCL device, emulated ones included
+        for (const auto& i : inv.opencl_devices)
+            opencl.push_back({{"id", i.id}, {"name", i.name}, {"platform", i.platform}, {"vendor", i.vendor},
+                              {"type", i.device_type}, {"driver", i.driver}, {"compute_units", i.threads},
+                              {"global_memory_bytes", i.memory_bytes}, {"local_memory_bytes", i.local_memory},
+                              {"fp64", i.fp64}, {"emulated", i.emulated}});
+        const json top = {{"devices", items}, {"cpu_cores", inv.cpu_cores}, {"cuda_status", inv.cuda_status},
+                          {"opencl_devices", opencl}, {"opencl_status", inv.opencl_status}};
+        std::cout << ts::detail::json_line(top) << "\n";
         return 0;
     }
     std::printf("%-10s %-5s %-40s %12s %12s %8s\n", "id", "kind", "name", "memory", "free", "threads");
@@ -159,13 +168,62 @@ int cmd_devices(int argc, char** argv) {
     return 0;
 }
 
-/// Operands of one gemm run, owned here (random) or mapped from files.
+/// Operands of one gemm run, owned here (random) or mapped from files. c_start is C's input
+/// (read when beta != 0): random in c_init, or the --c file's mapping.
 template <class T>
 struct gemm_operands {
     ts::host_matrix<T> a_own, b_own, c_init;
-    ts::npy_array a_file, b_file;
-    ts::host_matrix_view<const T> a, b;
+    ts::npy_array a_file, b_file, c_file;
+    ts::host_matrix_view<const T> a, b, c_start;
 };
+
+/// Keeps the resident memory of runs on mapped files near the device budgets: drops the pages of
+/// the mappings from the process (the page cache keeps them) at most every 20 ms, from the
+/// engine's unit-done callback, which several device threads call.
+class resident_trimmer {
+public:
+    void add(std::function<void()> release) { releases_.push_back(std::move(release)); }
+    bool empty() const { return releases_.empty(); }
+    void maybe() {
+        std::unique_lock lock(mutex_, std::try_to_lock);
+        if (!lock) return;
+        const auto now = std::chrono::steady_clock::now();
+        if (now - last_ < std::chrono::milliseconds(20)) return;
+        for (const auto& r : releases_) r();
+        last_ = now;
+    }
+    void now() {
+        std::lock_guard lock(mutex_);
+        for (const auto& r : releases_) r();
+        last_ = std::chrono::steady_clock::now();
+    }
+
+private:
+    std::vector<std::function<void()>> releases_;
+    std::mutex mutex_;
+    std::chrono::steady_clock::time_point last_{};
+};
+
+/// f(section) over blocks of whole rows (row-major) or columns (column-major) of about 32 MiB,
+/// trimming resident memory after each: C's reset before a run touches all of C once.
+template <class T, class F>
+void by_blocks(ts::host_matrix_view<T> c, resident_trimmer& trim, F&& f) {
+    const bool rows = c.layout() == ts::layout::row_major;
+    const ts::index_t lines = rows ? c.rows() : c.cols(), line = rows ? c.cols() : c.rows();
+    const ts::index_t per = std::max<ts::index_t>(1, (ts::index_t{32} << 20) / std::max<ts::index_t>(1, line * ts::index_t(sizeof(T))));
+    for (ts::index_t l0 = 0; l0 < lines; l0 += per) {
+        const ts::index_t nl = std::min(per, lines - l0);
+        f(rows ? c.section(l0, 0, nl, c.cols()) : c.section(0, l0, c.rows(), nl), l0);
+        if (!trim.empty()) trim.now();
+    }
+}
+
+/// Peak resident memory of this process so far (VmHWM), in bytes.
+std::size_t peak_rss_bytes() {
+    rusage u{};
+    ::getrusage(RUSAGE_SELF, &u);
+    return std::size_t(u.ru_maxrss) * 1024;  // kilobytes on Linux
+}
 
 /// A progress line on stderr (units done, GFLOP/s, ETA) for runs longer than a second, only when
 /// stderr is a terminal.
@@ -242,14 +300,12 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
         n = op_b == ts::op::n ? ops.b.cols() : ops.b.rows();
         ts::validate_gemm(op_a, op_b, ops.a.rows(), ops.a.cols(), ops.b.rows(), ops.b.cols(), m, n);
         if (a.has("c")) {
-            auto cf = ts::read_npy(*a.get("c"));
-            auto cv = cf.template view<T>();
-            ts::validate_gemm(op_a, op_b, ops.a.rows(), ops.a.cols(), ops.b.rows(), ops.b.cols(), cv.rows(), cv.cols());
-            c_layout = cv.layout();
-            ops.c_init = ts::host_matrix<T>(m, n, c_layout);
-            for (ts::index_t i = 0; i < m; ++i)
-                for (ts::index_t j = 0; j < n; ++j) ops.c_init(i, j) = cv(i, j);
-            ts::cli::as_runtime_failure([&] { cf.check_unchanged(); });
+            // C's input stays in its mapping: it is copied into C (in blocks) before each run.
+            ops.c_file = ts::read_npy(*a.get("c"));
+            ops.c_start = ops.c_file.template view<T>();
+            ts::validate_gemm(op_a, op_b, ops.a.rows(), ops.a.cols(), ops.b.rows(), ops.b.cols(), ops.c_start.rows(),
+                              ops.c_start.cols());
+            c_layout = ops.c_start.layout();
         } else if (beta != T(0)) {
             throw ts::invalid_argument("gemm: --beta is not 0 but no --c file was given");
         }
@@ -282,78 +338,83 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
         if (beta != T(0)) {
             ops.c_init = ts::host_matrix<T>(m, n, c_layout);
             ts::fill_random(ops.c_init.view(), seed + 2);
+            ops.c_start = ops.c_init.view();
         }
     }
 
     std::optional<std::string> out_path = a.get("out");
-    const std::string spec = a.get_or("devices", "cpu");
-    auto devs = ts::open_devices(spec, device_options(a));
-    std::vector<ts::device*> dev_ptrs;
-    std::size_t budget = std::numeric_limits<std::size_t>::max();
-    for (auto& d : devs) {
-        dev_ptrs.push_back(d.get());
-        budget = std::min(budget, d->budget());
-    }
-    std::string dev_names;
-    for (auto* d : dev_ptrs) dev_names += (dev_names.empty() ? "" : ",") + d->id();
-
-    ts::plan_options po;
-    po.strategy = ts::parse_gemm_strategy(a.get_or("strategy", "auto"));
-    const ts::index_t big = std::numeric_limits<ts::index_t>::max();
-    const ts::index_t tile = a.integer("tile", 0, 1, big);
-    po.tile_m = a.integer("tile-m", tile, 1, big);
-    po.tile_n = a.integer("tile-n", tile, 1, big);
-    po.tile_k = a.integer("tile-k", po.strategy == ts::gemm_strategy::a_panel ||
-                                            po.strategy == ts::gemm_strategy::a_panel_c_panel ||
-                                            po.strategy == ts::gemm_strategy::b_panel
-                                        ? 0
-                                        : tile,
-                          1, big);
-    const std::string transfer = a.get_or("transfer", "2d");
-    if (transfer != "2d" && transfer != "pack") throw ts::invalid_argument("--transfer expects 2d or pack, got '" + transfer + "'");
-    po.transfer = transfer == "2d" ? ts::transfer_mode::copy_2d : ts::transfer_mode::pack;
-    po.kernel = opt.kernel;
-    po.math = opt.math;
-    po.devices = int(dev_ptrs.size());
-    po.cache = ts::parse_cache_mode(a.get_or("cache", "auto"));
-    po.in_place = ts::computes_in_place(dev_ptrs);
+    // The devices, their rates and the planner come from a context, as for every caller of the library.
+    ts::context_options co;
+    const ts::open_options oo = ts::cli::device_options(a);
+    co.memory_budget = oo.memory_budget;
+    co.cpu_threads = oo.cpu_threads;
+    co.kernel = opt.kernel;
+    co.math = opt.math;
+    co.cache = ts::parse_cache_mode(a.get_or("cache", "auto"));
     const std::string reproducible = a.get_or("reproducible", "off");
     if (reproducible != "on" && reproducible != "off")
         throw ts::invalid_argument("--reproducible expects on or off, got '" + reproducible + "'");
-    po.reproducible = reproducible == "on";
-    for (auto* d : dev_ptrs)
-        if (!d->supports(opt.kernel))
-            throw ts::invalid_argument("gemm: device " + d->id() + " has no '" + std::string(ts::to_string(opt.kernel)) +
-                                       "' kernel (the reference kernel runs on CPU devices only)");
+    co.reproducible = reproducible == "on";
+    if (a.has("rates")) co.rates = ts::parse_rates(*a.get("rates"));
+    ts::context ctx(a.get_or("devices", "cpu"), co);
+    const std::size_t budget = ctx.budget();
+    const std::string& dev_names = ctx.device_names();
 
-    ts::host_matrix<T> c(m, n, c_layout);
-    const ts::gemm_problem problem = ts::describe_gemm<T>(op_a, op_b, alpha, ops.a, ops.b, beta, c.view());
-    const bool explain = a.flag("explain");
-    ts::device_rates rates;
-    if (a.has("rates")) rates = ts::parse_rates(*a.get("rates"));
-    else if ((po.strategy == ts::gemm_strategy::automatic && !po.in_place) || explain)
-        // In place nothing is copied and the compute is the same whatever the plan: no probe.
-        rates = ts::measure_rates(*dev_ptrs.front(), type, opt.kernel, opt.math);
-    ts::gemm_plan plan;
-    try {
-        plan = ts::plan_gemm(problem, budget, rates, po);
-    } catch (const ts::out_of_budget& e) {
-        throw ts::out_of_budget(dev_names + ": " + e.what());
+    ts::gemm_call_options call;
+    call.strategy = ts::parse_gemm_strategy(a.get_or("strategy", "auto"));
+    const ts::index_t big = std::numeric_limits<ts::index_t>::max();
+    const ts::index_t tile = a.integer("tile", 0, 1, big);
+    call.tile_m = a.integer("tile-m", tile, 1, big);
+    call.tile_n = a.integer("tile-n", tile, 1, big);
+    call.tile_k = a.integer("tile-k", call.strategy == ts::gemm_strategy::a_panel ||
+                                              call.strategy == ts::gemm_strategy::a_panel_c_panel ||
+                                              call.strategy == ts::gemm_strategy::b_panel
+                                          ? 0
+                                          : tile,
+                            1, big);
+    const std::string transfer = a.get_or("transfer", "2d");
+    if (transfer != "2d" && transfer != "pack") throw ts::invalid_argument("--transfer expects 2d or pack, got '" + transfer + "'");
+    call.transfer = transfer == "2d" ? ts::transfer_mode::copy_2d : ts::transfer_mode::pack;
+
+    // C: in memory, or, for file inputs written to --out, the output file itself (mapped), so
+    // that operands larger than memory pass through the devices' budgets without a copy in RAM.
+    std::optional<ts::npy_output> c_file_out;
+    ts::host_matrix<T> c_mem;
+    ts::host_matrix_view<T> c;
+    resident_trimmer trim;
+    if (from_files) {
+        for (const ts::npy_array* f : {&ops.a_file, &ops.b_file, &ops.c_file})
+            trim.add([f] { f->release_resident(); });
     }
+    if (from_files && out_path) {
+        ts::cli::as_runtime_failure([&] { c_file_out.emplace(*out_path, type, m, n, c_layout); });
+        c = c_file_out->template view<T>();
+        trim.add([&c_file_out] { c_file_out->release_resident(); });
+    } else {
+        c_mem = ts::host_matrix<T>(m, n, c_layout);
+        c = c_mem.view();
+    }
+    const ts::gemm_problem problem = ts::describe_gemm<T>(op_a, op_b, alpha, ops.a, ops.b, beta, c);
+    const bool explain = a.flag("explain");
+    // --explain predicts with measured rates whatever the strategy (the automatic choice measures
+    // them anyway; in place nothing is copied, so it needs none).
+    if (explain && !co.rates) call.rates = ctx.rates(type, opt.kernel);
+    const ts::gemm_plan plan = ctx.plan(problem, call);
+    const ts::device_rates& rates = plan.rates;
     if (explain) {
-        std::fprintf(stderr, "%s", ts::explain(plan).c_str());
+        std::fprintf(stderr, "%s", ctx.explain(plan).c_str());
         if (!a.has("rates") && !rates.measured)
             std::fprintf(stderr, "rates: not measured (the probe does not fit the budget of %s); the plan used "
                                  "default rates (give --rates to declare them)\n",
                          ts::format_bytes(budget).c_str());
     }
     if ((a.has("tile") || a.has("tile-m") || a.has("tile-n") || a.has("tile-k")) &&
-        po.strategy == ts::gemm_strategy::automatic && plan.strategy == ts::gemm_strategy::in_core)
+        call.strategy == ts::gemm_strategy::automatic && plan.strategy == ts::gemm_strategy::in_core)
         std::fprintf(stderr, "tilestream gemm: warning: the tile sizes given are not used: the planner chose "
                              "in-core (the whole problem fits the budget); add --strategy tiles-3d to tile it\n");
 
     ts::trace_recorder recorder;
-    ts::gemm_run_options run;
+    ts::gemm_run_options& run = call.run;
     if (a.has("trace") || a.has("timeline")) run.trace = &recorder;
     const std::string peers = a.get_or("peer-tiles", "auto");
     if (peers != "auto" && peers != "on" && peers != "off")
@@ -361,31 +422,41 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
     run.peer_tiles = peers == "on" ? ts::peer_tile_mode::on : peers == "off" ? ts::peer_tile_mode::off : ts::peer_tile_mode::automatic;
     progress_line progress(plan.units * std::size_t(repeat), plan.problem.flops() / double(plan.units ? plan.units : 1),
                            !a.flag("quiet"));
-    run.on_unit_done = [&progress](std::size_t) { progress.tick(); };
+    run.on_unit_done = [&progress, &trim](std::size_t) {
+        progress.tick();
+        if (!trim.empty()) trim.maybe();
+    };
 
     std::vector<double> seconds;
     ts::gemm_report last;
     std::vector<ts::device_fault> faults;  // devices lost in any repeat (the others redid their units)
-    // Pinned once for all repeats, outside the timed runs.
-    const ts::pinned_operands pinned(dev_ptrs, ops.a, ops.b, c.view());
-    for (const auto& w : pinned.refused()) std::fprintf(stderr, "warning: host memory not pinned (copies stay pageable): %s\n", w.c_str());
-    run.register_host = false;
     for (int r = 0; r < repeat; ++r) {
-        if (beta != T(0))
-            std::copy(ops.c_init.data(), ops.c_init.data() + m * n, c.data());
-        else
-            ts::fill_nan(c.view());  // beta = 0 must overwrite whatever C holds
-        last = ts::execute_gemm<T>(plan, dev_ptrs, alpha, ops.a, ops.b, beta, c.view(), run);
+        by_blocks(c, trim, [&](ts::host_matrix_view<T> part, ts::index_t first) {
+            if (beta == T(0)) return ts::fill_nan(part);  // beta = 0 must overwrite whatever C holds
+            const bool rows = c_layout == ts::layout::row_major;
+            const auto from = rows ? ops.c_start.section(first, 0, part.rows(), n) : ops.c_start.section(0, first, m, part.cols());
+            for (ts::index_t i = 0; i < part.rows(); ++i)
+                for (ts::index_t j = 0; j < part.cols(); ++j) part(i, j) = from(i, j);
+        });
+        // The context pins the operands before each run's clock (large mapped files stay
+        // pageable: pinning would lock them in memory; their tiles go through the staging).
+        last = ctx.execute<T>(plan, alpha, ops.a, ops.b, beta, c, call);
+        if (r == 0)
+            for (const auto& w : last.warnings)
+                if (w.rfind("host memory not pinned", 0) == 0) std::fprintf(stderr, "warning: %s\n", w.c_str());
         seconds.push_back(last.seconds);
         for (const auto& f : last.faults) {
             std::fprintf(stderr, "warning: device %s failed and was dropped (%zu of its units redone by the others): %s\n",
                          f.id.c_str(), f.units_redone, f.message.c_str());
             faults.push_back(f);
         }
-        for (const auto& w : last.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
+        for (const auto& w : last.warnings)
+            if (w.rfind("host memory not pinned", 0) != 0) std::fprintf(stderr, "warning: %s\n", w.c_str());
+        if (!trim.empty()) trim.now();
         ts::cli::as_runtime_failure([&] {
             ops.a_file.check_unchanged();
             ops.b_file.check_unchanged();
+            ops.c_file.check_unchanged();
         });
     }
     progress.finish();
@@ -413,53 +484,64 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
                                                                               std::string(ts::to_string(plan.strategy)) +
                                                                               " on " + dev_names)); });
 
-    // C0 (the input C) is kept in ops.c_init when beta != 0; with beta == 0 it is not read.
-    const ts::host_matrix_view<const T> c0 =
-        beta != T(0) ? ops.c_init.view() : ts::host_matrix_view<const T>(c.data(), m, n, c_layout);
+    // C0 (the input C) is c_start when beta != 0; with beta == 0 it is not read.
+    const ts::host_matrix_view<const T> c0 = beta != T(0) ? ops.c_start : ts::host_matrix_view<const T>(c);
     std::optional<ts::gemm_check_result> check;
-    if (a.flag("check")) check = ts::check_gemm<T>(op_a, op_b, alpha, ops.a, ops.b, beta, c0, c.view(), opt.math);
+    if (a.flag("check")) check = ts::check_gemm<T>(op_a, op_b, alpha, ops.a, ops.b, beta, c0, c, opt.math);
     std::optional<ts::blas_anchor> anchor;
     if (a.flag("anchor")) anchor = ts::time_host_blas_gemm<T>(op_a, op_b, alpha, ops.a, ops.b, beta, c0, repeat);
-    if (out_path) ts::cli::as_runtime_failure([&] { ts::write_npy<T>(*out_path, c.view()); });
+    if (out_path)
+        ts::cli::as_runtime_failure([&] {
+            if (c_file_out) {
+                ts::cli::as_runtime_failure([&] { ops.c_file.check_unchanged(); });
+                c_file_out->commit();
+            } else {
+                ts::write_npy<T>(*out_path, ts::host_matrix_view<const T>(c));
+            }
+        });
 
     const bool ok = !check || check->passed();
     if (a.flag("json")) {
-        ts::json_object o;
-        o.add("m", m).add("n", n).add("k", k).add("dtype", std::string(ts::to_string(type)));
-        o.add("kernel", std::string(ts::to_string(opt.kernel))).add("math", std::string(ts::to_string(opt.math)));
-        o.add("devices", dev_names).add("op_a", std::string(ts::to_string(op_a))).add("op_b", std::string(ts::to_string(op_b)));
-        o.add("alpha", double(alpha)).add("beta", double(beta)).add("repeat", repeat);
-        o.add("seconds", secs).add("gflops", gflops);
-        o.add("strategy", std::string(ts::to_string(plan.strategy))).add("transfer", std::string(ts::to_string(plan.transfer)));
-        o.add("tile_m", plan.tile_m).add("tile_n", plan.tile_n).add("tile_k", plan.tile_k).add("k_block", plan.k_block);
-        o.add("bytes_h2d", last.bytes_h2d).add("bytes_d2h", last.bytes_d2h).add("bytes_packed", last.bytes_packed);
-        o.add("peak_device_bytes", last.peak_device_bytes).add("budget_bytes", budget);
-        o.add("predicted_seconds", plan.predicted_seconds).add("predicted_bound", plan.bound);
-        o.add("predicted_bytes_h2d", plan.bytes_h2d).add("predicted_bytes_d2h", plan.bytes_d2h);
-        o.add("predicted_bytes_packed", plan.bytes_packed).add("predicted_peak_device_bytes", plan.peak_device_bytes);
-        std::vector<std::string> shares;
+        using ts::detail::json;
+        json o = {{"m", m}, {"n", n}, {"k", k}, {"dtype", std::string(ts::to_string(type))},
+                  {"kernel", std::string(ts::to_string(opt.kernel))}, {"math", std::string(ts::to_string(opt.math))},
+                  {"devices", dev_names}, {"op_a", std::string(ts::to_string(op_a))},
+                  {"op_b", std::string(ts::to_string(op_b))}, {"alpha", double(alpha)}, {"beta", double(beta)},
+                  {"repeat", repeat}, {"seconds", secs}, {"gflops", gflops},
+                  {"strategy", std::string(ts::to_string(plan.strategy))},
+                  {"transfer", std::string(ts::to_string(plan.transfer))}, {"tile_m", plan.tile_m},
+                  {"tile_n", plan.tile_n}, {"tile_k", plan.tile_k}, {"k_block", plan.k_block},
+                  {"bytes_h2d", last.bytes_h2d}, {"bytes_d2h", last.bytes_d2h}, {"bytes_packed", last.bytes_packed},
+                  {"peak_device_bytes", last.peak_device_bytes}, {"budget_bytes", budget},
+                  {"peak_rss_bytes", peak_rss_bytes()}, {"predicted_seconds", plan.predicted_seconds},
+                  {"predicted_bound", plan.bound}, {"predicted_bytes_h2d", plan.bytes_h2d},
+                  {"predicted_bytes_d2h", plan.bytes_d2h}, {"predicted_bytes_packed", plan.bytes_packed},
+                  {"predicted_peak_device_bytes", plan.peak_device_bytes}};
+        json shares = json::array();
         for (const auto& d : last.devices)
-            shares.push_back(ts::json_object().add("id", d.id).add("units", d.units).add("flops", d.flops)
-                                 .add("bytes_h2d", d.bytes_h2d).add("cache_hits", d.cache_hits).str());
-        o.raw("device_shares", ts::json_array(shares));
-        std::vector<std::string> lost;
+            shares.push_back({{"id", d.id}, {"units", d.units}, {"flops", d.flops}, {"bytes_h2d", d.bytes_h2d},
+                              {"cache_hits", d.cache_hits}});
+        o["device_shares"] = shares;
+        json lost = json::array();
         for (const auto& f : faults)
-            lost.push_back(ts::json_object().add("device", f.id).add("message", f.message)
-                               .add("units_redone", f.units_redone).str());
-        o.raw("faults", ts::json_array(lost));
-        if (plan.cache)
-            o.add("cache_hits", last.cache_hits).add("cache_misses", last.cache_misses).add("bytes_saved", last.bytes_saved)
-                .add("peer_hits", last.peer_hits).add("bytes_from_peers", last.bytes_from_peers);
-        if (check)
-            o.add("rel_error", check->error).add("tolerance", check->tolerance).add("check_passed", ok)
-                .add("check_method", std::string(ts::to_string(check->method))).add("check_tolerance", check->tolerance)
-                .add("check_seconds", check->seconds)
-                .add("check_nonfinite_matched", check->nonfinite_matched)
-                .add("check_nonfinite_mismatched", check->nonfinite_mismatched);
-        if (anchor)
-            o.add("anchor", anchor->name).add("anchor_seconds", anchor->seconds).add("anchor_gflops", anchor->gflops)
-                .add("ratio_to_anchor", (anchor->gflops > 0 ? gflops / anchor->gflops : 0.0));
-        std::cout << o.str() << "\n";
+            lost.push_back({{"device", f.id}, {"message", f.message}, {"units_redone", f.units_redone}});
+        o["faults"] = lost;
+        if (plan.cache) {
+            o["cache_hits"] = last.cache_hits, o["cache_misses"] = last.cache_misses;
+            o["bytes_saved"] = last.bytes_saved, o["peer_hits"] = last.peer_hits;
+            o["bytes_from_peers"] = last.bytes_from_peers;
+        }
+        if (check) {
+            o["rel_error"] = check->error, o["tolerance"] = check->tolerance, o["check_passed"] = ok;
+            o["check_method"] = std::string(ts::to_string(check->method)), o["check_tolerance"] = check->tolerance;
+            o["check_seconds"] = check->seconds, o["check_nonfinite_matched"] = check->nonfinite_matched;
+            o["check_nonfinite_mismatched"] = check->nonfinite_mismatched;
+        }
+        if (anchor) {
+            o["anchor"] = anchor->name, o["anchor_seconds"] = anchor->seconds, o["anchor_gflops"] = anchor->gflops;
+            o["ratio_to_anchor"] = anchor->gflops > 0 ? gflops / anchor->gflops : 0.0;
+        }
+        std::cout << ts::detail::json_line(o) << "\n";
     } else {
         std::printf("gemm %lldx%lldx%lld %s op(A)=%s op(B)=%s kernel=%s strategy=%s on %s: %.4f s (median of %d), "
                     "%.1f GFLOP/s\n",
@@ -478,17 +560,9 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
 }
 
 int cmd_gemm(int argc, char** argv) {
-    ts::cli::args a(argc, argv, 2,
-                    {"m", "n", "k", "dtype", "seed", "layout", "a", "b", "c", "out", "alpha", "beta", "op-a",
-                     "op-b", "kernel", "math", "devices", "memory-budget", "cpu-threads", "repeat", "strategy", "tile",
-                     "tile-m", "tile-n", "tile-k", "transfer", "rates", "trace", "timeline", "cache", "peer-tiles",
-                     "reproducible"},
-                    {"check", "anchor", "json", "help", "explain", "quiet"});
-    if (a.flag("help")) {
-        std::cout << gemm_help;
-        return 0;
-    }
-    if (!a.positional().empty()) throw ts::invalid_argument("gemm: unexpected argument '" + a.positional().front() + "'");
+    ts::cli::args a("gemm", "C <- alpha op(A) op(B) + beta C on one or more devices.");
+    declare_gemm_options(a);
+    if (!a.parse(argc, argv, 2)) return 0;
     a.check_output_paths({"out", "trace", "timeline"});
     ts::dtype type = ts::parse_dtype(a.get_or("dtype", "f32"));
     if (a.has("a")) {
@@ -522,6 +596,8 @@ int main(int argc, char** argv) {
     }
     const std::string cmd = argv[1];
     try {
+        if ((cmd == "gemm" || cmd == "jacobi") && ts::cli::wants_ranks(argc, argv))
+            return ts::cli::cmd_distributed(cmd, argc, argv);
         if (cmd == "devices") return cmd_devices(argc, argv);
         if (cmd == "gemm") return cmd_gemm(argc, argv);
         if (cmd == "scale") return ts::cli::cmd_scale(argc, argv);
@@ -531,7 +607,9 @@ int main(int argc, char** argv) {
             std::cout << usage_text;
             return 0;
         }
-        std::cerr << "tilestream: unknown command '" << cmd << "'\n" << usage_text;
+        std::cerr << "tilestream: unknown command '" << cmd << "'"
+                  << ts::cli::did_you_mean(cmd, {"devices", "gemm", "jacobi", "scale", "timeline", "help"}) << "\n"
+                  << usage_text;
         return exit_usage;
     } catch (const ts::cli::runtime_failure& e) {
         std::cerr << "tilestream " << cmd << ": error: " << e.what() << "\n";

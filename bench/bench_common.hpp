@@ -3,7 +3,8 @@
 #pragma once
 
 #include <tilestream/devices.hpp>
-#include <tilestream/json.hpp>
+
+#include "core/json_text.hpp"
 
 #include <algorithm>
 #include <cstdlib>
@@ -80,10 +81,26 @@ inline std::string kernel_environment() {
     return out;
 }
 
+/// A JSON object (nlohmann's, keys in insertion order) built by chained add(); text() is one line
+/// as the tool prints it.
+class json_builder {
+public:
+    template <class V>
+    json_builder& add(const std::string& key, V&& value) {
+        j_[key] = std::forward<V>(value);
+        return *this;
+    }
+    const detail::json& json() const { return j_; }
+    std::string text() const { return detail::json_line(j_); }
+
+private:
+    detail::json j_ = detail::json::object();
+};
+
 /// The common header fields of a result file: what ran, where, when, and what decides the kernels.
-inline json_object result_header(const std::string& benchmark, const std::string& git_hash,
+inline json_builder result_header(const std::string& benchmark, const std::string& git_hash,
                                  const std::string& device) {
-    json_object o;
+    json_builder o;
     o.add("benchmark", benchmark).add("git_hash", git_hash).add("machine", machine_name());
     o.add("cpu_model", inventory().cpu_name).add("cpu_cores", inventory().cpu_cores);
     o.add("cpu_isa_flags", cpu_isa_flags()).add("kernel_environment", kernel_environment());

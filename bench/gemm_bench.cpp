@@ -27,7 +27,7 @@ int main(int argc, char** argv) {
     const int cores = ts::inventory().cpu_cores;
     auto devs = ts::open_devices("cpu");
     ts::device& dev = *devs.front();
-    std::vector<std::string> rows;
+    ts::detail::json rows = ts::detail::json::array();
     std::printf("%-8s %-4s %6s %12s %12s %12s %8s\n", "kernel", "type", "n", "GFLOP/s", "end-to-end", "OpenBLAS", "ratio");
     for (ts::dtype type : {ts::dtype::f32, ts::dtype::f64}) {
         for (ts::index_t n : sizes) {
@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
                     const double t_e2e = ts::bench::time_median(r, [&] {
                         ts::gemm<T>(dev, ts::op::n, ts::op::n, T(1), a.view(), b.view(), T(0), c.view(), opt);
                     });
-                    ts::json_object row;
+                    ts::bench::json_builder row;
                     row.add("kernel", kname).add("dtype", std::string(ts::to_string(type))).add("n", n);
                     row.add("repetitions", r).add("median_seconds", t).add("gflops", flops / t * 1e-9);
                     row.add("end_to_end_median_seconds", t_e2e).add("end_to_end_gflops", flops / t_e2e * 1e-9);
@@ -80,7 +80,7 @@ int main(int argc, char** argv) {
                                           "gemm called directly, " + std::to_string(cores) + " threads");
                     row.add("anchor_median_seconds", t_anchor).add("anchor_gflops", flops / t_anchor * 1e-9);
                     row.add("ratio_to_anchor", t_anchor / t);
-                    rows.push_back(row.str());
+                    rows.push_back(row.json());
                     std::printf("%-8s %-4s %6lld %12.1f %12.1f %12.1f %8.3f\n", kname.c_str(),
                                 std::string(ts::to_string(type)).c_str(), (long long)n, flops / t * 1e-9,
                                 flops / t_e2e * 1e-9, flops / t_anchor * 1e-9, t_anchor / t);
@@ -91,8 +91,8 @@ int main(int argc, char** argv) {
     }
     auto top = ts::bench::result_header("gemm_incore_cpu", git, dev.id() + " (" + std::to_string(dev.info().threads) + " threads)");
     top.add("statistic", "median");
-    top.raw("results", ts::json_array(rows));
-    ts::bench::write_file_atomically(out, top.str());
+    top.add("results", rows);
+    ts::bench::write_file_atomically(out, top.json());
     std::printf("wrote %s\n", out.c_str());
     return 0;
 }

@@ -212,10 +212,10 @@ int main(int argc, char** argv) {
     }
 
     bool all_ok = true;
-    std::vector<std::string> rows;
+    ts::detail::json rows = ts::detail::json::array();
     for (const auto& g : goals) {
         all_ok = all_ok && g.ok;
-        rows.push_back(ts::json_object()
+        rows.push_back(ts::bench::json_builder()
                            .add("figure", g.name)
                            .add("anchor", g.anchor)
                            .add("detail", g.detail)
@@ -224,13 +224,13 @@ int main(int argc, char** argv) {
                            .add("ratio", g.ratio)
                            .add("goal", g.goal)
                            .add("met", g.ok)
-                           .str());
+                           .json());
     }
     if (!out.empty()) {
         auto top = ts::bench::result_header("cpu_goals", git, "cpu (default devices)");
         top.add("statistic", "median of alternating runs").add("repetitions", reps).add("margin", margin);
-        top.raw("results", ts::json_array(rows));
-        ts::bench::write_file_atomically(out, top.str());
+        top.add("results", rows);
+        ts::bench::write_file_atomically(out, top.json());
         std::printf("wrote %s\n", out.c_str());
     }
     std::printf("%s\n", all_ok ? "all goals met" : "SOME GOALS NOT MET");

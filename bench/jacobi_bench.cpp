@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
     const std::vector<std::string> specs = ts::bench::split(args.get("devices", "cpu;cpu:2"), ';');
     const std::vector<std::string> types = ts::bench::split(args.get("dtypes", "f32;f64"), ';');
     if (!args.finish()) return 2;
-    std::vector<std::string> rows;
+    ts::detail::json rows = ts::detail::json::array();
     std::string device_text;
     std::printf("%-8s %-4s %-8s %-8s %10s %10s %12s %8s %12s %8s\n", "devices", "type", "decomp", "overlap",
                 "GLUP/s", "GB/s", "copy GB/s", "ratio", "memcpy GB/s", "ratio");
@@ -124,7 +124,7 @@ int main(int argc, char** argv) {
                 const bool overlap = plan.options().overlap;
                 const double s = ts::bench::median(jac_s[m]);
                 const double glups = points / s * 1e-9, gbps = glups * bytes_per_point;
-                ts::json_object row;
+                ts::bench::json_builder row;
                 row.add("devices", spec).add("device_threads", threads).add("dtype", tname);
                 row.add("nx", n).add("ny", n).add("iterations", iters).add("repetitions", reps);
                 row.add("decomp", ts::to_string(plan.decomposition())).add("overlap", overlap);
@@ -137,7 +137,7 @@ int main(int argc, char** argv) {
                 row.add("anchor_median_seconds_per_iteration", anchor_s).add("anchor_gbps", copy_gbps);
                 row.add("ratio_to_anchor", gbps / copy_gbps);
                 row.add("memcpy_rows_gbps", memcpy_gbps).add("ratio_to_memcpy_rows", gbps / memcpy_gbps);
-                rows.push_back(row.str());
+                rows.push_back(row.json());
                 std::printf("%-8s %-4s %-8s %-8s %10.3f %10.2f %12.2f %8.3f %12.2f %8.3f\n", spec.c_str(),
                             tname.c_str(), ts::to_string(plan.decomposition()).c_str(), overlap ? "on" : "off",
                             glups, gbps, copy_gbps, gbps / copy_gbps, memcpy_gbps, gbps / memcpy_gbps);
@@ -147,8 +147,8 @@ int main(int argc, char** argv) {
     }
     auto top = ts::bench::result_header("jacobi_cpu", git, device_text);
     top.add("statistic", "median").add("bytes_per_point", "8 in f32, 16 in f64 (one read, one write)");
-    top.raw("results", ts::json_array(rows));
-    ts::bench::write_file_atomically(out, top.str());
+    top.add("results", rows);
+    ts::bench::write_file_atomically(out, top.json());
     std::printf("wrote %s\n", out.c_str());
     return 0;
 }

@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
     const double flops = 2.0 * double(n) * double(n) * double(n);
     const std::size_t operands = 3 * std::size_t(n) * std::size_t(n) * sizeof(T);
     const auto budget = std::size_t(double(operands) * fraction);
-    std::vector<std::string> rows;
+    ts::detail::json rows = ts::detail::json::array();
     double base_seconds = 0;
     int base_count = 1;
     std::printf("%-16s %8s %10s %10s %8s %10s %14s %10s  %s\n", "devices", "count", "seconds", "GFLOP/s", "speedup",
@@ -62,18 +62,18 @@ int main(int argc, char** argv) {
         }
         const double speedup = base_seconds / t;
         const double efficiency = speedup / (double(ptrs.size()) / base_count);
-        std::vector<std::string> shares;
+        ts::detail::json shares = ts::detail::json::array();
         std::string units;
         double total_flops = 0;
         for (const auto& d : rep.devices) total_flops += d.flops;
         for (const auto& d : rep.devices) {
-            shares.push_back(ts::json_object().add("id", d.id).add("units", d.units).add("work_share", d.flops / total_flops)
+            shares.push_back(ts::bench::json_builder().add("id", d.id).add("units", d.units).add("work_share", d.flops / total_flops)
                                  .add("bytes_h2d", d.bytes_h2d).add("cache_hits", d.cache_hits)
-                                 .add("bytes_saved", d.bytes_saved).str());
+                                 .add("bytes_saved", d.bytes_saved).json());
             units += d.id + "=" + std::to_string(d.units) + " ";
         }
         const double hit = rep.cache_hits + rep.cache_misses ? double(rep.cache_hits) / double(rep.cache_hits + rep.cache_misses) : 0;
-        ts::json_object row;
+        ts::bench::json_builder row;
         row.add("devices", set).add("device_count", int(ptrs.size())).add("cpu_threads_per_device", threads);
         row.add("n", n).add("dtype", "f32").add("budget_bytes_per_device", budget);
         row.add("strategy", std::string(ts::to_string(plan.strategy)));
@@ -82,16 +82,16 @@ int main(int argc, char** argv) {
         row.add("anchor", sets.front() + " measured in the same run").add("anchor_median_seconds", base_seconds);
         row.add("speedup", speedup).add("efficiency", efficiency);
         row.add("bytes_h2d", rep.bytes_h2d).add("bytes_d2h", rep.bytes_d2h).add("bytes_saved_by_cache", rep.bytes_saved);
-        row.add("cache_hit_rate", hit).raw("device_shares", ts::json_array(shares));
-        rows.push_back(row.str());
+        row.add("cache_hit_rate", hit).add("device_shares", shares);
+        rows.push_back(row.json());
         std::printf("%-16s %8zu %10.4f %10.1f %8.3f %9.1f%% %14zu %9.1f%%  %s\n", set.c_str(), ptrs.size(), t,
                     flops / t * 1e-9, speedup, 100 * efficiency, rep.bytes_h2d + rep.bytes_d2h, 100 * hit, units.c_str());
         std::fflush(stdout);
     }
     auto top = ts::bench::result_header("gemm_multi_device", git, sets_arg);
     top.add("statistic", "median").add("budget_fraction_of_operands", fraction).add("cache", std::string(ts::to_string(cache)));
-    top.raw("results", ts::json_array(rows));
-    ts::bench::write_file_atomically(out, top.str());
+    top.add("results", rows);
+    ts::bench::write_file_atomically(out, top.json());
     std::printf("wrote %s\n", out.c_str());
     return 0;
 }

@@ -20,7 +20,7 @@ int main(int argc, char** argv) {
     const int reps = int(args.number("reps", 5));
     const double fraction = args.real("budget-fraction", 0.25);
     if (!args.finish()) return 2;
-    std::vector<std::string> rows;
+    ts::detail::json rows = ts::detail::json::array();
     std::string device_name;
     std::printf("%-4s %-16s %6s %10s %10s %14s %14s %8s\n", "type", "strategy", "tile", "seconds", "GFLOP/s", "bytes moved",
                 "seed formula", "vs in-core");
@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
                 if (p.strategy == ts::gemm_strategy::a_panel) seed = (2 * nn * nn + nn * nn * nn / double(p.tile_m)) * es;
                 if (p.strategy == ts::gemm_strategy::b_panel) seed = (2 * nn * nn + nn * nn * nn / double(p.tile_n)) * es;
                 const std::size_t moved = rep.bytes_h2d + rep.bytes_d2h;
-                ts::json_object row;
+                ts::bench::json_builder row;
                 row.add("dtype", std::string(ts::to_string(type))).add("n", n).add("requested_strategy", std::string(ts::to_string(s)));
                 row.add("strategy", std::string(ts::to_string(p.strategy)));
                 row.add("tile_m", p.tile_m).add("tile_n", p.tile_n).add("tile_k", p.tile_k);
@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
                 row.add("anchor", "in-core tilestream gemm (vendor kernel) on the same device, unlimited budget");
                 row.add("anchor_median_seconds", t_in).add("anchor_gflops", flops / t_in * 1e-9);
                 row.add("ratio_to_anchor", t_in / t);
-                rows.push_back(row.str());
+                rows.push_back(row.json());
                 std::printf("%-4s %-16s %6lld %10.4f %10.1f %14zu %14.0f %8.3f\n", std::string(ts::to_string(type)).c_str(),
                             (std::string(ts::to_string(s)) + (s == ts::gemm_strategy::automatic ? "=" + std::string(ts::to_string(p.strategy)) : "")).c_str(),
                             (long long)p.tile_m, t, flops / t * 1e-9, moved, seed, t_in / t);
@@ -84,8 +84,8 @@ int main(int argc, char** argv) {
     }
     auto top = ts::bench::result_header("gemm_out_of_core", git, device_name);
     top.add("statistic", "median").add("budget_fraction_of_operands", fraction);
-    top.raw("results", ts::json_array(rows));
-    ts::bench::write_file_atomically(out, top.str());
+    top.add("results", rows);
+    ts::bench::write_file_atomically(out, top.json());
     std::printf("wrote %s\n", out.c_str());
     return 0;
 }

@@ -1,7 +1,6 @@
-// Multiplies two random matrices on the first CPU device and checks the result against the
+// Multiplies two random matrices on every device present and checks the result against the
 // sequential reference: the smallest complete use of the public API.
-#include <tilestream/devices.hpp>
-#include <tilestream/gemm.hpp>
+#include <tilestream/context.hpp>
 #include <tilestream/verify.hpp>
 
 #include <cstdio>
@@ -13,16 +12,13 @@ int main() {
     ts::fill_random(a.view(), 1);
     ts::fill_random(b.view(), 2);
 
-    auto devices = ts::open_devices("cpu");
-    ts::gemm_options opt;
-    opt.kernel = ts::gemm_kernel::tiled;
-    const auto report = ts::gemm<float>(*devices.front(), ts::op::n, ts::op::n, 1.0f, a.view(), b.view(),
-                                        0.0f, c.view(), opt);
+    ts::context ctx("all", {.kernel = ts::gemm_kernel::tiled});  // opened once, reused by every call
+    const auto report = ctx.gemm<float>(a.view(), b.view(), c.view());
 
     const double err = ts::gemm_relative_error<float>(ts::op::n, ts::op::n, 1.0f, a.view(), b.view(), 0.0f,
                                                       c.view(), c.view());
-    std::printf("gemm %lldx%lldx%lld on %s: %.2f GFLOP/s, relative error %.2e\n", (long long)m,
-                (long long)n, (long long)k, devices.front()->id().c_str(),
-                2.0 * m * n * k / report.seconds * 1e-9, err);
+    std::printf("gemm %lldx%lldx%lld on %s (%s): %.2f GFLOP/s, relative error %.2e\n", (long long)m,
+                (long long)n, (long long)k, ctx.device_names().c_str(),
+                std::string(ts::to_string(report.plan.strategy)).c_str(), 2.0 * m * n * k / report.seconds * 1e-9, err);
     return err < ts::gemm_tolerance(ts::dtype::f32, k) ? 0 : 1;
 }

@@ -4,7 +4,11 @@
 set -euo pipefail
 packages=(g++ make cmake ninja-build git libopenblas-dev libgtest-dev zlib1g-dev
           clang libclang-rt-14-dev  # scripts/fuzz.sh
-          ocl-icd-opencl-dev opencl-c-headers opencl-clhpp-headers pocl-opencl-icd libclblast-dev clinfo)
+          ocl-icd-opencl-dev opencl-c-headers opencl-clhpp-headers pocl-opencl-icd libclblast-dev clinfo
+          libcli11-dev nlohmann-json3-dev                        # command line and JSON
+          python3-dev python3-numpy python3-pytest pybind11-dev  # the Python module and its tests
+          octave                                                 # a real client of the BLAS drop-in
+          libopenmpi-dev openmpi-bin libscalapack-openmpi-dev)    # ranks, and ScaLAPACK to compare with
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

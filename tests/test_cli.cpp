@@ -145,3 +145,36 @@ TEST(cli, ProgressLineOnATerminal) {
 
 }  // namespace
 }  // namespace tilestream
+
+namespace tilestream {
+namespace {
+
+/// CLI11 (issue 14 part 5): --help generated for every command, "did you mean" for misspelt
+/// options and commands, typed values rejected while parsing with the option named.
+TEST(cli, HelpForEveryCommandAndSuggestions) {
+    for (const std::string cmd : {"devices", "gemm", "jacobi", "scale gemm", "scale jacobi", "timeline"}) {
+        auto r = run_cli(cmd + " --help");
+        EXPECT_EQ(r.exit_code, 0) << cmd << ": " << r.out;
+        EXPECT_NE(r.out.find("Usage: tilestream " + cmd), std::string::npos) << r.out;
+    }
+    auto gemm = run_cli("gemm --help");
+    for (const char* opt : {"--m INT", "--alpha FLOAT", "--memory-budget BYTES", "--strategy", "--check", "Freivalds"})
+        EXPECT_NE(gemm.out.find(opt), std::string::npos) << opt << " missing in\n" << gemm.out;
+    expect_usage_error("gemm --m 8 --n 8 --k 8 --memory-buget 1MiB", "unknown option --memory-buget (did you mean --memory-budget?)");
+    expect_usage_error("jacobi --iter 3", "unknown option --iter (did you mean --iters?)");
+    expect_usage_error("gemn --m 8", "unknown command 'gemn' (did you mean gemm?)");
+    expect_usage_error("scale gemmm --m 8", "did you mean gemm?");
+    expect_usage_error("gemm --m 8 --n 8 --k eight", "--k expects an integer, got 'eight'");
+    expect_usage_error("gemm --m 8 --n 8 --k 8 --alpha two", "--alpha expects a number, got 'two'");
+    expect_usage_error("gemm --m 8 --n 8 --k 8 --json=1", "option --json takes no value");
+    expect_usage_error("gemm --m 8 --n 8 --k", "--k");
+    expect_usage_error("gemm --m 8 --n 8 --k 8 stray", "unexpected argument 'stray'");
+    // --name=value, a negative value after a space and the last of a repeated option all work.
+    auto r = run_cli("gemm --m=20 --n 12 --k 12 --k 7 --alpha -2 --beta=0 --check --json");
+    EXPECT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_NE(r.out.find("\"k\": 7"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("\"alpha\": -2"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace tilestream

@@ -278,6 +278,23 @@ TEST(gemm_bad_input, NegativeAndOverflowingSizes) {
     }
 }
 
+TEST(gemm_library, DefaultOptionsStreamWhatDoesNotFitTheBudget) {
+    // The library call's default plan is automatic: a problem 3.7x the budget is streamed, not refused.
+    open_options o;
+    o.memory_budget = 64 * 1024;
+    auto devs = open_devices("cpu", o);
+    host_matrix<double> a(100, 110, layout::col_major), b(110, 90), c0(100, 90), c(100, 90);
+    fill_random(a.view(), 1);
+    fill_random(b.view(), 2);
+    fill_random(c0.view(), 3);
+    std::copy(c0.data(), c0.data() + c0.rows() * c0.cols(), c.data());
+    const gemm_report rep = gemm<double>(*devs.front(), op::n, op::n, 1.5, a.view(), b.view(), -0.25, c.view());
+    EXPECT_NE(rep.plan.strategy, gemm_strategy::in_core);
+    EXPECT_LE(rep.peak_device_bytes, 64u * 1024);
+    EXPECT_LE(gemm_relative_error<double>(op::n, op::n, 1.5, a.view(), b.view(), -0.25, c0.view(), c.view()),
+              gemm_tolerance(dtype::f64, 110));
+}
+
 TEST(gemm_bad_input, BudgetTooSmallNamesDeviceRequestAndBudget) {
     open_options o;
     o.memory_budget = 64 * 1024;
@@ -285,8 +302,10 @@ TEST(gemm_bad_input, BudgetTooSmallNamesDeviceRequestAndBudget) {
     host_matrix<double> a(100, 100), b(100, 100), c(100, 100);
     fill_random(a.view(), 1);
     fill_random(b.view(), 2);
+    gemm_options in_core;
+    in_core.strategy = gemm_strategy::in_core;
     try {
-        gemm<double>(*devs.front(), op::n, op::n, 1.0, a.view(), b.view(), 0.0, c.view());
+        gemm<double>(*devs.front(), op::n, op::n, 1.0, a.view(), b.view(), 0.0, c.view(), in_core);
         FAIL() << "no error";
     } catch (const out_of_budget& e) {
         const std::string w = e.what();

@@ -36,7 +36,8 @@ struct system_inventory {
     std::vector<device_info> opencl_devices;  ///< every OpenCL device, in `opencl:I` order
     std::string opencl_status;      ///< one line: the platforms found, or why there are none
 };
-/// Discovers CPU cores, host memory and CUDA GPUs (never aborts; no GPU is not an error).
+/// Discovers CPU cores, host memory, CUDA GPUs and OpenCL devices (never aborts; no GPU is not an
+/// error). open_devices discovers OpenCL only for specs that name it (opencl:I, all).
 const system_inventory& inventory();
 
 struct open_options {

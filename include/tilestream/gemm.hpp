@@ -20,7 +20,7 @@ namespace tilestream {
 struct gemm_options {
     gemm_kernel kernel = gemm_kernel::vendor;
     math_mode math = math_mode::strict;
-    gemm_strategy strategy = gemm_strategy::in_core;  ///< the library call defaults to in-core
+    gemm_strategy strategy = gemm_strategy::automatic;  ///< any shape: out-of-core when it does not fit
     index_t tile_m = 0, tile_n = 0, tile_k = 0;
     transfer_mode transfer = transfer_mode::copy_2d;
     std::optional<device_rates> rates;  ///< declared rates; measured on the device when absent

@@ -13,6 +13,7 @@ namespace tilestream {
 
 namespace detail {
 struct npy_mapping;
+struct npy_output_state;
 }
 
 /// A 2-D array read from a .npy file. C order is row-major, Fortran order column-major.
@@ -36,6 +37,12 @@ public:
     /// reads zeros instead, and reports it here. Call after a run, before using its results.
     void check_unchanged() const;
 
+    /// Drops the file's pages from this process's resident memory; they stay in the page cache
+    /// and come back on the next access. A run streaming a mapped file larger than memory calls
+    /// it between tiles, so that peak resident memory stays near the device budgets and staging
+    /// rather than the file's size. No effect on a copy (a misaligned file read into memory).
+    void release_resident() const;
+
     npy_array() = default;
     npy_array(npy_array&&) noexcept = default;
     npy_array& operator=(npy_array&&) noexcept = default;
@@ -50,6 +57,31 @@ private:
     index_t rows_ = 0, cols_ = 0;
     tilestream::layout layout_ = layout::row_major;
     std::string path_;
+};
+
+/// A .npy file written in place through a shared memory mapping, for results larger than
+/// memory: a temporary file beside `path` gets the header and the whole size on disk at once (a
+/// full disk or a file size limit is a file_error here, never a SIGBUS later), the caller writes
+/// the elements through view(), and commit() flushes and renames it into place. Destroyed
+/// without commit (an error, a signal), it is removed. Rows x cols of `type`, C order for
+/// row-major and Fortran order for column-major.
+class npy_output {
+public:
+    npy_output(const std::string& path, dtype type, index_t rows, index_t cols, tilestream::layout layout);
+    npy_output(npy_output&&) noexcept;
+    npy_output& operator=(npy_output&&) noexcept;
+    ~npy_output();
+
+    /// The elements; throws invalid_argument when T is not the file's dtype.
+    template <class T>
+    host_matrix_view<T> view() const;
+    /// As npy_array::release_resident; written pages are kept by the page cache until written back.
+    void release_resident() const;
+    /// Writes the data back, unmaps, fsyncs and renames over `path`; throws file_error.
+    void commit();
+
+private:
+    std::unique_ptr<detail::npy_output_state> s_;
 };
 
 /// Reads a .npy file (memory-mapped). Throws file_error naming the file and what is wrong.

@@ -115,10 +115,18 @@ std::vector<device_request> parse_device_spec(std::string_view spec) {
     return out;
 }
 
-const system_inventory& inventory() {
+namespace {
+system_inventory& inventory_storage() {
     static system_inventory inv;
+    return inv;
+}
+/// The CPU and the CUDA GPUs only: what a spec without OpenCL items needs. OpenCL discovery
+/// starts a platform's runtime (PoCL spawns its scheduler threads and loads LLVM: tens of
+/// milliseconds and 60 MiB), so it waits until something asks for OpenCL.
+const system_inventory& host_inventory() {
     static std::once_flag once;
     std::call_once(once, [] {
+        auto& inv = inventory_storage();
         inv.cpu_cores = count_cpu_cores();
         inv.cpu_name = read_cpu_name();
         const long pages = sysconf(_SC_PHYS_PAGES);
@@ -127,11 +135,20 @@ const system_inventory& inventory() {
         auto cuda = backends::discover_cuda();
         inv.gpus = std::move(cuda.gpus);
         inv.cuda_status = std::move(cuda.status);
-        auto opencl = backends::discover_opencl();
-        inv.opencl_devices = std::move(opencl.devices);
-        inv.opencl_status = std::move(opencl.status);
     });
-    return inv;
+    return inventory_storage();
+}
+}  // namespace
+
+const system_inventory& inventory() {
+    host_inventory();
+    static std::once_flag once;
+    std::call_once(once, [] {
+        auto opencl = backends::discover_opencl();
+        inventory_storage().opencl_devices = std::move(opencl.devices);
+        inventory_storage().opencl_status = std::move(opencl.status);
+    });
+    return inventory_storage();
 }
 
 std::string describe_present_devices() {
@@ -153,12 +170,15 @@ std::string describe_present_devices() {
 
 namespace {
 /// The most threads one CPU device may have, and the most CPU devices one spec may open.
-int max_cpu_threads_per_device() { return std::max(16, 4 * inventory().cpu_cores); }
+int max_cpu_threads_per_device() { return std::max(16, 4 * host_inventory().cpu_cores); }
 }  // namespace
 
 std::vector<std::unique_ptr<device>> open_devices(std::string_view spec, const open_options& opt) {
     const auto requests = parse_device_spec(spec);
-    const auto& inv = inventory();
+    const bool wants_opencl = std::any_of(requests.begin(), requests.end(), [](const device_request& r) {
+        return r.kind == device_request::what::opencl || r.kind == device_request::what::all;
+    });
+    const auto& inv = wants_opencl ? inventory() : host_inventory();
     if (opt.cpu_threads < 0) throw invalid_argument("--cpu-threads must be >= 1");
     // More threads or CPU devices than this only oversubscribes the cores (and thousands of
     // threads exhaust memory); the floor keeps multi-device runs possible on small machines.

@@ -6,6 +6,8 @@
 #include <tilestream/error.hpp>
 #include <tilestream/gemm.hpp>
 
+#include "core/file_mappings.hpp"
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -1018,7 +1020,9 @@ pinned_operands::pinned_operands(std::span<device* const> devices,
     for (device* d : devices) {
         if (d->host_addressable()) continue;
         for (auto [p, n] : ranges) {
-            if (n == 0 || p == nullptr) continue;
+            // A mapped file larger than a quarter of the memory available stays pageable: pinning
+            // would lock all of it in RAM, which operands on disk are meant to avoid.
+            if (n == 0 || p == nullptr || (detail::in_file_mapping(p, n) && n > available_host_memory() / 4)) continue;
             try {
                 d->register_host(const_cast<void*>(p), n);
                 pinned_.emplace_back(d, const_cast<void*>(p));

@@ -2,6 +2,7 @@
 #include <tilestream/error.hpp>
 #include <tilestream/npy.hpp>
 
+#include "core/file_mappings.hpp"
 #include "core/message_text.hpp"
 #include "core/temp_files.hpp"
 
@@ -323,6 +324,39 @@ std::uint32_t read_le(const unsigned char* p, int bytes) {
 }  // namespace
 
 namespace detail {
+
+namespace {
+std::mutex output_mutex;
+std::vector<std::pair<std::uintptr_t, std::uintptr_t>> output_ranges;  // [begin, end) of npy_output mappings
+}  // namespace
+
+void add_output_mapping(const void* base, std::size_t size) {
+    const std::lock_guard lock(output_mutex);
+    const auto b = reinterpret_cast<std::uintptr_t>(base);
+    output_ranges.emplace_back(b, b + size);
+}
+
+void remove_output_mapping(const void* base) {
+    const std::lock_guard lock(output_mutex);
+    const auto b = reinterpret_cast<std::uintptr_t>(base);
+    std::erase_if(output_ranges, [b](const auto& r) { return r.first == b; });
+}
+
+bool in_file_mapping(const void* p, std::size_t n) {
+    if (p == nullptr || n == 0) return false;
+    const auto b = reinterpret_cast<std::uintptr_t>(p), e = b + n;
+    const auto overlaps = [&](std::uintptr_t rb, std::uintptr_t re) { return rb != 0 && b < re && rb < e; };
+    {
+        const std::lock_guard lock(guard_mutex);
+        for (const auto& g : guarded)
+            if (overlaps(g.begin.load(), g.end.load())) return true;
+    }
+    const std::lock_guard lock(output_mutex);
+    for (const auto& [rb, re] : output_ranges)
+        if (overlaps(rb, re)) return true;
+    return false;
+}
+
 /// A file as read_npy mapped it: the mapping, its guard slot, and the descriptor and status
 /// that check_unchanged compares with.
 struct npy_mapping {
@@ -366,6 +400,11 @@ void npy_array::check_unchanged() const {
     if (!mapping_) return;
     const std::string why = mapping_->change();
     if (!why.empty()) fail(path_, why + "; results computed from it are discarded");
+}
+
+void npy_array::release_resident() const {
+    // A read-only private mapping holds no private changes: dropping its pages loses nothing.
+    if (mapping_) ::madvise(mapping_->base, mapping_->size, MADV_DONTNEED);
 }
 
 npy_array read_npy(const std::string& path) {
@@ -593,6 +632,84 @@ void write_npy(const std::string& path, host_matrix_view<const T> m) {
         }
     }
     out.commit();
+}
+
+namespace detail {
+struct npy_output_state {
+    explicit npy_output_state(const std::string& path) : file(path) {}
+    ~npy_output_state() {
+        if (base) {
+            remove_output_mapping(base);
+            ::munmap(base, size);
+        }
+    }
+    temp_file file;
+    std::string path;
+    void* base = nullptr;
+    std::size_t size = 0, data_offset = 0;
+    dtype type = dtype::f32;
+    index_t rows = 0, cols = 0;
+    tilestream::layout layout = layout::row_major;
+};
+}  // namespace detail
+
+npy_output::npy_output(const std::string& path, dtype type, index_t rows, index_t cols, tilestream::layout lay) {
+    if (path.empty()) throw file_error("npy_output: empty file name");
+    const std::size_t data_bytes = checked_bytes(rows, cols, type, "npy_output " + path);
+    const std::string pre = npy_preamble(type, lay == layout::col_major, rows, cols);
+    auto st = std::make_unique<detail::npy_output_state>(path);
+    st->path = path;
+    st->type = type;
+    st->rows = rows;
+    st->cols = cols;
+    st->layout = lay;
+    st->data_offset = pre.size();
+    st->size = pre.size() + data_bytes;
+    st->file.reserve(st->size);
+    st->file.write(pre.data(), pre.size());
+    void* base = ::mmap(nullptr, st->size, PROT_READ | PROT_WRITE, MAP_SHARED, st->file.fd(), 0);
+    if (base == MAP_FAILED) {
+        const int err = errno;
+        fail(path, "cannot map the temporary '" + st->file.name() + "' (" + std::to_string(st->size) +
+                       " bytes): " + errno_text(err));
+    }
+    st->base = base;
+    detail::add_output_mapping(base, st->size);
+    s_ = std::move(st);
+}
+
+npy_output::npy_output(npy_output&&) noexcept = default;
+npy_output& npy_output::operator=(npy_output&&) noexcept = default;
+npy_output::~npy_output() = default;
+
+template <class T>
+host_matrix_view<T> npy_output::view() const {
+    if (dtype_of<T>() != s_->type)
+        throw invalid_argument(s_->path + ": view<" + std::string(to_string(dtype_of<T>())) + "> of an output of " +
+                               std::string(to_string(s_->type)));
+    return host_matrix_view<T>(reinterpret_cast<T*>(static_cast<char*>(s_->base) + s_->data_offset), s_->rows,
+                               s_->cols, s_->layout);
+}
+
+template host_matrix_view<float> npy_output::view<float>() const;
+template host_matrix_view<double> npy_output::view<double>() const;
+
+void npy_output::release_resident() const {
+    // For a shared file mapping the page cache keeps what was written (dirty pages are written
+    // back later); only this process's page table entries go.
+    if (s_ && s_->base) ::madvise(s_->base, s_->size, MADV_DONTNEED);
+}
+
+void npy_output::commit() {
+    if (!s_) throw file_error("npy_output: commit after a move or a commit");
+    if (::msync(s_->base, s_->size, MS_SYNC) != 0) {
+        const int err = errno;
+        fail(s_->path, "cannot write '" + s_->file.name() + "': " + errno_text(err));
+    }
+    detail::remove_output_mapping(s_->base);
+    ::munmap(std::exchange(s_->base, nullptr), s_->size);
+    s_->file.commit();
+    s_.reset();
 }
 
 template void write_npy<float>(const std::string&, host_matrix_view<const float>);

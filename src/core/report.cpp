@@ -1,7 +1,9 @@
 // Scaling tables and SVG pictures (scaling plot, timeline), and a small JSON reader for traces.
 #include <tilestream/error.hpp>
-#include <tilestream/json.hpp>
 #include <tilestream/report.hpp>
+
+#include "core/json_text.hpp"
+#include "core/message_text.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -9,9 +11,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
-#include <memory>
 #include <sstream>
-#include <variant>
 
 namespace tilestream {
 
@@ -43,16 +43,16 @@ std::string scaling_table(const std::vector<scaling_row>& rows, const std::strin
 }
 
 std::string scaling_json(const std::vector<scaling_row>& rows, const std::string& unit) {
-    std::vector<std::string> items;
+    detail::json items = detail::json::array();
     for (const auto& r : rows) {
-        json_object o;
-        o.add("devices", r.devices).add("device_count", r.device_count).add("seconds", r.seconds);
-        o.add(unit == "GFLOP/s" ? "gflops" : "glups", r.rate).add("speedup", r.speedup).add("efficiency", r.efficiency);
-        o.add("bytes_moved", r.bytes_moved).add("problem", r.problem);
-        if (r.cache_hit_rate >= 0) o.add("cache_hit_rate", r.cache_hit_rate);
-        items.push_back(o.str());
+        detail::json o = {{"devices", r.devices},     {"device_count", r.device_count},
+                          {"seconds", r.seconds},     {unit == "GFLOP/s" ? "gflops" : "glups", r.rate},
+                          {"speedup", r.speedup},     {"efficiency", r.efficiency},
+                          {"bytes_moved", r.bytes_moved}, {"problem", r.problem}};
+        if (r.cache_hit_rate >= 0) o["cache_hit_rate"] = r.cache_hit_rate;
+        items.push_back(std::move(o));
     }
-    return json_array(items);
+    return detail::json_line(items);
 }
 
 namespace {
@@ -221,127 +221,6 @@ std::string timeline_svg(const std::vector<trace_span>& spans, const std::string
     return s.str();
 }
 
-// ---- a small JSON reader, enough for the traces this library writes ----
-namespace {
-
-struct json_value;
-using json_ptr = std::shared_ptr<json_value>;
-struct json_value {
-    std::variant<std::nullptr_t, bool, double, std::string, std::vector<json_ptr>, std::map<std::string, json_ptr>> v;
-};
-
-class json_reader {
-public:
-    json_reader(const std::string& text, const std::string& path) : s_(text), path_(path) {}
-    json_ptr parse() {
-        auto v = value();
-        ws();
-        if (i_ != s_.size()) fail("trailing characters");
-        return v;
-    }
-
-private:
-    [[noreturn]] void fail(const std::string& what) {
-        throw file_error(path_ + ": not a Chrome trace: " + what + " at byte " + std::to_string(i_));
-    }
-    void ws() {
-        while (i_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[i_]))) ++i_;
-    }
-    json_ptr value() {
-        if (++depth_ > 64) fail("nesting too deep");
-        ws();
-        if (i_ >= s_.size()) fail("unexpected end");
-        auto out = std::make_shared<json_value>();
-        const char c = s_[i_];
-        if (c == '{') {
-            ++i_;
-            std::map<std::string, json_ptr> m;
-            ws();
-            if (i_ < s_.size() && s_[i_] == '}') {
-                ++i_;
-            } else {
-                for (;;) {
-                    ws();
-                    std::string k = string();
-                    ws();
-                    if (i_ >= s_.size() || s_[i_] != ':') fail("expected ':'");
-                    ++i_;
-                    m[k] = value();
-                    ws();
-                    if (i_ < s_.size() && s_[i_] == ',') { ++i_; continue; }
-                    if (i_ < s_.size() && s_[i_] == '}') { ++i_; break; }
-                    fail("expected ',' or '}'");
-                }
-            }
-            out->v = std::move(m);
-        } else if (c == '[') {
-            ++i_;
-            std::vector<json_ptr> a;
-            ws();
-            if (i_ < s_.size() && s_[i_] == ']') {
-                ++i_;
-            } else {
-                for (;;) {
-                    a.push_back(value());
-                    ws();
-                    if (i_ < s_.size() && s_[i_] == ',') { ++i_; continue; }
-                    if (i_ < s_.size() && s_[i_] == ']') { ++i_; break; }
-                    fail("expected ',' or ']'");
-                }
-            }
-            out->v = std::move(a);
-        } else if (c == '"') {
-            out->v = string();
-        } else if (s_.compare(i_, 4, "true") == 0) {
-            i_ += 4;
-            out->v = true;
-        } else if (s_.compare(i_, 5, "false") == 0) {
-            i_ += 5;
-            out->v = false;
-        } else if (s_.compare(i_, 4, "null") == 0) {
-            i_ += 4;
-            out->v = nullptr;
-        } else {
-            char* end = nullptr;
-            const double d = std::strtod(s_.c_str() + i_, &end);
-            if (end == s_.c_str() + i_) fail("unexpected character");
-            i_ = std::size_t(end - s_.c_str());
-            out->v = d;
-        }
-        --depth_;
-        return out;
-    }
-    std::string string() {
-        if (i_ >= s_.size() || s_[i_] != '"') fail("expected a string");
-        ++i_;
-        std::string r;
-        while (i_ < s_.size() && s_[i_] != '"') {
-            if (s_[i_] == '\\' && i_ + 1 < s_.size()) {
-                const char e = s_[++i_];
-                switch (e) {
-                    case 'n': r += '\n'; break;
-                    case 't': r += '\t'; break;
-                    case 'r': r += '\r'; break;
-                    case 'u': r += '?'; i_ += 4; break;
-                    default: r += e;
-                }
-                ++i_;
-            } else {
-                r += s_[i_++];
-            }
-        }
-        if (i_ >= s_.size()) fail("unterminated string");
-        ++i_;
-        return r;
-    }
-    const std::string& s_;
-    std::string path_;
-    std::size_t i_ = 0;
-    int depth_ = 0;
-};
-
-}  // namespace
-
 namespace {
 /// v limited to [lo, hi] (NaN -> lo): numbers from a file converted to integers must be in range.
 double clamped(double v, double lo, double hi) { return v >= lo ? (v <= hi ? v : hi) : lo; }
@@ -351,53 +230,55 @@ std::vector<trace_span> read_chrome_trace(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
     if (!in) throw file_error(path + ": cannot open");
     std::string text((std::istreambuf_iterator<char>(in)), {});
-    const json_ptr root = json_reader(text, path).parse();
-    const auto* obj = std::get_if<std::map<std::string, json_ptr>>(&root->v);
-    if (!obj || !obj->count("traceEvents")) throw file_error(path + ": not a Chrome trace: no traceEvents");
-    const auto* events = std::get_if<std::vector<json_ptr>>(&obj->at("traceEvents")->v);
-    if (!events) throw file_error(path + ": not a Chrome trace: traceEvents is not an array");
-    std::map<double, std::string> names;
-    const auto str = [](const std::map<std::string, json_ptr>& m, const char* k) -> std::string {
-        auto it = m.find(k);
-        if (it == m.end()) return {};
-        const auto* p = std::get_if<std::string>(&it->second->v);
-        return p ? *p : std::string();
-    };
-    const auto num = [](const std::map<std::string, json_ptr>& m, const char* k) -> double {
-        auto it = m.find(k);
-        if (it == m.end()) return 0;
-        const auto* p = std::get_if<double>(&it->second->v);
-        return p ? *p : 0;
-    };
-    for (const auto& e : *events) {
-        const auto* m = std::get_if<std::map<std::string, json_ptr>>(&e->v);
-        if (m && str(*m, "ph") == "M" && m->count("args")) {
-            const auto* a = std::get_if<std::map<std::string, json_ptr>>(&m->at("args")->v);
-            if (a) names[num(*m, "pid")] = str(*a, "name");
-        }
+    if (in.bad()) throw file_error(path + ": cannot read");
+    // nlohmann's parser keeps its own stack (no recursion on deep nesting) and rejects what is
+    // not JSON, invalid UTF-8 included, with the line and column.
+    detail::json root;
+    try {
+        root = detail::json::parse(text);
+    } catch (const detail::json::exception& e) {
+        // e.what() is "[json.exception.parse_error.101] parse error at line 1, column 22: ...".
+        std::string what = e.what();
+        if (const auto end = what.find("] "); what.rfind("[json.exception.", 0) == 0 && end != std::string::npos)
+            what.erase(0, end + 2);
+        if (e.id == 406) what = "a number that is not a finite number (" + what + ")";  // 1e900
+        throw file_error(path + ": not a Chrome trace: " + detail::printable_text(what, 240));
     }
+    if (!root.is_object() || !root.contains("traceEvents")) throw file_error(path + ": not a Chrome trace: no traceEvents");
+    const detail::json& events = root["traceEvents"];
+    if (!events.is_array()) throw file_error(path + ": not a Chrome trace: traceEvents is not an array");
+    const auto str = [](const detail::json& m, const char* k) -> std::string {
+        const auto it = m.find(k);
+        return it != m.end() && it->is_string() ? it->get<std::string>() : std::string();
+    };
+    const auto num = [](const detail::json& m, const char* k) -> double {
+        const auto it = m.find(k);
+        return it != m.end() && it->is_number() ? it->get<double>() : 0.0;
+    };
+    std::map<double, std::string> names;
+    for (const auto& e : events)
+        if (e.is_object() && str(e, "ph") == "M" && e.contains("args") && e["args"].is_object())
+            names[num(e, "pid")] = str(e["args"], "name");
     std::vector<trace_span> out;
-    for (const auto& e : *events) {
-        const auto* m = std::get_if<std::map<std::string, json_ptr>>(&e->v);
-        if (!m || str(*m, "ph") != "X") continue;
+    for (const auto& e : events) {
+        if (!e.is_object() || str(e, "ph") != "X") continue;
         trace_span sp;
-        const double pid = num(*m, "pid");
+        const double pid = num(e, "pid");
         sp.device = names.count(pid) ? names[pid] : "pid " + fmt("%g", pid);
-        sp.stream = int(clamped(num(*m, "tid"), 0, double(std::numeric_limits<int>::max())));
-        sp.name = str(*m, "name");
-        const std::string cat = str(*m, "cat");
+        sp.stream = int(clamped(num(e, "tid"), 0, double(std::numeric_limits<int>::max())));
+        sp.name = str(e, "name");
+        const std::string cat = str(e, "cat");
         for (auto k : {span_kind::copy_h2d, span_kind::copy_d2h, span_kind::copy_d2d, span_kind::copy_peer,
                        span_kind::kernel, span_kind::host})
             if (cat == to_string(k)) sp.kind = k;
-        sp.t0 = num(*m, "ts") * 1e-6;
-        sp.t1 = sp.t0 + num(*m, "dur") * 1e-6;
+        sp.t0 = num(e, "ts") * 1e-6;
+        sp.t1 = sp.t0 + num(e, "dur") * 1e-6;
         if (!std::isfinite(sp.t0) || !std::isfinite(sp.t1))
             throw file_error(path + ": event " + std::to_string(out.size()) + " has a time that is not a finite number");
-        if (m->count("args"))
-            if (const auto* a = std::get_if<std::map<std::string, json_ptr>>(&m->at("args")->v)) {
-                sp.bytes = std::size_t(clamped(num(*a, "bytes"), 0, 1.8e19));
-                sp.flops = num(*a, "flops");
-            }
+        if (e.contains("args") && e["args"].is_object()) {
+            sp.bytes = std::size_t(clamped(num(e["args"], "bytes"), 0, 1.8e19));
+            sp.flops = num(e["args"], "flops");
+        }
         out.push_back(std::move(sp));
     }
     return out;

@@ -102,7 +102,7 @@ temp_file::temp_file(const std::string& target) : target_(target) {
         name_ = target + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
         // Registered before it exists, so that no signal can fall between creation and registration.
         slot_ = register_temporary(name_);
-        fd_ = ::open(name_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        fd_ = ::open(name_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
         if (fd_ >= 0) return;
         err = errno;
         unregister_temporary(std::exchange(slot_, -1));
@@ -130,6 +130,14 @@ void temp_file::write(const void* data, std::size_t n) {
         p += w;
         n -= static_cast<std::size_t>(w);
     }
+}
+
+void temp_file::reserve(std::size_t bytes) {
+    if (bytes == 0) return;
+    // posix_fallocate returns the error (it does not set errno); glibc writes zeros on
+    // filesystems without fallocate.
+    const int err = ::posix_fallocate(fd_, 0, static_cast<off_t>(bytes));
+    if (err != 0) fail(target_, "cannot write '" + name_ + "' (" + std::to_string(bytes) + " bytes): " + std::strerror(err));
 }
 
 void temp_file::commit() {

@@ -1,6 +1,7 @@
 // Temporary output files removed when SIGINT, SIGTERM or SIGHUP ends the process mid-write.
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 namespace tilestream::detail {
@@ -23,6 +24,11 @@ public:
     ~temp_file();
 
     const std::string& name() const { return name_; }
+    /// The open descriptor (read-write), for mapping the temporary; -1 after commit.
+    int fd() const { return fd_; }
+    /// Allocates `bytes` on disk now (posix_fallocate), so that a full disk or a file size limit
+    /// is an error here rather than a failed write (or a SIGBUS in a mapping) later; throws file_error.
+    void reserve(std::size_t bytes);
     /// Writes all n bytes (retrying short writes and EINTR); throws file_error.
     void write(const void* data, std::size_t n);
     /// fsync, close and rename over the target; throws file_error (the temporary is then removed).

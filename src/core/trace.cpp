@@ -1,8 +1,8 @@
 // Span collection and the Chrome trace format; atomic text-file writes.
 #include <tilestream/error.hpp>
-#include <tilestream/json.hpp>
 #include <tilestream/trace.hpp>
 
+#include "core/json_text.hpp"
 #include "core/temp_files.hpp"
 
 #include <algorithm>
@@ -36,24 +36,23 @@ std::string trace_recorder::chrome_json() const {
     for (const auto& s : spans) pids.emplace(s.device, 0);
     int next = 1;
     for (auto& [name, pid] : pids) pid = next++;
-    std::vector<std::string> events;
+    detail::json events = detail::json::array();
     for (const auto& [name, pid] : pids)
-        events.push_back(json_object()
-                             .add("ph", "M").add("name", "process_name").add("pid", pid)
-                             .add("args", json_object().add("name", name))
-                             .str());
+        events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"args", {{"name", name}}}});
     for (const auto& s : spans) {
-        json_object args;
-        if (s.bytes) args.add("bytes", s.bytes);
-        if (s.flops > 0) args.add("flops", s.flops);
-        events.push_back(json_object()
-                             .add("ph", "X").add("name", s.name).add("cat", std::string(to_string(s.kind)))
-                             .add("pid", pids[s.device]).add("tid", s.stream)
-                             .add("ts", (s.t0 - origin) * 1e6).add("dur", std::max(0.0, s.t1 - s.t0) * 1e6)
-                             .add("args", args)
-                             .str());
+        detail::json args = detail::json::object();
+        if (s.bytes) args["bytes"] = s.bytes;
+        if (s.flops > 0) args["flops"] = s.flops;
+        events.push_back({{"ph", "X"},
+                          {"name", s.name},
+                          {"cat", std::string(to_string(s.kind))},
+                          {"pid", pids[s.device]},
+                          {"tid", s.stream},
+                          {"ts", (s.t0 - origin) * 1e6},
+                          {"dur", std::max(0.0, s.t1 - s.t0) * 1e6},
+                          {"args", std::move(args)}});
     }
-    return json_object().raw("traceEvents", json_array(events)).add("displayTimeUnit", "ms").str();
+    return detail::json_line(detail::json{{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}});
 }
 
 void trace_recorder::write_chrome(const std::string& path) const { write_text_file_atomically(path, chrome_json()); }

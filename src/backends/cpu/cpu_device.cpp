@@ -8,6 +8,7 @@
 #include <tilestream/error.hpp>
 #include <tilestream/matrix.hpp>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -167,7 +168,7 @@ private:
 
 class cpu_device final : public device {
 public:
-    explicit cpu_device(device_info info) : device(std::move(info)), pool_(info_.threads) {}
+    explicit cpu_device(device_info info) : device(std::move(info)), pool_(info_.threads) { ++live_devices(); }
 
     bool host_addressable() const override { return true; }
 
@@ -241,7 +242,7 @@ public:
                                case gemm_kernel::reference: reference::gemm(call); break;
                                case gemm_kernel::naive: cpu::gemm_naive(call, pool_); break;
                                case gemm_kernel::tiled: cpu::gemm_tiled(call, pool_); break;
-                               case gemm_kernel::vendor: cpu::gemm_vendor(call, pool_); break;
+                               case gemm_kernel::vendor: cpu::gemm_vendor(call, pool_, live_devices() == 1); break;
                            }
                        },
                        false, span_kind::kernel, "gemm " + std::string(to_string(call.kernel)), 0,
@@ -299,6 +300,7 @@ protected:
 public:
     ~cpu_device() override {
         for (auto& [size, p] : idle_blocks_) std::free(p);
+        --live_devices();
     }
 
 private:
@@ -342,6 +344,12 @@ private:
                                std::memcpy(d + row * c.dst_pitch, r + row * c.src_pitch, c.width_bytes);
                        },
                        false, kind, std::move(name), c.width_bytes * c.height});
+    }
+
+    /// CPU devices alive in the process: the only one may use OpenBLAS's own threads.
+    static std::atomic<int>& live_devices() {
+        static std::atomic<int> count{0};
+        return count;
     }
 
     cpu::thread_pool pool_;

@@ -13,7 +13,10 @@ void gemm_naive(const gemm_call& call, thread_pool& pool);
 void gemm_tiled(const gemm_call& call, thread_pool& pool);
 /// OpenBLAS through CBLAS, one single-threaded call per worker on its block of C, so concurrent
 /// devices never share OpenBLAS's own thread pool.
-void gemm_vendor(const gemm_call& call, thread_pool& pool);
+/// OpenBLAS: one single-threaded call per worker on its block of C, or (openblas_threads, for the
+/// process's only CPU device) one call with OpenBLAS's own threads, as many as the pool has.
+void gemm_vendor(const gemm_call& call, thread_pool& pool, bool openblas_threads);
+void gemm_vendor(const gemm_call& call, thread_pool& pool);  ///< split over the pool's workers
 
 /// Jacobi sweep: rows split over the workers, inner loop vectorised.
 void jacobi_sweep(const jacobi_call& call, thread_pool& pool);

@@ -1,0 +1,130 @@
+// One call, many devices: a context opens the devices of a spec once, measures their rates once and
+// runs GEMMs and Jacobi solves on all of them with the automatic plan. Every front (the CLI, Python,
+// the BLAS drop-in, each MPI rank) calls through a context.
+//
+//     tilestream::context ctx("cuda:0,cpu", {.memory_budget = 8ull << 30});
+//     ctx.gemm(op::n, op::n, 1.0, a, b, 0.0, c);     // any shape, out-of-core when needed
+//
+// Thread safety: every member may be called from several threads at once. Runs queue: one GEMM or
+// Jacobi solve at a time owns the context's devices (each run already uses all of them), so
+// concurrent callers get correct results in arrival order of the lock.
+#pragma once
+
+#include <tilestream/device.hpp>
+#include <tilestream/gemm.hpp>
+#include <tilestream/jacobi.hpp>
+#include <tilestream/kernels.hpp>
+#include <tilestream/matrix.hpp>
+#include <tilestream/plan.hpp>
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tilestream {
+
+/// What a context is opened with; every call uses these unless it says otherwise.
+struct context_options {
+    std::optional<std::size_t> memory_budget;  ///< budget of each device without "@..." in the spec
+    int cpu_threads = 0;                       ///< threads per CPU device; 0 = split the cores
+    gemm_kernel kernel = gemm_kernel::vendor;
+    math_mode math = math_mode::strict;
+    cache_mode cache = cache_mode::automatic;
+    bool reproducible = false;                 ///< fixed k-order (plan_options::reproducible)
+    /// Declared rates for the planner; when absent they are measured once per dtype, on first need.
+    std::optional<device_rates> rates;
+};
+
+/// What one call may change: the plan's shape and what the run reports as it goes.
+struct gemm_call_options {
+    gemm_strategy strategy = gemm_strategy::automatic;
+    index_t tile_m = 0, tile_n = 0, tile_k = 0;  ///< 0 = the planner's choice
+    transfer_mode transfer = transfer_mode::copy_2d;
+    std::optional<gemm_kernel> kernel;            ///< the context's when absent
+    std::optional<cache_mode> cache;              ///< the context's when absent
+    /// Rates for this plan (to explain a fixed strategy with measured figures, say); when absent
+    /// the context's: declared, or measured when the automatic choice needs them.
+    std::optional<device_rates> rates;
+    /// Trace, per-unit callback, peer tiles... (register_host is the context's business: operands
+    /// are pinned before the clock of each run).
+    gemm_run_options run;
+};
+
+class context {
+public:
+    /// Opens the devices of `spec` (the CLI's grammar: "all", "cpu:2", "cuda:0,cpu@4GiB",
+    /// "opencl:0x2"...). Throws invalid_argument naming a bad item and the devices present.
+    explicit context(std::string_view spec = "cpu", const context_options& options = {});
+    context(const context&) = delete;
+    context& operator=(const context&) = delete;
+    ~context();
+
+    const std::vector<device*>& devices() const { return device_ptrs_; }
+    /// The device ids, comma-separated ("cpu:0,cpu:1").
+    const std::string& device_names() const { return names_; }
+    const context_options& options() const { return options_; }
+    /// The smallest budget a run may use on every device (what the planner plans for).
+    std::size_t budget() const;
+    /// Whether every device computes on host operands where they lie (no copies, zero-copy plan).
+    bool computes_in_place() const { return in_place_; }
+
+    /// The rates the planner uses for this dtype and kernel: declared, or measured on the first
+    /// device the first time they are needed (measure_rates keeps them for the process). `measured` is false when the probe did not
+    /// fit the budget (default rates are used then).
+    device_rates rates(dtype type, std::optional<gemm_kernel> kernel = {});
+
+    /// Plans C <- alpha op(A) op(B) + beta C for all the context's devices. Throws out_of_budget
+    /// (naming the devices and the smallest budget that fits), invalid_argument, dimension_mismatch.
+    gemm_plan plan(const gemm_problem& problem, const gemm_call_options& call = {});
+    template <class T>
+    gemm_plan plan(op op_a, op op_b, T alpha, host_matrix_view<const T> a, host_matrix_view<const T> b, T beta,
+                   host_matrix_view<T> c, const gemm_call_options& call = {}) {
+        return plan(describe_gemm<T>(op_a, op_b, alpha, a, b, beta, c), call);
+    }
+    /// The plan in a few lines (strategy and why, tiles, predicted traffic and time).
+    std::string explain(const gemm_plan& p) const;
+
+    /// Runs a plan made by this context on its devices.
+    template <class T>
+    gemm_report execute(const gemm_plan& p, T alpha, host_matrix_view<const T> a, host_matrix_view<const T> b,
+                        T beta, host_matrix_view<T> c, const gemm_call_options& call = {});
+
+    /// Plans and runs: any shape, on all devices, out-of-core when the operands do not fit.
+    template <class T>
+    gemm_report gemm(op op_a, op op_b, T alpha, host_matrix_view<const T> a, host_matrix_view<const T> b, T beta,
+                     host_matrix_view<T> c, const gemm_call_options& call = {}) {
+        return execute<T>(plan<T>(op_a, op_b, alpha, a, b, beta, c, call), alpha, a, b, beta, c, call);
+    }
+    /// C <- A B.
+    template <class T>
+    gemm_report gemm(host_matrix_view<const T> a, host_matrix_view<const T> b, host_matrix_view<T> c,
+                     const gemm_call_options& call = {}) {
+        return gemm<T>(op::n, op::n, T(1), a, b, T(0), c, call);
+    }
+
+    /// Cuts a Jacobi problem over the context's devices.
+    jacobi_plan plan_jacobi(const jacobi_problem& problem, const jacobi_options& options = {}) const;
+    /// Solves from `field` (ny x nx, row-major): on return it holds the final field.
+    template <class T>
+    jacobi_report jacobi(const jacobi_problem& problem, host_matrix_view<T> field, const jacobi_options& options = {});
+    /// Solves from the default starting field (fill_jacobi_start) and returns the final one.
+    template <class T>
+    jacobi_solution<T> jacobi(const jacobi_problem& problem, const jacobi_options& options = {});
+
+private:
+    plan_options plan_options_for(const gemm_problem& problem, const gemm_call_options& call) const;
+
+    context_options options_;
+    std::vector<std::unique_ptr<device>> devices_;
+    std::vector<device*> device_ptrs_;
+    std::string names_;
+    bool in_place_ = false;
+    std::mutex mutex_;  ///< one run or rate probe at a time on the devices
+};
+
+}  // namespace tilestream

@@ -1,0 +1,208 @@
+// The distributed layer over MPI: process grids, SUMMA GEMM on 2-D block-cyclic matrices with
+// ScaLAPACK descriptors, .npy files read and written in blocks with MPI-IO, and Jacobi over ranks.
+// The only public header that includes <mpi.h>; link tilestream::distributed to use it.
+#pragma once
+
+#include <tilestream/context.hpp>
+#include <tilestream/device.hpp>
+#include <tilestream/error.hpp>
+#include <tilestream/kernels.hpp>
+#include <tilestream/types.hpp>
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace tilestream::distributed {
+
+/// An MPI call that failed: the message names the call, the rank and MPI's error string.
+class mpi_error : public error {
+public:
+    using error::error;
+};
+
+/// An error every rank detected alike (a bad --grid, a malformed input file read by rank 0 and
+/// broadcast): rank 0 alone prints it and every rank exits with the same code, no MPI_Abort.
+class collective_error : public invalid_argument {
+public:
+    using invalid_argument::invalid_argument;
+};
+
+/// Throws mpi_error("<call> failed on rank R: <MPI's text>") when rc is not MPI_SUCCESS.
+void check_mpi(int rc, const char* call);
+
+/// MPI_Init_thread (funneled: only the calling thread talks to MPI) and MPI_Finalize, once per
+/// process; MPI_COMM_WORLD returns errors instead of aborting, so every call can be checked.
+class environment {
+public:
+    environment(int* argc, char*** argv);
+    ~environment();
+    environment(const environment&) = delete;
+    environment& operator=(const environment&) = delete;
+    int rank() const { return rank_; }
+    int size() const { return size_; }
+
+private:
+    int rank_ = 0, size_ = 1;
+    bool initialized_here_ = false;
+};
+
+/// Whether this process was started by mpirun with more than one rank (OMPI_COMM_WORLD_SIZE,
+/// PMI_SIZE), read before MPI_Init so a plain run never initializes MPI.
+bool launched_with_ranks();
+
+/// An owned communicator (MPI_Comm_free on destruction; the world communicator is never freed).
+class communicator {
+public:
+    communicator() = default;
+    /// Takes ownership of `c` when `owned`.
+    explicit communicator(MPI_Comm c, bool owned = true);
+    communicator(communicator&& o) noexcept : comm_(o.comm_), owned_(o.owned_) { o.comm_ = MPI_COMM_NULL; o.owned_ = false; }
+    communicator& operator=(communicator&& o) noexcept;
+    communicator(const communicator&) = delete;
+    communicator& operator=(const communicator&) = delete;
+    ~communicator();
+    MPI_Comm get() const { return comm_; }
+    int rank() const;
+    int size() const;
+
+private:
+    MPI_Comm comm_ = MPI_COMM_NULL;
+    bool owned_ = false;
+};
+
+/// P x Q processes, rank r of `comm` at (r / Q, r % Q) (row-major, BLACS's default and
+/// MPI_Type_create_darray's), with a communicator per process row and per process column.
+class process_grid {
+public:
+    /// Throws collective_error when rows * cols differs from comm's size (every rank agrees).
+    process_grid(MPI_Comm comm, int rows, int cols);
+    /// A grid whose coordinates come from elsewhere (a BLACS context): (my_row, my_col) in a
+    /// rows x cols grid over `comm`, which may order its ranks any way.
+    process_grid(MPI_Comm comm, int rows, int cols, int my_row, int my_col);
+    MPI_Comm comm() const { return comm_; }
+    MPI_Comm row_comm() const { return row_.get(); }  ///< my process row, ranked by column
+    MPI_Comm col_comm() const { return col_.get(); }  ///< my process column, ranked by row
+    int rows() const { return rows_; }
+    int cols() const { return cols_; }
+    int my_row() const { return my_row_; }
+    int my_col() const { return my_col_; }
+    int rank() const { return rank_; }
+    /// The rank in comm() of the process at (row, col).
+    int rank_at(int row, int col) const { return ranks_[std::size_t(row) * std::size_t(cols_) + std::size_t(col)]; }
+
+private:
+    void split();
+    std::vector<int> ranks_;  ///< rank_at, row-major
+    MPI_Comm comm_ = MPI_COMM_NULL;
+    communicator row_, col_;
+    int rows_ = 1, cols_ = 1, my_row_ = 0, my_col_ = 0, rank_ = 0;
+};
+
+/// Parses "PxQ" (e.g. "2x2", "1x3"); throws invalid_argument naming the text.
+std::pair<int, int> parse_grid(std::string_view text);
+/// The most square P x Q = ranks with P <= Q.
+std::pair<int, int> square_grid(int ranks);
+
+/// The P x Q = ranks whose SUMMA receives the fewest words per rank for an m x n x k product
+/// (model_pgemm_traffic; ties to the squarer grid).
+std::pair<int, int> choose_gemm_grid(index_t m, index_t n, index_t k, int ranks);
+
+/// The rows and columns of a .npy file as rank 0 reads them, on every rank of comm (an
+/// unreadable file is a collective_error everywhere).
+std::pair<index_t, index_t> npy_shape(MPI_Comm comm, const std::string& path);
+
+/// ScaLAPACK's NUMROC: how many of n elements in blocks of nb, dealt cyclically from process
+/// `src` over `nprocs`, process `iproc` holds.
+index_t local_count(index_t n, index_t nb, int iproc, int src, int nprocs);
+
+/// Options of a distributed GEMM; each rank multiplies its part on its own devices.
+struct pgemm_options {
+    /// This rank's devices, opened once: each local multiply is one call of it (null: a context
+    /// on one CPU thread is opened for the call).
+    tilestream::context* context = nullptr;
+    /// SUMMA panel width over k when A or B has to be redistributed (0: 256); an operand that
+    /// is already aligned with C keeps its own block width.
+    index_t panel = 0;
+};
+
+/// What one rank did in a distributed GEMM.
+struct pgemm_report {
+    int grid_rows = 1, grid_cols = 1;
+    index_t panels = 0;          ///< SUMMA steps
+    index_t panel_width = 0;     ///< the widest
+    bool redistributed_a = false, redistributed_b = false;  ///< op(A)/op(B) moved to C's alignment first
+    std::size_t bytes_sent = 0;      ///< by this rank: panels it broadcast (once per receiver) and redistribution
+    std::size_t bytes_received = 0;  ///< by this rank
+    double seconds = 0;
+};
+
+/// C(ic:, jc:) <- alpha*op(A(ia:, ja:))*op(B(ib:, jb:)) + beta*C(ic:, jc:), every matrix 2-D
+/// block-cyclic as ScaLAPACK describes it: desc = {1, ctxt, M, N, MB, NB, RSRC, CSRC, LLD}
+/// (ctxt is not read: `grid` says where each process sits), local arrays column-major with
+/// leading dimension LLD, ia..jc 1-based. SUMMA with two panel broadcasts in flight while the
+/// local GEMM runs; an operand not aligned with C (transposed, other block rows) is first
+/// redistributed. Collective over the grid. Throws invalid_argument naming a bad descriptor.
+template <class T>
+pgemm_report pgemm(const process_grid& grid, op op_a, op op_b, index_t m, index_t n, index_t k, T alpha,
+                   const T* a, index_t ia, index_t ja, const int* desca, const T* b, index_t ib, index_t jb,
+                   const int* descb, T beta, T* c, index_t ic, index_t jc, const int* descc,
+                   const pgemm_options& options = {});
+
+/// The communication model of a SUMMA on this grid (words = elements, per rank, received):
+/// SUMMA's; the lower bound's order 2mnk/(p sqrt(M)) with M the words each rank holds (no
+/// constant: an order, not a bound); the memory-independent bound 3(mnk/p)^(2/3) - (mk+kn+mn)/p
+/// (Ballard et al.); and PDGEMM's (the same panels, plus a transpose of a transposed operand).
+struct pgemm_traffic {
+    double summa_words = 0, lower_bound_words = 0, memory_independent_words = 0, pdgemm_words = 0;
+};
+pgemm_traffic model_pgemm_traffic(op op_a, op op_b, index_t m, index_t n, index_t k, int grid_rows, int grid_cols);
+
+/// GEMM on .npy files: every rank reads only its blocks of A, B (and C when beta != 0) with
+/// MPI-IO, runs pgemm and writes its blocks of C into `out` (header by rank 0, data by all, a
+/// temporary file renamed into place when every rank wrote). Matrices are block-cyclic with
+/// `block` x `block` blocks over `grid`.
+struct npy_gemm_request {
+    std::string a, b, c, out;  ///< c empty: beta must be 0
+    op op_a = op::n, op_b = op::n;
+    double alpha = 1, beta = 0;
+    index_t block = 64;
+};
+struct npy_gemm_result {
+    dtype type = dtype::f32;
+    index_t m = 0, n = 0, k = 0;
+    pgemm_report report;
+};
+npy_gemm_result npy_gemm(const process_grid& grid, const npy_gemm_request& request, const pgemm_options& options = {});
+
+/// Jacobi over ranks: the interior of an ny x nx field cut over a P x Q MPI_Cart grid, a halo
+/// ring exchanged with MPI_Isend/Irecv each iteration (boundary strips first, interior swept
+/// while the halos travel), the residual reduced with MPI_Iallreduce and examined one check
+/// late. Each point gets 0.25*((N+S)+(W+E)) in T, so the field is bitwise the one-process one
+/// (whatever the grid and threads).
+struct distributed_jacobi_options {
+    int grid_rows = 0, grid_cols = 0;  ///< 0, 0: the most square grid with more rows
+    index_t iters = 1000;
+    index_t check_every = 10;
+    double tol = 0;
+    int threads = 1;  ///< host threads per rank sweeping the interior
+};
+struct distributed_jacobi_report {
+    int grid_rows = 1, grid_cols = 1;
+    index_t iterations = 0;
+    double residual = 0;  ///< sqrt of the sum over ranks of sum((u_new - u)^2) at the last check
+    bool converged = false;
+    double seconds = 0;
+    std::size_t halo_bytes = 0;  ///< sent by this rank
+};
+/// Runs on the default starting field (fill_jacobi_start); when `gather` is set, rank 0 receives
+/// the whole ny x nx field in it (row-major) and the other ranks leave it empty.
+template <class T>
+distributed_jacobi_report distributed_jacobi(MPI_Comm comm, index_t nx, index_t ny,
+                                             const distributed_jacobi_options& options, std::vector<T>* gather);
+
+}  // namespace tilestream::distributed

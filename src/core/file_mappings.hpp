@@ -1,0 +1,19 @@
+// Which host memory is a memory-mapped file (npy_array inputs, npy_output results): such memory is
+// not pinned for devices when it is large (over a quarter of MemAvailable), since pinning would lock
+// the whole file in RAM, and files larger than memory are what the mappings are for. Their tiles
+// then go through the devices' staging.
+#pragma once
+
+#include <cstddef>
+#include <utility>
+
+namespace tilestream::detail {
+
+/// Whether any byte of [p, p + n) lies in a live file mapping made by npy_array or npy_output.
+bool in_file_mapping(const void* p, std::size_t n);
+
+/// Records / forgets a mapping of an npy_output (read mappings are known from their SIGBUS guard).
+void add_output_mapping(const void* base, std::size_t size);
+void remove_output_mapping(const void* base);
+
+}  // namespace tilestream::detail

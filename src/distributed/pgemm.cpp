@@ -1,0 +1,285 @@
+// Distributed GEMM: SUMMA over a P x Q grid on block-cyclic operands described as ScaLAPACK does,
+// panels broadcast with MPI_Ibcast (two in flight) while each rank's local GEMM runs on its devices.
+#include "distributed/mpi_support.hpp"
+
+#include <tilestream/gemm.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <optional>
+#include <tuple>
+
+namespace tilestream::distributed {
+namespace {
+
+/// The operand as pgemm sees it: a sub-matrix (rows x cols from 1-based (i0, j0)) of a
+/// block-cyclic matrix with its descriptor.
+struct operand_desc {
+    const char* name;
+    dim_map rows, cols;
+    index_t ld = 1;
+};
+
+operand_desc describe_operand(const char* name, const int* desc, index_t i, index_t j, index_t rows, index_t cols,
+                              const process_grid& g) {
+    const std::string n(name);
+    if (desc == nullptr) throw invalid_argument("pgemm: descriptor of " + n + " is null");
+    if (desc[0] != 1)
+        throw invalid_argument("pgemm: descriptor of " + n + " has DTYPE " + std::to_string(desc[0]) +
+                               " (only 1, dense block-cyclic, is known)");
+    const index_t gm = desc[2], gn = desc[3], mb = desc[4], nb = desc[5], lld = desc[8];
+    const int rsrc = desc[6], csrc = desc[7];
+    if (gm < 0 || gn < 0) throw invalid_argument("pgemm: descriptor of " + n + " has a negative size " +
+                                                 std::to_string(gm) + "x" + std::to_string(gn));
+    if (mb < 1 || nb < 1) throw invalid_argument("pgemm: descriptor of " + n + " has block " + std::to_string(mb) +
+                                                 "x" + std::to_string(nb) + " (blocks must be at least 1x1)");
+    if (rsrc < 0 || rsrc >= g.rows() || csrc < 0 || csrc >= g.cols())
+        throw invalid_argument("pgemm: descriptor of " + n + " has source process (" + std::to_string(rsrc) + ", " +
+                               std::to_string(csrc) + ") outside the " + std::to_string(g.rows()) + "x" +
+                               std::to_string(g.cols()) + " grid");
+    const index_t local_rows = local_count(gm, mb, g.my_row(), rsrc, g.rows());
+    if (lld < std::max<index_t>(1, local_rows))
+        throw invalid_argument("pgemm: descriptor of " + n + " has LLD " + std::to_string(lld) + " but rank " +
+                               std::to_string(g.rank()) + " holds " + std::to_string(local_rows) + " rows");
+    if (i < 1 || j < 1 || i - 1 > gm - rows || j - 1 > gn - cols)
+        throw invalid_argument("pgemm: " + n + "(" + std::to_string(i) + ":" + std::to_string(i - 1 + rows) + ", " +
+                               std::to_string(j) + ":" + std::to_string(j - 1 + cols) + ") is outside the " +
+                               std::to_string(gm) + "x" + std::to_string(gn) + " matrix");
+    return {name, dim_map{mb, rsrc, g.rows(), i - 1}, dim_map{nb, csrc, g.cols(), j - 1}, lld};
+}
+
+/// A matrix on this rank laid out as SUMMA reads it: `rows` local rows from row `row0`, local
+/// columns from `col0`, column-major with leading dimension ld; k spread by `kmap`.
+template <class T>
+struct summa_operand {
+    const T* data = nullptr;
+    index_t ld = 1, row0 = 0, col0 = 0;
+    dim_map kmap;
+    std::vector<T> owned;  ///< the redistributed copy, when there is one
+};
+
+/// The local multiplies of one pgemm: calls of the rank's context, plans kept per panel shape.
+struct local_multiply {
+    tilestream::context* ctx = nullptr;
+    std::map<std::tuple<index_t, index_t, index_t, bool>, gemm_plan> plans;
+
+    template <class T>
+    void run(index_t m, index_t n, index_t k, T alpha, const T* a, const T* b, T beta, T* c, index_t ldc) {
+        const host_matrix_view<const T> av(a, m, k, layout::col_major, std::max<index_t>(1, m));
+        const host_matrix_view<const T> bv(b, k, n, layout::col_major, std::max<index_t>(1, k));
+        const host_matrix_view<T> cv(c, m, n, layout::col_major, ldc);
+        const auto key = std::make_tuple(m, n, k, beta != T(0));
+        auto it = plans.find(key);
+        if (it == plans.end()) it = plans.emplace(key, ctx->plan<T>(op::n, op::n, alpha, av, bv, beta, cv)).first;
+        ctx->execute<T>(it->second, alpha, av, bv, beta, cv);
+    }
+};
+
+/// Scales the local part of C by beta (0 overwrites: C is not read, as in BLAS).
+template <class T>
+void scale_local(T* c, index_t ldc, index_t rows, index_t cols, T beta) {
+    for (index_t j = 0; j < cols; ++j)
+        for (index_t i = 0; i < rows; ++i) c[i + j * ldc] = beta == T(0) ? T(0) : beta * c[i + j * ldc];
+}
+
+}  // namespace
+
+template <class T>
+pgemm_report pgemm(const process_grid& grid, op op_a, op op_b, index_t m, index_t n, index_t k, T alpha, const T* a,
+                   index_t ia, index_t ja, const int* desca, const T* b, index_t ib, index_t jb, const int* descb,
+                   T beta, T* c, index_t ic, index_t jc, const int* descc, const pgemm_options& options) {
+    const auto start = std::chrono::steady_clock::now();
+    if (m < 0 || n < 0 || k < 0)
+        throw invalid_argument("pgemm: negative size m=" + std::to_string(m) + " n=" + std::to_string(n) +
+                               " k=" + std::to_string(k));
+    const bool na = op_a == op::n, nb_ = op_b == op::n;
+    const operand_desc da = describe_operand("A", desca, ia, ja, na ? m : k, na ? k : m, grid);
+    const operand_desc db = describe_operand("B", descb, ib, jb, nb_ ? k : n, nb_ ? n : k, grid);
+    const operand_desc dc = describe_operand("C", descc, ic, jc, m, n, grid);
+    pgemm_report rep;
+    rep.grid_rows = grid.rows();
+    rep.grid_cols = grid.cols();
+
+    // This rank's part of C(ic:, jc:): a contiguous range of local rows and columns.
+    const index_t lr = dc.rows.owned(m, grid.my_row()), lc = dc.cols.owned(n, grid.my_col());
+    const index_t c_r0 = dc.rows.first_local(grid.my_row()), c_c0 = dc.cols.first_local(grid.my_col());
+    // A rank without elements of C may pass no array at all.
+    T* const c_local = lr > 0 && lc > 0 ? c + c_r0 + c_c0 * dc.ld : nullptr;
+
+    if (m == 0 || n == 0) return rep;
+    if (k == 0 || alpha == T(0)) {
+        if (lr > 0 && lc > 0 && beta != T(1)) scale_local(c_local, dc.ld, lr, lc, beta);
+        rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        return rep;
+    }
+    const index_t panel = options.panel > 0 ? options.panel : 256;
+
+    // op(A) as SUMMA wants it: C's rows down the process rows, k across the process columns.
+    summa_operand<T> sa;
+    if (na && da.rows.same_as(dc.rows)) {
+        sa.data = a;
+        sa.ld = da.ld;
+        sa.row0 = da.rows.first_local(grid.my_row());
+        sa.col0 = 0;
+        sa.kmap = da.cols;
+    } else {
+        sa.kmap = dim_map{panel, 0, grid.cols(), 0};
+        const index_t lk = sa.kmap.owned(k, grid.my_col());
+        sa.owned.resize(std::size_t(std::max<index_t>(1, lr * lk)));
+        redistribute<T>(grid, a, da.ld, da.rows, da.cols, !na, dc.rows, sa.kmap, m, k, sa.owned.data(), rep);
+        sa.data = sa.owned.data();
+        sa.ld = std::max<index_t>(1, lr);
+        rep.redistributed_a = true;
+    }
+    // op(B): k down the process rows, C's columns across the process columns.
+    summa_operand<T> sb;
+    if (nb_ && db.cols.same_as(dc.cols)) {
+        sb.data = b;
+        sb.ld = db.ld;
+        sb.row0 = 0;
+        sb.col0 = db.cols.first_local(grid.my_col());
+        sb.kmap = db.rows;
+    } else {
+        sb.kmap = dim_map{panel, 0, grid.rows(), 0};
+        const index_t lk = sb.kmap.owned(k, grid.my_row());
+        sb.owned.resize(std::size_t(std::max<index_t>(1, lk * lc)));
+        redistribute<T>(grid, b, db.ld, db.rows, db.cols, !nb_, sb.kmap, dc.cols, k, n, sb.owned.data(), rep);
+        sb.data = sb.owned.data();
+        sb.ld = std::max<index_t>(1, lk);
+        rep.redistributed_b = true;
+    }
+
+    // The panels: k cut where either operand's k-blocks end.
+    struct step {
+        index_t k0, width;
+        int a_root, b_root;
+        index_t a_col, b_row;  ///< local column of op(A), local row of op(B) where the panel starts
+    };
+    std::vector<step> steps;
+    for (index_t g = 0; g < k;) {
+        const index_t w = std::min({sa.kmap.block_end(g), sb.kmap.block_end(g), k}) - g;
+        steps.push_back({g, w, sa.kmap.owner(g), sb.kmap.owner(g), sa.kmap.local(g), sb.kmap.local(g)});
+        g += w;
+    }
+    index_t wmax = 0;
+    for (const auto& s : steps) wmax = std::max(wmax, s.width);
+    rep.panels = index_t(steps.size());
+    rep.panel_width = wmax;
+    check_count(lr * wmax, "pgemm: an A panel");
+    check_count(wmax * lc, "pgemm: a B panel");
+
+    std::optional<tilestream::context> own;
+    local_multiply mul;
+    mul.ctx = options.context;
+    if (!mul.ctx) mul.ctx = &own.emplace("cpu", context_options{.cpu_threads = 1});
+
+    // Three buffers per operand: the panel being multiplied and two in flight.
+    constexpr int depth = 3;
+    std::vector<std::vector<T>> apan(depth), bpan(depth);
+    for (int i = 0; i < depth; ++i) {
+        apan[i].resize(std::size_t(std::max<index_t>(1, lr * wmax)));
+        bpan[i].resize(std::size_t(std::max<index_t>(1, wmax * lc)));
+    }
+    std::vector<request> areq(depth), breq(depth);
+    const MPI_Datatype type = mpi_type<T>();
+    const int row_size = grid.cols(), col_size = grid.rows();
+
+    auto post = [&](std::size_t s) {
+        const step& st = steps[s];
+        const int slot = int(s % depth);
+        if (lr > 0) {
+            T* buf = apan[slot].data();
+            if (grid.my_col() == st.a_root) {
+                for (index_t j = 0; j < st.width; ++j)
+                    std::memcpy(buf + j * lr, sa.data + sa.row0 + (sa.col0 + st.a_col + j) * sa.ld, std::size_t(lr) * sizeof(T));
+                rep.bytes_sent += std::size_t(lr * st.width) * sizeof(T) * std::size_t(row_size - 1);
+            } else {
+                rep.bytes_received += std::size_t(lr * st.width) * sizeof(T);
+            }
+            if (row_size > 1)
+                areq[slot].start_ibcast(buf, int(lr * st.width), type, st.a_root, grid.row_comm());
+        }
+        if (lc > 0) {
+            T* buf = bpan[slot].data();
+            if (grid.my_row() == st.b_root) {
+                for (index_t j = 0; j < lc; ++j)
+                    std::memcpy(buf + j * st.width, sb.data + sb.row0 + st.b_row + (sb.col0 + j) * sb.ld,
+                                std::size_t(st.width) * sizeof(T));
+                rep.bytes_sent += std::size_t(st.width * lc) * sizeof(T) * std::size_t(col_size - 1);
+            } else {
+                rep.bytes_received += std::size_t(st.width * lc) * sizeof(T);
+            }
+            if (col_size > 1)
+                breq[slot].start_ibcast(buf, int(st.width * lc), type, st.b_root, grid.col_comm());
+        }
+    };
+    // Broadcasts progress only inside MPI calls: the local GEMM is cut into column chunks and
+    // the requests in flight are tested between them.
+    auto poke = [&]() {
+        for (int i = 0; i < depth; ++i) {
+            areq[i].test();
+            breq[i].test();
+        }
+    };
+    const index_t chunks = std::clamp<index_t>(lc / 128, 1, 4);
+    for (std::size_t s = 0; s < std::min<std::size_t>(2, steps.size()); ++s) post(s);
+    for (std::size_t s = 0; s < steps.size(); ++s) {
+        const int slot = int(s % depth);
+        areq[slot].wait();
+        breq[slot].wait();
+        if (s + 2 < steps.size()) post(s + 2);
+        if (lr > 0 && lc > 0) {
+            const T b_eff = s == 0 ? beta : T(1);
+            for (index_t ch = 0; ch < chunks; ++ch) {
+                const index_t j0 = lc * ch / chunks, j1 = lc * (ch + 1) / chunks;
+                mul.run<T>(lr, j1 - j0, steps[s].width, alpha, apan[slot].data(), bpan[slot].data() + j0 * steps[s].width,
+                           b_eff, c_local + j0 * dc.ld, dc.ld);
+                poke();
+            }
+        }
+    }
+    rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return rep;
+}
+
+pgemm_traffic model_pgemm_traffic(op op_a, op op_b, index_t m, index_t n, index_t k, int p, int q) {
+    pgemm_traffic t;
+    const double dm = double(m), dn = double(n), dk = double(k), P = p, Q = q, ranks = P * Q;
+    // Every rank receives the A panels of its process row it does not own, the B panels likewise.
+    t.summa_words = dm / P * dk * (Q - 1) / Q + dk * dn / Q * (P - 1) / P;
+    const double memory = (dm * dk + dk * dn + dm * dn) / ranks;
+    t.lower_bound_words = 2 * dm * dn * dk / (ranks * std::sqrt(memory));
+    t.memory_independent_words = std::max(0.0, 3 * std::cbrt(dm * dn * dk / ranks) * std::cbrt(dm * dn * dk / ranks) - memory);
+    t.pdgemm_words = t.summa_words;
+    // PBLAS transposes a transposed operand across the grid first (each rank sends its share once).
+    if (op_a == op::t && ranks > 1) t.pdgemm_words += dm * dk / ranks;
+    if (op_b == op::t && ranks > 1) t.pdgemm_words += dk * dn / ranks;
+    return t;
+}
+
+std::pair<int, int> choose_gemm_grid(index_t m, index_t n, index_t k, int ranks) {
+    std::pair<int, int> best = square_grid(ranks);
+    double best_words = model_pgemm_traffic(op::n, op::n, m, n, k, best.first, best.second).summa_words;
+    for (int p = 1; p <= ranks; ++p) {
+        if (ranks % p) continue;
+        const double w = model_pgemm_traffic(op::n, op::n, m, n, k, p, ranks / p).summa_words;
+        if (w < best_words * (1 - 1e-9)) {
+            best = {p, ranks / p};
+            best_words = w;
+        }
+    }
+    return best;
+}
+
+template pgemm_report pgemm<float>(const process_grid&, op, op, index_t, index_t, index_t, float, const float*, index_t,
+                                   index_t, const int*, const float*, index_t, index_t, const int*, float, float*,
+                                   index_t, index_t, const int*, const pgemm_options&);
+template pgemm_report pgemm<double>(const process_grid&, op, op, index_t, index_t, index_t, double, const double*,
+                                    index_t, index_t, const int*, const double*, index_t, index_t, const int*, double,
+                                    double*, index_t, index_t, const int*, const pgemm_options&);
+
+}  // namespace tilestream::distributed

@@ -1,0 +1,106 @@
+// Moving a block-cyclic matrix (optionally transposed) onto another block-cyclic distribution
+// over the same grid with one MPI_Alltoallv: how SUMMA aligns an operand with C.
+#include "distributed/mpi_support.hpp"
+
+#include <algorithm>
+#include <vector>
+
+namespace tilestream::distributed {
+namespace {
+
+/// The sub indices [0, len) that grid row/column `me` holds under `map`, in increasing order.
+std::vector<index_t> held(const dim_map& map, index_t len, int me) {
+    std::vector<index_t> v;
+    v.reserve(std::size_t(std::max<index_t>(0, map.owned(len, me))));
+    for (index_t g = 0; g < len; ++g)
+        if (map.owner(g) == me) v.push_back(g);
+    return v;
+}
+
+std::vector<int> owners(const dim_map& map, index_t len) {
+    std::vector<int> v(static_cast<std::size_t>(len));
+    for (index_t g = 0; g < len; ++g) v[std::size_t(g)] = map.owner(g);
+    return v;
+}
+
+}  // namespace
+
+template <class T>
+void redistribute(const process_grid& grid, const T* src, index_t ld, const dim_map& src_rows, const dim_map& src_cols,
+                  bool transposed, const dim_map& dst_rows, const dim_map& dst_cols, index_t rows, index_t cols, T* out,
+                  pgemm_report& rep) {
+    int size = 0;
+    check_mpi(MPI_Comm_size(grid.comm(), &size), "MPI_Comm_size");
+    const index_t s_rows = transposed ? cols : rows, s_cols = transposed ? rows : cols;
+    const auto my_s_rows = held(src_rows, s_rows, grid.my_row());
+    const auto my_s_cols = held(src_cols, s_cols, grid.my_col());
+    const auto my_d_rows = held(dst_rows, rows, grid.my_row());
+    const auto my_d_cols = held(dst_cols, cols, grid.my_col());
+    const auto d_row_owner = owners(dst_rows, rows), d_col_owner = owners(dst_cols, cols);
+    const auto s_row_owner = owners(src_rows, s_rows), s_col_owner = owners(src_cols, s_cols);
+    const index_t ldo = std::max<index_t>(1, index_t(my_d_rows.size()));
+
+    // Sender: source elements in (column, row) order of S, each to the owner of its place in X.
+    auto dest = [&](index_t i, index_t j) {
+        const index_t r = transposed ? j : i, c = transposed ? i : j;
+        return grid.rank_at(d_row_owner[std::size_t(r)], d_col_owner[std::size_t(c)]);
+    };
+    std::vector<index_t> send_count(std::size_t(size), 0), recv_count(std::size_t(size), 0);
+    for (index_t j : my_s_cols)
+        for (index_t i : my_s_rows) ++send_count[std::size_t(dest(i, j))];
+    // Receiver: its elements of X, enumerated in the same (column, row) order of S.
+    auto source = [&](index_t r, index_t c) {
+        const index_t i = transposed ? c : r, j = transposed ? r : c;
+        return grid.rank_at(s_row_owner[std::size_t(i)], s_col_owner[std::size_t(j)]);
+    };
+    auto each_target = [&](auto&& f) {
+        if (!transposed) {
+            for (std::size_t cl = 0; cl < my_d_cols.size(); ++cl)
+                for (std::size_t rl = 0; rl < my_d_rows.size(); ++rl) f(rl, cl);
+        } else {
+            for (std::size_t rl = 0; rl < my_d_rows.size(); ++rl)
+                for (std::size_t cl = 0; cl < my_d_cols.size(); ++cl) f(rl, cl);
+        }
+    };
+    each_target([&](std::size_t rl, std::size_t cl) { ++recv_count[std::size_t(source(my_d_rows[rl], my_d_cols[cl]))]; });
+
+    const auto ranks = static_cast<std::size_t>(size);
+    std::vector<int> scounts(ranks), rcounts(ranks), sdispl(ranks), rdispl(ranks);
+    index_t stotal = 0, rtotal = 0;
+    for (int p = 0; p < size; ++p) {
+        check_count(send_count[std::size_t(p)], "redistribute: a message");
+        check_count(stotal, "redistribute: the send buffer");
+        check_count(rtotal, "redistribute: the receive buffer");
+        scounts[std::size_t(p)] = int(send_count[std::size_t(p)]);
+        rcounts[std::size_t(p)] = int(recv_count[std::size_t(p)]);
+        sdispl[std::size_t(p)] = int(stotal);
+        rdispl[std::size_t(p)] = int(rtotal);
+        stotal += send_count[std::size_t(p)];
+        rtotal += recv_count[std::size_t(p)];
+        if (p != grid.rank()) {
+            rep.bytes_sent += std::size_t(send_count[std::size_t(p)]) * sizeof(T);
+            rep.bytes_received += std::size_t(recv_count[std::size_t(p)]) * sizeof(T);
+        }
+    }
+    std::vector<T> sendbuf(std::size_t(std::max<index_t>(1, stotal))), recvbuf(std::size_t(std::max<index_t>(1, rtotal)));
+    std::vector<index_t> fill(sdispl.begin(), sdispl.end());
+    for (index_t j : my_s_cols) {
+        const index_t lj = src_cols.local(j);
+        for (index_t i : my_s_rows) sendbuf[std::size_t(fill[std::size_t(dest(i, j))]++)] = src[src_rows.local(i) + lj * ld];
+    }
+    check_mpi(MPI_Alltoallv(sendbuf.data(), scounts.data(), sdispl.data(), mpi_type<T>(), recvbuf.data(), rcounts.data(),
+                            rdispl.data(), mpi_type<T>(), grid.comm()),
+              "MPI_Alltoallv (redistribute)");
+    std::vector<index_t> take(rdispl.begin(), rdispl.end());
+    each_target([&](std::size_t rl, std::size_t cl) {
+        const int s = source(my_d_rows[rl], my_d_cols[cl]);
+        out[index_t(rl) + index_t(cl) * ldo] = recvbuf[std::size_t(take[std::size_t(s)]++)];
+    });
+}
+
+template void redistribute<float>(const process_grid&, const float*, index_t, const dim_map&, const dim_map&, bool,
+                                  const dim_map&, const dim_map&, index_t, index_t, float*, pgemm_report&);
+template void redistribute<double>(const process_grid&, const double*, index_t, const dim_map&, const dim_map&, bool,
+                                   const dim_map&, const dim_map&, index_t, index_t, double*, pgemm_report&);
+
+}  // namespace tilestream::distributed

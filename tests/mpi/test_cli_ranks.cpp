@@ -1,0 +1,221 @@
+// The tilestream tool under mpirun: gemm on .npy files over 1 to 4 ranks and every grid against the
+// reference, jacobi over ranks bitwise against one process, a rank failing alone ending every
+// rank with its message, a bad --grid refused once by rank 0. Runs mpirun through run_mpi_test.sh.
+// usage: tilestream_mpi_cli_test RUN_SCRIPT TILESTREAM gemm|jacobi|failure|grid
+#include <tilestream/gemm.hpp>
+#include <tilestream/npy.hpp>
+#include <tilestream/verify.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace ts = tilestream;
+
+namespace {
+
+std::string run_script, tool, dir;
+int failures = 0;
+
+void fail(const std::string& what) {
+    ++failures;
+    std::fprintf(stderr, "FAIL: %s\n", what.c_str());
+}
+
+std::string slurp(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+}
+
+struct outcome {
+    int status = -1;
+    std::string out, err;
+    double seconds = 0;
+};
+
+/// Runs `ranks` ranks of the tool (0: the tool alone, no mpirun) with `args`.
+outcome run(int ranks, const std::string& args, const std::string& env = "") {
+    const std::string o = dir + "/stdout.txt", e = dir + "/stderr.txt";
+    const std::string cmd = env + " " + (ranks > 0 ? run_script + " " + std::to_string(ranks) + " " : std::string()) +
+                            tool + " " + args + " > " + o + " 2> " + e;
+    const auto t0 = std::chrono::steady_clock::now();
+    const int rc = std::system(cmd.c_str());
+    outcome r;
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    r.status = WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
+    r.out = slurp(o);
+    r.err = slurp(e);
+    if (r.status != 0 && r.err.find("failed on purpose") == std::string::npos && r.err.find("--grid") == std::string::npos)
+        std::fprintf(stderr, "%s\n%s%s", cmd.c_str(), r.out.c_str(), r.err.c_str());
+    return r;
+}
+
+template <class T>
+ts::host_matrix<T> random_matrix(ts::index_t rows, ts::index_t cols, ts::layout l, std::uint64_t seed) {
+    ts::host_matrix<T> m(rows, cols, l);
+    ts::fill_random(m.view(), seed);
+    return m;
+}
+
+template <class T>
+void gemm_case(int ranks, const std::string& grid, ts::op op_a, ts::op op_b, ts::index_t m, ts::index_t n, ts::index_t k,
+               double alpha, double beta, int block, ts::layout l, std::uint64_t seed) {
+    const bool na = op_a == ts::op::n, nb = op_b == ts::op::n;
+    auto a = random_matrix<T>(na ? m : k, na ? k : m, l, seed);
+    auto b = random_matrix<T>(nb ? k : n, nb ? n : k, l, seed + 1);
+    auto c = random_matrix<T>(m, n, ts::layout::row_major, seed + 2);
+    ts::write_npy<T>(dir + "/a.npy", a.view());
+    ts::write_npy<T>(dir + "/b.npy", b.view());
+    ts::write_npy<T>(dir + "/c.npy", c.view());
+    std::remove((dir + "/out.npy").c_str());
+    std::string args = "gemm --a " + dir + "/a.npy --b " + dir + "/b.npy --out " + dir + "/out.npy --block " +
+                       std::to_string(block) + " --op-a " + (na ? "n" : "t") + " --op-b " + (nb ? "n" : "t") +
+                       " --alpha " + std::to_string(alpha) + " --beta " + std::to_string(beta);
+    if (beta != 0) args += " --c " + dir + "/c.npy";
+    if (!grid.empty()) args += " --grid " + grid;
+    const std::string what = std::to_string(ranks) + " ranks " + args;
+    const outcome r = run(ranks, args);
+    if (r.status != 0) return fail(what + ": exit " + std::to_string(r.status));
+    const auto out = ts::read_npy(dir + "/out.npy");
+    if (out.type() != ts::dtype_of<T>() || out.rows() != m || out.cols() != n)
+        return fail(what + ": out.npy is " + std::to_string(out.rows()) + "x" + std::to_string(out.cols()));
+    ts::host_matrix<T> expected(m, n);
+    for (ts::index_t i = 0; i < m; ++i)
+        for (ts::index_t j = 0; j < n; ++j) expected(i, j) = c(i, j);
+    ts::reference_gemm<T>(op_a, op_b, T(alpha), a.view(), b.view(), T(beta), expected.view());
+    const auto got = out.view<T>();
+    const double tol = std::is_same_v<T, float> ? 1e-4 : 1e-11;
+    for (ts::index_t i = 0; i < m; ++i)
+        for (ts::index_t j = 0; j < n; ++j)
+            if (!(std::fabs(double(got(i, j)) - double(expected(i, j))) <= tol * (1 + std::fabs(double(expected(i, j))))))
+                return fail(what + ": C(" + std::to_string(i) + "," + std::to_string(j) + ") = " +
+                            std::to_string(got(i, j)) + ", expected " + std::to_string(expected(i, j)));
+}
+
+void test_gemm() {
+    std::mt19937 rng(7);
+    auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+    const char* grids[5][4] = {{""}, {"1x1"}, {"1x2", "2x1"}, {"1x3", "3x1"}, {"2x2", "1x4", "4x1"}};
+    int case_no = 0;
+    for (int ranks = 1; ranks <= 4; ++ranks)
+        for (const char* g : grids[ranks]) {
+            if (!g) break;
+            const auto op_a = uni(0, 1) ? ts::op::t : ts::op::n, op_b = uni(0, 1) ? ts::op::t : ts::op::n;
+            const double beta = case_no % 2 ? 0.0 : 0.75;
+            const auto l = case_no % 3 ? ts::layout::row_major : ts::layout::col_major;
+            const ts::index_t m = uni(1, 61), n = uni(1, 61), k = uni(1, 61);
+            if (case_no % 2)
+                gemm_case<double>(ranks, g, op_a, op_b, m, n, k, 1.5, beta, uni(1, 12), l, 100 + case_no);
+            else
+                gemm_case<float>(ranks, g, op_a, op_b, m, n, k, -0.5, beta, uni(1, 12), l, 100 + case_no);
+            ++case_no;
+        }
+    // --explain names the grid the model chose (a tall C: all ranks down the rows) and the words.
+    const outcome r = run(4, "gemm --m 2000 --n 100 --k 100 --explain");
+    if (r.status != 0 || r.err.find("grid 4x1 over 4 ranks") == std::string::npos ||
+        r.err.find("words received per rank: measured 7500 on average") == std::string::npos ||
+        r.err.find("PDGEMM 7500") == std::string::npos)
+        fail("gemm --explain:\n" + r.err);
+}
+
+void test_jacobi() {
+    const std::string base = "jacobi --nx 41 --ny 33 --iters 37 --check-every 5 --out ";
+    for (const char* type : {"f32", "f64"}) {
+        const std::string ref = dir + "/ref.npy";
+        if (run(0, base + ref + " --quiet --dtype " + type).status != 0) return fail("one-process jacobi failed");
+        const std::string ref_bytes = slurp(ref);
+        // Every grid of 2 to 4 ranks in f32; in f64 one of rows, columns and tiles.
+        const std::vector<std::string> grids = std::string(type) == "f32"
+                                                   ? std::vector<std::string>{"2x1", "1x2", "3x1", "1x3", "2x2", "4x1", "1x4"}
+                                                   : std::vector<std::string>{"3x1", "1x2", "2x2"};
+        for (const std::string& gs : grids) {
+            const char* g = gs.c_str();
+            const int ranks = (g[0] - '0') * (g[2] - '0');
+            const std::string out = dir + "/ranks.npy";
+            std::remove(out.c_str());
+            const outcome r = run(ranks, base + out + " --dtype " + type + " --grid " + g);
+            if (r.status != 0) {
+                fail(std::string("jacobi --grid ") + g + " exit " + std::to_string(r.status));
+                continue;
+            }
+            if (slurp(out) != ref_bytes) fail(std::string("jacobi ") + type + " --grid " + g + ": field differs from one process");
+        }
+    }
+    // Several threads per rank (rows of each interior block split over them): the same field.
+    const std::string wide = "jacobi --nx 150 --ny 300 --iters 21 --out ";
+    run(0, wide + dir + "/ref.npy --quiet");
+    const outcome t = run(2, wide + dir + "/ranks.npy --cpu-threads 3");
+    if (t.status != 0 || slurp(dir + "/ref.npy") != slurp(dir + "/ranks.npy"))
+        fail("jacobi with 3 threads per rank on 2 ranks differs from one process");
+    // Converging runs stop after the same iteration (the residual examined one check late).
+    const std::string conv = "jacobi --nx 30 --ny 30 --iters 400 --check-every 3 --tol 2e-2 --dtype f64 --out ";
+    run(0, conv + dir + "/ref.npy --quiet");
+    const outcome r = run(4, conv + dir + "/ranks.npy --image " + dir + "/field.png");
+    if (r.status != 0 || slurp(dir + "/ref.npy") != slurp(dir + "/ranks.npy"))
+        fail("jacobi with --tol on 4 ranks differs from one process");
+    if (slurp(dir + "/field.png").compare(0, 4, "\x89PNG") != 0) fail("jacobi --image wrote no PNG");
+}
+
+void test_failure() {
+    const std::string out = dir + "/fail.npy";
+    auto a = random_matrix<double>(50, 40, ts::layout::row_major, 1);
+    ts::write_npy<double>(dir + "/a.npy", a.view());
+    for (const char* cmd : {"gemm", "jacobi"}) {
+        std::remove(out.c_str());
+        const std::string args = std::string(cmd) == "gemm"
+                                     ? "gemm --a " + dir + "/a.npy --b " + dir + "/a.npy --op-b t --out " + out
+                                     : "jacobi --nx 200 --ny 200 --iters 100000 --out " + out;
+        const outcome r = run(3, args, "TILESTREAM_TEST_FAIL_RANK=1");
+        if (r.status == 0) fail(std::string(cmd) + ": a failing rank left exit status 0");
+        if (r.err.find("rank 1: error: rank 1 failed on purpose") == std::string::npos)
+            fail(std::string(cmd) + ": the failing rank's message is missing:\n" + r.err);
+        if (r.seconds > 30) fail(std::string(cmd) + ": the ranks took " + std::to_string(r.seconds) + " s to end");
+        if (std::ifstream(out).good()) fail(std::string(cmd) + ": an output file was left after the failure");
+    }
+}
+
+void test_grid() {
+    for (const char* cmd : {"gemm --m 10 --n 10 --k 10", "jacobi --nx 10 --ny 10"}) {
+        const outcome r = run(3, std::string(cmd) + " --grid 2x2");
+        const std::string expected = "--grid 2x2 has 4 processes but 3 ranks were started";
+        if (r.status != 2) fail(std::string(cmd) + " --grid 2x2 on 3 ranks: exit " + std::to_string(r.status) + ", expected 2");
+        const auto first = r.err.find(expected);
+        if (first == std::string::npos || r.err.find(expected, first + 1) != std::string::npos)
+            fail(std::string(cmd) + ": expected the grid error once (rank 0):\n" + r.err);
+    }
+    const outcome bad = run(2, "gemm --m 10 --n 10 --k 10 --grid 2by1");
+    if (bad.status != 2 || bad.err.find("--grid expects PxQ") == std::string::npos) fail("--grid 2by1 not refused clearly");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    if (argc != 4) {
+        std::fprintf(stderr, "usage: %s RUN_SCRIPT TILESTREAM gemm|jacobi|failure|grid\n", argv[0]);
+        return 2;
+    }
+    run_script = argv[1];
+    tool = argv[2];
+    char templ[] = "/tmp/tilestream-mpi-XXXXXX";
+    if (!mkdtemp(templ)) return 2;
+    dir = templ;
+    const std::string what = argv[3];
+    if (what == "gemm") test_gemm();
+    else if (what == "jacobi") test_jacobi();
+    else if (what == "failure") test_failure();
+    else if (what == "grid") test_grid();
+    else return 2;
+    std::system(("rm -rf " + dir).c_str());
+    std::printf("%s: %d failures\n", what.c_str(), failures);
+    return failures == 0 ? 0 : 1;
+}

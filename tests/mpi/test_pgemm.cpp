@@ -1,0 +1,226 @@
+// Distributed GEMM under mpirun: tilestream::distributed::pgemm on random block-cyclic
+// descriptors (odd shapes, sub-matrices, every grid of the rank count, op, alpha, beta, f32/f64)
+// against the reference GEMM and against ScaLAPACK's pdgemm_ on the same descriptors. Built a
+// second time as the test of the psgemm_/pdgemm_ front (TILESTREAM_TEST_FRONT): pdgemm_ then
+// resolves to tilestream_scalapack, which the test checks with dladdr.
+#include <tilestream/distributed.hpp>
+#include <tilestream/gemm.hpp>
+
+#include <dlfcn.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+extern "C" {
+void Cblacs_get(int context, int what, int* value);
+void Cblacs_gridinit(int* context, const char* order, int rows, int cols);
+void Cblacs_gridexit(int context);
+void psgemm_(const char*, const char*, const int*, const int*, const int*, const float*, const float*, const int*,
+             const int*, const int*, const float*, const int*, const int*, const int*, const float*, float*, const int*,
+             const int*, const int*);
+void pdgemm_(const char*, const char*, const int*, const int*, const int*, const double*, const double*, const int*,
+             const int*, const int*, const double*, const int*, const int*, const int*, const double*, double*,
+             const int*, const int*, const int*);
+}
+
+namespace ts = tilestream;
+namespace td = tilestream::distributed;
+
+namespace {
+
+int failures = 0;
+int rank = 0;
+
+void fail(const std::string& what) {
+    if (failures++ < 10) std::fprintf(stderr, "rank %d: FAIL: %s\n", rank, what.c_str());
+}
+
+template <class T>
+void scalapack_gemm(char ta, char tb, int m, int n, int k, T alpha, const T* a, int ia, int ja, const int* da, const T* b,
+                    int ib, int jb, const int* db, T beta, T* c, int ic, int jc, const int* dc) {
+    if constexpr (std::is_same_v<T, float>)
+        psgemm_(&ta, &tb, &m, &n, &k, &alpha, a, &ia, &ja, da, b, &ib, &jb, db, &beta, c, &ic, &jc, dc);
+    else
+        pdgemm_(&ta, &tb, &m, &n, &k, &alpha, a, &ia, &ja, da, b, &ib, &jb, db, &beta, c, &ic, &jc, dc);
+}
+
+/// Local index of global g (0-based) in blocks of nb from src over np, and its owner.
+int owner(int g, int nb, int src, int np) { return (g / nb + src) % np; }
+int local_of(int g, int nb, int np) { return (g / (nb * np)) * nb + g % nb; }
+
+/// A global column-major matrix and this rank's block-cyclic part of it.
+template <class T>
+struct block_cyclic {
+    int m = 0, n = 0, mb = 1, nb = 1, rsrc = 0, csrc = 0;
+    int desc[9] = {};
+    std::vector<T> global, local;
+    int lrows = 0, lcols = 0;
+
+    void make(int ctxt, int p, int q, int my_row, int my_col) {
+        lrows = int(td::local_count(m, mb, my_row, rsrc, p));
+        lcols = int(td::local_count(n, nb, my_col, csrc, q));
+        const int lld = std::max(1, lrows) + (m % 3 == 0 ? 2 : 0);  // sometimes padded
+        int d[9] = {1, ctxt, m, n, mb, nb, rsrc, csrc, lld};
+        std::memcpy(desc, d, sizeof d);
+        local.assign(std::size_t(lld) * std::size_t(std::max(1, lcols)), std::numeric_limits<T>::quiet_NaN());
+        for (int j = 0; j < n; ++j)
+            for (int i = 0; i < m; ++i)
+                if (owner(i, mb, rsrc, p) == my_row && owner(j, nb, csrc, q) == my_col)
+                    local[std::size_t(local_of(i, mb, p) + local_of(j, nb, q) * lld)] = global[std::size_t(i + j * m)];
+    }
+    /// Compares this rank's elements with `expected` (global column-major).
+    void check(const std::vector<T>& expected, const std::vector<T>& mine, int p, int q, int my_row, int my_col,
+               double tol, const std::string& what) const {
+        const int lld = desc[8];
+        for (int j = 0; j < n; ++j)
+            for (int i = 0; i < m; ++i) {
+                if (owner(i, mb, rsrc, p) != my_row || owner(j, nb, csrc, q) != my_col) continue;
+                const double got = mine[std::size_t(local_of(i, mb, p) + local_of(j, nb, q) * lld)];
+                const double want = expected[std::size_t(i + j * m)];
+                if (!(std::fabs(got - want) <= tol * (1 + std::fabs(want))))
+                    return fail(what + ": C(" + std::to_string(i) + "," + std::to_string(j) + ") is " + std::to_string(got) +
+                                ", expected " + std::to_string(want));
+            }
+    }
+};
+
+template <class T>
+void one_case(std::mt19937& rng, int ctxt, const td::process_grid& grid, int case_no) {
+    auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+    const int p = grid.rows(), q = grid.cols();
+    const ts::op op_a = uni(0, 1) ? ts::op::t : ts::op::n, op_b = uni(0, 1) ? ts::op::t : ts::op::n;
+    const int m = uni(1, 45), n = uni(1, 45), k = uni(case_no % 7 == 0 ? 0 : 1, 45);
+    const int ia = uni(1, 4), ja = uni(1, 4), ib = uni(1, 4), jb = uni(1, 4), ic = uni(1, 4), jc = uni(1, 4);
+    // Often aligned with C (SUMMA's fast path), sometimes not (redistribution).
+    const bool aligned = uni(0, 1);
+    const int cmb = uni(1, 9), cnb = uni(1, 9);
+    block_cyclic<T> a, b, c;
+    a.m = (op_a == ts::op::n ? m : k) + ia - 1 + uni(0, 3);
+    a.n = (op_a == ts::op::n ? k : m) + ja - 1 + uni(0, 3);
+    b.m = (op_b == ts::op::n ? k : n) + ib - 1 + uni(0, 3);
+    b.n = (op_b == ts::op::n ? n : k) + jb - 1 + uni(0, 3);
+    c.m = m + ic - 1 + uni(0, 3);
+    c.n = n + jc - 1 + uni(0, 3);
+    for (auto* x : {&a, &b, &c}) {
+        x->mb = uni(1, 9);
+        x->nb = uni(1, 9);
+        x->rsrc = uni(0, p - 1);
+        x->csrc = uni(0, q - 1);
+    }
+    if (aligned) {
+        c.mb = cmb;
+        c.nb = cnb;
+        a.mb = cmb;
+        a.rsrc = c.rsrc;
+        b.nb = cnb;
+        b.csrc = c.csrc;
+    }
+    const int ia2 = aligned && op_a == ts::op::n ? ic : ia;
+    const int jb2 = aligned && op_b == ts::op::n ? jc : jb;
+    a.m = std::max(a.m, (op_a == ts::op::n ? m : k) + ia2 - 1);
+    b.n = std::max(b.n, (op_b == ts::op::n ? n : k) + jb2 - 1);
+    std::uniform_real_distribution<double> val(-1, 1);
+    for (auto* x : {&a, &b, &c}) {
+        x->global.resize(std::size_t(x->m) * std::size_t(x->n));
+        for (auto& v : x->global) v = T(val(rng));
+    }
+    const int pick = uni(0, 3);
+    // alpha = 0 now and then: A and B are not read, C is only scaled.
+    const T alpha = T(pick == 0 ? 1.0 : case_no % 11 == 5 ? 0.0 : val(rng));
+    const T beta = T(pick == 1 ? 0.0 : pick == 2 ? 1.0 : val(rng));
+    for (auto* x : {&a, &b, &c}) x->make(ctxt, p, q, grid.my_row(), grid.my_col());
+    const std::vector<T> c_clean = c.local;
+    if (beta == T(0))  // beta = 0: C(ic:, jc:) is not read, so NaN there must not show
+        for (int j = jc - 1; j < jc - 1 + n; ++j)
+            for (int i = ic - 1; i < ic - 1 + m; ++i)
+                if (owner(i, c.mb, c.rsrc, p) == grid.my_row() && owner(j, c.nb, c.csrc, q) == grid.my_col())
+                    c.local[std::size_t(local_of(i, c.mb, p) + local_of(j, c.nb, q) * c.desc[8])] =
+                        std::numeric_limits<T>::quiet_NaN();
+
+    // The expected global C: outside the sub-matrix unchanged.
+    std::vector<T> expected = c.global;
+    {
+        const ts::host_matrix_view<const T> av(a.global.data() + (ia2 - 1) + std::size_t(ja - 1) * a.m,
+                                               op_a == ts::op::n ? m : k, op_a == ts::op::n ? k : m, ts::layout::col_major, a.m);
+        const ts::host_matrix_view<const T> bv(b.global.data() + (ib - 1) + std::size_t(jb2 - 1) * b.m,
+                                               op_b == ts::op::n ? k : n, op_b == ts::op::n ? n : k, ts::layout::col_major, b.m);
+        const ts::host_matrix_view<T> cv(expected.data() + (ic - 1) + std::size_t(jc - 1) * c.m, m, n, ts::layout::col_major, c.m);
+        if (beta == T(0))
+            for (int j = 0; j < n; ++j)
+                for (int i = 0; i < m; ++i) cv(i, j) = T(0);
+        ts::reference_gemm<T>(op_a, op_b, alpha, av, bv, beta, cv);
+    }
+    const std::string what = std::string(ts::to_string(ts::dtype_of<T>())) + " case " + std::to_string(case_no) + " grid " +
+                             std::to_string(p) + "x" + std::to_string(q) + " " + (op_a == ts::op::n ? "N" : "T") +
+                             (op_b == ts::op::n ? "N" : "T") + " m=" + std::to_string(m) + " n=" + std::to_string(n) +
+                             " k=" + std::to_string(k);
+    const double tol = std::is_same_v<T, float> ? 2e-5 : 1e-12;
+    const char ta = op_a == ts::op::n ? 'N' : 'T', tb = op_b == ts::op::n ? 'N' : 'T';
+
+    std::vector<T> ours = c.local;
+#ifdef TILESTREAM_TEST_FRONT
+    scalapack_gemm<T>(ta, tb, m, n, k, alpha, a.local.data(), ia2, ja, a.desc, b.local.data(), ib, jb2, b.desc, beta,
+                      ours.data(), ic, jc, c.desc);
+#else
+    static ts::context ctx("cpu", {.cpu_threads = 1});  // this rank's devices, opened once
+    td::pgemm_options po;
+    po.context = &ctx;
+    td::pgemm<T>(grid, op_a, op_b, m, n, k, alpha, a.local.data(), ia2, ja, a.desc, b.local.data(), ib, jb2, b.desc, beta,
+                 ours.data(), ic, jc, c.desc, po);
+#endif
+    c.check(expected, ours, p, q, grid.my_row(), grid.my_col(), tol, what + " (tilestream vs reference)");
+#ifndef TILESTREAM_TEST_FRONT
+    std::vector<T> theirs = c_clean;  // ScaLAPACK is the comparison, not under test: no poison
+    scalapack_gemm<T>(ta, tb, m, n, k, alpha, a.local.data(), ia2, ja, a.desc, b.local.data(), ib, jb2, b.desc, beta,
+                      theirs.data(), ic, jc, c.desc);
+    c.check(expected, theirs, p, q, grid.my_row(), grid.my_col(), tol, what + " (ScaLAPACK vs reference)");
+    // Both on the same descriptors, every local element (outside the sub-matrix bitwise).
+    for (std::size_t i = 0; i < ours.size(); ++i)
+        if (!(std::fabs(double(ours[i]) - double(theirs[i])) <= tol * (1 + std::fabs(double(theirs[i])))) &&
+            !(std::isnan(ours[i]) && std::isnan(theirs[i]))) {
+            fail(what + ": tilestream and ScaLAPACK differ at local element " + std::to_string(i) + ": " +
+                 std::to_string(ours[i]) + " vs " + std::to_string(theirs[i]));
+            break;
+        }
+#endif
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    td::environment env(&argc, &argv);
+    rank = env.rank();
+#ifdef TILESTREAM_TEST_FRONT
+    Dl_info info{};
+    if (dladdr(reinterpret_cast<void*>(&pdgemm_), &info) == 0 || !info.dli_fname ||
+        !std::strstr(info.dli_fname, "tilestream_scalapack"))
+        fail(std::string("pdgemm_ resolves to ") + (info.dli_fname ? info.dli_fname : "?") + ", not tilestream_scalapack");
+#endif
+    const int cases = argc > 1 ? std::atoi(argv[1]) : 40;
+    int total = 0;
+    for (int p = 1; p <= env.size(); ++p) {
+        if (env.size() % p) continue;
+        const int q = env.size() / p;
+        td::process_grid grid(MPI_COMM_WORLD, p, q);
+        int ctxt = 0;
+        Cblacs_get(-1, 0, &ctxt);
+        Cblacs_gridinit(&ctxt, "Row", p, q);
+        std::mt19937 rng(1234 + 17 * p);  // the same on every rank
+        for (int i = 0; i < cases; ++i) {
+            one_case<double>(rng, ctxt, grid, i);
+            one_case<float>(rng, ctxt, grid, i);
+            total += 2;
+        }
+        Cblacs_gridexit(ctxt);
+    }
+    int all = 0;
+    td::check_mpi(MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
+    if (rank == 0)
+        std::printf("%d ranks: %d cases on every grid, %d failures\n", env.size(), total, all);
+    return all == 0 ? 0 : 1;
+}
