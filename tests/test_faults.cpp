@@ -7,6 +7,7 @@
 #include "core/fault_injection.hpp"
 #include "test_support.hpp"
 
+#include <optional>
 #include <tilestream/gemm.hpp>
 #include <tilestream/jacobi.hpp>
 #include <tilestream/plan.hpp>
@@ -149,7 +150,7 @@ TEST_P(device_fault_survived, OtherDevicesFinishAndTheResultIsRight) {
     fi::arm(*devs[1], f);
     // The other two devices are slowed a little, so device 1 surely takes units before the run ends.
     gemm_run_options run;
-    run.test_slowdown = {{devs[0]->id(), 0.002}, {devs[2]->id(), 0.002}};
+    const fi::slowdown slow({{devs[0]->id(), 0.002}, {devs[2]->id(), 0.002}});
     visit_dtype(type, [&]<class T>() {
         const gemm_outcome out = run_checked<T>(ptrs, g, run);
         ASSERT_FALSE(out.threw) << out.what;
@@ -294,8 +295,10 @@ TEST_F(faults_test, OpenCLDeviceBesideCpuDevicesSurvivesAFaultOfEither) {
         gemm_run_options run;
         run.peer_tiles = peer_tile_mode::off;
         // The others slowed a little, so the victim surely takes a unit (and fails in it).
+        std::vector<std::pair<std::string, double>> slower;
         for (std::size_t i = 0; i < devs.size(); ++i)
-            if (i != victim) run.test_slowdown.emplace_back(devs[i]->id(), 0.002);
+            if (i != victim) slower.emplace_back(devs[i]->id(), 0.002);
+        const fi::slowdown slow(slower);
         const gemm_outcome out = run_checked<float>(raw(devs), g, run);
         ASSERT_FALSE(out.threw) << out.what;
         EXPECT_LE(out.error, out.tolerance);
@@ -392,7 +395,8 @@ TEST_F(faults_test, GemmCancelledFromAnotherThreadReturnsPromptly) {
         g.strategy = copying ? gemm_strategy::c_block : gemm_strategy::zero_copy;
         // 10 x 9 units of 20 ms (the slowdown) each: 0.9 s per device uncancelled.
         gemm_run_options run;
-        run.test_slowdown = {{devs[0]->id(), 0.02}, {devs[1]->id(), 0.02}};
+        std::optional<fi::slowdown> slow(std::in_place, std::vector<std::pair<std::string, double>>{
+                                              {devs[0]->id(), 0.02}, {devs[1]->id(), 0.02}});
         std::atomic<bool> cancel{false};
         run.cancel = &cancel;
         using clock = std::chrono::steady_clock;
@@ -412,7 +416,7 @@ TEST_F(faults_test, GemmCancelledFromAnotherThreadReturnsPromptly) {
         for (const auto& d : devs) EXPECT_EQ(d->bytes_in_use(), 0u) << d->id();
         // Usable after: the same GEMM, uncancelled, is right.
         cancel = false;
-        run.test_slowdown.clear();
+        slow.reset();
         const gemm_outcome again = run_checked<float>(raw(devs), g, run);
         ASSERT_FALSE(again.threw) << again.what;
         EXPECT_LE(again.error, again.tolerance);

@@ -2,6 +2,7 @@
 // whatever the device count, a slowed device gets fewer units, and the tile cache counts hits and
 // misses exactly as computed by hand.
 #include "test_support.hpp"
+#include "core/fault_injection.hpp"
 
 #include <tilestream/gemm.hpp>
 #include <tilestream/plan.hpp>
@@ -196,7 +197,7 @@ TEST(multi_device, SlowedDeviceGetsFewerUnitsAndTheResultIsRight) {
     gemm_run_options run;
     // Every unit takes a while (so no device can drain the queue before the others start), and
     // cpu:2 far longer than scheduling noise on a loaded machine.
-    run.test_slowdown = {{"cpu:0", 0.005}, {"cpu:1", 0.005}, {"cpu:2", 0.2}};
+    const fault_injection::slowdown slow({{"cpu:0", 0.005}, {"cpu:1", 0.005}, {"cpu:2", 0.2}});
     const auto rep = run_on<double>("cpu:3", 1 << 20, po, op::n, op::n, a.view(), b.view(), 1.0, 0.0, c.view(), run);
     ASSERT_EQ(rep.devices.size(), 3u);
     SCOPED_TRACE(::testing::Message() << "units " << rep.devices[0].units << " " << rep.devices[1].units << " " << rep.devices[2].units);

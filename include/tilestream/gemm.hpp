@@ -78,8 +78,6 @@ struct gemm_run_options {
     /// its buffers and throws tilestream::cancelled (unless every unit had already finished).
     /// Checked between units and, on the compute stream, before each kernel step.
     const std::atomic<bool>* cancel = nullptr;
-    /// Test-only: extra seconds a device's compute stream idles after each kernel (slows it down).
-    std::vector<std::pair<std::string, double>> test_slowdown;
 };
 
 /// Host operands pinned in place (register_host) for the devices that copy faster from pinned

@@ -80,4 +80,26 @@ bool d2h_fails(const device& dev) {
     return with(dev, [](faults& f) { return count_down(f.fail_d2h_after); });
 }
 
+namespace {
+std::mutex slowdown_mutex;
+std::vector<std::pair<std::string, double>> slowdowns;  // guarded by slowdown_mutex
+}  // namespace
+
+slowdown::slowdown(std::vector<std::pair<std::string, double>> seconds_by_device_id) {
+    std::lock_guard lock(slowdown_mutex);
+    slowdowns = std::move(seconds_by_device_id);
+}
+
+slowdown::~slowdown() {
+    std::lock_guard lock(slowdown_mutex);
+    slowdowns.clear();
+}
+
+double slowdown_seconds(const device& dev) {
+    std::lock_guard lock(slowdown_mutex);
+    for (const auto& [id, seconds] : slowdowns)
+        if (id == dev.id()) return seconds;
+    return 0;
+}
+
 }  // namespace tilestream::fault_injection

@@ -7,6 +7,9 @@
 #include <tilestream/device.hpp>
 
 #include <cstddef>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace tilestream::fault_injection {
 
@@ -39,5 +42,17 @@ bool unit_fails(const device& dev);
 /// True when this copy to the device (h2d) or to the host (d2h) on dev is due to fail.
 bool h2d_fails(const device& dev);
 bool d2h_fails(const device& dev);
+
+/// Slows devices down for as long as it lives: after each GEMM kernel step the compute stream of
+/// the device with that id idles for the given seconds (scheduling and tail-balance tests).
+class slowdown {
+public:
+    explicit slowdown(std::vector<std::pair<std::string, double>> seconds_by_device_id);
+    slowdown(const slowdown&) = delete;
+    slowdown& operator=(const slowdown&) = delete;
+    ~slowdown();
+};
+/// The seconds a slowdown asks of this device now (0 when none).
+double slowdown_seconds(const device& dev);
 
 }  // namespace tilestream::fault_injection

@@ -119,8 +119,7 @@ public:
                     const gemm_run_options& run, int shrink)
         : dev_(dev), index_(index), count_(count), plan_(plan), alpha_(alpha), beta_(beta), a_(a), b_(b), c_(c),
           state_(state), run_(run) {
-        for (const auto& [id, seconds] : run.test_slowdown)
-            if (id == dev.id()) slowdown_ = seconds;
+        slowdown_ = fault_injection::slowdown_seconds(dev);
         const bool pack = plan.transfer == transfer_mode::pack;
         const auto make = [&](std::vector<slot>& v, int n, std::size_t bytes, bool out) {
             if (n > 0) n = std::max(1, n >> shrink);  // retries after a failed allocation: fewer buffers
