@@ -92,7 +92,7 @@ int main(int argc, char** argv) {
     auto top = ts::bench::result_header("gemm_incore_cpu", git, dev.id() + " (" + std::to_string(dev.info().threads) + " threads)");
     top.add("statistic", "median");
     top.add("results", rows);
-    ts::bench::write_file_atomically(out, top.json());
+    ts::bench::write_file_atomically(out, top.text());
     std::printf("wrote %s\n", out.c_str());
     return 0;
 }

@@ -230,7 +230,7 @@ int main(int argc, char** argv) {
         auto top = ts::bench::result_header("cpu_goals", git, "cpu (default devices)");
         top.add("statistic", "median of alternating runs").add("repetitions", reps).add("margin", margin);
         top.add("results", rows);
-        ts::bench::write_file_atomically(out, top.json());
+        ts::bench::write_file_atomically(out, top.text());
         std::printf("wrote %s\n", out.c_str());
     }
     std::printf("%s\n", all_ok ? "all goals met" : "SOME GOALS NOT MET");

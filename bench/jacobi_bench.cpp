@@ -148,7 +148,7 @@ int main(int argc, char** argv) {
     auto top = ts::bench::result_header("jacobi_cpu", git, device_text);
     top.add("statistic", "median").add("bytes_per_point", "8 in f32, 16 in f64 (one read, one write)");
     top.add("results", rows);
-    ts::bench::write_file_atomically(out, top.json());
+    ts::bench::write_file_atomically(out, top.text());
     std::printf("wrote %s\n", out.c_str());
     return 0;
 }

@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
     auto top = ts::bench::result_header("gemm_multi_device", git, sets_arg);
     top.add("statistic", "median").add("budget_fraction_of_operands", fraction).add("cache", std::string(ts::to_string(cache)));
     top.add("results", rows);
-    ts::bench::write_file_atomically(out, top.json());
+    ts::bench::write_file_atomically(out, top.text());
     std::printf("wrote %s\n", out.c_str());
     return 0;
 }

@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
     auto top = ts::bench::result_header("gemm_out_of_core", git, device_name);
     top.add("statistic", "median").add("budget_fraction_of_operands", fraction);
     top.add("results", rows);
-    ts::bench::write_file_atomically(out, top.json());
+    ts::bench::write_file_atomically(out, top.text());
     std::printf("wrote %s\n", out.c_str());
     return 0;
 }
