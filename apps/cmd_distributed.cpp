@@ -65,6 +65,20 @@ void test_failure_point(int rank) {
         throw error("rank " + std::to_string(rank) + " failed on purpose (TILESTREAM_TEST_FAIL_RANK)");
 }
 
+/// Parses a command's options on every rank: false when --help was asked (rank 0 printed it); a
+/// parse error is collective (every rank sees the same command line).
+bool parse_or_help(CLI::App& app, int argc, char** argv, const td::environment& env) {
+    try {
+        app.parse(argc - 1, argv + 1);
+    } catch (const CLI::CallForHelp&) {
+        if (env.rank() == 0) std::cout << app.help();
+        return false;
+    } catch (const CLI::ParseError& e) {
+        throw td::collective_error(e.what());
+    }
+    return true;
+}
+
 int run_gemm(int argc, char** argv, const td::environment& env) {
     CLI::App app{"tilestream gemm over MPI ranks: C <- alpha*op(A)*op(B) + beta*C on block-cyclic matrices", "gemm"};
     common_options co;
@@ -85,14 +99,7 @@ int run_gemm(int argc, char** argv, const td::environment& env) {
     app.add_option("--beta", beta);
     app.add_option("--block", block, "block-cyclic block size (default 128)")->check(CLI::PositiveNumber);
     add_common(app, co);
-    try {
-        app.parse(argc - 1, argv + 1);
-    } catch (const CLI::CallForHelp& e) {
-        if (env.rank() == 0) std::cout << app.help();
-        return 0;
-    } catch (const CLI::ParseError& e) {
-        throw td::collective_error(e.what());
-    }
+    if (!parse_or_help(app, argc, argv, env)) return 0;
     const bool files = !a.empty() || !b.empty();
     if (files && (a.empty() || b.empty() || out.empty()))
         throw td::collective_error("gemm: --a, --b and --out go together (over ranks the result is written to a file)");
@@ -229,14 +236,7 @@ int run_jacobi(int argc, char** argv, const td::environment& env) {
     app.add_option("--image", image, "gather the field to rank 0 and write it as a PNG");
     app.add_option("--out", out, "gather the field to rank 0 and write it as .npy");
     add_common(app, co);
-    try {
-        app.parse(argc - 1, argv + 1);
-    } catch (const CLI::CallForHelp& e) {
-        if (env.rank() == 0) std::cout << app.help();
-        return 0;
-    } catch (const CLI::ParseError& e) {
-        throw td::collective_error(e.what());
-    }
+    if (!parse_or_help(app, argc, argv, env)) return 0;
     if (co.devices != "cpu")
         throw td::collective_error("jacobi over ranks sweeps on each rank's host CPU; --devices is for one process");
     for (const auto* path : {&image, &out})
