@@ -264,7 +264,9 @@ void add_tile_cache(gemm_plan& p, std::size_t budget, bool forced) {
                                    : 0.0;
     const double pace = std::max({p.predicted_compute_seconds, p.predicted_h2d_seconds, p.predicted_d2h_seconds});
     const double pace_cached = std::max({p.predicted_compute_seconds, h2d, p.predicted_d2h_seconds});
-    const double predicted = p.predicted_seconds - pace + pace_cached;
+    // On a CPU device copies add to the time rather than set a pace: the saved copy time counts whole.
+    const double predicted = p.rates.host_memory ? p.predicted_seconds - (p.predicted_h2d_seconds - h2d)
+                                                 : p.predicted_seconds - pace + pace_cached;
     if (!forced && !(predicted < 0.97 * p.predicted_seconds)) return;
     p.cache = true;
     p.cache_slots_a = int(extra_a);
@@ -277,7 +279,8 @@ void add_tile_cache(gemm_plan& p, std::size_t budget, bool forced) {
         p.predicted_seconds = predicted;
         p.predicted_h2d_seconds = h2d;
         p.predicted_copy_seconds = h2d + p.predicted_d2h_seconds;
-        p.bound = pace_cached == p.predicted_compute_seconds ? "compute" : (pace_cached == h2d ? "copy h2d" : "copy d2h");
+        if (!p.rates.host_memory)
+            p.bound = pace_cached == p.predicted_compute_seconds ? "compute" : (pace_cached == h2d ? "copy h2d" : "copy d2h");
     }
 }
 
@@ -362,6 +365,9 @@ gemm_plan plan_gemm(const gemm_problem& q, std::size_t budget, const device_rate
         return c;
     };
 
+    // A CPU BLAS adds k in passes of its KC (the k-block: 384 f32, 256 f64) and sweeps its C block
+    // once per pass: a k-tile below one KC adds passes, so CPU devices take k-tiles of at least one.
+    const index_t min_cpu_k = rates.host_memory && !opt.tile_k ? std::min(k, reproducible_k_block(q.type)) : 0;
     std::optional<gemm_plan> best, smallest, too_many_calls;
     const auto consider = [&](gemm_strategy s, index_t tm, index_t tn, index_t tk) {
         gemm_plan p;
@@ -394,44 +400,52 @@ gemm_plan plan_gemm(const gemm_problem& q, std::size_t budget, const device_rate
         if (p.peak_device_bytes <= budget && (!best || better(p, *best))) best = p;
     };
 
-    for (auto s : strategies) {
-        switch (s) {
-            case gemm_strategy::in_core: consider(s, m, n, k); break;
-            case gemm_strategy::tiles_3d: {
-                const index_t fixed = opt.tile_m ? opt.tile_m : (opt.tile_n ? opt.tile_n : opt.tile_k);
-                for (index_t t : fixed ? std::vector<index_t>{fixed} : tile_candidates(std::max({m, n, k})))
-                    consider(s, std::min(t, m), std::min(t, n), k_tile(t));
-                break;
-            }
-            case gemm_strategy::a_panel:
-            case gemm_strategy::a_panel_c_panel:
-            case gemm_strategy::row_panels:
-            case gemm_strategy::b_panel:
-                for (index_t tm : fixed_or(opt.tile_m, m))
-                    for (index_t tn : fixed_or(opt.tile_n, n)) consider(s, tm, tn, k);
-                break;
-            case gemm_strategy::c_block:
-                for (index_t tm : fixed_or(opt.tile_m, m))
-                    for (index_t tn : fixed_or(opt.tile_n ? opt.tile_n : 0, n)) {
-                        if (!opt.tile_n && !opt.tile_m && tn != tm && tn != n && tm != m) continue;  // square blocks
-                        for (index_t tk : k_candidates(opt.tile_k)) consider(s, tm, tn, tk);
-                    }
-                break;
-            case gemm_strategy::zero_copy:
-                if (whole_in_place) {
-                    consider(s, m, n, k);
+    // First with k-tiles of at least one KC on CPU devices; when no such plan fits the budget, any k-tile.
+    const auto search = [&](index_t min_k) {
+        for (auto s : strategies) {
+            switch (s) {
+                case gemm_strategy::in_core: consider(s, m, n, k); break;
+                case gemm_strategy::tiles_3d: {
+                    const index_t fixed = opt.tile_m ? opt.tile_m : (opt.tile_n ? opt.tile_n : opt.tile_k);
+                    for (index_t t : fixed ? std::vector<index_t>{fixed} : tile_candidates(std::max({m, n, k})))
+                        if (k_tile(t) >= min_k) consider(s, std::min(t, m), std::min(t, n), k_tile(t));
                     break;
                 }
-                // Blocks of C with all of k; blocks below 256 lose kernel efficiency for little balance.
-                for (index_t tm : fixed_or(opt.tile_m, m))
-                    for (index_t tn : fixed_or(opt.tile_n, n)) {
-                        if ((tm < 256 && tm < m && !opt.tile_m) || (tn < 256 && tn < n && !opt.tile_n)) continue;
-                        consider(s, tm, tn, opt.tile_k ? k_tile(opt.tile_k) : k);
+                case gemm_strategy::a_panel:
+                case gemm_strategy::a_panel_c_panel:
+                case gemm_strategy::row_panels:
+                case gemm_strategy::b_panel:
+                    for (index_t tm : fixed_or(opt.tile_m, m))
+                        for (index_t tn : fixed_or(opt.tile_n, n)) consider(s, tm, tn, k);
+                    break;
+                case gemm_strategy::c_block:
+                    for (index_t tm : fixed_or(opt.tile_m, m))
+                        for (index_t tn : fixed_or(opt.tile_n ? opt.tile_n : 0, n)) {
+                            // Square blocks, or twice as wide or tall (the search stays small).
+                            if (!opt.tile_n && !opt.tile_m && tn != tm && tn != 2 * tm && tm != 2 * tn && tn != n && tm != m)
+                                continue;
+                            for (index_t tk : k_candidates(opt.tile_k))
+                                if (tk >= min_k) consider(s, tm, tn, tk);
+                        }
+                    break;
+                case gemm_strategy::zero_copy:
+                    if (whole_in_place) {
+                        consider(s, m, n, k);
+                        break;
                     }
-                break;
-            case gemm_strategy::automatic: break;
+                    // Blocks of C with all of k; blocks below 256 lose kernel efficiency for little balance.
+                    for (index_t tm : fixed_or(opt.tile_m, m))
+                        for (index_t tn : fixed_or(opt.tile_n, n)) {
+                            if ((tm < 256 && tm < m && !opt.tile_m) || (tn < 256 && tn < n && !opt.tile_n)) continue;
+                            consider(s, tm, tn, opt.tile_k ? k_tile(opt.tile_k) : k);
+                        }
+                    break;
+                case gemm_strategy::automatic: break;
+            }
         }
-    }
+    };
+    search(min_cpu_k);
+    if (!best && min_cpu_k > 0) search(0);
     if (!best && !smallest && too_many_calls) {
         const gemm_plan& p = *too_many_calls;
         throw invalid_argument("gemm: " + std::string(to_string(p.strategy)) + " with tiles " + std::to_string(p.tile_m) + "x" +
