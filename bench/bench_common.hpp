@@ -42,6 +42,31 @@ double time_median(int reps, F&& fn) {
     return median(t);
 }
 
+struct pair_timing {
+    double ours = 0, anchor = 0;
+};
+
+/// One warm-up of each, then `reps` alternating timed runs of each (the order swapped every
+/// repetition, so drift on a noisy machine falls on both); medians.
+template <class F, class G>
+pair_timing alternate(int reps, F&& ours, G&& anchor) {
+    ours();
+    anchor();
+    std::vector<double> a, b;
+    for (int r = 0; r < reps; ++r) {
+        for (int side = 0; side < 2; ++side) {
+            const bool ours_now = ((r % 2) ^ side) == 0;
+            const auto t0 = std::chrono::steady_clock::now();
+            if (ours_now)
+                ours();
+            else
+                anchor();
+            (ours_now ? a : b).push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        }
+    }
+    return {median(a), median(b)};
+}
+
 inline std::string utc_date() {
     std::time_t now = std::time(nullptr);
     char buf[32];

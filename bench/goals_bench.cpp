@@ -20,27 +20,6 @@ namespace ts = tilestream;
 
 namespace {
 
-struct pair_timing {
-    double ours = 0, anchor = 0;
-};
-
-/// One warm-up of each, then `reps` alternating timed runs of each; medians.
-pair_timing alternate(int reps, const std::function<void()>& ours, const std::function<void()>& anchor) {
-    ours();
-    anchor();
-    std::vector<double> a, b;
-    for (int r = 0; r < reps; ++r) {
-        for (int side = 0; side < 2; ++side) {
-            const int which = (r % 2) ^ side;  // swap the order every repetition
-            const auto t0 = std::chrono::steady_clock::now();
-            (which == 0 ? ours : anchor)();
-            const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-            (which == 0 ? a : b).push_back(t);
-        }
-    }
-    return {ts::bench::median(a), ts::bench::median(b)};
-}
-
 template <class T>
 void blas_gemm(ts::index_t n, const T* a, const T* b, T* c) {
     if constexpr (std::is_same_v<T, float>)
@@ -134,7 +113,7 @@ int main(int argc, char** argv) {
                     opt.kernel = ts::parse_gemm_kernel(kname);
                     opt.strategy = ts::gemm_strategy::automatic;
                     ts::gemm_report rep;
-                    const auto t = alternate(reps,
+                    const auto t = ts::bench::alternate(reps,
                                              [&] {
                                                  openblas_set_num_threads(1);
                                                  rep = ts::gemm<T>(*devs.front(), ts::op::n, ts::op::n, T(1), a.view(), b.view(),
@@ -154,7 +133,7 @@ int main(int argc, char** argv) {
                     const auto run = [&](const ts::gemm_options& o) {
                         return [&] { ts::gemm<T>(*devs.front(), ts::op::n, ts::op::n, T(1), a.view(), b.view(), T(0), c.view(), o); };
                     };
-                    const auto t = alternate(reps, run(repro), run(def));
+                    const auto t = ts::bench::alternate(reps, run(repro), run(def));
                     report({"gemm --reproducible on / default, " + shape, "default gemm (vendor kernel) in the same run",
                             "reproducible runs the tiled kernel in k-blocks", t.ours, t.anchor, 0, 0.0});
                 }
@@ -177,7 +156,7 @@ int main(int argc, char** argv) {
                 off.cache = ts::cache_mode::off;
                 planned_gemm<T> g_def("cpu:2", oo, def, a.view(), b.view(), c.view());
                 planned_gemm<T> g_off("cpu:2", oo, off, a.view(), b.view(), c.view());
-                const auto t = alternate(reps, [&] { g_def.run(a.view(), b.view(), c.view()); },
+                const auto t = ts::bench::alternate(reps, [&] { g_def.run(a.view(), b.view(), c.view()); },
                                          [&] { g_off.run(a.view(), b.view(), c.view()); });
                 report({"cpu:2 default / --cache off, " + shape + (budgeted ? ", 25% budget" : ""), "the same with --cache off",
                         "strategy " + std::string(ts::to_string(g_def.plan.strategy)) + (g_def.plan.cache ? ", cache on" : ", cache off"),
@@ -193,7 +172,7 @@ int main(int argc, char** argv) {
             planned_gemm<T> one("cpu:1", oo, po, a.view(), b.view(), c.view());
             planned_gemm<T> two("cpu:2", oo, po, a.view(), b.view(), c.view());
             openblas_set_num_threads(1);
-            const auto t = alternate(reps, [&] { two.run(a.view(), b.view(), c.view()); },
+            const auto t = ts::bench::alternate(reps, [&] { two.run(a.view(), b.view(), c.view()); },
                                      [&] { one.run(a.view(), b.view(), c.view()); });
             // Efficiency = speedup / 2: the anchor's time is halved so the ratio reads as efficiency.
             report({"cpu:2 / cpu:1 efficiency (1 thread each), " + shape, "cpu:1 in the same run",
@@ -218,7 +197,7 @@ int main(int argc, char** argv) {
                 openblas_set_num_threads(1);
                 planned_gemm<T> ooc("cpu", small, po, a.view(), b.view(), c.view());
                 planned_gemm<T> incore("cpu", whole, in, a.view(), b.view(), c.view());
-                const auto t = alternate(std::max(3, reps / 2), [&] { ooc.run(a.view(), b.view(), c.view()); },
+                const auto t = ts::bench::alternate(std::max(3, reps / 2), [&] { ooc.run(a.view(), b.view(), c.view()); },
                                          [&] { incore.run(a.view(), b.view(), c.view()); });
                 report({"out-of-core (25% budget) / in-core, " + std::string(ts::to_string(type)) + " n=" + std::to_string(n),
                         "in-core on the same device with a budget that fits (copies in and out)",
