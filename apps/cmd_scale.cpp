@@ -83,7 +83,7 @@ std::vector<scaling_row> scale_gemm(const args& a, const std::vector<std::string
         po.in_place = computes_in_place(ptrs);
         const gemm_problem q = describe_gemm<T>(op::n, op::n, T(1), am.view(), bm.view(), T(0), cm.view());
         device_rates rates = a.has("rates") ? parse_rates(*a.get("rates")) : measure_rates(*ptrs.front(), type, po.kernel);
-        rates.host_memory = std::all_of(ptrs.begin(), ptrs.end(), [](device* d) { return d->host_addressable(); });
+        rates.host_memory = computes_on_host_cores(ptrs);
         const gemm_plan plan = plan_gemm(q, budget, rates, po);
         std::vector<double> secs;
         gemm_report rep;

@@ -118,6 +118,11 @@ private:
 /// is how out-of-core runs are exercised without a GPU). The planner may then pick zero-copy.
 bool computes_in_place(std::span<device* const> devices);
 
+/// Whether every device computes with the host's own cores (CPU devices, and CPU OpenCL runtimes
+/// such as PoCL): their copies then run on the cores the kernels use and add to the compute time
+/// (device_rates::host_memory), where a GPU's copy engines would overlap it.
+bool computes_on_host_cores(std::span<device* const> devices);
+
 /// Throws dimension_mismatch / invalid_argument naming the operands when the shapes do not fit.
 void validate_gemm(op op_a, op op_b, index_t a_rows, index_t a_cols, index_t b_rows, index_t b_cols,
                    index_t c_rows, index_t c_cols);

@@ -54,10 +54,10 @@ struct device_rates {
     double flops = 100e9;
     double op_overhead = 10e-6;
     bool measured = false;
-    /// The device computes in host memory (a CPU device): its copies are memcpy on the cores its
-    /// kernels use, so they add to the compute time instead of hiding behind it, and each kernel
-    /// call's packing of its A rows and B columns is such a copy too (fewer, larger calls pack
-    /// less). measure_rates sets it from device::host_addressable.
+    /// The device computes with the host's cores (a CPU device, or a CPU OpenCL runtime): its
+    /// copies are memcpy on the cores its kernels use, so they add to the compute time instead of
+    /// hiding behind it, and each kernel call's packing of its A rows and B columns is such a copy
+    /// too (fewer, larger calls pack less). Set by measure_rates (computes_on_host_cores).
     bool host_memory = false;
 };
 /// Measures copy bandwidths and the kernel's FLOP rate on dev with short probes (cached per

@@ -61,7 +61,7 @@ gemm_plan context::plan(const gemm_problem& problem, const gemm_call_options& ca
     // runs one call whatever the rates: no probe.
     const bool probe = po.strategy == gemm_strategy::automatic && (!in_place_ || device_ptrs_.size() > 1);
     device_rates r = call.rates ? *call.rates : options_.rates ? *options_.rates : probe ? rates(problem.type, po.kernel) : device_rates{};
-    r.host_memory = std::all_of(device_ptrs_.begin(), device_ptrs_.end(), [](device* d) { return d->host_addressable(); });
+    r.host_memory = computes_on_host_cores(device_ptrs_);
     try {
         return plan_gemm(problem, budget(), r, po);
     } catch (const out_of_budget& e) {

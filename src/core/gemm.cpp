@@ -87,7 +87,7 @@ gemm_report gemm(device& dev, op op_a, op op_b, T alpha, host_matrix_view<const 
                                : opt.strategy == gemm_strategy::automatic && !po.in_place
                                    ? measure_rates(dev, problem.type, opt.kernel, opt.math)
                                                                           : device_rates{};
-    rates.host_memory = dev.host_addressable();
+    rates.host_memory = computes_on_host_cores(devs);
     gemm_plan plan;
     try {
         // Memory that concurrent calls hold is theirs only for a while (see budget_reservation).

@@ -1057,6 +1057,12 @@ bool computes_in_place(std::span<device* const> devices) {
     return true;
 }
 
+bool computes_on_host_cores(std::span<device* const> devices) {
+    return !devices.empty() && std::all_of(devices.begin(), devices.end(), [](const device* d) {
+        return d->host_addressable() || d->info().emulated;
+    });
+}
+
 #define TILESTREAM_INSTANTIATE(T)                                                                                  \
     template gemm_problem describe_gemm<T>(op, op, T, host_matrix_view<const T>, host_matrix_view<const T>, T,     \
                                            host_matrix_view<T>);                                                   \

@@ -1,5 +1,6 @@
 // Short probes of a device's copy bandwidths and GEMM rate for the planner's cost model.
 #include <tilestream/error.hpp>
+#include <tilestream/gemm.hpp>
 #include <tilestream/plan.hpp>
 
 #include <algorithm>
@@ -38,7 +39,8 @@ device_rates measure_rates(device& dev, dtype type, gemm_kernel kernel, math_mod
     // Each probe runs only when its buffers fit what the budget leaves (a probe that does not fit
     // keeps the default rate); results are cached only when every probe ran.
     device_rates r;
-    r.host_memory = dev.host_addressable();
+    device* const one[] = {&dev};
+    r.host_memory = computes_on_host_cores(one);
     const std::size_t free = dev.budget() - std::min(dev.budget(), dev.bytes_in_use());
     const std::size_t es = size_of(type);
     bool copies_measured = false, gemm_measured = false;
