@@ -225,14 +225,16 @@ int run_gemm(int argc, char** argv, const td::environment& env) {
         for (const auto& cand : plan.candidates)
             considered += (considered.empty() ? "" : "; ") + std::string("c = ") + std::to_string(cand.layers) + " on " +
                           std::to_string(cand.grid_rows) + "x" + std::to_string(cand.grid_cols) + ": " +
-                          std::to_string((long long)std::llround(cand.words)) + " words, " +
+                          std::to_string((long long)std::llround(cand.words)) + " words (busiest rank " +
+                          std::to_string((long long)std::llround(cand.busiest_words)) + "), " +
                           format_bytes(std::size_t(cand.memory_bytes)) + (cand.fits ? "" : " (over the memory limit)");
         std::fprintf(stderr,
                      "grid %dx%d over %d ranks, c = %d layer%s (%s), block %lld, SUMMA panels %lld of width up to %lld "
                      "per layer (two broadcasts in flight), op(A) %s, op(B) %s\n"
                      "layers considered (words per rank, memory per rank; limit %s): %s\n"
                      "words sent per rank (mean; equals the mean received): measured %.0f; model %.0f (SUMMA %.0f, "
-                     "replication %.0f, reduction %.0f, transposes %.0f); busiest rank sent %.0f, received %.0f\n"
+                     "replication %.0f, reduction %.0f, transposes %.0f); busiest rank sent %.0f, received %.0f "
+                     "(model %.0f)\n"
                      "SUMMA with c = 1 on %dx%d: %.0f; PDGEMM on %dx%d: %.0f; lower bound: memory-independent %.0f, order "
                      "2mnk/(p sqrt(M)) %.0f with M = %.0f words per rank\n",
                      p, q, env.size(), c_layers, c_layers == 1 ? "" : "s",
@@ -242,7 +244,7 @@ int run_gemm(int argc, char** argv, const td::environment& env) {
                      rep.redistributed_b ? "redistributed to C's columns" : "aligned with C",
                      rank_bytes ? format_bytes(rank_bytes).c_str() : "none", considered.c_str(), mean_sent, model.words,
                      model.summa_words, model.replicate_words, model.reduce_words, model.redistribute_words,
-                     double(most[0]) / word, double(most[1]) / word, flat.grid_rows, flat.grid_cols, flat.traffic.words,
+                     double(most[0]) / word, double(most[1]) / word, model.busiest_words, flat.grid_rows, flat.grid_cols, flat.traffic.words,
                      flat.grid_rows, flat.grid_cols, flat.traffic.pdgemm_words, model.memory_independent_words,
                      model.lower_bound_words,
                      (double(m) * double(k) + double(k) * double(n) + double(m) * double(n)) / (p * q));
@@ -257,6 +259,7 @@ int run_gemm(int argc, char** argv, const td::environment& env) {
                                 {"mean_bytes_sent_per_rank", double(sum[0]) / env.size()},
                                 {"mean_bytes_received_per_rank", double(sum[1]) / env.size()},
                                 {"model_words", model.words},
+                                {"model_busiest_words", model.busiest_words},
                                 {"model_summa_words", model.summa_words},
                                 {"model_replicate_words", model.replicate_words},
                                 {"model_reduce_words", model.reduce_words},

@@ -210,6 +210,9 @@ struct pgemm_traffic {
     double reduce_words = 0;        ///< partial sums of C sent to layer 0
     double redistribute_words = 0;  ///< transposed operands moved onto C's rows or columns (an estimate)
     double words = 0;               ///< the plan's total: summa + replicate + reduce + redistribute
+    /// The busiest rank's sent or received words (SUMMA's panels taken as even): with layers a
+    /// layer-0 rank, which sends the other layers' slices and receives the partial sums.
+    double busiest_words = 0;
     double memory_words = 0;        ///< the most a rank holds (a layer-0 rank): its A, B, C, panels, buffers
 };
 pgemm_traffic model_pgemm_traffic(op op_a, op op_b, index_t m, index_t n, index_t k, int grid_rows, int grid_cols,
@@ -222,7 +225,7 @@ struct pgemm_rank_plan {
     bool fits = true;  ///< the modelled memory per rank is within the limit
     struct candidate {
         int grid_rows, grid_cols, layers;
-        double words, memory_bytes;
+        double words, busiest_words, memory_bytes;
         bool fits;
     };
     std::vector<candidate> candidates;  ///< the best grid for each c considered

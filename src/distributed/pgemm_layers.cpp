@@ -218,13 +218,21 @@ pgemm_traffic model_pgemm_traffic(op op_a, op op_b, index_t m, index_t n, index_
     // panels likewise; over the layers k adds up to the whole.
     t.summa_words = (dm * dk * (Q - 1) + dk * dn * (P - 1)) / ranks;
     // Layer 0 keeps the first slice and sends the others' once; every other layer sends its C part once.
-    t.replicate_words = (dm + dn) * (dk - double(layer_k_begin(k, 1, int(c)))) / ranks;
+    const double kept = double(layer_k_begin(k, 1, int(c)));
+    t.replicate_words = (dm + dn) * (dk - kept) / ranks;
     t.reduce_words = (c - 1) * dm * dn / ranks;
     // A transposed operand is moved onto C's rows or columns inside each layer (what stays on its
     // rank is not sent: about one part in P*Q).
     if (op_a == op::t) t.redistribute_words += dm * dk * (1 - 1 / per_layer) / ranks;
     if (op_b == op::t) t.redistribute_words += dk * dn * (1 - 1 / per_layer) / ranks;
     t.words = t.summa_words + t.replicate_words + t.reduce_words + t.redistribute_words;
+    // The busiest rank, SUMMA's panels taken as even over the ranks of a layer: a layer-0 rank
+    // sends the other layers' slices of its A and B and receives the partial sums of its C; a rank
+    // of another layer receives its slices and sends its C once.
+    const double local_ab = (dm + dn) * dk / per_layer, local_c = dm * dn / per_layer;
+    const double kept_share = c > 1 ? kept / dk : 1, own = t.summa_words + t.redistribute_words;
+    t.busiest_words = std::max({own + (1 - kept_share) * local_ab, own + (c - 1) * local_c,
+                                c > 1 ? own + local_ab * (dk - kept) / dk / (c - 1) : own});
     const double held = (dm * dk + dk * dn + dm * dn) / per_layer;
     t.lower_bound_words = 2 * dm * dn * dk / (ranks * std::sqrt(std::max(1.0, held)));
     const double flat = (dm * dk + dk * dn + dm * dn) / ranks;
@@ -289,7 +297,7 @@ pgemm_rank_plan plan_pgemm(op op_a, op op_b, index_t m, index_t n, index_t k, in
         const pgemm_traffic t = model(g.first, g.second, c);
         const double memory = t.memory_words * word;
         const bool fits = rank_memory_bytes == 0 || memory <= double(rank_memory_bytes);
-        plan.candidates.push_back({g.first, g.second, c, t.words, memory, fits});
+        plan.candidates.push_back({g.first, g.second, c, t.words, t.busiest_words, memory, fits});
         // Fewest words among those that fit (c = 1 always qualifies: nothing needs less memory).
         if ((fits || c == 1) && (!chosen || t.words < best * (1 - 1e-9))) {
             chosen = true;

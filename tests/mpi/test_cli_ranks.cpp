@@ -246,7 +246,7 @@ void test_layers() {
              std::to_string(sent) + " vs " + std::to_string(model) + "):\n" + ample.err + ample.out);
     const outcome tight = run(4, tall_k + " --rank-memory 600KiB");
     if (tight.status != 0 || json_number(tight.out, "layers") != 1 ||
-        tight.err.find("c = 4 on 1x1: 64125 words, 2.0 MiB (over the memory limit)") == std::string::npos)
+        tight.err.find("c = 4 on 1x1: 64125 words (busiest rank 247500), 2.0 MiB (over the memory limit)") == std::string::npos)
         fail("the planner did not fall back to c = 1 with tight memory:\n" + tight.err + tight.out);
 
     // A bad --layers: rank 0 says so once, every rank exits 2.
