@@ -362,7 +362,7 @@ int run_jacobi(int argc, char** argv, const td::environment& env) {
 bool wants_ranks(int argc, char** argv) {
     if (td::launched_with_ranks()) return true;
     for (int i = 2; i < argc; ++i)
-        if (std::string(argv[i]).rfind("--grid", 0) == 0) return true;
+        if (std::string(argv[i]).rfind("--grid", 0) == 0 || std::string(argv[i]).rfind("--layers", 0) == 0) return true;
     return false;
 }
 
