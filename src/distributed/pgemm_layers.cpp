@@ -7,6 +7,7 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -117,7 +118,8 @@ layer_operand<T> scatter_slices(const layered_grid& lg, const T* x, index_t ldx,
     check_mpi(MPI_Scatterv(nullptr, nullptr, nullptr, type, received.data(), int(w.needed()), type, 0, lg.fiber_comm()),
               "MPI_Scatterv (k slices)");
     rep.bytes_received += std::size_t(w.needed()) * sizeof(T);
-    op.owned.assign(std::size_t(w.compact_ld() * std::max<index_t>(1, w.c.local_count)), T(0));
+    // NaN outside the received part: SUMMA must not read it (an element it did would show in C).
+    op.owned.assign(std::size_t(w.compact_ld() * std::max<index_t>(1, w.c.local_count)), std::numeric_limits<T>::quiet_NaN());
     unpack(received.data(), op.owned.data(), w.compact_ld(), w.r.need_begin, w.r.need_count, w.c.need_begin, w.c.need_count);
     op.data = op.owned.data();
     op.desc = w.descriptor(w.compact_ld());
@@ -168,7 +170,8 @@ pgemm_report pgemm(const layered_grid& lg, op op_a, op op_b, index_t m, index_t 
         return nb_ ? window(descb, ib - 1 + k0, w, jb - 1, n, g) : window(descb, ib - 1, n, jb - 1 + k0, w, g);
     }, moved);
 
-    // C: layer 0 its own with beta, the others a zeroed window of the same shape.
+    // C: layer 0 its own with beta, the others a window of the same shape with beta = 0, which
+    // starts as NaN so that an element their SUMMA left unwritten would show in the sum.
     const window wc(descc, ic - 1, m, jc - 1, n, g);
     std::vector<T> c_owned;
     T* c_data = c;
@@ -177,7 +180,7 @@ pgemm_report pgemm(const layered_grid& lg, op op_a, op op_b, index_t m, index_t 
         if (c && (wc.r.local_begin > 0 || wc.c.local_begin > 0)) c_data = c + wc.r.local_begin + wc.c.local_begin * ldc;
     } else {
         ldc = wc.compact_ld();
-        c_owned.assign(std::size_t(ldc * std::max<index_t>(1, wc.c.local_count)), T(0));
+        c_owned.assign(std::size_t(ldc * std::max<index_t>(1, wc.c.local_count)), std::numeric_limits<T>::quiet_NaN());
         c_data = c_owned.data();
     }
     const auto dc = wc.descriptor(ldc);

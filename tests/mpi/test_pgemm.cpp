@@ -99,7 +99,8 @@ void one_case(std::mt19937& rng, int ctxt, const td::layered_grid& lg, int case_
     auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
     const int p = grid.rows(), q = grid.cols();
     const ts::op op_a = uni(0, 1) ? ts::op::t : ts::op::n, op_b = uni(0, 1) ? ts::op::t : ts::op::n;
-    const int m = uni(1, 45), n = uni(1, 45), k = uni(case_no % 7 == 0 ? 0 : 1, 45);
+    // Over layers now and then k below the layer count: some layers get no slice.
+    const int m = uni(1, 45), n = uni(1, 45), k = layered && case_no % 6 == 1 ? uni(1, 3) : uni(case_no % 7 == 0 ? 0 : 1, 45);
     const int ia = uni(1, 4), ja = uni(1, 4), ib = uni(1, 4), jb = uni(1, 4), ic = uni(1, 4), jc = uni(1, 4);
     // Often aligned with C (SUMMA's fast path), sometimes not (redistribution).
     const bool aligned = uni(0, 1);
