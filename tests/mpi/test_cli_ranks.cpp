@@ -1,9 +1,7 @@
 // The tilestream tool under mpirun: gemm on .npy files over 1 to 4 ranks and every grid against the
 // reference, jacobi over ranks bitwise against one process, a rank failing alone ending every
-// rank with its message, a bad --grid refused once by rank 0; 2.5D gemm (--layers) on 4 and 6
-// ranks against the reference, its bytes against the model, the planner's choice of c, and a bad
-// --layers refused. Runs mpirun through run_mpi_test.sh.
-// usage: tilestream_mpi_cli_test RUN_SCRIPT TILESTREAM gemm|jacobi|failure|grid|layers
+// rank with its message, a bad --grid refused once by rank 0. Runs mpirun through run_mpi_test.sh.
+// usage: tilestream_mpi_cli_test RUN_SCRIPT TILESTREAM gemm|jacobi|failure|grid
 #include <tilestream/gemm.hpp>
 #include <tilestream/npy.hpp>
 #include <tilestream/verify.hpp>
@@ -217,6 +215,8 @@ double json_number(const std::string& text, const std::string& key) {
     return at == std::string::npos ? std::nan("") : std::atof(text.c_str() + at + key.size() + 4);
 }
 
+/// Part `layers` (also accepted by main): 2.5D gemm (--layers) on 4 and 6 ranks against the
+/// reference, its bytes against the model, the planner's choice of c, and a bad --layers refused.
 void test_layers() {
     // 2.5D against the reference (mpi_pgemm_layers covers every layering of 2 and 4 ranks with
     // random descriptors): 2x1x2 (the layer grid given, c implied), 1x1x4, and 3x1x2 on 6 ranks;
@@ -266,7 +266,7 @@ void test_layers() {
 
 int main(int argc, char** argv) {
     if (argc != 4) {
-        std::fprintf(stderr, "usage: %s RUN_SCRIPT TILESTREAM gemm|jacobi|failure|grid|layers\n", argv[0]);
+        std::fprintf(stderr, "usage: %s RUN_SCRIPT TILESTREAM gemm|jacobi|failure|grid\n", argv[0]);
         return 2;
     }
     run_script = argv[1];
