@@ -18,6 +18,8 @@
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
 namespace tilestream::cli {
 namespace {
 
@@ -85,6 +87,8 @@ int run_gemm(int argc, char** argv, const td::environment& env) {
     std::string a, b, c, out, op_a = "n", op_b = "n", dtype_name = "f32";
     double alpha = 1, beta = 0;
     index_t m = 0, n = 0, k = 0, block = 128;
+    int layers = 0;
+    std::string rank_memory;
     app.add_option("--a", a, "A as .npy (every rank reads only its blocks)");
     app.add_option("--b", b, "B as .npy");
     app.add_option("--c", c, "C as .npy (needed when beta != 0)");
@@ -98,6 +102,8 @@ int run_gemm(int argc, char** argv, const td::environment& env) {
     app.add_option("--alpha", alpha);
     app.add_option("--beta", beta);
     app.add_option("--block", block, "block-cyclic block size (default 128)")->check(CLI::PositiveNumber);
+    app.add_option("--layers", layers, "2.5D: replicate over c layers of a P x Q grid, ranks = P*Q*c (default: the model's choice)");
+    app.add_option("--rank-memory", rank_memory, "memory each rank may hold for 2.5D layers (default: half the node's memory over its ranks)");
     add_common(app, co);
     if (!parse_or_help(app, argc, argv, env)) return 0;
     const bool files = !a.empty() || !b.empty();
@@ -120,14 +126,43 @@ int run_gemm(int argc, char** argv, const td::environment& env) {
     } catch (const invalid_argument& e) {
         throw td::collective_error(e.what());
     }
+    dtype type = dtype::f64;
     if (files) {  // the shape decides the grid
         const auto sa = td::npy_shape(MPI_COMM_WORLD, a), sb = td::npy_shape(MPI_COMM_WORLD, b);
         m = opa == op::n ? sa.first : sa.second;
         k = opa == op::n ? sa.second : sa.first;
         n = opb == op::n ? sb.second : sb.first;
+        type = td::npy_dtype(MPI_COMM_WORLD, a);
+    } else {
+        try {
+            type = parse_dtype(dtype_name);
+        } catch (const invalid_argument& e) {
+            throw td::collective_error(e.what());
+        }
     }
-    auto [p, q] = co.grid.empty() ? td::choose_gemm_grid(m, n, k, env.size()) : td::parse_grid(co.grid);
-    const td::process_grid grid(MPI_COMM_WORLD, p, q);
+    // The grid and layers: the model's fewest words per rank within the memory a rank may hold.
+    if (layers < 0 || (layers == 0 && app.count("--layers") > 0))
+        throw td::collective_error("--layers must be at least 1, got " + std::to_string(layers));
+    std::size_t rank_bytes = 0;
+    if (!rank_memory.empty()) {
+        try {
+            rank_bytes = parse_bytes(rank_memory);
+        } catch (const invalid_argument& e) {
+            throw td::collective_error(std::string("--rank-memory: ") + e.what());
+        }
+    } else {
+        const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+        const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+        if (pages > 0 && page > 0)
+            rank_bytes = std::size_t(pages) * std::size_t(page) / 2 / std::size_t(local ? std::max(1, std::atoi(local)) : 1);
+    }
+    std::pair<int, int> given{0, 0};
+    if (!co.grid.empty()) given = td::parse_grid(co.grid);
+    const td::pgemm_rank_plan plan =
+        td::plan_pgemm(opa, opb, m, n, k, env.size(), size_of(type), block, rank_bytes, layers, given.first, given.second);
+    const int p = plan.grid_rows, q = plan.grid_cols, c_layers = plan.layers;
+    const td::layered_grid lgrid(MPI_COMM_WORLD, p, q, c_layers);
+    const td::process_grid& grid = lgrid.layer();
 
     context_options oo;
     if (!co.memory_budget.empty()) oo.memory_budget = parse_bytes(co.memory_budget);
@@ -137,30 +172,25 @@ int run_gemm(int argc, char** argv, const td::environment& env) {
     po.context = &ctx;
 
     td::pgemm_report rep;
-    dtype type = dtype::f64;
     if (files) {
         td::npy_gemm_request r{a, b, c, out, opa, opb, alpha, beta, block};
         test_failure_point(env.rank());
-        const auto res = td::npy_gemm(grid, r, po);
+        const auto res = td::npy_gemm(lgrid, r, po);
         rep = res.report;
         type = res.type;
         m = res.m;
         n = res.n;
         k = res.k;
     } else {
-        try {
-            type = parse_dtype(dtype_name);
-        } catch (const invalid_argument& e) {
-            throw td::collective_error(e.what());
-        }
         rep = visit_dtype(type, [&]<class T>() {
-            // Random blocks, each rank its own (a timing run: the result is not written).
+            // Random blocks, each layer-0 rank its own (a timing run: the result is not written);
+            // the other layers hold no matrices.
             auto local = [&](index_t rows, index_t cols, int* desc, unsigned seed) {
                 const index_t lr = td::local_count(rows, block, grid.my_row(), 0, p);
                 const index_t lc = td::local_count(cols, block, grid.my_col(), 0, q);
                 const int d[9] = {1, 0, int(rows), int(cols), int(block), int(block), 0, 0, int(std::max<index_t>(1, lr))};
                 std::copy(d, d + 9, desc);
-                std::vector<T> v(std::size_t(std::max<index_t>(1, lr) * std::max<index_t>(1, lc)));
+                std::vector<T> v(lgrid.my_layer() == 0 ? std::size_t(std::max<index_t>(1, lr) * std::max<index_t>(1, lc)) : 0);
                 std::uint64_t s = seed * 0x9E3779B97F4A7C15ull + std::uint64_t(env.rank()) + 1;
                 for (auto& x : v) {
                     s ^= s << 13, s ^= s >> 7, s ^= s << 17;
@@ -173,7 +203,7 @@ int run_gemm(int argc, char** argv, const td::environment& env) {
             auto av = local(na ? m : k, na ? k : m, da, 1), bv = local(nb ? k : n, nb ? n : k, db, 2), cv = local(m, n, dc, 3);
             test_failure_point(env.rank());
             td::check_mpi(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
-            return td::pgemm<T>(grid, opa, opb, m, n, k, T(alpha), av.data(), 1, 1, da, bv.data(), 1, 1, db, T(beta),
+            return td::pgemm<T>(lgrid, opa, opb, m, n, k, T(alpha), av.data(), 1, 1, da, bv.data(), 1, 1, db, T(beta),
                                 cv.data(), 1, 1, dc, po);
         });
     }
@@ -185,37 +215,69 @@ int run_gemm(int argc, char** argv, const td::environment& env) {
     td::check_mpi(MPI_Reduce(&rep.seconds, &secs, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD), "MPI_Reduce");
     if (env.rank() != 0) return 0;
     const double word = double(size_of(type));
-    const auto model = td::model_pgemm_traffic(opa, opb, m, n, k, p, q);
+    const td::pgemm_traffic& model = plan.traffic;
+    // The comparisons: SUMMA with one layer on its best grid, and PDGEMM there.
+    const td::pgemm_rank_plan flat = td::plan_pgemm(opa, opb, m, n, k, env.size(), size_of(type), block, 0, 1);
     const double gflops = secs > 0 ? 2.0 * double(m) * double(n) * double(k) / secs * 1e-9 : 0.0;
-    if (co.explain)
+    const double mean_sent = double(sum[0]) / word / env.size();
+    if (co.explain) {
+        std::string considered;
+        for (const auto& cand : plan.candidates)
+            considered += (considered.empty() ? "" : "; ") + std::string("c = ") + std::to_string(cand.layers) + " on " +
+                          std::to_string(cand.grid_rows) + "x" + std::to_string(cand.grid_cols) + ": " +
+                          std::to_string((long long)std::llround(cand.words)) + " words (busiest rank " +
+                          std::to_string((long long)std::llround(cand.busiest_words)) + "), " +
+                          format_bytes(std::size_t(cand.memory_bytes)) + (cand.fits ? "" : " (over the memory limit)");
         std::fprintf(stderr,
-                     "grid %dx%d over %d ranks, block %lld, SUMMA panels %lld of width up to %lld (two broadcasts in "
-                     "flight), op(A) %s, op(B) %s\n"
-                     "words received per rank: measured %.0f on average, %.0f on the busiest rank; model (average): SUMMA "
-                     "%.0f, PDGEMM %.0f; lower bound: memory-independent %.0f, order 2mnk/(p sqrt(M)) %.0f\n"
-                     "2.5D replication: not implemented (c = 1)\n",
-                     p, q, env.size(), (long long)block, (long long)rep.panels, (long long)rep.panel_width,
+                     "grid %dx%d over %d ranks, c = %d layer%s (%s), block %lld, SUMMA panels %lld of width up to %lld "
+                     "per layer (two broadcasts in flight), op(A) %s, op(B) %s\n"
+                     "layers considered (words per rank, memory per rank; limit %s): %s\n"
+                     "words sent per rank (mean; equals the mean received): measured %.0f; model %.0f (SUMMA %.0f, "
+                     "replication %.0f, reduction %.0f, transposes %.0f); busiest rank sent %.0f, received %.0f "
+                     "(model %.0f)\n"
+                     "SUMMA with c = 1 on %dx%d: %.0f; PDGEMM on %dx%d: %.0f; lower bound: memory-independent %.0f, order "
+                     "2mnk/(p sqrt(M)) %.0f with M = %.0f words per rank\n",
+                     p, q, env.size(), c_layers, c_layers == 1 ? "" : "s",
+                     c_layers == 1 ? "2-D SUMMA" : "2.5D: k cut over the layers, C reduced onto layer 0", (long long)block,
+                     (long long)rep.panels, (long long)rep.panel_width,
                      rep.redistributed_a ? "redistributed to C's rows" : "aligned with C",
-                     rep.redistributed_b ? "redistributed to C's columns" : "aligned with C", double(sum[1]) / word / env.size(), double(most[1]) / word,
-                     model.summa_words, model.pdgemm_words, model.memory_independent_words, model.lower_bound_words);
+                     rep.redistributed_b ? "redistributed to C's columns" : "aligned with C",
+                     rank_bytes ? format_bytes(rank_bytes).c_str() : "none", considered.c_str(), mean_sent, model.words,
+                     model.summa_words, model.replicate_words, model.reduce_words, model.redistribute_words,
+                     double(most[0]) / word, double(most[1]) / word, model.busiest_words, flat.grid_rows, flat.grid_cols, flat.traffic.words,
+                     flat.grid_rows, flat.grid_cols, flat.traffic.pdgemm_words, model.memory_independent_words,
+                     model.lower_bound_words,
+                     (double(m) * double(k) + double(k) * double(n) + double(m) * double(n)) / (p * q));
+    }
     if (co.json) {
         const detail::json o = {{"m", m}, {"n", n}, {"k", k}, {"dtype", std::string(to_string(type))},
                                 {"ranks", env.size()}, {"grid", std::to_string(p) + "x" + std::to_string(q)},
+                                {"layers", c_layers}, {"rank_memory_bytes", rank_bytes},
                                 {"block", block}, {"seconds", secs}, {"gflops", gflops}, {"panels", rep.panels},
                                 {"panel_width", rep.panel_width}, {"max_bytes_sent_per_rank", most[0]},
                                 {"max_bytes_received_per_rank", most[1]},
+                                {"mean_bytes_sent_per_rank", double(sum[0]) / env.size()},
                                 {"mean_bytes_received_per_rank", double(sum[1]) / env.size()},
+                                {"model_words", model.words},
+                                {"model_busiest_words", model.busiest_words},
                                 {"model_summa_words", model.summa_words},
+                                {"model_replicate_words", model.replicate_words},
+                                {"model_reduce_words", model.reduce_words},
+                                {"model_redistribute_words", model.redistribute_words},
+                                {"model_memory_bytes_per_rank", model.memory_words * word},
+                                {"model_flat_grid", std::to_string(flat.grid_rows) + "x" + std::to_string(flat.grid_cols)},
+                                {"model_flat_summa_words", flat.traffic.words},
                                 {"model_lower_bound_words", model.lower_bound_words},
-                                {"model_pdgemm_words", model.pdgemm_words},
+                                {"model_pdgemm_words", flat.traffic.pdgemm_words},
                                 {"model_memory_independent_bound_words", model.memory_independent_words},
                                 {"out", out}};
         std::cout << detail::json_line(o) << "\n";
     } else {
-        std::printf("gemm %lldx%lldx%lld %s on %d ranks (grid %dx%d, block %lld, devices %s per rank): %.4f s, %.1f GFLOP/s, "
-                    "%.1f MiB sent per rank (largest)\n",
+        std::printf("gemm %lldx%lldx%lld %s on %d ranks (grid %dx%d, %d layer%s, block %lld, devices %s per rank): %.4f s, "
+                    "%.1f GFLOP/s, %.1f MiB sent per rank (largest), %.3f MiB on average (model %.3f)\n",
                     (long long)m, (long long)n, (long long)k, std::string(to_string(type)).c_str(), env.size(), p, q,
-                    (long long)block, co.devices.c_str(), secs, gflops, double(most[0]) / (1 << 20));
+                    c_layers, c_layers == 1 ? "" : "s", (long long)block, co.devices.c_str(), secs, gflops,
+                    double(most[0]) / (1 << 20), mean_sent * word / (1 << 20), model.words * word / (1 << 20));
         if (!out.empty()) std::printf("wrote %s\n", out.c_str());
     }
     return 0;
@@ -300,7 +362,7 @@ int run_jacobi(int argc, char** argv, const td::environment& env) {
 bool wants_ranks(int argc, char** argv) {
     if (td::launched_with_ranks()) return true;
     for (int i = 2; i < argc; ++i)
-        if (std::string(argv[i]).rfind("--grid", 0) == 0) return true;
+        if (std::string(argv[i]).rfind("--grid", 0) == 0 || std::string(argv[i]).rfind("--layers", 0) == 0) return true;
     return false;
 }
 

@@ -12,7 +12,7 @@ int cmd_scale(int argc, char** argv);
 int cmd_scale_jacobi(int argc, char** argv);
 int cmd_timeline(int argc, char** argv);
 /// Whether `gemm`/`jacobi` runs over MPI ranks: started by mpirun with more than one rank, or
-/// given --grid (cmd_distributed.cpp; a build without MPI says so).
+/// given --grid or --layers (cmd_distributed.cpp; a build without MPI says so).
 bool wants_ranks(int argc, char** argv);
 int cmd_distributed(const std::string& cmd, int argc, char** argv);
 

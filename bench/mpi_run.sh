@@ -3,11 +3,13 @@
 # against ScaLAPACK's PDGEMM/PSGEMM at the same 2x2 grid (f64 n = 4096, f32 n = 8192), then Jacobi
 # strong scaling over 1, 2 and 4 ranks with the efficiency. JSON under bench/results/. Run it on a
 # quiet machine: it takes every core (4 ranks oversubscribed on 2 cores here).
-# usage: bench/mpi_run.sh [BUILD_DIR] [GEMM_SIZES] [JACOBI_N]
+# LAYERS > 1 runs tilestream's GEMM as 2.5D over that many layers (ScaLAPACK stays on 2x2).
+# usage: bench/mpi_run.sh [BUILD_DIR] [GEMM_SIZES] [JACOBI_N] [LAYERS]
 set -euo pipefail
 build=${1:-build}
 sizes=${2:-f64:4096,f32:8192}
 jn=${3:-4096}
+layers=${4:-1}
 cd "$(dirname "$0")/.."
 hash=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ] && hash="$hash-dirty"
@@ -15,8 +17,8 @@ date=$(date -u +%Y-%m-%d)
 host=$(hostname -s 2>/dev/null || echo host)
 mkdir -p bench/results
 run=tests/mpi/run_mpi_test.sh  # OpenMPI's root, oversubscribe and single-copy variables; OPENBLAS_NUM_THREADS=1
-"$run" 4 "$build/bench/mpi_bench" gemm --sizes "$sizes" --block 128 --reps 3 --git-hash "$hash" \
-  --out "bench/results/gemm-mpi-cpu-$host-$date.json"
+"$run" 4 "$build/bench/mpi_bench" gemm --sizes "$sizes" --block 128 --reps 3 --layers "$layers" \
+  --git-hash "$hash" --out "bench/results/gemm-mpi-cpu$([ "$layers" = 1 ] || echo "-c$layers")-$host-$date.json"
 parts=()
 for np in 1 2 4; do
   out="bench/results/.jacobi-mpi-np$np.json"

@@ -12,6 +12,7 @@
 #include <mpi.h>
 
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -103,6 +104,26 @@ private:
     int rows_ = 1, cols_ = 1, my_row_ = 0, my_col_ = 0, rank_ = 0;
 };
 
+/// c layers of P x Q grids over the P*Q*c ranks of `comm` (2.5D GEMM): rank r on layer r / (P*Q),
+/// at position r % (P*Q) of its layer's grid (row-major), with a communicator per fiber (the c
+/// ranks at one grid position, ranked by layer). One layer is a process_grid over `comm` itself.
+class layered_grid {
+public:
+    /// Throws collective_error when rows * cols * layers differs from comm's size.
+    layered_grid(MPI_Comm comm, int rows, int cols, int layers);
+    MPI_Comm comm() const { return comm_; }
+    const process_grid& layer() const { return *layer_; }  ///< my layer's P x Q grid
+    MPI_Comm fiber_comm() const { return fiber_.get(); }   ///< my position on every layer, ranked by layer
+    int layers() const { return layers_; }
+    int my_layer() const { return my_layer_; }
+
+private:
+    MPI_Comm comm_ = MPI_COMM_NULL;
+    communicator layer_comm_, fiber_;  // declared before layer_: the grid's communicator outlives it
+    std::unique_ptr<process_grid> layer_;
+    int layers_ = 1, my_layer_ = 0;
+};
+
 /// Parses "PxQ" (e.g. "2x2", "1x3"); throws invalid_argument naming the text.
 std::pair<int, int> parse_grid(std::string_view text);
 /// The most square P x Q = ranks with P <= Q.
@@ -115,6 +136,8 @@ std::pair<int, int> choose_gemm_grid(index_t m, index_t n, index_t k, int ranks)
 /// The rows and columns of a .npy file as rank 0 reads them, on every rank of comm (an
 /// unreadable file is a collective_error everywhere).
 std::pair<index_t, index_t> npy_shape(MPI_Comm comm, const std::string& path);
+/// The element type of a .npy file as rank 0 reads it, on every rank of comm.
+dtype npy_dtype(MPI_Comm comm, const std::string& path);
 
 /// ScaLAPACK's NUMROC: how many of n elements in blocks of nb, dealt cyclically from process
 /// `src` over `nprocs`, process `iproc` holds.
@@ -136,6 +159,8 @@ struct pgemm_report {
     index_t panels = 0;          ///< SUMMA steps
     index_t panel_width = 0;     ///< the widest
     bool redistributed_a = false, redistributed_b = false;  ///< op(A)/op(B) moved to C's alignment first
+    int layers = 1;              ///< c of a 2.5D run (pgemm on a layered_grid)
+    index_t layer_k = 0;         ///< the k this rank's layer multiplied
     std::size_t bytes_sent = 0;      ///< by this rank: panels it broadcast (once per receiver) and redistribution
     std::size_t bytes_received = 0;  ///< by this rank
     double seconds = 0;
@@ -153,14 +178,67 @@ pgemm_report pgemm(const process_grid& grid, op op_a, op op_b, index_t m, index_
                    const int* descb, T beta, T* c, index_t ic, index_t jc, const int* descc,
                    const pgemm_options& options = {});
 
+/// 2.5D: C(ic:, jc:) <- alpha*op(A)*op(B) + beta*C with A, B and C block-cyclic over layer 0's
+/// grid exactly as pgemm takes them (every rank passes the same descriptors; ranks on other layers
+/// pass null arrays: their data is not read). k is cut into c slices; layer 0 scatters slice l of
+/// op(A) and op(B) to layer l along each fiber (MPI_Scatterv: a layer receives only what it
+/// multiplies), every layer runs SUMMA on its slice (layer 0 with beta, the others into a zeroed
+/// copy of their part of C), and the partial sums are reduced onto layer 0's C (MPI_Reduce). One
+/// layer is pgemm on layer().
+template <class T>
+pgemm_report pgemm(const layered_grid& grid, op op_a, op op_b, index_t m, index_t n, index_t k, T alpha,
+                   const T* a, index_t ia, index_t ja, const int* desca, const T* b, index_t ib, index_t jb,
+                   const int* descb, T beta, T* c, index_t ic, index_t jc, const int* descc,
+                   const pgemm_options& options = {});
+
+/// The first sub index of k that layer `layer` of `layers` multiplies (k * layer / layers).
+inline index_t layer_k_begin(index_t k, int layer, int layers) { return k * layer / layers; }
+
 /// The communication model of a SUMMA on this grid (words = elements, per rank, received):
 /// SUMMA's; the lower bound's order 2mnk/(p sqrt(M)) with M the words each rank holds (no
 /// constant: an order, not a bound); the memory-independent bound 3(mnk/p)^(2/3) - (mk+kn+mn)/p
 /// (Ballard et al.); and PDGEMM's (the same panels, plus a transpose of a transposed operand).
+/// With c layers (2.5D on P x Q x c ranks): SUMMA's words over k/c per layer, plus the slices
+/// of A and B scattered from layer 0 and the partial C sums reduced onto it; the sums are exact
+/// for operands aligned with C (the mean over the ranks of words sent, which equals the mean of
+/// words received), transposes add an estimate. M in the lower bound is the words a rank holds
+/// under this plan, (mk + kn + mn) / (P*Q). pdgemm_words is for a 2-D P x Q grid (layers = 1;
+/// 0 otherwise).
 struct pgemm_traffic {
     double summa_words = 0, lower_bound_words = 0, memory_independent_words = 0, pdgemm_words = 0;
+    double replicate_words = 0;     ///< the k-slices of A and B sent to layers 1..c-1
+    double reduce_words = 0;        ///< partial sums of C sent to layer 0
+    double redistribute_words = 0;  ///< transposed operands moved onto C's rows or columns (an estimate)
+    double words = 0;               ///< the plan's total: summa + replicate + reduce + redistribute
+    /// The busiest rank's sent or received words (SUMMA's panels taken as even): with layers a
+    /// layer-0 rank, which sends the other layers' slices and receives the partial sums.
+    double busiest_words = 0;
+    double memory_words = 0;        ///< the most a rank holds (a layer-0 rank): its A, B, C, panels, buffers
 };
-pgemm_traffic model_pgemm_traffic(op op_a, op op_b, index_t m, index_t n, index_t k, int grid_rows, int grid_cols);
+pgemm_traffic model_pgemm_traffic(op op_a, op op_b, index_t m, index_t n, index_t k, int grid_rows, int grid_cols,
+                                  int layers = 1, index_t panel = 256);
+
+/// How pgemm runs over `ranks` ranks: a P x Q grid, c layers, and the models of the candidates.
+struct pgemm_rank_plan {
+    int grid_rows = 1, grid_cols = 1, layers = 1;
+    pgemm_traffic traffic;
+    bool fits = true;  ///< the modelled memory per rank is within the limit
+    struct candidate {
+        int grid_rows, grid_cols, layers;
+        double words, busiest_words, memory_bytes;
+        bool fits;
+    };
+    std::vector<candidate> candidates;  ///< the best grid for each c considered
+};
+/// Picks P x Q x c = ranks for an m x n x k product with `word_bytes` elements: among the layer
+/// counts c that divide `ranks` (c <= k) and the P x Q grids of ranks / c, the fewest words per
+/// rank (model_pgemm_traffic) whose modelled memory per rank fits `rank_memory_bytes` (0: no limit);
+/// ties go to fewer layers, then to the squarer grid; when no c > 1 fits, c = 1. `layers` > 0
+/// forces c; `grid_rows` and `grid_cols` > 0 force the layer grid (c = ranks / (P*Q) unless
+/// forced). Throws collective_error naming a forced grid or layer count that does not fit `ranks`.
+pgemm_rank_plan plan_pgemm(op op_a, op op_b, index_t m, index_t n, index_t k, int ranks, std::size_t word_bytes,
+                           index_t panel, std::size_t rank_memory_bytes, int layers = 0, int grid_rows = 0,
+                           int grid_cols = 0);
 
 /// GEMM on .npy files: every rank reads only its blocks of A, B (and C when beta != 0) with
 /// MPI-IO, runs pgemm and writes its blocks of C into `out` (header by rank 0, data by all, a
@@ -177,7 +255,9 @@ struct npy_gemm_result {
     index_t m = 0, n = 0, k = 0;
     pgemm_report report;
 };
-npy_gemm_result npy_gemm(const process_grid& grid, const npy_gemm_request& request, const pgemm_options& options = {});
+/// Over c layers only layer 0 reads and writes the files (its P x Q grid's blocks); every rank
+/// learns the headers and any error.
+npy_gemm_result npy_gemm(const layered_grid& grid, const npy_gemm_request& request, const pgemm_options& options = {});
 
 /// Jacobi over ranks: the interior of an ny x nx field cut over a P x Q MPI_Cart grid, a halo
 /// ring exchanged with MPI_Isend/Irecv each iteration (boundary strips first, interior swept

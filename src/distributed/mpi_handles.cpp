@@ -127,6 +127,33 @@ void process_grid::split() {
     }
 }
 
+layered_grid::layered_grid(MPI_Comm comm, int rows, int cols, int layers) : comm_(comm), layers_(layers) {
+    int size = 0, rank = 0;
+    check_mpi(MPI_Comm_size(comm, &size), "MPI_Comm_size");
+    check_mpi(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
+    if (layers < 1) throw collective_error("--layers must be at least 1, got " + std::to_string(layers));
+    if (layers == 1) {  // the grid over comm itself, as pgemm on a process_grid
+        layer_ = std::make_unique<process_grid>(comm, rows, cols);
+        fiber_ = communicator(MPI_COMM_SELF, false);
+        return;
+    }
+    if (rows < 1 || cols < 1 || std::int64_t(rows) * cols * layers != size)
+        throw collective_error("--grid " + std::to_string(rows) + "x" + std::to_string(cols) + " with --layers " +
+                               std::to_string(layers) + " has " + std::to_string(std::int64_t(rows) * cols * layers) +
+                               " processes but " + std::to_string(size) + " ranks were started (mpirun -np " +
+                               std::to_string(size) + ")");
+    const int per_layer = rows * cols;
+    my_layer_ = rank / per_layer;
+    MPI_Comm l = MPI_COMM_NULL, f = MPI_COMM_NULL;
+    check_mpi(MPI_Comm_split(comm, my_layer_, rank % per_layer, &l), "MPI_Comm_split (layers)");
+    layer_comm_ = communicator(l);
+    check_mpi(MPI_Comm_set_errhandler(l, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    check_mpi(MPI_Comm_split(comm, rank % per_layer, my_layer_, &f), "MPI_Comm_split (fibers)");
+    fiber_ = communicator(f);
+    check_mpi(MPI_Comm_set_errhandler(f, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    layer_ = std::make_unique<process_grid>(l, rows, cols);
+}
+
 std::pair<int, int> parse_grid(std::string_view text) {
     const auto x = text.find('x');
     auto number = [&](std::string_view s) {

@@ -31,6 +31,17 @@ struct dim_map {
     }
 };
 
+/// An operand as pgemm sees it: a sub-matrix of a block-cyclic matrix with its descriptor.
+struct operand_desc {
+    const char* name;
+    dim_map rows, cols;
+    index_t ld = 1;
+};
+/// Checks descriptor `desc` of operand `name` and the rows x cols sub-matrix from 1-based (i, j)
+/// against grid g; throws invalid_argument naming what is wrong.
+operand_desc describe_operand(const char* name, const int* desc, index_t i, index_t j, index_t rows, index_t cols,
+                              const process_grid& g);
+
 template <class T>
 MPI_Datatype mpi_type() {
     return dtype_of<T>() == dtype::f32 ? MPI_FLOAT : MPI_DOUBLE;

@@ -182,8 +182,10 @@ void write_blocks(const process_grid& grid, const std::string& path, index_t row
 }
 
 template <class T>
-npy_gemm_result npy_gemm_typed(const process_grid& grid, const npy_gemm_request& r, const npy_header& ha,
+npy_gemm_result npy_gemm_typed(const layered_grid& lg, const npy_gemm_request& r, const npy_header& ha,
                                const npy_header& hb, const npy_header* hc, const pgemm_options& options) {
+    const process_grid& grid = lg.layer();
+    const bool files = lg.my_layer() == 0;  // only layer 0 holds the matrices
     npy_gemm_result res;
     res.type = dtype_of<T>();
     const bool na = r.op_a == op::n, nb = r.op_b == op::n;
@@ -197,19 +199,31 @@ npy_gemm_result npy_gemm_typed(const process_grid& grid, const npy_gemm_request&
         const index_t lc = local_count(cols, bs, grid.my_col(), 0, grid.cols());
         const int d[9] = {1, 0, int(rows), int(cols), int(bs), int(bs), 0, 0, int(std::max<index_t>(1, lr))};
         std::memcpy(desc, d, sizeof d);
-        return std::vector<T>(std::size_t(std::max<index_t>(1, lr) * std::max<index_t>(1, lc)),
+        return std::vector<T>(files ? std::size_t(std::max<index_t>(1, lr) * std::max<index_t>(1, lc)) : 0,
                               std::numeric_limits<T>::quiet_NaN());
     };
     int da[9], db[9], dc[9];
     auto a = make(ha.rows, ha.cols, da);
     auto b = make(hb.rows, hb.cols, db);
     auto c = make(res.m, res.n, dc);
-    read_blocks<T>(grid, r.a, ha, bs, a.data(), da[8]);
-    read_blocks<T>(grid, r.b, hb, bs, b.data(), db[8]);
-    if (hc) read_blocks<T>(grid, r.c, *hc, bs, c.data(), dc[8]);
-    res.report = pgemm<T>(grid, r.op_a, r.op_b, res.m, res.n, res.k, T(r.alpha), a.data(), 1, 1, da, b.data(), 1, 1, db,
+    if (files) {
+        read_blocks<T>(grid, r.a, ha, bs, a.data(), da[8]);
+        read_blocks<T>(grid, r.b, hb, bs, b.data(), db[8]);
+        if (hc) read_blocks<T>(grid, r.c, *hc, bs, c.data(), dc[8]);
+    }
+    res.report = pgemm<T>(lg, r.op_a, r.op_b, res.m, res.n, res.k, T(r.alpha), a.data(), 1, 1, da, b.data(), 1, 1, db,
                           T(r.beta), c.data(), 1, 1, dc, options);
-    write_blocks<T>(grid, r.out, res.m, res.n, bs, c.data(), dc[8]);
+    // Layer 0 writes; every layer learns whether it could (rank 0 is on layer 0).
+    std::string message;
+    if (files) {
+        try {
+            write_blocks<T>(grid, r.out, res.m, res.n, bs, c.data(), dc[8]);
+        } catch (const collective_error& e) {
+            message = e.what();
+        }
+    }
+    if (lg.layers() > 1) agree(lg.comm(), message);
+    else if (!message.empty()) throw collective_error(message);
     return res;
 }
 
@@ -220,7 +234,9 @@ std::pair<index_t, index_t> npy_shape(MPI_Comm comm, const std::string& path) {
     return {h.rows, h.cols};
 }
 
-npy_gemm_result npy_gemm(const process_grid& grid, const npy_gemm_request& r, const pgemm_options& options) {
+dtype npy_dtype(MPI_Comm comm, const std::string& path) { return read_header(comm, path).type; }
+
+npy_gemm_result npy_gemm(const layered_grid& grid, const npy_gemm_request& r, const pgemm_options& options) {
     if (r.block < 1) throw collective_error("npy_gemm: block must be at least 1, got " + std::to_string(r.block));
     const npy_header ha = read_header(grid.comm(), r.a);
     const npy_header hb = read_header(grid.comm(), r.b);

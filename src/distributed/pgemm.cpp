@@ -14,15 +14,6 @@
 #include <tuple>
 
 namespace tilestream::distributed {
-namespace {
-
-/// The operand as pgemm sees it: a sub-matrix (rows x cols from 1-based (i0, j0)) of a
-/// block-cyclic matrix with its descriptor.
-struct operand_desc {
-    const char* name;
-    dim_map rows, cols;
-    index_t ld = 1;
-};
 
 operand_desc describe_operand(const char* name, const int* desc, index_t i, index_t j, index_t rows, index_t cols,
                               const process_grid& g) {
@@ -51,6 +42,8 @@ operand_desc describe_operand(const char* name, const int* desc, index_t i, inde
                                std::to_string(gm) + "x" + std::to_string(gn) + " matrix");
     return {name, dim_map{mb, rsrc, g.rows(), i - 1}, dim_map{nb, csrc, g.cols(), j - 1}, lld};
 }
+
+namespace {
 
 /// A matrix on this rank laid out as SUMMA reads it: `rows` local rows from row `row0`, local
 /// columns from `col0`, column-major with leading dimension ld; k spread by `kmap`.
@@ -244,35 +237,6 @@ pgemm_report pgemm(const process_grid& grid, op op_a, op op_b, index_t m, index_
     }
     rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return rep;
-}
-
-pgemm_traffic model_pgemm_traffic(op op_a, op op_b, index_t m, index_t n, index_t k, int p, int q) {
-    pgemm_traffic t;
-    const double dm = double(m), dn = double(n), dk = double(k), P = p, Q = q, ranks = P * Q;
-    // Every rank receives the A panels of its process row it does not own, the B panels likewise.
-    t.summa_words = dm / P * dk * (Q - 1) / Q + dk * dn / Q * (P - 1) / P;
-    const double memory = (dm * dk + dk * dn + dm * dn) / ranks;
-    t.lower_bound_words = 2 * dm * dn * dk / (ranks * std::sqrt(memory));
-    t.memory_independent_words = std::max(0.0, 3 * std::cbrt(dm * dn * dk / ranks) * std::cbrt(dm * dn * dk / ranks) - memory);
-    t.pdgemm_words = t.summa_words;
-    // PBLAS transposes a transposed operand across the grid first (each rank sends its share once).
-    if (op_a == op::t && ranks > 1) t.pdgemm_words += dm * dk / ranks;
-    if (op_b == op::t && ranks > 1) t.pdgemm_words += dk * dn / ranks;
-    return t;
-}
-
-std::pair<int, int> choose_gemm_grid(index_t m, index_t n, index_t k, int ranks) {
-    std::pair<int, int> best = square_grid(ranks);
-    double best_words = model_pgemm_traffic(op::n, op::n, m, n, k, best.first, best.second).summa_words;
-    for (int p = 1; p <= ranks; ++p) {
-        if (ranks % p) continue;
-        const double w = model_pgemm_traffic(op::n, op::n, m, n, k, p, ranks / p).summa_words;
-        if (w < best_words * (1 - 1e-9)) {
-            best = {p, ranks / p};
-            best_words = w;
-        }
-    }
-    return best;
 }
 
 template pgemm_report pgemm<float>(const process_grid&, op, op, index_t, index_t, index_t, float, const float*, index_t,

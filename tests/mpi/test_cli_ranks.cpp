@@ -55,7 +55,8 @@ outcome run(int ranks, const std::string& args, const std::string& env = "") {
     r.status = WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
     r.out = slurp(o);
     r.err = slurp(e);
-    if (r.status != 0 && r.err.find("failed on purpose") == std::string::npos && r.err.find("--grid") == std::string::npos)
+    if (r.status != 0 && r.err.find("failed on purpose") == std::string::npos && r.err.find("--grid") == std::string::npos &&
+        r.err.find("--layers") == std::string::npos)
         std::fprintf(stderr, "%s\n%s%s", cmd.c_str(), r.out.c_str(), r.err.c_str());
     return r;
 }
@@ -67,9 +68,11 @@ ts::host_matrix<T> random_matrix(ts::index_t rows, ts::index_t cols, ts::layout 
     return m;
 }
 
+/// Runs the tool's gemm on .npy files of random matrices and compares out.npy with the reference;
+/// returns the run (its JSON line when `extra` asks for one).
 template <class T>
-void gemm_case(int ranks, const std::string& grid, ts::op op_a, ts::op op_b, ts::index_t m, ts::index_t n, ts::index_t k,
-               double alpha, double beta, int block, ts::layout l, std::uint64_t seed) {
+outcome gemm_case(int ranks, const std::string& grid, ts::op op_a, ts::op op_b, ts::index_t m, ts::index_t n, ts::index_t k,
+               double alpha, double beta, int block, ts::layout l, std::uint64_t seed, const std::string& extra = "") {
     const bool na = op_a == ts::op::n, nb = op_b == ts::op::n;
     auto a = random_matrix<T>(na ? m : k, na ? k : m, l, seed);
     auto b = random_matrix<T>(nb ? k : n, nb ? n : k, l, seed + 1);
@@ -83,12 +86,18 @@ void gemm_case(int ranks, const std::string& grid, ts::op op_a, ts::op op_b, ts:
                        " --alpha " + std::to_string(alpha) + " --beta " + std::to_string(beta);
     if (beta != 0) args += " --c " + dir + "/c.npy";
     if (!grid.empty()) args += " --grid " + grid;
+    args += extra;
     const std::string what = std::to_string(ranks) + " ranks " + args;
     const outcome r = run(ranks, args);
-    if (r.status != 0) return fail(what + ": exit " + std::to_string(r.status));
+    if (r.status != 0) {
+        fail(what + ": exit " + std::to_string(r.status));
+        return r;
+    }
     const auto out = ts::read_npy(dir + "/out.npy");
-    if (out.type() != ts::dtype_of<T>() || out.rows() != m || out.cols() != n)
-        return fail(what + ": out.npy is " + std::to_string(out.rows()) + "x" + std::to_string(out.cols()));
+    if (out.type() != ts::dtype_of<T>() || out.rows() != m || out.cols() != n) {
+        fail(what + ": out.npy is " + std::to_string(out.rows()) + "x" + std::to_string(out.cols()));
+        return r;
+    }
     ts::host_matrix<T> expected(m, n);
     for (ts::index_t i = 0; i < m; ++i)
         for (ts::index_t j = 0; j < n; ++j) expected(i, j) = c(i, j);
@@ -97,9 +106,12 @@ void gemm_case(int ranks, const std::string& grid, ts::op op_a, ts::op op_b, ts:
     const double tol = std::is_same_v<T, float> ? 1e-4 : 1e-11;
     for (ts::index_t i = 0; i < m; ++i)
         for (ts::index_t j = 0; j < n; ++j)
-            if (!(std::fabs(double(got(i, j)) - double(expected(i, j))) <= tol * (1 + std::fabs(double(expected(i, j))))))
-                return fail(what + ": C(" + std::to_string(i) + "," + std::to_string(j) + ") = " +
-                            std::to_string(got(i, j)) + ", expected " + std::to_string(expected(i, j)));
+            if (!(std::fabs(double(got(i, j)) - double(expected(i, j))) <= tol * (1 + std::fabs(double(expected(i, j)))))) {
+                fail(what + ": C(" + std::to_string(i) + "," + std::to_string(j) + ") = " + std::to_string(got(i, j)) +
+                     ", expected " + std::to_string(expected(i, j)));
+                return r;
+            }
+    return r;
 }
 
 void test_gemm() {
@@ -122,9 +134,9 @@ void test_gemm() {
         }
     // --explain names the grid the model chose (a tall C: all ranks down the rows) and the words.
     const outcome r = run(4, "gemm --m 2000 --n 100 --k 100 --explain");
-    if (r.status != 0 || r.err.find("grid 4x1 over 4 ranks") == std::string::npos ||
-        r.err.find("words received per rank: measured 7500 on average") == std::string::npos ||
-        r.err.find("PDGEMM 7500") == std::string::npos)
+    if (r.status != 0 || r.err.find("grid 4x1 over 4 ranks, c = 1 layer") == std::string::npos ||
+        r.err.find("words sent per rank (mean; equals the mean received): measured 7500; model 7500") == std::string::npos ||
+        r.err.find("PDGEMM on 4x1: 7500") == std::string::npos)
         fail("gemm --explain:\n" + r.err);
 }
 
@@ -197,6 +209,59 @@ void test_grid() {
     if (bad.status != 2 || bad.err.find("--grid expects PxQ") == std::string::npos) fail("--grid 2by1 not refused clearly");
 }
 
+/// The number after `"key": ` in a JSON line (NaN when absent).
+double json_number(const std::string& text, const std::string& key) {
+    const auto at = text.find("\"" + key + "\": ");
+    return at == std::string::npos ? std::nan("") : std::atof(text.c_str() + at + key.size() + 4);
+}
+
+/// Part `layers` (also accepted by main): 2.5D gemm (--layers) on 4 and 6 ranks against the
+/// reference, its bytes against the model, the planner's choice of c, and a bad --layers refused.
+void test_layers() {
+    // 2.5D against the reference (mpi_pgemm_layers covers every layering of 2 and 4 ranks with
+    // random descriptors): 2x1x2 (the layer grid given, c implied), 1x1x4, and 3x1x2 on 6 ranks;
+    // odd shapes, op n/t, beta != 0 (only layer 0's C is scaled) and beta = 0 (C starts as NaN).
+    // With transposes the model estimates what stays on its rank: within 10 %.
+    const outcome t = gemm_case<float>(4, "2x1", ts::op::t, ts::op::t, 45, 19, 39, 0.5, 0.5, 6, ts::layout::col_major, 330, " --json");
+    const double t_sent = json_number(t.out, "mean_bytes_sent_per_rank"), t_model = json_number(t.out, "model_words") * 4;
+    if (json_number(t.out, "layers") != 2 || !(std::fabs(t_sent - t_model) <= 0.1 * t_model))
+        fail("gemm --grid 2x1 on 4 ranks, op t t: layers " + std::to_string(json_number(t.out, "layers")) +
+             ", mean bytes sent " + std::to_string(t_sent) + ", model " + std::to_string(t_model));
+    gemm_case<float>(4, "", ts::op::t, ts::op::n, 31, 26, 43, 1.0, 0.0, 4, ts::layout::row_major, 350, " --layers 4");
+    gemm_case<double>(6, "3x1", ts::op::n, ts::op::n, 43, 17, 59, -1.0, 1.0, 5, ts::layout::row_major, 360, " --layers 2");
+
+    // The planner: k much larger than m and n, memory ample -> all four ranks as layers (operands
+    // aligned with C: the measured bytes equal the model's, to 1e-9); a rank memory below what a
+    // 1x1 layer holds -> c = 1.
+    const std::string tall_k = "gemm --m 60 --n 50 --k 3000 --explain --json";
+    const outcome ample = run(4, tall_k + " --rank-memory 1GiB");
+    const double sent = json_number(ample.out, "mean_bytes_sent_per_rank"), model = json_number(ample.out, "model_words") * 4;
+    if (ample.status != 0 || json_number(ample.out, "layers") != 4 ||
+        ample.err.find("grid 1x1 over 4 ranks, c = 4 layers") == std::string::npos ||
+        ample.err.find("measured 64125; model 64125") == std::string::npos ||
+        ample.err.find("SUMMA with c = 1 on 2x2: 82500; PDGEMM on 2x2: 82500") == std::string::npos ||
+        !(std::fabs(sent - model) <= 1e-9 * model) || !(model > 0))
+        fail("the planner did not pick 4 layers with ample memory, or the bytes differ from the model (" +
+             std::to_string(sent) + " vs " + std::to_string(model) + "):\n" + ample.err + ample.out);
+    const outcome tight = run(4, tall_k + " --rank-memory 600KiB");
+    if (tight.status != 0 || json_number(tight.out, "layers") != 1 ||
+        tight.err.find("c = 4 on 1x1: 64125 words (busiest rank 247500), 2.0 MiB (over the memory limit)") == std::string::npos)
+        fail("the planner did not fall back to c = 1 with tight memory:\n" + tight.err + tight.out);
+
+    // A bad --layers: rank 0 says so once, every rank exits 2.
+    const std::pair<const char*, const char*> bad[] = {
+        {" --layers 3", "--layers 3 does not divide the 2 ranks"},
+        {" --layers 0", "--layers must be at least 1, got 0"},
+        {" --layers 2 --grid 2x1", "--grid 2x1 with --layers 2 has 4 processes but 2 ranks were started"}};
+    for (const auto& [args, expected] : bad) {
+        const outcome r = run(2, std::string("gemm --m 10 --n 10 --k 10") + args);
+        const auto first = r.err.find(expected);
+        if (r.status != 2 || first == std::string::npos || r.err.find(expected, first + 1) != std::string::npos)
+            fail(std::string("gemm") + args + ": expected exit 2 and the error once, got " + std::to_string(r.status) +
+                 ":\n" + r.err);
+    }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -214,6 +279,7 @@ int main(int argc, char** argv) {
     else if (what == "jacobi") test_jacobi();
     else if (what == "failure") test_failure();
     else if (what == "grid") test_grid();
+    else if (what == "layers") test_layers();
     else return 2;
     std::system(("rm -rf " + dir).c_str());
     std::printf("%s: %d failures\n", what.c_str(), failures);

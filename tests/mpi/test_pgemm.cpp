@@ -2,7 +2,10 @@
 // descriptors (odd shapes, sub-matrices, every grid of the rank count, op, alpha, beta, f32/f64)
 // against the reference GEMM and against ScaLAPACK's pdgemm_ on the same descriptors. Built a
 // second time as the test of the psgemm_/pdgemm_ front (TILESTREAM_TEST_FRONT): pdgemm_ then
-// resolves to tilestream_scalapack, which the test checks with dladdr.
+// resolves to tilestream_scalapack, which the test checks with dladdr. With the argument `layers`:
+// 2.5D pgemm on every P x Q x c layering (c > 1) of the rank count against the reference, ranks
+// off layer 0 passing no arrays, and the bytes sent over all ranks equal to model_pgemm_traffic's
+// words where the operands are aligned with C.
 #include <tilestream/distributed.hpp>
 #include <tilestream/gemm.hpp>
 
@@ -35,6 +38,7 @@ namespace {
 
 int failures = 0;
 int rank = 0;
+int model_checks = 0;  ///< layered cases whose bytes were compared with the model
 
 void fail(const std::string& what) {
     if (failures++ < 10) std::fprintf(stderr, "rank %d: FAIL: %s\n", rank, what.c_str());
@@ -90,14 +94,19 @@ struct block_cyclic {
 };
 
 template <class T>
-void one_case(std::mt19937& rng, int ctxt, const td::process_grid& grid, int case_no) {
+void one_case(std::mt19937& rng, int ctxt, const td::layered_grid& lg, int case_no) {
+    const td::process_grid& grid = lg.layer();
+    const bool layered = lg.layers() > 1, holder = lg.my_layer() == 0;
     auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
     const int p = grid.rows(), q = grid.cols();
-    const ts::op op_a = uni(0, 1) ? ts::op::t : ts::op::n, op_b = uni(0, 1) ? ts::op::t : ts::op::n;
-    const int m = uni(1, 45), n = uni(1, 45), k = uni(case_no % 7 == 0 ? 0 : 1, 45);
+    // Over layers every third case is op n and aligned with C, where the model's bytes are exact.
+    const bool plain = layered && case_no % 3 == 2;
+    const ts::op op_a = uni(0, 1) && !plain ? ts::op::t : ts::op::n, op_b = uni(0, 1) && !plain ? ts::op::t : ts::op::n;
+    // Over layers now and then k below the layer count: some layers get no slice.
+    const int m = uni(1, 45), n = uni(1, 45), k = layered && case_no % 6 == 1 ? uni(1, 3) : uni(case_no % 7 == 0 ? 0 : 1, 45);
     const int ia = uni(1, 4), ja = uni(1, 4), ib = uni(1, 4), jb = uni(1, 4), ic = uni(1, 4), jc = uni(1, 4);
     // Often aligned with C (SUMMA's fast path), sometimes not (redistribution).
-    const bool aligned = uni(0, 1);
+    const bool aligned = uni(0, 1) || plain;
     const int cmb = uni(1, 9), cnb = uni(1, 9);
     block_cyclic<T> a, b, c;
     a.m = (op_a == ts::op::n ? m : k) + ia - 1 + uni(0, 3);
@@ -158,7 +167,7 @@ void one_case(std::mt19937& rng, int ctxt, const td::process_grid& grid, int cas
     const std::string what = std::string(ts::to_string(ts::dtype_of<T>())) + " case " + std::to_string(case_no) + " grid " +
                              std::to_string(p) + "x" + std::to_string(q) + " " + (op_a == ts::op::n ? "N" : "T") +
                              (op_b == ts::op::n ? "N" : "T") + " m=" + std::to_string(m) + " n=" + std::to_string(n) +
-                             " k=" + std::to_string(k);
+                             " k=" + std::to_string(k) + (layered ? " layers " + std::to_string(lg.layers()) : "");
     const double tol = std::is_same_v<T, float> ? 2e-5 : 1e-12;
     const char ta = op_a == ts::op::n ? 'N' : 'T', tb = op_b == ts::op::n ? 'N' : 'T';
 
@@ -170,10 +179,29 @@ void one_case(std::mt19937& rng, int ctxt, const td::process_grid& grid, int cas
     static ts::context ctx("cpu", {.cpu_threads = 1});  // this rank's devices, opened once
     td::pgemm_options po;
     po.context = &ctx;
-    td::pgemm<T>(grid, op_a, op_b, m, n, k, alpha, a.local.data(), ia2, ja, a.desc, b.local.data(), ib, jb2, b.desc, beta,
-                 ours.data(), ic, jc, c.desc, po);
+    // Off layer 0 no arrays: a layer receives what it multiplies.
+    const td::pgemm_report rep =
+        td::pgemm<T>(lg, op_a, op_b, m, n, k, alpha, holder ? a.local.data() : nullptr, ia2, ja, a.desc,
+                     holder ? b.local.data() : nullptr, ib, jb2, b.desc, beta, holder ? ours.data() : nullptr, ic, jc, c.desc, po);
+    if (layered) {
+        // (A layer with an empty slice of k redistributes nothing: the flags are summed over the ranks.)
+        unsigned long long mine[3] = {rep.bytes_sent, rep.bytes_received, rep.redistributed_a || rep.redistributed_b};
+        unsigned long long total[3] = {0, 0, 0};
+        td::check_mpi(MPI_Allreduce(mine, total, 3, MPI_UNSIGNED_LONG_LONG, MPI_SUM, lg.comm()), "MPI_Allreduce");
+        if (total[0] != total[1])
+            fail(what + ": " + std::to_string(total[0]) + " bytes sent but " + std::to_string(total[1]) + " received");
+        // Aligned with C (no redistribution): the model's words are exact.
+        if (total[2] == 0 && alpha != T(0) && k > 0) {
+            ++model_checks;
+            const auto model = td::model_pgemm_traffic(op_a, op_b, m, n, k, p, q, lg.layers());
+            const double predicted = model.words * lg.layers() * p * q * sizeof(T);
+            if (std::fabs(predicted - double(total[0])) > 1e-9 * predicted + 0.5)
+                fail(what + ": " + std::to_string(total[0]) + " bytes sent, the model says " + std::to_string(predicted));
+        }
+    }
 #endif
-    c.check(expected, ours, p, q, grid.my_row(), grid.my_col(), tol, what + " (tilestream vs reference)");
+    if (holder) c.check(expected, ours, p, q, grid.my_row(), grid.my_col(), tol, what + " (tilestream vs reference)");
+    if (layered) return;
 #ifndef TILESTREAM_TEST_FRONT
     std::vector<T> theirs = c_clean;  // ScaLAPACK is the comparison, not under test: no poison
     scalapack_gemm<T>(ta, tb, m, n, k, alpha, a.local.data(), ia2, ja, a.desc, b.local.data(), ib, jb2, b.desc, beta,
@@ -203,10 +231,29 @@ int main(int argc, char** argv) {
 #endif
     const int cases = argc > 1 ? std::atoi(argv[1]) : 40;
     int total = 0;
+    if (argc > 2 && std::string(argv[2]) == "layers") {
+        for (int c = 2; c <= env.size(); ++c)
+            for (int p = 1; env.size() % c == 0 && p <= env.size() / c; ++p) {
+                if ((env.size() / c) % p) continue;
+                const td::layered_grid lg(MPI_COMM_WORLD, p, env.size() / c / p, c);
+                std::mt19937 rng(4321 + 17 * p + c);  // the same on every rank
+                for (int i = 0; i < cases; ++i) {
+                    one_case<double>(rng, 0, lg, i);
+                    one_case<float>(rng, 0, lg, i);
+                    total += 2;
+                }
+            }
+        int all = 0;
+        td::check_mpi(MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
+        if (rank == 0)
+            std::printf("%d ranks: %d cases over layers (%d with bytes against the model), %d failures\n", env.size(),
+                        total, model_checks, all);
+        return all == 0 && model_checks > 0 ? 0 : 1;
+    }
     for (int p = 1; p <= env.size(); ++p) {
         if (env.size() % p) continue;
         const int q = env.size() / p;
-        td::process_grid grid(MPI_COMM_WORLD, p, q);
+        td::layered_grid grid(MPI_COMM_WORLD, p, q, 1);
         int ctxt = 0;
         Cblacs_get(-1, 0, &ctxt);
         Cblacs_gridinit(&ctxt, "Row", p, q);
