@@ -48,25 +48,6 @@ void declare_scale_options(args& a) {
         .flag_option("json", "print one JSON object");
 }
 
-/// The study of `scale <workload> --ranks`: the rank counts, each rank's devices (one set) and the
-/// device options passed on to every run.
-ranks_study ranks_study_of(const args& a, const std::string& workload, char** argv) {
-    ranks_study st;
-    st.workload = workload;
-    st.ranks = parse_rank_counts(*a.get("ranks"));
-    const auto sets = device_sets(a.get_or("devices", "cpu"));
-    if (sets.size() != 1)
-        throw invalid_argument("scale " + workload + " --ranks: --devices gives each rank's devices, one set (join "
-                               "devices with '+'), got " + std::to_string(sets.size()) + " sets");
-    st.devices = sets.front();
-    st.repeat = int(a.integer("repeat", 3, 1, 1000));
-    st.argv0 = argv[0];
-    st.args = {"--devices", st.devices};
-    for (const char* o : {"memory-budget", "cpu-threads"})
-        if (auto v = a.get(o)) st.args.insert(st.args.end(), {std::string("--") + o, *v});
-    return st;
-}
-
 /// The scaling table, or its JSON, and the plot: the same for device sets and rank counts.
 void print_scaling(const args& a, const std::vector<scaling_row>& rows, const std::string& workload,
                    const std::string& unit, bool weak, const std::string& title) {
@@ -79,6 +60,33 @@ void print_scaling(const args& a, const std::vector<scaling_row>& rows, const st
     else
         std::cout << scaling_table(rows, unit);
     if (auto plot = a.get("plot")) as_runtime_failure([&] { write_text_file_atomically(*plot, scaling_svg(rows, title)); });
+}
+
+/// `scale <workload> --ranks`: the rank counts, each rank's devices (one set) and the device
+/// options passed on to every run with the problem's `problem_args`; prints the table.
+int scale_ranks_command(const args& a, const std::string& workload, char** argv, std::vector<std::string> problem_args,
+                        const std::string& problem) {
+    const bool gemm = workload == "gemm";
+    ranks_study st;
+    st.workload = workload;
+    st.problem = problem;
+    st.rate_key = gemm ? "gflops" : "glups";
+    st.bytes_key = gemm ? "max_bytes_sent_per_rank" : "max_halo_bytes_per_rank";
+    st.ranks = parse_rank_counts(*a.get("ranks"));
+    const auto sets = device_sets(a.get_or("devices", "cpu"));
+    if (sets.size() != 1)
+        throw invalid_argument("scale " + workload + " --ranks: --devices gives each rank's devices, one set (join "
+                               "devices with '+'), got " + std::to_string(sets.size()) + " sets");
+    st.devices = sets.front();
+    st.repeat = int(a.integer("repeat", 3, 1, 1000));
+    st.argv0 = argv[0];
+    st.args = {"--devices", st.devices};
+    for (const char* o : {"memory-budget", "cpu-threads"})
+        if (auto v = a.get(o)) st.args.insert(st.args.end(), {std::string("--") + o, *v});
+    st.args.insert(st.args.end(), problem_args.begin(), problem_args.end());
+    print_scaling(a, scale_over_ranks(st), workload, gemm ? "GFLOP/s" : "GLUP/s", false,
+                  (gemm ? "gemm strong scaling over ranks: " : "strong scaling over ranks, jacobi ") + problem);
+    return 0;
 }
 
 double median_of(std::vector<double> v) {
@@ -176,17 +184,12 @@ int cmd_scale_jacobi(int argc, char** argv) {
     if (a.has("decomp")) jo.decomposition = parse_jacobi_decomposition(*a.get("decomp"));
     if (a.has("ranks")) {
         if (weak) throw invalid_argument("scale jacobi: --ranks measures strong scaling; it does not go with --weak");
-        ranks_study st = ranks_study_of(a, "jacobi", argv);
-        st.args.insert(st.args.end(), {"--nx", std::to_string(base.nx), "--ny", std::to_string(base.ny), "--dtype",
-                                       std::string(to_string(base.type)), "--iters", std::to_string(jo.iters),
-                                       "--check-every", std::to_string(jo.check_every), "--overlap", overlap,
-                                       "--decomp", to_string(jo.decomposition)});
-        st.problem = std::to_string(base.ny) + "x" + std::to_string(base.nx) + " " + std::string(to_string(base.type));
-        st.rate_key = "glups";
-        st.bytes_key = "max_halo_bytes_per_rank";
-        const auto rows = scale_over_ranks(st);
-        print_scaling(a, rows, "jacobi", "GLUP/s", false, "strong scaling over ranks, jacobi " + st.problem);
-        return 0;
+        return scale_ranks_command(
+            a, "jacobi", argv,
+            {"--nx", std::to_string(base.nx), "--ny", std::to_string(base.ny), "--dtype", std::string(to_string(base.type)),
+             "--iters", std::to_string(jo.iters), "--check-every", std::to_string(jo.check_every), "--overlap", overlap,
+             "--decomp", to_string(jo.decomposition)},
+            std::to_string(base.ny) + "x" + std::to_string(base.nx) + " " + std::string(to_string(base.type)));
     }
     const auto sets = device_sets(*a.get("devices"));
     const int repeat = int(a.integer("repeat", 3, 1, 1000));
@@ -261,16 +264,11 @@ int cmd_scale(int argc, char** argv) {
         const index_t big = std::numeric_limits<index_t>::max();
         const index_t m = a.integer("m", 0, 1, big), n = a.integer("n", 0, 1, big), k = a.integer("k", 0, 1, big);
         if (!m || !n || !k) throw invalid_argument("scale gemm: give --m, --n and --k");
-        ranks_study st = ranks_study_of(a, "gemm", argv);
-        st.args.insert(st.args.end(), {"--m", std::to_string(m), "--n", std::to_string(n), "--k", std::to_string(k),
-                                       "--dtype", std::string(to_string(type))});
-        st.problem = std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + " " +
-                     std::string(to_string(type));
-        st.rate_key = "gflops";
-        st.bytes_key = "max_bytes_sent_per_rank";
-        const auto rows = scale_over_ranks(st);
-        print_scaling(a, rows, "gemm", "GFLOP/s", false, "gemm strong scaling over ranks: " + st.problem);
-        return 0;
+        return scale_ranks_command(a, "gemm", argv,
+                                   {"--m", std::to_string(m), "--n", std::to_string(n), "--k", std::to_string(k),
+                                    "--dtype", std::string(to_string(type))},
+                                   std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + " " +
+                                       std::string(to_string(type)));
     }
     const auto sets = device_sets(*a.get("devices"));
     auto rows = visit_dtype(type, [&]<class T>() { return scale_gemm<T>(a, sets, type); });
