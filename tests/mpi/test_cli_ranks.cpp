@@ -231,11 +231,25 @@ void test_jacobi_devices() {
              expected + "':\n" + bad.err);
 }
 
+/// The sanitizer variables run_mpi_test.sh sets, for a run that starts mpirun itself: OpenMPI's
+/// suppressions added to any given, and the full unwinder (see run_mpi_test.sh).
+std::string mpi_sanitizer_env() {
+    std::string supp = slurp(run_script.substr(0, run_script.rfind('/') + 1) + "mpi_lsan.supp");
+    const std::string lsan = std::getenv("LSAN_OPTIONS") ? std::getenv("LSAN_OPTIONS") : "";
+    if (const auto at = lsan.find("suppressions="); at != std::string::npos)
+        supp += "\n" + slurp(lsan.substr(at + 13, lsan.find(':', at) - (at + 13)));
+    std::ofstream(dir + "/lsan.supp") << supp;
+    const char* asan = std::getenv("ASAN_OPTIONS");
+    return "LSAN_OPTIONS='suppressions=" + dir + "/lsan.supp' ASAN_OPTIONS='" + (asan ? std::string(asan) + ":" : "") +
+           "fast_unwind_on_malloc=0'";
+}
+
 /// `scale jacobi --ranks 1,2`: one row per rank count with positive seconds and rates, the first
 /// row's speedup 1; a clear error when mpirun is not on PATH. No figure is checked.
 void test_scale() {
+    const std::string env = mpi_sanitizer_env();
     const outcome r = run(0, "scale jacobi --nx 66 --ny 50 --iters 12 --devices cpu:2 --ranks 1,2 --repeat 1 --json --plot " +
-                                 dir + "/ranks.svg");
+                                 dir + "/ranks.svg", env);
     if (r.status != 0) return fail("scale jacobi --ranks 1,2: exit " + std::to_string(r.status));
     for (const char* key : {"\"over\": \"ranks\"", "\"devices\": \"1 rank x cpu:2\"", "\"devices\": \"2 ranks x cpu:2\"",
                             "\"device_count\": 2", "\"problem\": \"50x66 f32 grid 2x1\""})
@@ -255,7 +269,7 @@ void test_scale() {
     }
     if (rows != 2) fail("scale --ranks 1,2 printed " + std::to_string(rows) + " rows:\n" + r.out);
     if (slurp(dir + "/ranks.svg").find("<svg") == std::string::npos) fail("scale --ranks wrote no plot");
-    const outcome table = run(0, "scale gemm --m 40 --n 30 --k 20 --ranks 1,2 --repeat 1");
+    const outcome table = run(0, "scale gemm --m 40 --n 30 --k 20 --ranks 1,2 --repeat 1", env);
     if (table.status != 0 || table.out.find("1 rank x cpu ") == std::string::npos ||
         table.out.find("2 ranks x cpu ") == std::string::npos)
         fail("scale gemm --ranks 1,2 table:\n" + table.out);
