@@ -76,17 +76,21 @@ std::vector<std::unique_ptr<device>> cpus(int count) {
     return open_devices("cpu:" + std::to_string(count), o);
 }
 
-template <class T>
-jacobi_report solve(const std::vector<std::unique_ptr<device>>& devs, const std::string& decomp, bool overlap,
-                    host_matrix<T>& field, index_t iters, index_t check_every = 10, double tol = 0) {
-    jacobi_problem pb{field.cols(), field.rows(), dtype_of<T>()};
+jacobi_options options_of(const std::string& decomp, bool overlap, index_t iters, index_t check_every, double tol) {
     jacobi_options o;
     o.decomposition = parse_jacobi_decomposition(decomp);
     o.overlap = overlap;
     o.iters = iters;
     o.check_every = check_every;
     o.tol = tol;
-    return run_jacobi<T>(plan_jacobi(pb, devs, o), field.view());
+    return o;
+}
+
+template <class T>
+jacobi_report solve(const std::vector<std::unique_ptr<device>>& devs, const std::string& decomp, bool overlap,
+                    host_matrix<T>& field, index_t iters, index_t check_every = 10, double tol = 0) {
+    jacobi_problem pb{field.cols(), field.rows(), dtype_of<T>()};
+    return run_jacobi<T>(plan_jacobi(pb, devs, options_of(decomp, overlap, iters, check_every, tol)), field.view());
 }
 
 /// rows, cols, auto, tiles and tiles:PxQ for every factorization of d.
@@ -444,15 +448,10 @@ void expect_joined_parts_match(int p, int q, const std::string& decomp, bool ove
             for (index_t a = 0; a < part.rows(); ++a)
                 for (index_t b = 0; b < part.cols(); ++b) part(a, b) = start(r0 - 1 + a, c0 - 1 + b);
             auto devs = cpus(2);
-            jacobi_options o;
-            o.decomposition = parse_jacobi_decomposition(decomp);
-            o.overlap = overlap;
-            o.iters = iters;
-            o.check_every = check;
-            o.tol = tol;
             loopback_boundary outer(grid, k, r1 - r0, c1 - c0, sizeof(T));
             const jacobi_problem pb{part.cols(), part.rows(), dtype_of<T>()};
-            reps[std::size_t(k)] = detail::run_jacobi_part<T>(plan_jacobi(pb, devs, o), part.view(), &outer);
+            const jacobi_plan plan = plan_jacobi(pb, devs, options_of(decomp, overlap, iters, check, tol));
+            reps[std::size_t(k)] = detail::run_jacobi_part<T>(plan, part.view(), &outer);
             for (index_t a = 1; a <= r1 - r0; ++a)
                 for (index_t b = 1; b <= c1 - c0; ++b) joined(r0 - 1 + a, c0 - 1 + b) = part(a, b);
         });
