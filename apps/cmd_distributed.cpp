@@ -287,7 +287,7 @@ int run_jacobi(int argc, char** argv, const td::environment& env) {
     CLI::App app{"tilestream jacobi over MPI ranks: the 2-D Laplace equation on a grid of ranks", "jacobi"};
     common_options co;
     index_t nx = 1024, ny = 1024;
-    std::string dtype_name = "f32", image, out;
+    std::string dtype_name = "f32", image, out, decomp = "auto", overlap = "on";
     td::distributed_jacobi_options jo;
     app.add_option("--nx", nx, "grid columns, boundary included");
     app.add_option("--ny", ny, "grid rows, boundary included");
@@ -297,10 +297,10 @@ int run_jacobi(int argc, char** argv, const td::environment& env) {
     app.add_option("--check-every", jo.check_every, "residual every K iterations (default 10)");
     app.add_option("--image", image, "gather the field to rank 0 and write it as a PNG");
     app.add_option("--out", out, "gather the field to rank 0 and write it as .npy");
+    app.add_option("--decomp", decomp, "each rank's part over its devices: rows | cols | tiles | tiles:PxQ | auto");
+    app.add_option("--overlap", overlap, "edge strips first, halos sent while the interior is swept (default on)");
     add_common(app, co);
     if (!parse_or_help(app, argc, argv, env)) return 0;
-    if (co.devices != "cpu")
-        throw td::collective_error("jacobi over ranks sweeps on each rank's host CPU; --devices is for one process");
     for (const auto* path : {&image, &out})
         if (!path->empty()) {
             try {
@@ -313,10 +313,16 @@ int run_jacobi(int argc, char** argv, const td::environment& env) {
     dtype type;
     try {
         type = parse_dtype(dtype_name);
+        jo.decomposition = parse_jacobi_decomposition(decomp);
+        jo.overlap = parse_on_off("overlap", overlap);
     } catch (const invalid_argument& e) {
         throw td::collective_error(e.what());
     }
-    jo.threads = co.cpu_threads > 0 ? co.cpu_threads : default_cpu_threads();
+    context_options oo;
+    if (!co.memory_budget.empty()) oo.memory_budget = parse_bytes(co.memory_budget);
+    oo.cpu_threads = co.cpu_threads > 0 ? co.cpu_threads : default_cpu_threads();
+    tilestream::context ctx(rank_device_spec(co.devices), oo);
+    jo.devices = ctx.devices();
     test_failure_point(env.rank());
     return visit_dtype(type, [&]<class T>() {
         std::vector<T> field;
@@ -334,21 +340,24 @@ int run_jacobi(int argc, char** argv, const td::environment& env) {
         }
         const double glups = secs > 0 ? double(nx - 2) * double(ny - 2) * double(rep.iterations) / secs * 1e-9 : 0.0;
         if (co.explain)
-            std::fprintf(stderr, "jacobi over %d ranks: MPI_Cart grid %dx%d (rows x columns of the interior), halos "
-                                 "MPI_Isend/Irecv after the boundary strips, residual MPI_Iallreduce examined one check late\n",
-                         env.size(), rep.grid_rows, rep.grid_cols);
+            std::fprintf(stderr, "jacobi over %d ranks: MPI_Cart grid %dx%d (rows x columns of the interior), each rank's "
+                                 "part over its devices (%s) as %s; halos MPI_Isend/Irecv after the edge strips, "
+                                 "residual MPI_Iallgather examined one check late\n",
+                         env.size(), rep.grid_rows, rep.grid_cols, co.devices.c_str(), to_string(rep.decomposition).c_str());
         if (co.json) {
             const detail::json o = {{"nx", nx}, {"ny", ny}, {"dtype", std::string(to_string(type))},
                                     {"ranks", env.size()},
                                     {"grid", std::to_string(rep.grid_rows) + "x" + std::to_string(rep.grid_cols)},
+                                    {"devices_per_rank", co.devices}, {"decomp", to_string(rep.decomposition)},
                                     {"iterations", rep.iterations}, {"seconds", secs}, {"glups", glups},
                                     {"residual", rep.residual}, {"converged", rep.converged},
                                     {"max_halo_bytes_per_rank", halo_max}};
             std::cout << detail::json_line(o) << "\n";
         } else {
-            std::printf("jacobi %lldx%lld %s on %d ranks (grid %dx%d): %lld iterations, %.4f s, %.3f GLUP/s, residual %.6e%s\n",
+            std::printf("jacobi %lldx%lld %s on %d ranks (grid %dx%d, devices %s per rank): %lld iterations, %.4f s, "
+                        "%.3f GLUP/s, residual %.6e%s\n",
                         (long long)nx, (long long)ny, std::string(to_string(type)).c_str(), env.size(), rep.grid_rows,
-                        rep.grid_cols, (long long)rep.iterations, secs, glups, rep.residual,
+                        rep.grid_cols, co.devices.c_str(), (long long)rep.iterations, secs, glups, rep.residual,
                         rep.converged ? " (converged)" : "");
             if (!out.empty()) std::printf("wrote %s\n", out.c_str());
             if (!image.empty()) std::printf("wrote %s\n", image.c_str());

@@ -49,12 +49,6 @@ void declare_jacobi_options(args& a) {
         .flag_option("quiet", "no progress lines on long runs");
 }
 
-bool parse_on_off(const std::string& name, const std::string& v) {
-    if (v == "on") return true;
-    if (v == "off") return false;
-    throw invalid_argument("--" + name + " expects on or off, got '" + v + "'");
-}
-
 /// Prints a progress line to stderr at most every two seconds, so only long runs show any.
 class progress_printer {
 public:
@@ -178,6 +172,12 @@ int run_jacobi_command(const args& a, const jacobi_problem& pb, jacobi_options o
 }
 
 }  // namespace
+
+bool parse_on_off(const std::string& name, const std::string& v) {
+    if (v == "on") return true;
+    if (v == "off") return false;
+    throw invalid_argument("--" + name + " expects on or off, got '" + v + "'");
+}
 
 int cmd_jacobi(int argc, char** argv) {
     args a("jacobi", "2-D Laplace equation by Jacobi iterations across devices.");

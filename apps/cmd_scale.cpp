@@ -3,6 +3,7 @@
 #include "cli_args.hpp"
 #include "commands.hpp"
 #include "core/json_text.hpp"
+#include "scale_ranks.hpp"
 
 #include <tilestream/devices.hpp>
 #include <tilestream/gemm.hpp>
@@ -38,11 +39,54 @@ std::vector<std::string> device_sets(const std::string& list) {
 /// The options both workloads of `scale` take.
 void declare_scale_options(args& a) {
     declare_device_options(a);
-    a.text("devices", "comma-separated device sets; '+' joins devices within a set, e.g. cpu:1,cpu:2,cuda:0+cpu", "SETS")
+    a.text("devices", "comma-separated device sets; '+' joins devices within a set, e.g. cpu:1,cpu:2,cuda:0+cpu "
+                      "(with --ranks: each rank's devices, one set, default cpu)", "SETS")
+        .text("ranks", "strong scaling over MPI ranks instead: mpirun -np R of this tool for each R, e.g. 1,2,4", "R,R")
         .text("dtype", "f32 (default) or f64", "f32|f64")
         .integer_option("repeat", "median of R runs (default 3)")
         .text("plot", "draw the scaling plot (SVG)", "scaling.svg")
         .flag_option("json", "print one JSON object");
+}
+
+/// The scaling table, or its JSON, and the plot: the same for device sets and rank counts.
+void print_scaling(const args& a, const std::vector<scaling_row>& rows, const std::string& workload,
+                   const std::string& unit, bool weak, const std::string& title) {
+    detail::json o = {{"workload", workload}};
+    if (workload == "jacobi") o["weak"] = weak;
+    if (a.has("ranks")) o["over"] = "ranks";
+    o["rows"] = detail::json::parse(scaling_json(rows, unit));
+    if (a.flag("json"))
+        std::cout << detail::json_line(o) << "\n";
+    else
+        std::cout << scaling_table(rows, unit);
+    if (auto plot = a.get("plot")) as_runtime_failure([&] { write_text_file_atomically(*plot, scaling_svg(rows, title)); });
+}
+
+/// `scale <workload> --ranks`: the rank counts, each rank's devices (one set) and the device
+/// options passed on to every run with the problem's `problem_args`; prints the table.
+int scale_ranks_command(const args& a, const std::string& workload, char** argv, std::vector<std::string> problem_args,
+                        const std::string& problem) {
+    const bool gemm = workload == "gemm";
+    ranks_study st;
+    st.workload = workload;
+    st.problem = problem;
+    st.rate_key = gemm ? "gflops" : "glups";
+    st.bytes_key = gemm ? "max_bytes_sent_per_rank" : "max_halo_bytes_per_rank";
+    st.ranks = parse_rank_counts(*a.get("ranks"));
+    const auto sets = device_sets(a.get_or("devices", "cpu"));
+    if (sets.size() != 1)
+        throw invalid_argument("scale " + workload + " --ranks: --devices gives each rank's devices, one set (join "
+                               "devices with '+'), got " + std::to_string(sets.size()) + " sets");
+    st.devices = sets.front();
+    st.repeat = int(a.integer("repeat", 3, 1, 1000));
+    st.argv0 = argv[0];
+    st.args = {"--devices", st.devices};
+    for (const char* o : {"memory-budget", "cpu-threads"})
+        if (auto v = a.get(o)) st.args.insert(st.args.end(), {std::string("--") + o, *v});
+    st.args.insert(st.args.end(), problem_args.begin(), problem_args.end());
+    print_scaling(a, scale_over_ranks(st), workload, gemm ? "GFLOP/s" : "GLUP/s", false,
+                  (gemm ? "gemm strong scaling over ranks: " : "strong scaling over ranks, jacobi ") + problem);
+    return 0;
 }
 
 double median_of(std::vector<double> v) {
@@ -121,9 +165,9 @@ int cmd_scale_jacobi(int argc, char** argv) {
         .integer_option("check-every", "residual every K iterations (default 10)")
         .flag_option("weak", "weak scaling: the problem grows with the device count");
     if (!a.parse(argc, argv, 3)) return 0;
-    if (!a.has("devices")) throw invalid_argument("scale jacobi: give --devices, e.g. cpu:1,cpu:2");
+    if (!a.has("devices") && !a.has("ranks"))
+        throw invalid_argument("scale jacobi: give --devices, e.g. cpu:1,cpu:2 (or --ranks 1,2,4)");
     a.check_output_paths({"plot"});
-    const auto sets = device_sets(*a.get("devices"));
     const index_t big = std::numeric_limits<index_t>::max();
     jacobi_problem base;
     base.nx = a.integer("nx", 0, 1, big);
@@ -138,6 +182,16 @@ int cmd_scale_jacobi(int argc, char** argv) {
     jo.overlap = overlap == "on";
     const bool weak = a.flag("weak");
     if (a.has("decomp")) jo.decomposition = parse_jacobi_decomposition(*a.get("decomp"));
+    if (a.has("ranks")) {
+        if (weak) throw invalid_argument("scale jacobi: --ranks measures strong scaling; it does not go with --weak");
+        return scale_ranks_command(
+            a, "jacobi", argv,
+            {"--nx", std::to_string(base.nx), "--ny", std::to_string(base.ny), "--dtype", std::string(to_string(base.type)),
+             "--iters", std::to_string(jo.iters), "--check-every", std::to_string(jo.check_every), "--overlap", overlap,
+             "--decomp", to_string(jo.decomposition)},
+            std::to_string(base.ny) + "x" + std::to_string(base.nx) + " " + std::string(to_string(base.type)));
+    }
+    const auto sets = device_sets(*a.get("devices"));
     const int repeat = int(a.integer("repeat", 3, 1, 1000));
     const open_options oo = device_options(a);
     std::vector<scaling_row> rows;
@@ -167,18 +221,8 @@ int cmd_scale_jacobi(int argc, char** argv) {
         std::fprintf(stderr, "  %s: %.4f s\n", set.c_str(), row.seconds);
     }
     compute_scaling(rows, weak);
-    if (a.flag("json"))
-        std::cout << detail::json_line({{"workload", "jacobi"},
-                                        {"weak", weak},
-                                        {"rows", detail::json::parse(scaling_json(rows, "GLUP/s"))}})
-                  << "\n";
-    else
-        std::cout << scaling_table(rows, "GLUP/s");
-    if (auto plot = a.get("plot"))
-        as_runtime_failure([&] {
-            write_text_file_atomically(*plot, scaling_svg(rows, std::string(weak ? "weak" : "strong") +
-                                                                    " scaling, jacobi " + rows.front().problem));
-        });
+    print_scaling(a, rows, "jacobi", "GLUP/s", weak,
+                  std::string(weak ? "weak" : "strong") + " scaling, jacobi " + rows.front().problem);
     return 0;
 }
 
@@ -187,6 +231,7 @@ int cmd_scale(int argc, char** argv) {
         std::cout << "usage: tilestream scale gemm --m M --n N --k K --devices SETS [--dtype] [--kernel] [--strategy]\n"
                      "                             [--memory-budget B] [--cpu-threads N] [--cache auto|on|off] [--repeat R]\n"
                      "       tilestream scale jacobi --nx NX --ny NY --iters I --devices SETS [--weak] [...]\n"
+                     "       tilestream scale gemm|jacobi ... --ranks 1,2,4 [--devices SET]   (mpirun -np R of this tool)\n"
                      "  SETS: comma-separated device sets; '+' joins devices within a set, e.g. cpu:1,cpu:2,cuda:0+cpu\n"
                      "  [--json] [--plot scaling.svg]\n";
         return argc < 3 ? 2 : 0;
@@ -207,18 +252,27 @@ int cmd_scale(int argc, char** argv) {
         .text("cache", "auto (default), on or off", "auto|on|off")
         .text("rates", "declare rates instead of measuring them, e.g. h2d=12GB/s,d2h=12GB/s,gflops=150", "RATES");
     if (!a.parse(argc, argv, 3)) return 0;
-    if (!a.has("devices")) throw invalid_argument("scale gemm: give --devices, e.g. cpu:1,cpu:2");
+    if (!a.has("devices") && !a.has("ranks"))
+        throw invalid_argument("scale gemm: give --devices, e.g. cpu:1,cpu:2 (or --ranks 1,2,4)");
     a.check_output_paths({"plot"});
-    const auto sets = device_sets(*a.get("devices"));
     const dtype type = parse_dtype(a.get_or("dtype", "f32"));
+    if (a.has("ranks")) {
+        for (const char* o : {"kernel", "strategy", "tile", "cache", "rates"})
+            if (a.has(o))
+                throw invalid_argument(std::string("scale gemm --ranks: --") + o +
+                                       " is an option of one process; over ranks each rank plans its own multiplies");
+        const index_t big = std::numeric_limits<index_t>::max();
+        const index_t m = a.integer("m", 0, 1, big), n = a.integer("n", 0, 1, big), k = a.integer("k", 0, 1, big);
+        if (!m || !n || !k) throw invalid_argument("scale gemm: give --m, --n and --k");
+        return scale_ranks_command(a, "gemm", argv,
+                                   {"--m", std::to_string(m), "--n", std::to_string(n), "--k", std::to_string(k),
+                                    "--dtype", std::string(to_string(type))},
+                                   std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + " " +
+                                       std::string(to_string(type)));
+    }
+    const auto sets = device_sets(*a.get("devices"));
     auto rows = visit_dtype(type, [&]<class T>() { return scale_gemm<T>(a, sets, type); });
-    if (a.flag("json"))
-        std::cout << detail::json_line({{"workload", "gemm"}, {"rows", detail::json::parse(scaling_json(rows, "GFLOP/s"))}})
-                  << "\n";
-    else
-        std::cout << scaling_table(rows, "GFLOP/s");
-    if (auto plot = a.get("plot"))
-        as_runtime_failure([&] { write_text_file_atomically(*plot, scaling_svg(rows, "gemm scaling: " + rows.front().problem)); });
+    print_scaling(a, rows, "gemm", "GFLOP/s", false, "gemm scaling: " + rows.front().problem);
     return 0;
 }
 

@@ -1,16 +1,20 @@
 // The Jacobi solver: every decomposition, overlap mode, dtype and CPU device count gives the
 // single-device field bit for bit; one device equals a plain loop; residuals, tolerance stops,
-// the planner's choice, halos through host memory, and clear errors (library and CLI).
+// the planner's choice, halos through host memory, parts of a field joined through the engine's
+// outer boundary (as ranks are), and clear errors (library and CLI).
+#include "core/jacobi_outer.hpp"
 #include "test_support.hpp"
 
 #include <tilestream/jacobi.hpp>
 #include <tilestream/npy.hpp>
 #include <tilestream/verify.hpp>
 
+#include <barrier>
 #include <cmath>
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <thread>
 
 namespace tilestream {
 namespace {
@@ -72,17 +76,21 @@ std::vector<std::unique_ptr<device>> cpus(int count) {
     return open_devices("cpu:" + std::to_string(count), o);
 }
 
-template <class T>
-jacobi_report solve(const std::vector<std::unique_ptr<device>>& devs, const std::string& decomp, bool overlap,
-                    host_matrix<T>& field, index_t iters, index_t check_every = 10, double tol = 0) {
-    jacobi_problem pb{field.cols(), field.rows(), dtype_of<T>()};
+jacobi_options options_of(const std::string& decomp, bool overlap, index_t iters, index_t check_every, double tol) {
     jacobi_options o;
     o.decomposition = parse_jacobi_decomposition(decomp);
     o.overlap = overlap;
     o.iters = iters;
     o.check_every = check_every;
     o.tol = tol;
-    return run_jacobi<T>(plan_jacobi(pb, devs, o), field.view());
+    return o;
+}
+
+template <class T>
+jacobi_report solve(const std::vector<std::unique_ptr<device>>& devs, const std::string& decomp, bool overlap,
+                    host_matrix<T>& field, index_t iters, index_t check_every = 10, double tol = 0) {
+    jacobi_problem pb{field.cols(), field.rows(), dtype_of<T>()};
+    return run_jacobi<T>(plan_jacobi(pb, devs, options_of(decomp, overlap, iters, check_every, tol)), field.view());
 }
 
 /// rows, cols, auto, tiles and tiles:PxQ for every factorization of d.
@@ -347,6 +355,121 @@ TEST(jacobi, ToleranceStopsOneCheckAfterTheResidualFallsBelowIt) {
     const auto rep = solve<float>(devs, "rows", true, field, 30, k, 1e-30);
     EXPECT_FALSE(rep.converged);
     EXPECT_EQ(rep.iterations, 30);
+}
+
+// ---- a field cut into parts joined through the engine's outer boundary (what the MPI layer does
+// with MPI_Isend/Irecv, here between threads through shared memory)
+
+struct loopback_grid {
+    int p, q;
+    std::vector<std::array<std::vector<char>, 4>> mailbox;  ///< part k's strip sent on side s
+    std::vector<double> sums;
+    std::barrier<> sync;
+    loopback_grid(int rows, int cols)
+        : p(rows), q(cols), mailbox(std::size_t(rows * cols)), sums(std::size_t(rows * cols)), sync(rows * cols) {}
+};
+
+class loopback_boundary final : public detail::jacobi_outer_boundary {
+public:
+    loopback_boundary(loopback_grid& g, int k, index_t rows, index_t cols, std::size_t elem)
+        : g_(g), k_(k), bytes_{cols * elem, cols * elem, rows * elem, rows * elem} {}
+    int neighbour(int s) const {
+        const int i = k_ / g_.q, j = k_ % g_.q;
+        switch (s) {
+            case detail::side_up: return i > 0 ? k_ - g_.q : -1;
+            case detail::side_down: return i + 1 < g_.p ? k_ + g_.q : -1;
+            case detail::side_left: return j > 0 ? k_ - 1 : -1;
+            default: return j + 1 < g_.q ? k_ + 1 : -1;
+        }
+    }
+    bool has_neighbour(int s) const override { return neighbour(s) >= 0; }
+    void start_exchange(index_t, const std::array<const void*, 4>& send, const std::array<void*, 4>& recv) override {
+        for (int s = 0; s < 4; ++s)
+            if (has_neighbour(s)) {
+                const auto* c = static_cast<const char*>(send[std::size_t(s)]);
+                g_.mailbox[std::size_t(k_)][std::size_t(s)].assign(c, c + bytes_[std::size_t(s)]);
+            }
+        recv_ = recv;
+        g_.sync.arrive_and_wait();
+    }
+    void finish_exchange() override {
+        static constexpr int opposite[4] = {detail::side_down, detail::side_up, detail::side_right, detail::side_left};
+        for (int s = 0; s < 4; ++s)
+            if (has_neighbour(s))
+                std::memcpy(recv_[std::size_t(s)], g_.mailbox[std::size_t(neighbour(s))][std::size_t(opposite[s])].data(),
+                            bytes_[std::size_t(s)]);
+        g_.sync.arrive_and_wait();  // every part has its strips before the next iteration's replace them
+    }
+    void start_residual(double local) override { g_.sums[std::size_t(k_)] = local; }
+    double finish_residual() override {
+        g_.sync.arrive_and_wait();
+        double sum = 0;
+        for (double v : g_.sums) sum += v;
+        g_.sync.arrive_and_wait();
+        return sum;
+    }
+
+private:
+    loopback_grid& g_;
+    int k_;
+    std::array<std::size_t, 4> bytes_;
+    std::array<void*, 4> recv_{};
+};
+
+/// A random field cut into p x q parts, each with its ring and 2 CPU devices on its own thread:
+/// the joined parts equal one device's field bit for bit and stop after the same iteration.
+template <class T>
+void expect_joined_parts_match(int p, int q, const std::string& decomp, bool overlap, bool with_tol) {
+    SCOPED_TRACE(std::to_string(p) + "x" + std::to_string(q) + " parts, each over 2 devices as " + decomp +
+                 (overlap ? ", overlap" : "") + (with_tol ? ", tol" : ""));
+    const index_t nx = 41, ny = 34, iters = 25, check = 3;
+    const host_matrix<T> start = random_start<T>(nx, ny, 5);
+    auto one = cpus(1);
+    double tol = 0;
+    if (with_tol) {  // just above the residual of iteration 12: the run stops at the check of 15
+        host_matrix<T> probe = clone(start);
+        tol = solve<T>(one, "rows", true, probe, 12, check).residual * (1 + 1e-9);
+    }
+    host_matrix<T> expect = clone(start);
+    const auto ref = solve<T>(one, "rows", true, expect, iters, check, tol);
+    if (with_tol) EXPECT_EQ(ref.iterations, 15);
+    loopback_grid grid(p, q);
+    host_matrix<T> joined = clone(start);
+    for (index_t j = 1; j < nx - 1; ++j)
+        for (index_t i = 1; i < ny - 1; ++i) joined(i, j) = std::numeric_limits<T>::quiet_NaN();
+    std::vector<jacobi_report> reps(std::size_t(p * q));
+    std::vector<std::thread> threads;
+    for (int k = 0; k < p * q; ++k)
+        threads.emplace_back([&, k] {
+            const int gi = k / q, gj = k % q;
+            const index_t r0 = 1 + (ny - 2) * gi / p, r1 = 1 + (ny - 2) * (gi + 1) / p;
+            const index_t c0 = 1 + (nx - 2) * gj / q, c1 = 1 + (nx - 2) * (gj + 1) / q;
+            host_matrix<T> part(r1 - r0 + 2, c1 - c0 + 2);
+            for (index_t a = 0; a < part.rows(); ++a)
+                for (index_t b = 0; b < part.cols(); ++b) part(a, b) = start(r0 - 1 + a, c0 - 1 + b);
+            auto devs = cpus(2);
+            loopback_boundary outer(grid, k, r1 - r0, c1 - c0, sizeof(T));
+            const jacobi_problem pb{part.cols(), part.rows(), dtype_of<T>()};
+            const jacobi_plan plan = plan_jacobi(pb, devs, options_of(decomp, overlap, iters, check, tol));
+            reps[std::size_t(k)] = detail::run_jacobi_part<T>(plan, part.view(), &outer);
+            for (index_t a = 1; a <= r1 - r0; ++a)
+                for (index_t b = 1; b <= c1 - c0; ++b) joined(r0 - 1 + a, c0 - 1 + b) = part(a, b);
+        });
+    for (auto& t : threads) t.join();
+    EXPECT_TRUE(bitwise_equal(joined, expect));
+    for (const auto& r : reps) {
+        EXPECT_EQ(r.iterations, ref.iterations);
+        EXPECT_EQ(r.converged, ref.converged);
+        EXPECT_NEAR(r.residual, ref.residual, 1e-12 * ref.residual);
+    }
+}
+
+TEST(jacobi, PartsJoinedThroughTheOuterBoundaryMatchOneDeviceBitwise) {
+    expect_joined_parts_match<float>(2, 2, "tiles", true, false);
+    expect_joined_parts_match<double>(1, 3, "rows", false, false);
+    expect_joined_parts_match<float>(3, 1, "cols", true, false);
+    expect_joined_parts_match<double>(2, 1, "auto", true, true);
+    expect_joined_parts_match<float>(1, 2, "tiles", false, true);
 }
 
 TEST(jacobi, ZeroIterationsLeaveTheField) {

@@ -6,6 +6,7 @@
 #include <tilestream/context.hpp>
 #include <tilestream/device.hpp>
 #include <tilestream/error.hpp>
+#include <tilestream/jacobi.hpp>
 #include <tilestream/kernels.hpp>
 #include <tilestream/types.hpp>
 
@@ -259,25 +260,32 @@ struct npy_gemm_result {
 /// learns the headers and any error.
 npy_gemm_result npy_gemm(const layered_grid& grid, const npy_gemm_request& request, const pgemm_options& options = {});
 
-/// Jacobi over ranks: the interior of an ny x nx field cut over a P x Q MPI_Cart grid, a halo
-/// ring exchanged with MPI_Isend/Irecv each iteration (boundary strips first, interior swept
-/// while the halos travel), the residual reduced with MPI_Iallreduce and examined one check
-/// late. Each point gets 0.25*((N+S)+(W+E)) in T, so the field is bitwise the one-process one
-/// (whatever the grid and threads).
+/// Jacobi over ranks, three levels: the interior of an ny x nx field cut over a P x Q MPI_Cart
+/// grid of ranks, each rank's part cut over its devices by the one-process engine (rows, cols,
+/// tiles), each device sweeping its part. Each iteration the engine sweeps its edge strips first;
+/// they leave with MPI_Isend/Irecv while the devices sweep the interior. The residual is combined
+/// over the ranks (MPI_Iallgather) and examined one check late. Each point gets
+/// 0.25*((N+S)+(W+E)) in T, so the field is bitwise the one-process one whatever the grid of
+/// ranks, the devices per rank and their decomposition.
 struct distributed_jacobi_options {
     int grid_rows = 0, grid_cols = 0;  ///< 0, 0: the most square grid with more rows
     index_t iters = 1000;
     index_t check_every = 10;
     double tol = 0;
-    int threads = 1;  ///< host threads per rank sweeping the interior
+    /// This rank's devices (they outlive the call; empty: one CPU device on one thread).
+    std::vector<device*> devices;
+    jacobi_decomposition decomposition;  ///< of the rank's part over its devices
+    bool overlap = true;                 ///< edge strips first, their halos sent during the interior
 };
 struct distributed_jacobi_report {
     int grid_rows = 1, grid_cols = 1;
+    jacobi_decomposition decomposition;  ///< of this rank's part over its devices (resolved)
     index_t iterations = 0;
     double residual = 0;  ///< sqrt of the sum over ranks of sum((u_new - u)^2) at the last check
     bool converged = false;
     double seconds = 0;
-    std::size_t halo_bytes = 0;  ///< sent by this rank
+    std::size_t halo_bytes = 0;         ///< sent by this rank to other ranks
+    std::size_t device_halo_bytes = 0;  ///< sent between this rank's devices
 };
 /// Runs on the default starting field (fill_jacobi_start); when `gather` is set, rank 0 receives
 /// the whole ny x nx field in it (row-major) and the other ranks leave it empty.

@@ -1,7 +1,9 @@
 // Running a Jacobi plan: parts resident on their devices, the per-iteration schedule of strip
-// sweeps, halo messages and interior sweeps ordered by events, and the delayed residual.
+// sweeps, halo messages and interior sweeps ordered by events, and the delayed residual; with an
+// outer boundary (a rank's part over MPI), the edge strips leave and the neighbours' arrive each iteration.
 #include "core/fault_injection.hpp"
 #include "core/jacobi_layout.hpp"
+#include "core/jacobi_outer.hpp"
 
 #include <tilestream/error.hpp>
 #include <tilestream/jacobi.hpp>
@@ -36,7 +38,10 @@ struct sweep_split {
     rect rest;
 };
 
-sweep_split split_sweeps(const jacobi_part& p, bool overlap) {
+/// Sides of a part whose halo comes from a neighbour: another part, or (outer) beyond the field.
+using side_flags = std::array<bool, 4>;
+
+sweep_split split_sweeps(const jacobi_part& p, bool overlap, const side_flags& outer) {
     const index_t rows = p.rows(), cols = p.cols();
     sweep_split s;
     if (!overlap) {
@@ -44,11 +49,12 @@ sweep_split split_sweeps(const jacobi_part& p, bool overlap) {
         return s;
     }
     index_t r0 = 1, r1 = rows + 1, c0 = 1, c1 = cols + 1;
-    if (p.up >= 0) s.first.push_back({r0, r0 + 1, 1, cols + 1}), ++r0;
-    if (p.down >= 0 && r1 > r0) s.first.push_back({r1 - 1, r1, 1, cols + 1}), --r1;
+    using namespace detail;
+    if (p.up >= 0 || outer[side_up]) s.first.push_back({r0, r0 + 1, 1, cols + 1}), ++r0;
+    if ((p.down >= 0 || outer[side_down]) && r1 > r0) s.first.push_back({r1 - 1, r1, 1, cols + 1}), --r1;
     if (r0 < r1) {
-        if (p.left >= 0) s.first.push_back({r0, r1, c0, c0 + 1}), ++c0;
-        if (p.right >= 0 && c1 > c0) s.first.push_back({r0, r1, c1 - 1, c1}), --c1;
+        if (p.left >= 0 || outer[side_left]) s.first.push_back({r0, r1, c0, c0 + 1}), ++c0;
+        if ((p.right >= 0 || outer[side_right]) && c1 > c0) s.first.push_back({r0, r1, c1 - 1, c1}), --c1;
     }
     s.rest = {r0, r1, c0, c1};
     return s;
@@ -87,6 +93,9 @@ struct part_run {
     stream* receive = nullptr;   ///< second steps of incoming messages (unpack, host to device)
     std::array<std::unique_ptr<event>, 2> boundary_done, sent, residual_ready;
     std::unique_ptr<event> interior_done;
+    side_flags outer{};                   ///< sides facing beyond the field (an outer boundary)
+    std::unique_ptr<event> edges_out;     ///< its outer edge strips of this iteration are in host memory
+    std::unique_ptr<event> outer_in;      ///< the strips from beyond are in its halo ring
     std::array<std::unique_ptr<event>, 4> milestone;
     /// The last check iteration the interior stream reached (a failed stream skips the marker).
     std::unique_ptr<std::atomic<index_t>> reached = std::make_unique<std::atomic<index_t>>(0);
@@ -105,7 +114,8 @@ constexpr index_t milestone_every = 16;
 
 class jacobi_engine {
 public:
-    explicit jacobi_engine(const jacobi_plan& plan) : plan_(plan), elem_(size_of(plan.problem().type)) {}
+    jacobi_engine(const jacobi_plan& plan, detail::jacobi_outer_boundary* outer)
+        : plan_(plan), elem_(size_of(plan.problem().type)), outer_(outer) {}
     jacobi_engine(const jacobi_engine&) = delete;
     jacobi_engine& operator=(const jacobi_engine&) = delete;
     ~jacobi_engine() {
@@ -122,11 +132,21 @@ public:
     void copy_out(void* host, std::size_t pitch, int buffer);
     void enqueue_iteration(index_t t, bool check, int slot);
     void throttle(index_t t);
-    double examine(int slot, index_t iteration);
+    double local_residual(int slot, index_t iteration);
+    void exchange_outer(index_t t);
     void synchronize();
 
 private:
     void send(halo_link& l, int cur);
+    /// Where part p's strip on side s starts in its buffers (edge: its first/last interior row or
+    /// column; ring: the halo beyond it), how many elements, and where in the field's strip.
+    struct strip {
+        index_t edge = 0, ring = 0, count = 0, at = 0;
+        bool column = false;
+    };
+    strip strip_of(const part_run& p, int s) const;
+    copy_2d_desc column_copy(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
+                             index_t count) const;
     jacobi_call sweep_call(const part_run& p, const rect& r, int in, int out, double* residual) const;
     char* at(const part_run& p, int buffer, index_t offset) const {
         return p.field[buffer].as<char>() + std::size_t(offset) * elem_;
@@ -136,6 +156,8 @@ private:
     std::size_t elem_;
     std::vector<part_run> parts_;  // reserved up front: links point into it
     std::vector<std::unique_ptr<halo_link>> links_;
+    detail::jacobi_outer_boundary* outer_ = nullptr;
+    std::array<std::vector<char>, 4> outer_send_, outer_recv_;  ///< the field's edge strips, per side
 };
 
 void jacobi_engine::setup() {
@@ -146,7 +168,22 @@ void jacobi_engine::setup() {
         part_run& p = parts_[k];
         p.part = &parts[k];
         p.dev = plan_.devices()[parts[k].device];
-        p.sweeps = split_sweeps(parts[k], overlap);
+        const jacobi_part& a = parts[k];
+        if (outer_) {
+            using namespace detail;
+            p.outer = {a.up < 0 && outer_->has_neighbour(side_up), a.down < 0 && outer_->has_neighbour(side_down),
+                       a.left < 0 && outer_->has_neighbour(side_left), a.right < 0 && outer_->has_neighbour(side_right)};
+        }
+        p.sweeps = split_sweeps(a, overlap, p.outer);
+    }
+    if (outer_) {
+        const index_t ny_in = plan_.problem().ny - 2, nx_in = plan_.problem().nx - 2;
+        for (int s = 0; s < 4; ++s) {
+            const bool column = s >= detail::side_left;
+            const std::size_t bytes = std::size_t(column ? ny_in : nx_in) * elem_;
+            outer_send_[s].assign(outer_->has_neighbour(s) ? bytes : 0, 0);
+            outer_recv_[s].assign(outer_->has_neighbour(s) ? bytes : 0, 0);
+        }
     }
     // Links: to each neighbour, the row or column it needs.
     for (std::size_t k = 0; k < parts.size(); ++k) {
@@ -181,11 +218,12 @@ void jacobi_engine::setup() {
             p.owned.push_back(d.create_stream(pr));
             return p.owned.back().get();
         };
+        const bool outer = p.outer[0] || p.outer[1] || p.outer[2] || p.outer[3];
         if (overlap) {
             p.interior = make(stream_priority::normal);
             p.boundary = p.sweeps.first.empty() ? p.interior : make(stream_priority::high);
-            p.transfer = p.out.empty() ? p.interior : make(stream_priority::normal);
-            bool two_step = false;
+            p.transfer = p.out.empty() && !outer ? p.interior : make(stream_priority::normal);
+            bool two_step = outer;
             for (const halo_link* l : p.in) two_step |= l->column || !l->peer;
             p.receive = two_step ? make(stream_priority::normal) : p.interior;
         } else {
@@ -196,6 +234,10 @@ void jacobi_engine::setup() {
         for (auto& e : p.residual_ready) e = d.create_event();
         for (auto& e : p.milestone) e = d.create_event();
         p.interior_done = d.create_event();
+        if (outer) {
+            p.edges_out = d.create_event();
+            p.outer_in = d.create_event();
+        }
     }
     for (auto& l : links_) {
         part_run& a = parts_[l->from];
@@ -298,6 +340,7 @@ void jacobi_engine::enqueue_iteration(index_t t, bool check, int slot) {
         stream& b = *p.boundary;
         if (t > 1) {
             for (const halo_link* l : p.in) p.dev->wait(b, *l->arrived);  // halos of t-1 are in
+            if (p.outer_in) p.dev->wait(b, *p.outer_in);                      // and those from beyond
             p.dev->wait(b, *p.interior_done);  // the interior of t-1 read field[cur]
         }
         if (t > 2 && !p.out.empty()) p.dev->wait(b, *p.sent[cur]);  // messages of t-2 read field[cur]
@@ -309,9 +352,10 @@ void jacobi_engine::enqueue_iteration(index_t t, bool check, int slot) {
         for (const rect& r : p.sweeps.first) p.dev->jacobi_sweep(b, sweep_call(p, r, prev, cur, res));
         p.boundary_done[cur]->record(b);
     }
-    // Phase 2: halo messages, on the transfer stream, while the interior runs.
+    // Phase 2: halo messages, on the transfer stream, while the interior runs; the strips that
+    // leave the field go to host memory (exchange_outer sends them on).
     for (part_run& p : parts_) {
-        if (p.out.empty()) continue;
+        if (p.out.empty() && !p.edges_out) continue;
         stream& x = *p.transfer;
         p.dev->wait(x, *p.boundary_done[cur]);  // the strips of t are computed
         for (halo_link* l : p.out) {
@@ -319,7 +363,20 @@ void jacobi_engine::enqueue_iteration(index_t t, bool check, int slot) {
             if (t > 1) p.dev->wait(x, *parts_[l->to].boundary_done[prev]);
             send(*l, cur);
         }
-        p.sent[cur]->record(x);
+        if (!p.out.empty()) p.sent[cur]->record(x);
+        if (!p.edges_out) continue;
+        // The host sent the strips of t-1 on before it queued these copies.
+        const std::size_t pitch = std::size_t(p.part->ld) * elem_;
+        for (int s = 0; s < 4; ++s) {
+            if (!p.outer[s]) continue;
+            const strip e = strip_of(p, s);
+            char* host = outer_send_[s].data() + std::size_t(e.at) * elem_;
+            if (e.column)
+                p.dev->copy_2d_to_host(x, column_copy(host, elem_, at(p, cur, e.edge), pitch, e.count));
+            else
+                p.dev->copy_to_host(x, host, at(p, cur, e.edge), std::size_t(e.count) * elem_);
+        }
+        p.edges_out->record(x);
     }
     // Phase 3: the rest of each part, then the residual read-back when a check is due.
     for (part_run& p : parts_) {
@@ -354,16 +411,8 @@ void jacobi_engine::send(halo_link& l, int cur) {
     char* src = at(a, cur, l.src_offset);
     char* dst = at(b, cur, l.dst_offset);
     const std::size_t bytes = std::size_t(l.count) * elem_;
-    // A column: count rows of one element, ld apart.
     const auto column = [&](void* d, std::size_t dp, const void* s, std::size_t sp) {
-        copy_2d_desc c;
-        c.dst = d;
-        c.dst_pitch = dp;
-        c.src = s;
-        c.src_pitch = sp;
-        c.width_bytes = elem_;
-        c.height = std::size_t(l.count);
-        return c;
+        return column_copy(d, dp, s, sp, l.count);
     };
     const std::size_t a_pitch = std::size_t(a.part->ld) * elem_, b_pitch = std::size_t(b.part->ld) * elem_;
     if (l.peer && !l.column) {
@@ -391,6 +440,65 @@ void jacobi_engine::send(halo_link& l, int cur) {
     l.arrived->record(r);
 }
 
+// A column: count rows of one element, their pitches apart.
+copy_2d_desc jacobi_engine::column_copy(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
+                                        index_t count) const {
+    copy_2d_desc c;
+    c.dst = dst;
+    c.dst_pitch = dst_pitch;
+    c.src = src;
+    c.src_pitch = src_pitch;
+    c.width_bytes = elem_;
+    c.height = std::size_t(count);
+    return c;
+}
+
+jacobi_engine::strip jacobi_engine::strip_of(const part_run& p, int s) const {
+    const jacobi_part& a = *p.part;
+    const index_t ld = a.ld, rows = a.rows(), cols = a.cols();
+    switch (s) {
+        case detail::side_up: return {ld + 1, 1, cols, a.col_begin - 1, false};
+        case detail::side_down: return {rows * ld + 1, (rows + 1) * ld + 1, cols, a.col_begin - 1, false};
+        case detail::side_left: return {ld + 1, ld, rows, a.row_begin - 1, true};
+        default: return {ld + cols, ld + cols + 1, rows, a.row_begin - 1, true};
+    }
+}
+
+// After enqueue_iteration(t): the field's edge strips of t leave through the outer boundary
+// while the devices sweep the interior, and the strips from beyond go into the halo rings of
+// field[t % 2], which iteration t+1 reads (its strips wait for outer_in).
+void jacobi_engine::exchange_outer(index_t t) {
+    const int cur = int(t % 2);
+    for (part_run& p : parts_)
+        if (p.edges_out) {
+            if (t > 1) p.outer_in->synchronize();  // the strips of t-1 left the receive buffers
+            p.edges_out->synchronize();
+        }
+    std::array<const void*, 4> send{};
+    std::array<void*, 4> recv{};
+    for (int s = 0; s < 4; ++s) {
+        send[s] = outer_send_[s].data();
+        recv[s] = outer_recv_[s].data();
+    }
+    outer_->start_exchange(t, send, recv);
+    outer_->finish_exchange();
+    for (part_run& p : parts_) {
+        if (!p.outer_in) continue;
+        stream& r = *p.receive;
+        const std::size_t pitch = std::size_t(p.part->ld) * elem_;
+        for (int s = 0; s < 4; ++s) {
+            if (!p.outer[s]) continue;
+            const strip e = strip_of(p, s);
+            const char* host = outer_recv_[s].data() + std::size_t(e.at) * elem_;
+            if (e.column)
+                p.dev->copy_2d_to_device(r, column_copy(at(p, cur, e.ring), pitch, host, elem_, e.count));
+            else
+                p.dev->copy_to_device(r, at(p, cur, e.ring), host, std::size_t(e.count) * elem_);
+        }
+        p.outer_in->record(r);
+    }
+}
+
 void jacobi_engine::throttle(index_t t) {
     if (t % milestone_every != 0) return;
     const std::size_t m = std::size_t(t / milestone_every) % 4;
@@ -400,7 +508,7 @@ void jacobi_engine::throttle(index_t t) {
     }
 }
 
-double jacobi_engine::examine(int slot, index_t iteration) {
+double jacobi_engine::local_residual(int slot, index_t iteration) {
     double sum = 0;
     for (part_run& p : parts_) {
         p.residual_ready[slot]->synchronize();
@@ -409,13 +517,14 @@ double jacobi_engine::examine(int slot, index_t iteration) {
         const double* h = static_cast<const double*>(p.residual_host.get()) + 2 * slot;
         sum += h[0] + h[1];
     }
-    return std::sqrt(sum);
+    return sum;
 }
 
 }  // namespace
 
 template <class T>
-jacobi_report run_jacobi(const jacobi_plan& plan, host_matrix_view<T> field) {
+jacobi_report detail::run_jacobi_part(const jacobi_plan& plan, host_matrix_view<T> field,
+                                      detail::jacobi_outer_boundary* outer) {
     const auto t_start = clock_type::now();
     const jacobi_problem& pb = plan.problem();
     const jacobi_options& opt = plan.options();
@@ -433,7 +542,7 @@ jacobi_report run_jacobi(const jacobi_plan& plan, host_matrix_view<T> field) {
         rep.total_seconds = seconds_since(t_start);
         return rep;
     }
-    jacobi_engine engine(plan);
+    jacobi_engine engine(plan, outer);
     const std::size_t pitch = std::size_t(field.ld()) * sizeof(T);
     const index_t n = opt.iters, k = opt.check_every;
     struct pending_check {
@@ -441,6 +550,7 @@ jacobi_report run_jacobi(const jacobi_plan& plan, host_matrix_view<T> field) {
         int slot;
     };
     std::optional<pending_check> pending;
+    bool combining = false;  // the pending check's residual is being combined through `outer`
     int checks = 0;
     index_t done = 0;
     bool stop = false;
@@ -449,8 +559,20 @@ jacobi_report run_jacobi(const jacobi_plan& plan, host_matrix_view<T> field) {
         engine.setup();
         engine.copy_in(field.data(), pitch);
         const auto t0 = clock_type::now();
+        const auto start_combining = [&](const pending_check& c) {
+            outer->start_residual(engine.local_residual(c.slot, c.iteration));
+            combining = true;
+        };
         const auto examine = [&](const pending_check& c) {
-            const double r = engine.examine(c.slot, c.iteration);
+            double sum = 0;
+            if (outer) {
+                if (!combining) start_combining(c);
+                sum = outer->finish_residual();
+                combining = false;
+            } else {
+                sum = engine.local_residual(c.slot, c.iteration);
+            }
+            const double r = std::sqrt(sum);
             if (opt.progress) opt.progress({c.iteration, n, r, seconds_since(t0)});
             return r;
         };
@@ -463,6 +585,12 @@ jacobi_report run_jacobi(const jacobi_plan& plan, host_matrix_view<T> field) {
             const bool check = t % k == 0 || t == n;
             const int slot = checks % 2;
             engine.enqueue_iteration(t, check, slot);
+            if (outer) {
+                engine.exchange_outer(t);
+                // The last check's sum is ready (the strips of t followed its interior): it is
+                // combined with the other parts' while the iterations up to the next check run.
+                if (pending && !combining) start_combining(*pending);
+            }
             engine.throttle(t);
             done = t;
             if (!check) continue;
@@ -501,6 +629,11 @@ jacobi_report run_jacobi(const jacobi_plan& plan, host_matrix_view<T> field) {
     rep.gbps = rep.glups * double(pb.bytes_per_point());
     rep.total_seconds = seconds_since(t_start);
     return rep;
+}
+
+template <class T>
+jacobi_report run_jacobi(const jacobi_plan& plan, host_matrix_view<T> field) {
+    return detail::run_jacobi_part<T>(plan, field, nullptr);
 }
 
 template <class T>
@@ -545,6 +678,8 @@ jacobi_measurement measure_jacobi(const jacobi_problem& problem, const std::vect
 
 #define TILESTREAM_INSTANTIATE(T)                                                        \
     template jacobi_report run_jacobi<T>(const jacobi_plan&, host_matrix_view<T>);       \
+    template jacobi_report detail::run_jacobi_part<T>(const jacobi_plan&, host_matrix_view<T>,  \
+                                                      detail::jacobi_outer_boundary*);           \
     template jacobi_solution<T> solve_jacobi<T>(const jacobi_plan&);                     \
     template void fill_jacobi_start<T>(host_matrix_view<T>);
 TILESTREAM_INSTANTIATE(float)

@@ -1,13 +1,14 @@
-// Jacobi over ranks on an MPI_Cart grid: each rank sweeps its part of the interior, boundary
-// strips first so their halos travel (MPI_Isend/Irecv) while the interior is swept, and the
-// residual is reduced with MPI_Iallreduce and examined one check late, as the one-process engine
-// examines its residual (so both stop after the same iteration).
-#include "backends/cpu/thread_pool.hpp"
+// Jacobi over ranks on an MPI_Cart grid: each rank runs the one-process engine on its devices for
+// its part of the field; through the engine's outer-boundary hook, the part's edge strips leave
+// (MPI_Isend/Irecv) as soon as they are swept while the devices sweep the interior, and the
+// residual is combined (MPI_Iallgather, summed in rank order) and examined one check late, as the
+// one-process engine examines its residual (so both stop after the same iteration).
+#include "core/jacobi_outer.hpp"
 #include "distributed/mpi_support.hpp"
 
+#include <tilestream/context.hpp>
 #include <tilestream/jacobi.hpp>
 
-#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cmath>
@@ -17,45 +18,90 @@
 namespace tilestream::distributed {
 namespace {
 
-/// This rank's part: interior rows [r0, r1) and columns [c0, c1) of the field, stored with a
-/// one-point ring as (rows + 2) x (cols + 2), row-major.
-template <class T>
-struct part_field {
-    index_t r0 = 0, r1 = 0, c0 = 0, c1 = 0, ld = 0;
-    std::vector<T> u, v;
-    index_t rows() const { return r1 - r0; }
-    index_t cols() const { return c1 - c0; }
-};
-
-/// Sweeps local rows [i0, i1) x columns [j0, j1) (ring coordinates) from in to out, with the
-/// one-process expression; adds sum((out - in)^2) to *residual when given.
-template <class T>
-void sweep(const T* in, T* out, index_t ld, index_t i0, index_t i1, index_t j0, index_t j1, double* residual) {
-    double sum = 0;
-    for (index_t i = i0; i < i1; ++i) {
-        const T* c = in + i * ld;
-        T* o = out + i * ld;
-        for (index_t j = j0; j < j1; ++j) o[j] = T(0.25) * ((c[j - ld] + c[j + ld]) + (c[j - 1] + c[j + 1]));
-        if (residual)
-            for (index_t j = j0; j < j1; ++j) {
-                const double d = double(o[j]) - double(c[j]);
-                sum += d * d;
-            }
-    }
-    if (residual) *residual += sum;
-}
-
 /// Interior rows of part i when n rows go to p parts (as plan_jacobi cuts them).
 std::pair<index_t, index_t> cut(index_t n, int parts, int i) { return {1 + n * i / parts, 1 + n * (i + 1) / parts}; }
+
+/// The engine's outer boundary on a rank: its neighbours on the MPI_Cart grid.
+class rank_boundary final : public detail::jacobi_outer_boundary {
+public:
+    /// neighbours: up, down, left, right (MPI_PROC_NULL at the global boundary); a rank's part
+    /// has `rows` x `cols` interior points.
+    rank_boundary(MPI_Comm cart, std::array<int, 4> neighbours, index_t rows, index_t cols, MPI_Datatype type,
+                  std::size_t elem)
+        : cart_(cart), nb_(neighbours), type_(type), elem_(elem), sums_(std::size_t(communicator(cart, false).size())) {
+        count_ = {int(cols), int(cols), int(rows), int(rows)};
+    }
+    bool has_neighbour(int s) const override { return nb_[std::size_t(s)] != MPI_PROC_NULL; }
+    void start_exchange(index_t, const std::array<const void*, 4>& send, const std::array<void*, 4>& recv) override {
+        // A strip sent to side s arrives from the opposite side: tag = the side it lands on.
+        static constexpr int opposite[4] = {detail::side_down, detail::side_up, detail::side_right, detail::side_left};
+        static const char* const recv_call[4] = {"MPI_Irecv (from up)", "MPI_Irecv (from down)", "MPI_Irecv (from left)",
+                                                 "MPI_Irecv (from right)"};
+        static const char* const send_call[4] = {"MPI_Isend (to up)", "MPI_Isend (to down)", "MPI_Isend (to left)",
+                                                 "MPI_Isend (to right)"};
+        for (std::size_t s = 0; s < 4; ++s) {
+            if (!has_neighbour(int(s))) continue;
+            check_mpi(MPI_Irecv(recv[s], count_[s], type_, nb_[s], int(s), cart_, halo_[s].slot("MPI_Irecv")), recv_call[s]);
+        }
+        for (std::size_t s = 0; s < 4; ++s) {
+            if (!has_neighbour(int(s))) continue;
+            check_mpi(MPI_Isend(send[s], count_[s], type_, nb_[s], opposite[s], cart_, halo_[4 + s].slot("MPI_Isend")),
+                      send_call[s]);
+            halo_bytes += std::size_t(count_[s]) * elem_;
+        }
+    }
+    void finish_exchange() override {
+        for (auto& h : halo_) h.wait();
+    }
+    void start_residual(double local_sum) override {
+        local_ = local_sum;
+        // Gathered, not reduced: every rank sums in rank order, so all get the same bits and stop alike.
+        check_mpi(MPI_Iallgather(&local_, 1, MPI_DOUBLE, sums_.data(), 1, MPI_DOUBLE, cart_, reduction_.slot("MPI_Iallgather")),
+                  "MPI_Iallgather (residual)");
+    }
+    double finish_residual() override {
+        reduction_.wait();
+        double sum = 0;
+        for (double v : sums_) sum += v;
+        return sum;
+    }
+    std::size_t halo_bytes = 0;  ///< sent by this rank
+
+private:
+    MPI_Comm cart_;
+    std::array<int, 4> nb_;
+    std::array<int, 4> count_{};
+    MPI_Datatype type_;
+    std::size_t elem_;
+    std::array<request, 8> halo_;
+    request reduction_;
+    double local_ = 0;
+    std::vector<double> sums_;
+};
+
+/// Throws the same collective_error on every rank when `message` is not empty on some rank (the
+/// first such rank's message), so an error that depends on a rank's part ends every rank alike.
+void agree_on_error(MPI_Comm comm, const std::string& message) {
+    const communicator c(comm, false);
+    const int mine = message.empty() ? c.size() : c.rank();
+    int first = 0;
+    check_mpi(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce (error)");
+    if (first == c.size()) return;
+    int length = int(message.size());
+    check_mpi(MPI_Bcast(&length, 1, MPI_INT, first, comm), "MPI_Bcast (error)");
+    std::string text = message;
+    text.resize(std::size_t(length));
+    check_mpi(MPI_Bcast(text.data(), length, MPI_CHAR, first, comm), "MPI_Bcast (error)");
+    throw collective_error("jacobi: rank " + std::to_string(first) + ": " + text);
+}
 
 }  // namespace
 
 template <class T>
 distributed_jacobi_report distributed_jacobi(MPI_Comm comm, index_t nx, index_t ny, const distributed_jacobi_options& opt,
                                              std::vector<T>* gather) {
-    int size = 0, world_rank = 0;
+    int size = 0;
     check_mpi(MPI_Comm_size(comm, &size), "MPI_Comm_size");
-    check_mpi(MPI_Comm_rank(comm, &world_rank), "MPI_Comm_rank");
     int p = opt.grid_rows, q = opt.grid_cols;
     if (p == 0 && q == 0) {
         const auto g = square_grid(size);
@@ -82,133 +128,72 @@ distributed_jacobi_report distributed_jacobi(MPI_Comm comm, index_t nx, index_t 
     const int rank = cart.rank();
     int coords[2] = {0, 0};
     check_mpi(MPI_Cart_coords(cart.get(), rank, 2, coords), "MPI_Cart_coords");
-    int up = MPI_PROC_NULL, down = MPI_PROC_NULL, left = MPI_PROC_NULL, right = MPI_PROC_NULL;
-    check_mpi(MPI_Cart_shift(cart.get(), 0, 1, &up, &down), "MPI_Cart_shift (rows)");
-    check_mpi(MPI_Cart_shift(cart.get(), 1, 1, &left, &right), "MPI_Cart_shift (columns)");
+    std::array<int, 4> nb{MPI_PROC_NULL, MPI_PROC_NULL, MPI_PROC_NULL, MPI_PROC_NULL};
+    check_mpi(MPI_Cart_shift(cart.get(), 0, 1, &nb[detail::side_up], &nb[detail::side_down]), "MPI_Cart_shift (rows)");
+    check_mpi(MPI_Cart_shift(cart.get(), 1, 1, &nb[detail::side_left], &nb[detail::side_right]), "MPI_Cart_shift (columns)");
 
-    // The starting values of the fixed boundary: the one-process start on an ny x 3 field gives
-    // exactly its columns 0 and nx-1 (rows 0 and ny-1 are 0 between them, the interior 0).
+    // This rank's part with its ring, as a field of its own: the ring holds the starting values
+    // beyond it (the global boundary or, where a neighbour lies, its starting points). The
+    // one-process start on an ny x 3 field gives exactly the global columns 0 and nx-1.
     host_matrix<T> edge(ny, 3);
     fill_jacobi_start<T>(edge.view());
+    index_t r0, r1, c0, c1;
+    std::tie(r0, r1) = cut(ny - 2, p, coords[0]);
+    std::tie(c0, c1) = cut(nx - 2, q, coords[1]);
+    const index_t lr = r1 - r0, lc = c1 - c0;
+    host_matrix<T> part(lr + 2, lc + 2);
+    for (index_t i = 0; i < lr + 2; ++i)
+        for (index_t j = 0; j < lc + 2; ++j) {
+            const index_t gi = r0 - 1 + i, gj = c0 - 1 + j;
+            part(i, j) = gj == 0 ? edge(gi, 0) : gj == nx - 1 ? edge(gi, 2) : T(0);
+        }
 
-    part_field<T> f;
-    std::tie(f.r0, f.r1) = cut(ny - 2, p, coords[0]);
-    std::tie(f.c0, f.c1) = cut(nx - 2, q, coords[1]);
-    const index_t lr = f.rows(), lc = f.cols();
-    f.ld = lc + 2;
-    f.u.assign(std::size_t((lr + 2) * f.ld), T(0));
-    for (index_t i = 0; i < lr + 2; ++i) {
-        const index_t gi = f.r0 - 1 + i;
-        if (f.c0 == 1) f.u[std::size_t(i * f.ld)] = edge(gi, 0);
-        if (f.c1 == nx - 1) f.u[std::size_t(i * f.ld + lc + 1)] = edge(gi, 2);
+    // The rank's devices: the given ones, or one CPU device on one thread.
+    std::optional<context> own;
+    std::vector<device*> devices = opt.devices;
+    if (devices.empty()) {
+        context_options co;
+        co.cpu_threads = 1;
+        own.emplace("cpu", co);
+        devices = own->devices();
     }
-    f.v = f.u;  // the fixed boundary in both buffers
+    jacobi_options jo;
+    jo.decomposition = opt.decomposition;
+    jo.overlap = opt.overlap;
+    jo.iters = opt.iters;
+    jo.check_every = opt.check_every;
+    jo.tol = opt.tol;
+    const jacobi_problem problem{lc + 2, lr + 2, dtype_of<T>()};
+    std::optional<jacobi_plan> plan;
+    std::string plan_error;
+    try {
+        plan.emplace(plan_jacobi(problem, devices, jo));
+    } catch (const invalid_argument& e) {
+        plan_error = "its part (rows " + std::to_string(r0) + ".." + std::to_string(r1 - 1) + ", columns " +
+                     std::to_string(c0) + ".." + std::to_string(c1 - 1) + ") over its " + std::to_string(devices.size()) +
+                     " devices: " + e.what();
+    }
+    agree_on_error(cart.get(), plan_error);
 
     distributed_jacobi_report rep;
     rep.grid_rows = p;
     rep.grid_cols = q;
+    rep.decomposition = plan->decomposition();
     const MPI_Datatype type = mpi_type<T>();
-    check_count((lr + 2) * f.ld, "jacobi: a rank's part");
-    const auto lr_n = static_cast<std::size_t>(lr);
-    std::vector<T> send_left(lr_n), send_right(lr_n), recv_left(lr_n), recv_right(lr_n);
-    std::vector<request> halo(8);
-    std::optional<cpu::thread_pool> pool;
-    if (opt.threads > 1) pool.emplace(opt.threads);
-    std::vector<double> partial(std::size_t(std::max(1, opt.threads)), 0.0);
-    const auto t0 = std::chrono::steady_clock::now();
-
-    double local_sum = 0, global_sum = 0;
-    std::optional<index_t> pending;  // the check whose reduction is in flight
-    request reduction;
-    index_t done = 0;
-    bool stop = false;
-    const index_t n = opt.iters, k = opt.check_every;
-    for (index_t t = 1; t <= n && !stop; ++t) {
-        const bool check = t % k == 0 || t == n;
-        const T* in = f.u.data();
-        T* out = f.v.data();
-        double sum = 0;
-        double* res = check ? &sum : nullptr;
-        // Boundary strips of the part first: top and bottom rows, then the left and right columns
-        // between them (a part of one row or column is all strip).
-        sweep(in, out, f.ld, 1, 2, 1, lc + 1, res);
-        if (lr > 1) sweep(in, out, f.ld, lr, lr + 1, 1, lc + 1, res);
-        if (lr > 2) {
-            sweep(in, out, f.ld, 2, lr, 1, 2, res);
-            if (lc > 1) sweep(in, out, f.ld, 2, lr, lc, lc + 1, res);
-        }
-        // Their halos leave while the interior is swept.
-        for (index_t i = 0; i < lr; ++i) {
-            send_left[std::size_t(i)] = out[(i + 1) * f.ld + 1];
-            send_right[std::size_t(i)] = out[(i + 1) * f.ld + lc];
-        }
-        const int row_count = int(lc), col_count = int(lr);
-        check_mpi(MPI_Irecv(out + 1, row_count, type, up, 0, cart.get(), halo[0].slot("MPI_Irecv")), "MPI_Irecv (from up)");
-        check_mpi(MPI_Irecv(out + (lr + 1) * f.ld + 1, row_count, type, down, 1, cart.get(), halo[1].slot("MPI_Irecv")),
-                  "MPI_Irecv (from down)");
-        check_mpi(MPI_Irecv(recv_left.data(), col_count, type, left, 2, cart.get(), halo[2].slot("MPI_Irecv")),
-                  "MPI_Irecv (from left)");
-        check_mpi(MPI_Irecv(recv_right.data(), col_count, type, right, 3, cart.get(), halo[3].slot("MPI_Irecv")),
-                  "MPI_Irecv (from right)");
-        check_mpi(MPI_Isend(out + f.ld + 1, row_count, type, up, 1, cart.get(), halo[4].slot("MPI_Isend")), "MPI_Isend (to up)");
-        check_mpi(MPI_Isend(out + lr * f.ld + 1, row_count, type, down, 0, cart.get(), halo[5].slot("MPI_Isend")),
-                  "MPI_Isend (to down)");
-        check_mpi(MPI_Isend(send_left.data(), col_count, type, left, 3, cart.get(), halo[6].slot("MPI_Isend")),
-                  "MPI_Isend (to left)");
-        check_mpi(MPI_Isend(send_right.data(), col_count, type, right, 2, cart.get(), halo[7].slot("MPI_Isend")),
-                  "MPI_Isend (to right)");
-        for (int d : {up, down}) rep.halo_bytes += d != MPI_PROC_NULL ? std::size_t(lc) * sizeof(T) : 0;
-        for (int d : {left, right}) rep.halo_bytes += d != MPI_PROC_NULL ? std::size_t(lr) * sizeof(T) : 0;
-        // The interior, in row blocks with the halo requests tested between them (MPI moves a
-        // large message only inside MPI calls); each block's rows split over the rank's threads.
-        if (lr > 2 && lc > 2) {
-            const index_t blocks = std::clamp<index_t>((lr - 2) / 64, 1, 8);
-            for (index_t bk = 0; bk < blocks; ++bk) {
-                const index_t i0 = 2 + (lr - 2) * bk / blocks, i1 = 2 + (lr - 2) * (bk + 1) / blocks;
-                if (!pool) {
-                    sweep(in, out, f.ld, i0, i1, 2, lc, res);
-                } else {
-                    const int parts = int(std::min<index_t>(i1 - i0, pool->size()));
-                    std::fill(partial.begin(), partial.end(), 0.0);
-                    pool->run(parts, [&](int part) {
-                        sweep(in, out, f.ld, i0 + (i1 - i0) * part / parts, i0 + (i1 - i0) * (part + 1) / parts, 2, lc,
-                              res ? &partial[std::size_t(part)] : nullptr);
-                    });
-                    for (int part = 0; part < parts; ++part) sum += partial[std::size_t(part)];  // in part order
-                }
-                for (auto& h : halo) h.test();
-            }
-        }
-        for (auto& h : halo) h.wait();
-        for (index_t i = 0; i < lr; ++i) {
-            if (left != MPI_PROC_NULL) out[(i + 1) * f.ld] = recv_left[std::size_t(i)];
-            if (right != MPI_PROC_NULL) out[(i + 1) * f.ld + lc + 1] = recv_right[std::size_t(i)];
-        }
-        std::swap(f.u, f.v);
-        done = t;
-        if (!check) continue;
-        if (pending) {
-            reduction.wait();
-            if (opt.tol > 0 && std::sqrt(global_sum) < opt.tol) {
-                rep.converged = true;
-                stop = true;
-            }
-        }
-        local_sum = sum;
-        check_mpi(MPI_Iallreduce(&local_sum, &global_sum, 1, MPI_DOUBLE, MPI_SUM, cart.get(), reduction.slot("MPI_Iallreduce")),
-                  "MPI_Iallreduce");
-        pending = t;
-    }
-    reduction.wait();
-    rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    rep.iterations = done;
-    rep.residual = pending ? std::sqrt(global_sum) : std::nan("");
-    if (!rep.converged && opt.tol > 0 && rep.residual < opt.tol) rep.converged = true;
+    check_count((lr + 2) * (lc + 2), "jacobi: a rank's part");
+    rank_boundary outer(cart.get(), nb, lr, lc, type, sizeof(T));
+    const jacobi_report local = detail::run_jacobi_part<T>(*plan, part.view(), &outer);
+    rep.seconds = local.seconds;
+    rep.iterations = local.iterations;
+    rep.residual = local.residual;
+    rep.converged = local.converged;
+    rep.halo_bytes = outer.halo_bytes;
+    rep.device_halo_bytes = local.halo_bytes;
 
     if (gather) {
         std::vector<T> mine(static_cast<std::size_t>(lr * lc));
         for (index_t i = 0; i < lr; ++i)
-            for (index_t j = 0; j < lc; ++j) mine[std::size_t(i * lc + j)] = f.u[std::size_t((i + 1) * f.ld + j + 1)];
+            for (index_t j = 0; j < lc; ++j) mine[std::size_t(i * lc + j)] = part(i + 1, j + 1);
         const auto ranks = static_cast<std::size_t>(size);
         std::vector<int> counts(ranks), displs(ranks);
         std::vector<std::array<index_t, 4>> extents(ranks);

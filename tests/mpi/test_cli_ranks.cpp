@@ -1,7 +1,8 @@
 // The tilestream tool under mpirun: gemm on .npy files over 1 to 4 ranks and every grid against the
-// reference, jacobi over ranks bitwise against one process, a rank failing alone ending every
-// rank with its message, a bad --grid refused once by rank 0. Runs mpirun through run_mpi_test.sh.
-// usage: tilestream_mpi_cli_test RUN_SCRIPT TILESTREAM gemm|jacobi|failure|grid
+// reference, jacobi over ranks bitwise against one process (also with several devices per rank,
+// each decomposition), a rank failing alone ending every rank with its message, a bad --grid
+// refused once by rank 0, `scale --ranks`. Runs mpirun through run_mpi_test.sh.
+// usage: tilestream_mpi_cli_test RUN_SCRIPT TILESTREAM gemm|jacobi|jacobi_devices|failure|grid|scale
 #include <tilestream/gemm.hpp>
 #include <tilestream/npy.hpp>
 #include <tilestream/verify.hpp>
@@ -178,6 +179,117 @@ void test_jacobi() {
     if (slurp(dir + "/field.png").compare(0, 4, "\x89PNG") != 0) fail("jacobi --image wrote no PNG");
 }
 
+/// OpenCL per rank (PoCL on the CPU here): two processes on the same OpenCL device, and a rank
+/// with an OpenCL and a CPU device; skipped with the reason where no OpenCL device opens.
+void test_jacobi_opencl(const std::string& base, const std::string& ref_bytes) {
+    const outcome probe = run(0, "jacobi --nx 8 --ny 8 --iters 1 --quiet --devices opencl:0");
+    if (probe.status != 0) {
+        std::printf("SKIP opencl:0 per rank: no OpenCL device here (%s)\n", probe.err.c_str());
+        return;
+    }
+    const std::string out = dir + "/ranks.npy";
+    for (const char* devices : {"opencl:0 --grid 2x1", "opencl:0,cpu --grid 1x2 --decomp rows"}) {
+        std::remove(out.c_str());
+        const outcome cl = run(2, base + out + " --dtype f32 --devices " + devices);
+        if (cl.status != 0 || slurp(out) != ref_bytes)
+            fail(std::string("jacobi with --devices ") + devices + " on 2 ranks differs from one process");
+    }
+}
+
+/// Each rank's part cut over its devices (cpu:2, and opencl:0 where the build and PoCL give one):
+/// every decomposition of ranks and of devices gives the one-process field, byte for byte.
+void test_jacobi_devices() {
+    const std::string base = "jacobi --nx 37 --ny 29 --iters 23 --check-every 4 --out ";
+    const std::string ref = dir + "/ref.npy", out = dir + "/ranks.npy";
+    struct variant {
+        int ranks;
+        const char* args;
+    };
+    // f32: ranks in rows, columns and tiles, each with the rank's part in rows, cols and tiles.
+    const variant f32[] = {{2, "--grid 2x1 --devices cpu:2 --decomp rows"}, {2, "--grid 1x2 --devices cpu:2 --decomp cols"},
+                           {2, "--grid 2x1 --devices cpu:2 --decomp cols --overlap off"},
+                           {3, "--grid 3x1 --devices cpu:2 --decomp cols"}, {3, "--grid 1x3 --devices cpu:2 --decomp rows"},
+                           {4, "--grid 2x2 --devices cpu:4 --decomp tiles:2x2"}};
+    const variant f64[] = {{3, "--grid 1x3 --devices cpu:2 --decomp tiles"}};
+    for (const char* type : {"f32", "f64"}) {
+        if (run(0, base + ref + " --quiet --dtype " + type).status != 0) return fail("one-process jacobi failed");
+        const std::string ref_bytes = slurp(ref);
+        const bool single = std::string(type) == "f32";
+        if (single) test_jacobi_opencl(base, ref_bytes);
+        for (const variant& v : single ? std::vector<variant>(std::begin(f32), std::end(f32))
+                                       : std::vector<variant>(std::begin(f64), std::end(f64))) {
+            std::remove(out.c_str());
+            const std::string what = std::string("jacobi ") + type + " on " + std::to_string(v.ranks) + " ranks " + v.args;
+            const outcome r = run(v.ranks, base + out + " --dtype " + type + " " + v.args);
+            if (r.status != 0) {
+                fail(what + ": exit " + std::to_string(r.status));
+                continue;
+            }
+            if (slurp(out) != ref_bytes) fail(what + ": field differs from one process");
+        }
+    }
+    // Converging with several devices per rank: the same stopping iteration as one process.
+    const std::string conv = "jacobi --nx 30 --ny 26 --iters 400 --check-every 3 --tol 2e-2 --dtype f64 --out ";
+    run(0, conv + ref + " --quiet");
+    std::remove(out.c_str());
+    const outcome c = run(2, conv + out + " --grid 1x2 --devices cpu:2 --decomp rows");
+    if (c.status != 0 || slurp(ref) != slurp(out)) fail("jacobi with --tol, cpu:2 on 2 ranks differs from one process");
+    // A rank whose part cannot be cut over its devices: one message naming that rank, exit 2.
+    const outcome bad = run(2, "jacobi --nx 10 --ny 9 --iters 3 --grid 2x1 --devices cpu:4 --decomp rows");
+    const std::string expected = "rank 0: its part (rows 1..3, columns 1..8) over its 4 devices";
+    const auto first = bad.err.find(expected);
+    if (bad.status != 2 || first == std::string::npos || bad.err.find(expected, first + 1) != std::string::npos)
+        fail("a part too small for its devices: exit " + std::to_string(bad.status) + ", expected 2 and once '" +
+             expected + "':\n" + bad.err);
+}
+
+/// The sanitizer variables run_mpi_test.sh sets, for a run that starts mpirun itself: OpenMPI's
+/// suppressions added to any given, and the full unwinder (see run_mpi_test.sh).
+std::string mpi_sanitizer_env() {
+    std::string supp = slurp(run_script.substr(0, run_script.rfind('/') + 1) + "mpi_lsan.supp");
+    const std::string lsan = std::getenv("LSAN_OPTIONS") ? std::getenv("LSAN_OPTIONS") : "";
+    if (const auto at = lsan.find("suppressions="); at != std::string::npos)
+        supp += "\n" + slurp(lsan.substr(at + 13, lsan.find(':', at) - (at + 13)));
+    std::ofstream(dir + "/lsan.supp") << supp;
+    const char* asan = std::getenv("ASAN_OPTIONS");
+    return "LSAN_OPTIONS='suppressions=" + dir + "/lsan.supp' ASAN_OPTIONS='" + (asan ? std::string(asan) + ":" : "") +
+           "fast_unwind_on_malloc=0'";
+}
+
+/// `scale jacobi --ranks 1,2`: one row per rank count with positive seconds and rates, the first
+/// row's speedup 1; a clear error when mpirun is not on PATH. No figure is checked.
+void test_scale() {
+    const std::string env = mpi_sanitizer_env();
+    const outcome r = run(0, "scale jacobi --nx 66 --ny 50 --iters 12 --devices cpu:2 --ranks 1,2 --repeat 1 --json --plot " +
+                                 dir + "/ranks.svg", env);
+    if (r.status != 0) return fail("scale jacobi --ranks 1,2: exit " + std::to_string(r.status));
+    for (const char* key : {"\"over\": \"ranks\"", "\"devices\": \"1 rank x cpu:2\"", "\"devices\": \"2 ranks x cpu:2\"",
+                            "\"device_count\": 2", "\"problem\": \"50x66 f32 grid 2x1\""})
+        if (r.out.find(key) == std::string::npos) fail(std::string("scale --ranks JSON lacks ") + key + ":\n" + r.out);
+    std::size_t at = 0;
+    int rows = 0;
+    while ((at = r.out.find("\"seconds\": ", at)) != std::string::npos) {
+        at += 11;
+        const double s = std::atof(r.out.c_str() + at);
+        const auto g = r.out.find("\"glups\": ", at), e = r.out.find("\"efficiency\": ", at);
+        const double rate = g == std::string::npos ? 0 : std::atof(r.out.c_str() + g + 9);
+        const double eff = e == std::string::npos ? 0 : std::atof(r.out.c_str() + e + 14);
+        if (!(s > 0 && s < 60 && rate > 0 && std::isfinite(rate) && eff > 0 && std::isfinite(eff)))
+            fail("scale --ranks row " + std::to_string(rows) + ": seconds " + std::to_string(s) + ", GLUP/s " +
+                 std::to_string(rate) + ", efficiency " + std::to_string(eff));
+        ++rows;
+    }
+    if (rows != 2) fail("scale --ranks 1,2 printed " + std::to_string(rows) + " rows:\n" + r.out);
+    if (slurp(dir + "/ranks.svg").find("<svg") == std::string::npos) fail("scale --ranks wrote no plot");
+    const outcome table = run(0, "scale gemm --m 40 --n 30 --k 20 --ranks 1,2 --repeat 1", env);
+    if (table.status != 0 || table.out.find("1 rank x cpu ") == std::string::npos ||
+        table.out.find("2 ranks x cpu ") == std::string::npos)
+        fail("scale gemm --ranks 1,2 table:\n" + table.out);
+    const outcome none = run(0, "scale jacobi --nx 66 --ny 50 --ranks 1,2", "PATH=/nonexistent");
+    if (none.status != 2 || none.err.find("mpirun was not found on PATH") == std::string::npos)
+        fail("scale --ranks without mpirun: exit " + std::to_string(none.status) + ":\n" + none.err);
+}
+
 void test_failure() {
     const std::string out = dir + "/fail.npy";
     auto a = random_matrix<double>(50, 40, ts::layout::row_major, 1);
@@ -266,7 +378,7 @@ void test_layers() {
 
 int main(int argc, char** argv) {
     if (argc != 4) {
-        std::fprintf(stderr, "usage: %s RUN_SCRIPT TILESTREAM gemm|jacobi|failure|grid\n", argv[0]);
+        std::fprintf(stderr, "usage: %s RUN_SCRIPT TILESTREAM gemm|jacobi|jacobi_devices|failure|grid|scale\n", argv[0]);
         return 2;
     }
     run_script = argv[1];
@@ -277,6 +389,8 @@ int main(int argc, char** argv) {
     const std::string what = argv[3];
     if (what == "gemm") test_gemm();
     else if (what == "jacobi") test_jacobi();
+    else if (what == "jacobi_devices") test_jacobi_devices();
+    else if (what == "scale") test_scale();
     else if (what == "failure") test_failure();
     else if (what == "grid") test_grid();
     else if (what == "layers") test_layers();
