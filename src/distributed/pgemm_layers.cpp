@@ -281,17 +281,18 @@ pgemm_rank_plan plan_pgemm(op op_a, op op_b, index_t m, index_t n, index_t k, in
     auto model = [&](int p, int q, int c) { return model_pgemm_traffic(op_a, op_b, m, n, k, p, q, c, panel); };
     pgemm_rank_plan plan;
     bool chosen = false;
-    double best = 0;
+    double best = 0, best_mean = 0;
     for (int c = 1; c <= ranks; ++c) {
         if (ranks % c != 0) continue;
         if (layers > 0 ? c != layers : grid_given ? given * c != ranks : c > 1 && c > k) continue;
         const int per_layer = ranks / c;
-        // The layer grid: the given one, else the fewest words (ties to the squarer grid).
+        // The layer grid: the given one, else the fewest words on the busiest rank, which sets the
+        // time (ties to the squarer grid).
         std::pair<int, int> g = grid_given ? std::pair{grid_rows, grid_cols} : square_grid(per_layer);
-        double words = model(g.first, g.second, c).words;
+        double words = model(g.first, g.second, c).busiest_words;
         for (int p = 1; p <= per_layer && !grid_given; ++p) {
             if (per_layer % p) continue;
-            const double w = model(p, per_layer / p, c).words;
+            const double w = model(p, per_layer / p, c).busiest_words;
             if (w < words * (1 - 1e-9)) {
                 g = {p, per_layer / p};
                 words = w;
@@ -301,10 +302,16 @@ pgemm_rank_plan plan_pgemm(op op_a, op op_b, index_t m, index_t n, index_t k, in
         const double memory = t.memory_words * word;
         const bool fits = rank_memory_bytes == 0 || memory <= double(rank_memory_bytes);
         plan.candidates.push_back({g.first, g.second, c, t.words, t.busiest_words, memory, fits});
-        // Fewest words among those that fit (c = 1 always qualifies: nothing needs less memory).
-        if ((fits || c == 1) && (!chosen || t.words < best * (1 - 1e-9))) {
+        // Fewest words on the busiest rank among those that fit (c = 1 always qualifies: nothing
+        // needs less memory). Layer 0 carries the scatter and the reduction, so the mean would
+        // favour layers that leave one rank with more to send than c = 1 gives any rank.
+        // Ties (the busiest rank sends as much) go to the fewer words over all ranks.
+        const bool fewer = !chosen || t.busiest_words < best * (1 - 1e-9) ||
+                           (t.busiest_words <= best * (1 + 1e-9) && t.words < best_mean * (1 - 1e-9));
+        if ((fits || c == 1) && fewer) {
             chosen = true;
-            best = t.words;
+            best = t.busiest_words;
+            best_mean = t.words;
             plan.grid_rows = g.first;
             plan.grid_cols = g.second;
             plan.layers = c;

@@ -342,23 +342,30 @@ void test_layers() {
     gemm_case<float>(4, "", ts::op::t, ts::op::n, 31, 26, 43, 1.0, 0.0, 4, ts::layout::row_major, 350, " --layers 4");
     gemm_case<double>(6, "3x1", ts::op::n, ts::op::n, 43, 17, 59, -1.0, 1.0, 5, ts::layout::row_major, 360, " --layers 2");
 
-    // The planner: k much larger than m and n, memory ample -> all four ranks as layers (operands
-    // aligned with C: the measured bytes equal the model's, to 1e-9); a rank memory below what a
-    // 1x1 layer holds -> c = 1.
-    const std::string tall_k = "gemm --m 60 --n 50 --k 3000 --explain --json";
-    const outcome ample = run(4, tall_k + " --rank-memory 1GiB");
+    // The planner takes the fewest words on the busiest rank, ties to the fewest over all ranks.
+    // On 8 ranks with k much larger than m and n, 2 layers of 2x2 tie c = 1 on the busiest rank
+    // and send fewer words in all (measured here: busiest 524288 words against 655360 for c = 1),
+    // so they are chosen when memory allows (operands aligned with C: the measured mean equals the
+    // model's to 1e-9); a rank memory below what they hold -> c = 1. On 4 ranks the layer-0 rank
+    // that scatters k would send the most: c = 1 even with ample memory.
+    const std::string tall_k = "gemm --m 64 --n 64 --k 8192 --explain --json";
+    const outcome ample = run(8, tall_k + " --rank-memory 1GiB");
     const double sent = json_number(ample.out, "mean_bytes_sent_per_rank"), model = json_number(ample.out, "model_words") * 4;
-    if (ample.status != 0 || json_number(ample.out, "layers") != 4 ||
-        ample.err.find("grid 1x1 over 4 ranks, c = 4 layers") == std::string::npos ||
-        ample.err.find("measured 64125; model 64125") == std::string::npos ||
-        ample.err.find("SUMMA with c = 1 on 2x2: 82500; PDGEMM on 2x2: 82500") == std::string::npos ||
+    if (ample.status != 0 || json_number(ample.out, "layers") != 2 ||
+        ample.err.find("grid 2x2 over 8 ranks, c = 2 layers") == std::string::npos ||
+        ample.err.find("measured 197120; model 197120") == std::string::npos ||
+        ample.err.find("SUMMA with c = 1 on 2x4: 262144") == std::string::npos ||
         !(std::fabs(sent - model) <= 1e-9 * model) || !(model > 0))
-        fail("the planner did not pick 4 layers with ample memory, or the bytes differ from the model (" +
+        fail("the planner did not pick 2 layers on 8 ranks with ample memory, or the bytes differ from the model (" +
              std::to_string(sent) + " vs " + std::to_string(model) + "):\n" + ample.err + ample.out);
-    const outcome tight = run(4, tall_k + " --rank-memory 600KiB");
+    const outcome tight = run(8, tall_k + " --rank-memory 1MiB");
     if (tight.status != 0 || json_number(tight.out, "layers") != 1 ||
-        tight.err.find("c = 4 on 1x1: 64125 words (busiest rank 247500), 2.0 MiB (over the memory limit)") == std::string::npos)
+        tight.err.find("c = 2 on 2x2: 197120 words (busiest rank 262144), 1.4 MiB (over the memory limit)") == std::string::npos)
         fail("the planner did not fall back to c = 1 with tight memory:\n" + tight.err + tight.out);
+    const outcome four = run(4, "gemm --m 60 --n 50 --k 3000 --explain --json --rank-memory 1GiB");
+    if (four.status != 0 || json_number(four.out, "layers") != 1 ||
+        four.err.find("c = 4 on 1x1: 64125 words (busiest rank 247500)") == std::string::npos)
+        fail("on 4 ranks the planner should keep c = 1 (a layer-0 rank would send the most):\n" + four.err + four.out);
 
     // A bad --layers: rank 0 says so once, every rank exits 2.
     const std::pair<const char*, const char*> bad[] = {
