@@ -208,10 +208,7 @@ TEST(context_persist, KeptMemoryIsGivenBackToOtherRunsAndAllocations) {
     }
     run_checked<float>(ctx, op::n, op::n, 1.0f, a.view(), b.view(), 0.0f, c0.view(), c.view());
     // A Jacobi solve on the context after GEMMs.
-    jacobi_problem p;
-    p.nx = 33;
-    p.ny = 21;
-    p.type = dtype::f32;
+    const jacobi_problem p{33, 21, dtype::f32};
     jacobi_options jo;
     jo.iters = 5;
     EXPECT_EQ(ctx.jacobi<float>(p, jo).report.iterations, 5);
