@@ -43,9 +43,10 @@ std::size_t bytes_of(const host_matrix<T>& m) {
 }
 
 template <class T>
-void second_call_copies_less(layout lay, std::uint64_t seed) {
+void second_call_copies_less(const char* spec, layout lay, std::uint64_t seed) {
+    SCOPED_TRACE(spec);
     // In-core: one tile of A and one of B, both left on the device by the first call.
-    context ctx("cpu", budgeted(1 << 20));
+    context ctx(spec, budgeted(1 << 20));
     gemm_call_options in_core;
     in_core.strategy = gemm_strategy::in_core;
     host_matrix<T> a(61, 53, lay), b(53, 47, lay), b2(53, 47, lay), c0(61, 47, lay), c(61, 47, lay);
@@ -81,8 +82,22 @@ void second_call_copies_less(layout lay, std::uint64_t seed) {
 }
 
 TEST(context_persist, SecondCallOnKeptOperandsCopiesOnlyC) {
-    second_call_copies_less<float>(layout::row_major, 11);
-    second_call_copies_less<double>(layout::col_major, 21);
+    second_call_copies_less<float>("cpu", layout::row_major, 11);
+    second_call_copies_less<double>("cpu", layout::col_major, 21);
+}
+
+TEST(context_persist, SecondCallOnKeptOperandsCopiesOnlyCOnAccelerators) {
+    std::string skipped;
+    for (const char* spec : {"opencl:0", "cuda:0"}) {
+        std::string why;
+        if (testing::gpu_missing(spec, why)) {
+            skipped += std::string(skipped.empty() ? "" : "; ") + spec + ": " + why;
+            continue;
+        }
+        second_call_copies_less<float>(spec, layout::col_major, 12);
+        second_call_copies_less<double>(spec, layout::row_major, 22);
+    }
+    if (skipped.find("opencl") != std::string::npos && skipped.find("cuda") != std::string::npos) GTEST_SKIP() << skipped;
 }
 
 TEST(context_persist, OutOfCoreSecondCallReusesTilesLeftOnTheDevice) {
@@ -141,6 +156,25 @@ TEST(context_persist, ChangedOperandsAreReadAgain) {
     rep = ctx.gemm<float>(op::n, op::n, 1.0f, a.view(), b.view(), 0.0f, c.view(), in_core);
     EXPECT_EQ(rep.kept_hits, 1u);
     EXPECT_TRUE(check_gemm<float>(op::n, op::n, 1.0f, before.view(), b.view(), 0.0f, c0.view(), c.view()).passed());
+}
+
+TEST(context_persist, AKeptOperandWrittenAsCIsReadAgain) {
+    // x is kept and used as A; a call then writes x (as C): the next call on x reads the new values.
+    context ctx("cpu", budgeted(1 << 20));
+    gemm_call_options in_core;
+    in_core.strategy = gemm_strategy::in_core;
+    host_matrix<double> x(33, 27), b(27, 19), c0(33, 19), c(33, 19), p(33, 31), q(31, 27);
+    fill_random(x.view(), 101);
+    fill_random(b.view(), 102);
+    fill_random(p.view(), 103);
+    fill_random(q.view(), 104);
+    const kept_operand kx = ctx.keep(x.view());
+    run_checked<double>(ctx, op::n, op::n, 1.0, x.view(), b.view(), 0.0, c0.view(), c.view(), in_core);
+    ctx.gemm<double>(op::n, op::n, 1.0, p.view(), q.view(), 0.5, x.view(), in_core);  // x <- p q + x/2
+    const gemm_report rep = run_checked<double>(ctx, op::n, op::n, 1.0, x.view(), b.view(), 0.0, c0.view(), c.view(), in_core);
+    EXPECT_EQ(rep.kept_hits, 0u);
+    // Unchanged since: reused.
+    EXPECT_EQ(run_checked<double>(ctx, op::n, op::n, 1.0, x.view(), b.view(), 0.0, c0.view(), c.view(), in_core).kept_hits, 1u);
 }
 
 TEST(context_persist, KeptBuffersServeCallsOfOtherShapesTypesAndViews) {

@@ -37,6 +37,7 @@ struct keep_record {
     layout lay = layout::row_major;
     dtype type = dtype::f32;
     std::size_t es = 0;
+    std::size_t span = 0;  ///< bytes from the first element to the last
     index_t inner() const { return lay == layout::row_major ? cols : rows; }
     index_t outer() const { return lay == layout::row_major ? rows : cols; }
 
@@ -58,6 +59,18 @@ struct keep_record {
 };
 
 }  // namespace detail
+
+namespace {
+
+/// Bytes a host view spans, first element to last.
+template <class V>
+std::size_t span_of(const V& v) {
+    const index_t outer = v.layout() == layout::row_major ? v.rows() : v.cols();
+    const index_t inner = v.layout() == layout::row_major ? v.cols() : v.rows();
+    return v.empty() ? 0 : std::size_t((outer - 1) * v.ld() + inner) * sizeof(typename V::value_type);
+}
+
+}  // namespace
 
 void kept_operand::changed() {
     if (record_) ++record_->generation;
@@ -103,9 +116,8 @@ kept_operand context::keep(host_matrix_view<const T> v) {
     rec->lay = v.layout();
     rec->type = dtype_of<T>();
     rec->es = sizeof(T);
-    const std::size_t span =
-        v.empty() ? 0 : std::size_t((rec->outer() - 1) * v.ld() + rec->inner()) * sizeof(T);
-    pinned_operands pins(device_ptrs_, std::array{std::pair<const void*, std::size_t>{v.data(), span}});
+    rec->span = span_of(v);
+    pinned_operands pins(device_ptrs_, std::array{std::pair<const void*, std::size_t>{v.data(), rec->span}});
     std::lock_guard lock(keeps_->mutex);
     rec->id = keeps_->next_id++;
     keeps_->records.push_back(rec);
@@ -190,14 +202,24 @@ gemm_report context::execute(const gemm_plan& p, T alpha, host_matrix_view<const
                 k.generation = r->generation.load();
                 return k;
             }
-        const index_t outer = v.layout() == layout::row_major ? v.rows() : v.cols();
-        const index_t inner = v.layout() == layout::row_major ? v.cols() : v.rows();
-        ranges.emplace_back(v.data(), std::size_t((outer - 1) * v.ld() + inner) * sizeof(V));
+        ranges.emplace_back(v.data(), span_of(v));
         return k;
     };
     keeps.a = find(a);
     keeps.b = find(b);
-    find(host_matrix_view<const T>(c));  // C is never kept: pinned for this run
+    find(host_matrix_view<const T>(c));  // C: pinned for this run (unless a kept view holds it)
+    // A kept operand this call writes into (as C) has changed once it returns, however it returns.
+    struct written_guard {
+        std::vector<detail::keep_record*> records;
+        ~written_guard() {
+            for (auto* r : records) ++r->generation;
+        }
+    } written;
+    if (!c.empty()) {
+        const auto c0 = reinterpret_cast<std::uintptr_t>(c.data()), c1 = c0 + span_of(c);
+        for (const auto& r : kept)
+            if (r->span > 0 && r->base < c1 && c0 < r->base + r->span) written.records.push_back(r.get());
+    }
     // Pinned before the clock, for this run (execute_gemm would otherwise pin inside its call).
     const pinned_operands pinned(device_ptrs_, ranges);
     gemm_run_options run = call.run;
