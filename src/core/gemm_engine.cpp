@@ -632,9 +632,15 @@ private:
                     return s;
                 }
         if (plan_.cache) ++misses_;
+        // Least recently used; among slots this call has not used, those holding a tile of the
+        // kept operand (that a later step may take) go last.
+        const auto rank = [&](const slot& s) {
+            const bool kept_tile = !s.key && kept.id != 0 && s.keep.id == kept.id && s.keep.generation == kept.generation;
+            return std::pair{s.last_use, kept_tile};
+        };
         slot* victim = &slots.front();
         for (auto& s : slots)
-            if (s.last_use < victim->last_use) victim = &s;
+            if (rank(s) < rank(*victim)) victim = &s;
         std::shared_ptr<event> from_peer;
         std::vector<std::shared_ptr<event>> reads;
         if (use_peers_) {
