@@ -183,7 +183,8 @@ TEST(context_persist, AKeptOperandWrittenAsCIsReadAgain) {
 
 TEST(context_persist, KeptBuffersServeCallsOfOtherShapesTypesAndViews) {
     context ctx("cpu", budgeted(96 * 1024));
-    gemm_call_options tiles;
+    gemm_call_options tiles;  // the same buffer sizes whatever the shape: buffers serve every f64 call
+    tiles.strategy = gemm_strategy::tiles_3d;
     tiles.tile_m = tiles.tile_n = tiles.tile_k = 16;
     // One kept matrix, used through different sections: tiles of one section are never taken for
     // another (they hold other elements).
