@@ -82,8 +82,8 @@ std::vector<scaling_row> scale_gemm(const args& a, const std::vector<std::string
         po.devices = int(ptrs.size());
         po.in_place = computes_in_place(ptrs);
         const gemm_problem q = describe_gemm<T>(op::n, op::n, T(1), am.view(), bm.view(), T(0), cm.view());
-        const device_rates rates = a.has("rates") ? parse_rates(*a.get("rates"))
-                                                  : measure_rates(*ptrs.front(), type, po.kernel);
+        device_rates rates = a.has("rates") ? parse_rates(*a.get("rates")) : measure_rates(*ptrs.front(), type, po.kernel);
+        rates.host_memory = std::all_of(ptrs.begin(), ptrs.end(), [](device* d) { return d->host_addressable(); });
         const gemm_plan plan = plan_gemm(q, budget, rates, po);
         std::vector<double> secs;
         gemm_report rep;

@@ -12,30 +12,32 @@
 
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <string>
 
 namespace tilestream {
 namespace {
 
 struct variant {
-    std::string spec;
+    int count;  ///< devices
     std::size_t budget;
     gemm_strategy strategy;
     index_t tile_m, tile_n, tile_k;
     int cpu_threads;
 };
 
-std::string describe(const variant& v) {
-    return v.spec + " budget " + std::to_string(v.budget) + " " + std::string(to_string(v.strategy)) + " tiles " +
+using spec_for = std::function<std::string(int count)>;
+
+std::string describe(const variant& v, const spec_for& spec) {
+    return spec(v.count) + " budget " + std::to_string(v.budget) + " " + std::string(to_string(v.strategy)) + " tiles " +
            std::to_string(v.tile_m) + "x" + std::to_string(v.tile_n) + "x" + std::to_string(v.tile_k) + " threads " +
            std::to_string(v.cpu_threads);
 }
 
-class reproducible_gemm : public ::testing::TestWithParam<std::tuple<gemm_kernel, dtype, int>> {};
-
-/// k spans several k-blocks plus a remainder, so both the k-order and the last partial block count.
-TEST_P(reproducible_gemm, SameBytesForEveryPlanAndDeviceCount) {
-    const auto& [kernel, type, layouts] = GetParam();
+/// One random problem (k spans several k-blocks plus a remainder, so both the k-order and the
+/// last partial block count) run under every variant on the devices spec(count) names: all
+/// outputs must be byte-identical.
+void check_same_bytes(gemm_kernel kernel, dtype type, int layouts, const spec_for& spec) {
     visit_dtype(type, [&]<class T>() {
         const index_t kb = reproducible_k_block(type);
         const index_t m = 83, n = 61, k = 2 * kb + 37;
@@ -52,27 +54,27 @@ TEST_P(reproducible_gemm, SameBytesForEveryPlanAndDeviceCount) {
         const std::size_t kb_bytes = std::size_t(kb) * es;
         const std::size_t big = std::size_t(8) << 20;  // fits every plan here; the spare goes to the tile cache
         const std::vector<variant> variants = {
-            {"cpu:1", big, gemm_strategy::in_core, 0, 0, 0, 1},
-            {"cpu:1", big, gemm_strategy::in_core, 0, 0, 0, 2},
-            {"cpu:1", big, gemm_strategy::automatic, 0, 0, 0, 2},
-            {"cpu:2", 6 * 32 * kb_bytes + (1 << 16), gemm_strategy::automatic, 0, 0, 0, 1},
-            {"cpu:3", 6 * 16 * kb_bytes + (1 << 15), gemm_strategy::automatic, 0, 0, 0, 1},
-            {"cpu:1", big, gemm_strategy::c_block, 16, 16, kb, 1},
-            {"cpu:2", big, gemm_strategy::c_block, 32, 8, 2 * kb, 1},
-            {"cpu:4", big, gemm_strategy::c_block, 7, 13, 1, 1},  // tile-k rounded up
-            {"cpu:5", big, gemm_strategy::tiles_3d, 24, 24, 24, 1},
-            {"cpu:3", big, gemm_strategy::a_panel, 40, 16, 0, 1},
-            {"cpu:2", big, gemm_strategy::b_panel, 16, 40, 0, 1},
-            {"cpu:5", big, gemm_strategy::a_panel_c_panel, 9, 61, 0, 1},
-            {"cpu:3", big, gemm_strategy::row_panels, 11, 20, 0, 1},
-            {"cpu:1", big, gemm_strategy::b_panel, 83, 5, 0, 2},
+            {1, big, gemm_strategy::in_core, 0, 0, 0, 1},
+            {1, big, gemm_strategy::in_core, 0, 0, 0, 2},
+            {1, big, gemm_strategy::automatic, 0, 0, 0, 2},
+            {2, 6 * 32 * kb_bytes + (1 << 16), gemm_strategy::automatic, 0, 0, 0, 1},
+            {3, 6 * 16 * kb_bytes + (1 << 15), gemm_strategy::automatic, 0, 0, 0, 1},
+            {1, big, gemm_strategy::c_block, 16, 16, kb, 1},
+            {2, big, gemm_strategy::c_block, 32, 8, 2 * kb, 1},
+            {4, big, gemm_strategy::c_block, 7, 13, 1, 1},  // tile-k rounded up
+            {5, big, gemm_strategy::tiles_3d, 24, 24, 24, 1},
+            {3, big, gemm_strategy::a_panel, 40, 16, 0, 1},
+            {2, big, gemm_strategy::b_panel, 16, 40, 0, 1},
+            {5, big, gemm_strategy::a_panel_c_panel, 9, 61, 0, 1},
+            {3, big, gemm_strategy::row_panels, 11, 20, 0, 1},
+            {1, big, gemm_strategy::b_panel, 83, 5, 0, 2},
         };
         bool have_first = false;
         for (const variant& v : variants) {
             open_options oo;
             oo.memory_budget = v.budget;
             oo.cpu_threads = v.cpu_threads;
-            auto devs = open_devices(v.spec, oo);
+            auto devs = open_devices(spec(v.count), oo);
             std::vector<device*> ptrs;
             for (auto& d : devs) ptrs.push_back(d.get());
             plan_options po;
@@ -90,11 +92,12 @@ TEST_P(reproducible_gemm, SameBytesForEveryPlanAndDeviceCount) {
             const gemm_problem q = describe_gemm<T>(oa, op::n, alpha, a.view(), b.view(), beta, c.view());
             const gemm_plan plan = plan_gemm(q, v.budget, rates, po);
             EXPECT_EQ(plan.k_block, kb);
-            EXPECT_TRUE(plan.tile_k % kb == 0 || plan.tile_k == k) << describe(v) << " tile_k " << plan.tile_k;
+            EXPECT_EQ(plan.kernel, kernel == gemm_kernel::vendor ? gemm_kernel::tiled : kernel);
+            EXPECT_TRUE(plan.tile_k % kb == 0 || plan.tile_k == k) << describe(v, spec) << " tile_k " << plan.tile_k;
             std::memcpy(c.data(), c0.data(), std::size_t(m * n) * es);
             execute_gemm<T>(plan, ptrs, alpha, a.view(), b.view(), beta, c.view());
             const double err = gemm_relative_error<T>(oa, op::n, alpha, a.view(), b.view(), beta, c0.view(), c.view());
-            ASSERT_LE(err, gemm_tolerance(type, k)) << describe(v);
+            ASSERT_LE(err, gemm_tolerance(type, k)) << describe(v, spec);
             if (!have_first) {
                 std::memcpy(first.data(), c.data(), std::size_t(m * n) * es);
                 have_first = true;
@@ -103,10 +106,25 @@ TEST_P(reproducible_gemm, SameBytesForEveryPlanAndDeviceCount) {
             index_t differ = 0;
             for (index_t i = 0; i < m; ++i)
                 for (index_t j = 0; j < n; ++j) differ += std::memcmp(&c(i, j), &first(i, j), es) != 0;
-            EXPECT_EQ(differ, 0) << describe(v) << " (plan " << to_string(plan.strategy) << " " << plan.tile_m << "x"
+            EXPECT_EQ(differ, 0) << describe(v, spec) << " (plan " << to_string(plan.strategy) << " " << plan.tile_m << "x"
                                  << plan.tile_n << "x" << plan.tile_k << ")";
         }
     });
+}
+
+class reproducible_gemm : public ::testing::TestWithParam<std::tuple<gemm_kernel, dtype, int>> {};
+
+TEST_P(reproducible_gemm, SameBytesForEveryPlanAndDeviceCount) {
+    const auto& [kernel, type, layouts] = GetParam();
+    check_same_bytes(kernel, type, layouts, [](int count) { return "cpu:" + std::to_string(count); });
+}
+
+/// OpenCL devices (PoCL in CI): slices of one device, each its own queue and budget.
+class reproducible_gemm_opencl : public reproducible_gemm {};
+TEST_P(reproducible_gemm_opencl, SameBytesForEveryPlanAndSliceCount) {
+    const auto& [kernel, type, layouts] = GetParam();
+    TILESTREAM_SKIP_WITHOUT_GPU("opencl:0");
+    check_same_bytes(kernel, type, layouts, [](int count) { return "opencl:0x" + std::to_string(count); });
 }
 
 std::string reproducible_name(const ::testing::TestParamInfo<std::tuple<gemm_kernel, dtype, int>>& info) {
@@ -114,17 +132,14 @@ std::string reproducible_name(const ::testing::TestParamInfo<std::tuple<gemm_ker
            "_layouts" + std::to_string(std::get<2>(info.param));
 }
 
-// The naive kernel adds each element's k-block in order whatever the call's shape, so the fixed
-// k-order is all it needs. The tiled and vendor (OpenBLAS) kernels still give shape-dependent bits
-// (seen here: up to 2318 of 5063 elements differ when a worker split or a tile changes the call's
-// m or n), so they are instantiated disabled until their per-element order depends on k alone;
-// run them with --gtest_also_run_disabled_tests. naive f64 differs in 4 elements for two plans
-// (row-panels 11x20, b-panel 83x5), also disabled pending a look at its loop's code generation.
+// Every kernel: naive and tiled add each element's k-block in order whatever the call's shape
+// (tests/test_cpu_isa.cpp checks the tiled kernel's sub-problem invariance on its own), and a
+// reproducible plan runs the tiled kernel where vendor was asked for.
 INSTANTIATE_TEST_SUITE_P(cpu, reproducible_gemm,
-                         ::testing::Combine(::testing::Values(gemm_kernel::naive), ::testing::Values(dtype::f32),
-                                            ::testing::Values(0, 3)),
+                         ::testing::Combine(::testing::Values(gemm_kernel::naive, gemm_kernel::tiled, gemm_kernel::vendor),
+                                            ::testing::Values(dtype::f32, dtype::f64), ::testing::Values(0, 3)),
                          reproducible_name);
-INSTANTIATE_TEST_SUITE_P(DISABLED_cpu_shape_dependent_kernels, reproducible_gemm,
+INSTANTIATE_TEST_SUITE_P(opencl, reproducible_gemm_opencl,
                          ::testing::Combine(::testing::Values(gemm_kernel::naive, gemm_kernel::tiled, gemm_kernel::vendor),
                                             ::testing::Values(dtype::f32, dtype::f64), ::testing::Values(0, 3)),
                          reproducible_name);
@@ -237,23 +252,26 @@ namespace {
 
 /// Row 14 of issue 12: cpu:3 under a 1 MiB budget against cpu:1 gave a different C (the plan picked
 /// another k-split per device count); with the fixed k-order the files are byte-identical.
-TEST(reproducible_cli, ThreeDevicesAndOneGiveTheSameFileWithTheTiledKernel) {
+// The default command line with --reproducible on (vendor asked for, tiled run), and the tiled
+// and naive kernels: one device in place, three devices under a small budget and two with
+// c-blocks write the same file.
+TEST(reproducible_cli, OneTwoAndThreeDevicesWriteTheSameFile) {
     const std::string dir = ::testing::TempDir();
-    for (const std::string kernel : {"tiled", "naive"}) {
-        std::string files[2];
-        int i = 0;
-        for (const std::string devices : {"cpu:1", "cpu:3"}) {
-            files[i] = dir + "/reproducible_" + kernel + "_" + std::to_string(i) + ".npy";
-            const auto r = testing::run_cli("gemm --m 300 --n 257 --k 900 --devices " + devices +
-                                            " --memory-budget 1MiB --kernel " + kernel +
+    for (const std::string kernel : {"", " --kernel tiled", " --kernel naive"}) {
+        const std::string runs[] = {"--devices cpu:1", "--devices cpu:3 --memory-budget 1MiB",
+                                    "--devices cpu:2 --memory-budget 3MiB --strategy c-block"};
+        std::string files[3];
+        for (int i = 0; i < 3; ++i) {
+            files[i] = dir + "/reproducible_" + std::to_string(kernel.size()) + "_" + std::to_string(i) + ".npy";
+            const auto r = testing::run_cli("gemm --m 300 --n 257 --k 900 --dtype f64 --beta 0.5 " + runs[i] + kernel +
                                             " --reproducible on --quiet --out " + files[i]);
             ASSERT_EQ(r.exit_code, 0) << r.out;
-            ++i;
         }
-        const std::string diff = testing::run_cli_raw("cmp " + files[0] + " " + files[1] + " && echo same");
-        EXPECT_NE(diff.find("same"), std::string::npos) << kernel << ": " << diff;
-        std::remove(files[0].c_str());
-        std::remove(files[1].c_str());
+        for (int i = 1; i < 3; ++i) {
+            const std::string diff = testing::run_cli_raw("cmp " + files[0] + " " + files[i] + " && echo same");
+            EXPECT_NE(diff.find("same"), std::string::npos) << "kernel" << kernel << ", " << runs[i] << ": " << diff;
+        }
+        for (const auto& f : files) std::remove(f.c_str());
     }
 }
 

@@ -54,6 +54,11 @@ struct device_rates {
     double flops = 100e9;
     double op_overhead = 10e-6;
     bool measured = false;
+    /// The device computes in host memory (a CPU device): its copies are memcpy on the cores its
+    /// kernels use, so they add to the compute time instead of hiding behind it, and each kernel
+    /// call's packing of its A rows and B columns is such a copy too (fewer, larger calls pack
+    /// less). measure_rates sets it from device::host_addressable.
+    bool host_memory = false;
 };
 /// Measures copy bandwidths and the kernel's FLOP rate on dev with short probes (cached per
 /// device id, dtype and kernel within the process).
@@ -84,8 +89,10 @@ struct plan_options {
     /// Fix the accumulation order over k: every kernel call covers one k-block (see
     /// reproducible_k_block) and k-tiles are whole multiples of it, so devices running the same
     /// kernel give bitwise identical results whatever the strategy, tiles, budget and device
-    /// count. A --tile-k that is not a multiple is rounded up to one (explain says so). Off by
-    /// default until its cost is shown to be under 3% and the CPU kernels are shape-invariant.
+    /// count. A --tile-k that is not a multiple is rounded up to one (explain says so). The vendor
+    /// kernel is replaced by the tiled one (vendor BLAS pick their blocking by the call's shape).
+    /// Off by default: the tiled kernel runs at 0.92-0.96x OpenBLAS on an AVX2 machine, more than
+    /// the 3% a default may cost (goals_bench measures it).
     bool reproducible = false;
 };
 

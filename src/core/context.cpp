@@ -159,12 +159,12 @@ gemm_plan context::plan(const gemm_problem& problem, const gemm_call_options& ca
         if (!d->supports(po.kernel))
             throw invalid_argument("gemm: device " + d->id() + " has no '" + std::string(to_string(po.kernel)) +
                                    "' kernel (the reference kernel runs on CPU devices only)");
-    // Rates only steer the automatic choice; in place nothing is copied and the compute is the
-    // same whatever the plan, so no probe.
-    const device_rates r = call.rates                                            ? *call.rates
-                           : options_.rates                                      ? *options_.rates
-                           : po.strategy == gemm_strategy::automatic && !in_place_ ? rates(problem.type, po.kernel)
-                                                                                   : device_rates{};
+    // Rates steer the automatic choice: the copies, and in place on several devices the kernels'
+    // packing that larger units save against the balance smaller ones give. One device in place
+    // runs one call whatever the rates: no probe.
+    const bool probe = po.strategy == gemm_strategy::automatic && (!in_place_ || device_ptrs_.size() > 1);
+    device_rates r = call.rates ? *call.rates : options_.rates ? *options_.rates : probe ? rates(problem.type, po.kernel) : device_rates{};
+    r.host_memory = std::all_of(device_ptrs_.begin(), device_ptrs_.end(), [](device* d) { return d->host_addressable(); });
     try {
         return plan_gemm(problem, budget(), r, po);
     } catch (const out_of_budget& e) {

@@ -83,10 +83,11 @@ gemm_report gemm(device& dev, op op_a, op op_b, T alpha, host_matrix_view<const 
     po.reproducible = opt.reproducible;
     // Rates only steer the automatic choice; a fixed strategy, or one device computing in place
     // (one unit, nothing copied), runs without probing the device.
-    const device_rates rates = opt.rates ? *opt.rates
+    device_rates rates = opt.rates ? *opt.rates
                                : opt.strategy == gemm_strategy::automatic && !po.in_place
                                    ? measure_rates(dev, problem.type, opt.kernel, opt.math)
                                                                           : device_rates{};
+    rates.host_memory = dev.host_addressable();
     gemm_plan plan;
     try {
         // Memory that concurrent calls hold is theirs only for a while (see budget_reservation).

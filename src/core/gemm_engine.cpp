@@ -277,9 +277,10 @@ public:
 private:
     /// Blocks while this device already has its limit of unfinished units.
     void wait_for_room() {
-        const auto room = [&] {
-            return in_flight_ < std::size_t(std::max(1, run_.max_units_in_flight)) || stopping() || broken_.load();
-        };
+        // In place (zero-copy) there is no copy to overlap with compute, so a second queued unit
+        // would only be one the other devices can no longer take: one at a time keeps the tail even.
+        const int limit = plan_.strategy == gemm_strategy::zero_copy ? 1 : std::max(1, run_.max_units_in_flight);
+        const auto room = [&] { return in_flight_ < std::size_t(limit) || stopping() || broken_.load(); };
         // A cancel flag is not notified, nor is a unit whose stream failed: look often.
         const auto poll = std::chrono::milliseconds(run_.cancel != nullptr || state_.recoverable ? 10 : 200);
         auto since = std::chrono::steady_clock::now();

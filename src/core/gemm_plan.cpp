@@ -102,8 +102,20 @@ index_t host_ld(index_t given, index_t rows, index_t cols, layout l) {
     return given > 0 ? given : std::max<index_t>(1, l == layout::row_major ? cols : rows);
 }
 
-/// Zero-copy: no device buffers and no copies; the time is the compute, shared by the devices,
-/// plus a tail (with several devices the last units finish unevenly: half a unit on average).
+/// Seconds a host-memory device spends packing: each kernel call copies its rows of A and columns
+/// of B into the kernel's panels (OpenBLAS and the tiled kernel both do) at about the device's copy
+/// rate, so many small calls cost more than a few large ones (256 x 256 blocks of a 4096^3 product
+/// pack ~8x the elements of one call). Accelerator BLAS stream from device memory: nothing counted.
+double packing_seconds(const gemm_plan& p) {
+    const gemm_problem& q = p.problem;
+    if (!p.rates.host_memory || !q.reads_ab || q.k <= 0) return 0.0;
+    const double packed_elements = double(p.tiles_n) * double(q.m) * double(q.k) + double(p.tiles_m) * double(q.k) * double(q.n);
+    return packed_elements * double(size_of(q.type)) / p.rates.h2d;
+}
+
+/// Zero-copy: no device buffers and no copies to the device, only the kernels' packing. The
+/// devices share the rounds of units; with devices of equal speed taking one unit at a time the
+/// last partial round is in `share`, and start skew and jitter add about a quarter of a unit.
 void cost_zero_copy(gemm_plan& p) {
     const gemm_problem& q = p.problem;
     const bool ab = q.reads_ab && q.k > 0;
@@ -116,11 +128,10 @@ void cost_zero_copy(gemm_plan& p) {
     const device_rates& r = p.rates;
     const std::size_t devs = std::size_t(std::max(1, p.devices)), units = std::max<std::size_t>(p.units, 1);
     const double share = double((units + devs - 1) / devs) / double(units);
-    const double compute = (q.flops() / r.flops + double(p.steps) * r.op_overhead) * share;
-    const double tail = devs > 1 ? 0.5 * q.flops() / r.flops / double(units) : 0.0;
-    p.predicted_compute_seconds = compute;
+    const double work = q.flops() / r.flops + packing_seconds(p) + double(p.steps) * r.op_overhead;
+    p.predicted_compute_seconds = work * share;
     p.predicted_copy_seconds = 0;
-    p.predicted_seconds = compute + tail;
+    p.predicted_seconds = work * share + (devs > 1 ? 0.25 * work / double(units) : 0.0);
     p.bound = "compute (zero-copy: operands used in place)";
 }
 
@@ -202,7 +213,7 @@ void cost(gemm_plan& p) {
     // busiest does ceil(units / devices) of them.
     const std::size_t devs = std::size_t(std::max(1, p.devices));
     const double share = double((units + devs - 1) / devs) / double(std::max<std::size_t>(units, 1));
-    const double compute = (q.flops() / r.flops + double(steps) * r.op_overhead) * share;
+    const double compute = (q.flops() / r.flops + packing_seconds(p) + double(steps) * r.op_overhead) * share;
     const double h2d_share = h2d * share, d2h_share = d2h * share;
     p.predicted_compute_seconds = compute;
     p.predicted_copy_seconds = h2d_share + d2h_share;
@@ -211,6 +222,12 @@ void cost(gemm_plan& p) {
     if (p.strategy == gemm_strategy::in_core) {
         p.predicted_seconds = h2d_share + compute + d2h_share;
         p.bound = "nothing overlaps (in-core)";
+        return;
+    }
+    if (r.host_memory) {
+        // A CPU device's copy streams run on the cores and memory its kernels use: they add up.
+        p.predicted_seconds = h2d_share + compute + d2h_share;
+        p.bound = "compute and copies (a CPU device's copies use its own cores)";
         return;
     }
     // Pipeline: the slowest stream sets the pace; the first loads and the last store do not overlap.
@@ -351,7 +368,10 @@ gemm_plan plan_gemm(const gemm_problem& q, std::size_t budget, const device_rate
         p.problem = q;
         p.strategy = s;
         p.transfer = opt.transfer;
-        p.kernel = opt.kernel;
+        // Vendor BLAS (OpenBLAS, cuBLAS, CLBlast) choose their blocking and thread split by the call's
+        // shape, so an element's bits change with the tile: a reproducible plan runs the tiled kernel,
+        // whose per-element order depends on k alone.
+        p.kernel = opt.reproducible && opt.kernel == gemm_kernel::vendor ? gemm_kernel::tiled : opt.kernel;
         p.math = opt.math;
         p.tile_m = tm;
         p.tile_n = tn;
@@ -498,7 +518,10 @@ std::string explain(const gemm_plan& p) {
         s << "  devices         " << p.devices << (p.static_assignment ? " (row panels dealt round-robin)" : " (shared queue)") << "\n";
     if (p.k_block)
         s << "  k-order         k-blocks of " << p.k_block << " added in order (bitwise reproducible)"
-          << (p.tile_k_rounded ? "; the requested tile-k was rounded up to a multiple" : "") << "\n";
+          << (p.tile_k_rounded ? "; the requested tile-k was rounded up to a multiple" : "")
+          << (p.kernel == gemm_kernel::tiled ? "; the tiled kernel, whose element order does not depend on the tile"
+                                             : "")
+          << "\n";
     if (p.cache) s << "  note            with the cache, bytes h2d are an upper bound (hits are not predicted)\n";
     s << "  peak memory     " << format_bytes(p.peak_device_bytes) << " of a " << format_bytes(p.budget) << " budget\n";
     s << "  bytes h2d       " << format_bytes(p.bytes_h2d) << " (" << p.bytes_h2d << ")\n";

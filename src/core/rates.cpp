@@ -38,6 +38,7 @@ device_rates measure_rates(device& dev, dtype type, gemm_kernel kernel, math_mod
     // Each probe runs only when its buffers fit what the budget leaves (a probe that does not fit
     // keeps the default rate); results are cached only when every probe ran.
     device_rates r;
+    r.host_memory = dev.host_addressable();
     const std::size_t free = dev.budget() - std::min(dev.budget(), dev.bytes_in_use());
     const std::size_t es = size_of(type);
     bool copies_measured = false, gemm_measured = false;
