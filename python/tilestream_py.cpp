@@ -183,6 +183,8 @@ py::dict report_dict(ts::context& ctx, const ts::gemm_report& r) {
     d["measured_peak_device_bytes"] = r.peak_device_bytes;
     d["cache_hits"] = r.cache_hits;
     d["cache_misses"] = r.cache_misses;
+    d["kept_hits"] = r.kept_hits;
+    d["kept_bytes_saved"] = r.kept_bytes_saved;
     py::list shares;
     for (const auto& s : r.devices) {
         py::dict sd;
@@ -190,12 +192,19 @@ py::dict report_dict(ts::context& ctx, const ts::gemm_report& r) {
         sd["units"] = s.units;
         sd["flops"] = s.flops;
         sd["bytes_h2d"] = s.bytes_h2d;
+        sd["kept_hits"] = s.kept_hits;
         shares.append(sd);
     }
     d["device_shares"] = shares;
     d["warnings"] = r.warnings;
     return d;
 }
+
+/// A kept operand (context::keep) and the array it promises about, alive while the handle is.
+struct kept_array {
+    ts::kept_operand handle;
+    py::object array;
+};
 
 struct gemm_args {
     double alpha = 1, beta = 0;
@@ -393,6 +402,14 @@ PYBIND11_MODULE(_tilestream, m) {
         .def_property_readonly("cancel_requested", &background_run::cancel_requested)
         .def("result", &background_run::result);
 
+    py::class_<kept_array>(m, "Kept")
+        .def("changed", [](kept_array& k) { k.handle.changed(); })
+        .def("release", [](kept_array& k) {
+            k.handle.reset();
+            k.array = py::none();
+        })
+        .def_property_readonly("active", [](const kept_array& k) { return bool(k.handle); });
+
     py::class_<ts::context>(m, "Context")
         .def(py::init(&make_context), py::arg("spec"), py::arg("memory_budget"), py::arg("kernel"),
              py::arg("cpu_threads"), py::arg("math"), py::arg("cache"), py::arg("reproducible"))
@@ -419,6 +436,20 @@ PYBIND11_MODULE(_tilestream, m) {
             py::arg("a"), py::arg("b"), py::arg("c"), py::arg("alpha"),
             py::arg("beta"), py::arg("strategy"), py::arg("tile_m"), py::arg("tile_n"), py::arg("tile_k"),
             py::arg("kernel"), py::arg("plan_only"))
+        .def(
+            "keep",
+            [](ts::context& ctx, py::array x) {
+                if (!blas_layout(x))
+                    throw ts::invalid_argument("Context.keep: the array must be 2-D with one unit stride (C or Fortran "
+                                               "order, or a strided view of one), as matmul reads it in place");
+                kept_array k;
+                if (x.dtype().is(py::dtype::of<float>())) k.handle = ctx.keep(view_of<const float>(x, "a"));
+                else if (x.dtype().is(py::dtype::of<double>())) k.handle = ctx.keep(view_of<const double>(x, "a"));
+                else throw ts::invalid_argument("Context.keep: the array must be float32 or float64");
+                k.array = std::move(x);
+                return k;
+            },
+            py::arg("a"))
         .def(
             "start_jacobi",
             [](py::object self, const jacobi_args& j, const py::object& start) {

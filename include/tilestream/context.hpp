@@ -8,6 +8,17 @@
 // Thread safety: every member may be called from several threads at once. Runs queue: one GEMM or
 // Jacobi solve at a time owns the context's devices (each run already uses all of them), so
 // concurrent callers get correct results in arrival order of the lock.
+//
+// Between calls the context keeps, per device, the buffers, pinned staging, streams and budget
+// reservation of the last GEMM, for the next call whose plan uses buffers of the same sizes (a
+// plan needing more than the reservation frees them first). Kept memory counts against the
+// device's budget but is given back whenever another run or allocation on the device needs it.
+// Tiles left in those buffers are reused by a later call only for operands the caller keeps:
+//
+//     auto ka = ctx.keep(a);           // promise: a's values do not change while ka lives
+//     ctx.gemm(a, b1, c1);             // loads a's tiles
+//     ctx.gemm(a, b2, c2);             // reuses those still on the devices (gemm_report::kept_hits)
+//     write_into(a); ka.changed();     // a changed: its tiles are loaded again
 #pragma once
 
 #include <tilestream/device.hpp>
@@ -18,6 +29,7 @@
 #include <tilestream/plan.hpp>
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -27,6 +39,40 @@
 #include <vector>
 
 namespace tilestream {
+
+namespace detail {
+struct gemm_memory;
+struct keep_record;
+struct keep_registry;
+}  // namespace detail
+
+/// A caller's promise, made with context::keep, that a host operand keeps its values and stays
+/// allocated while the handle lives: tiles of it that a call left on the context's devices are then
+/// used by later calls instead of being copied again (calls on a view inside the kept one too).
+/// The operand is also pinned for the handle's lifetime (devices that copy faster from pinned
+/// memory). changed() after writing into it; destroying or reset()ting the handle ends the promise
+/// (and the reuse). Operands not kept are never reused across calls. Move-only; may outlive its
+/// context (it then does nothing).
+class kept_operand {
+public:
+    kept_operand() = default;
+    kept_operand(kept_operand&&) noexcept = default;
+    kept_operand& operator=(kept_operand&&) noexcept = default;
+    kept_operand(const kept_operand&) = delete;
+    kept_operand& operator=(const kept_operand&) = delete;
+    ~kept_operand() = default;
+    /// The operand's values changed: tiles of it read before are not used again. Not while a call
+    /// that reads the operand runs.
+    void changed();
+    /// Ends the promise now.
+    void reset() { record_.reset(); }
+    explicit operator bool() const { return record_ != nullptr; }
+
+private:
+    friend class context;
+    explicit kept_operand(std::shared_ptr<detail::keep_record> r) : record_(std::move(r)) {}
+    std::shared_ptr<detail::keep_record> record_;
+};
 
 /// What a context is opened with; every call uses these unless it says otherwise.
 struct context_options {
@@ -107,6 +153,14 @@ public:
         return gemm<T>(op::n, op::n, T(1), a, b, T(0), c, call);
     }
 
+    /// Keeps `v` (see kept_operand): its tiles survive between calls while the handle lives.
+    template <class T>
+    kept_operand keep(host_matrix_view<const T> v);
+    template <class T>
+    kept_operand keep(host_matrix_view<T> v) {
+        return keep<T>(host_matrix_view<const T>(v));
+    }
+
     /// Cuts a Jacobi problem over the context's devices.
     jacobi_plan plan_jacobi(const jacobi_problem& problem, const jacobi_options& options = {}) const;
     /// Solves from `field` (ny x nx, row-major): on return it holds the final field.
@@ -125,6 +179,11 @@ private:
     std::string names_;
     bool in_place_ = false;
     std::mutex mutex_;  ///< one run or rate probe at a time on the devices
+    /// Buffers, streams and reservations kept between GEMM calls, given back on demand (the ids of
+    /// its idle holders on the devices), and the operands kept by the caller.
+    std::unique_ptr<detail::gemm_memory> memory_;
+    std::vector<std::uint64_t> holders_;
+    std::shared_ptr<detail::keep_registry> keeps_;
 };
 
 }  // namespace tilestream

@@ -123,6 +123,8 @@ public:
     /// This run's buffers on the device now, and at most since the reservation was made.
     std::size_t in_use() const { return in_use_.load(); }
     std::size_t peak() const { return peak_.load(); }
+    /// Starts peak() again from in_use() (a reservation kept for another run: that run's peak).
+    void reset_peak() { peak_.store(in_use_.load()); }
 
 private:
     friend class device;
@@ -242,6 +244,13 @@ public:
     void reset_peak() { peak_.store(in_use_.load()); }
     /// True when the host can read and write this device's buffers directly (CPU devices).
     virtual bool host_addressable() const = 0;
+    /// Memory kept between runs by a holder that can give it back (a context's buffers and tile
+    /// cache): a reservation that would wait for memory, or an allocation beyond the budget, first
+    /// calls every holder's `give_back` (outside the device's locks), which frees what it holds
+    /// idle on this device and says whether it freed anything. Returns the id remove_idle_holder
+    /// takes; removal waits for a give_back under way.
+    std::uint64_t add_idle_holder(std::function<bool()> give_back);
+    void remove_idle_holder(std::uint64_t id);
 
     /// Host memory for staging copies (pinned on CUDA). Not counted against the budget.
     virtual host_staging_buffer allocate_host_staging(std::size_t bytes) = 0;
@@ -299,6 +308,11 @@ private:
     friend class budget_reservation;
     void release(void* p, std::size_t bytes, budget_reservation* from, std::size_t reserved) noexcept;
     void notify_budget_waiters();
+    /// Asks the idle holders for their memory; true when one freed something.
+    bool reclaim_idle();
+    std::mutex holders_mutex_;
+    std::vector<std::pair<std::uint64_t, std::function<bool()>>> holders_;
+    std::uint64_t next_holder_ = 1;
     std::atomic<std::size_t> in_use_{0};
     std::atomic<std::size_t> reserved_{0};  ///< held by live reservations (part of in_use_)
     std::mutex budget_mutex_;               ///< reservations: turns and waits

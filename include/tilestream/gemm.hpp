@@ -35,6 +35,7 @@ struct device_share {
     std::size_t bytes_h2d = 0;
     std::size_t cache_hits = 0, cache_misses = 0, bytes_saved = 0;
     std::size_t peer_hits = 0, bytes_from_peers = 0;  ///< tiles copied from another device's cache
+    std::size_t kept_hits = 0, kept_bytes_saved = 0;  ///< tiles of kept operands an earlier call left here
 };
 
 /// A device lost during a run: its unfinished units went back to the queue and other devices
@@ -53,6 +54,9 @@ struct gemm_report {
     std::size_t peak_device_bytes = 0;  ///< the largest over the devices
     std::size_t cache_hits = 0, cache_misses = 0, bytes_saved = 0;  ///< tile loads avoided / done (cache on)
     std::size_t peer_hits = 0, bytes_from_peers = 0;
+    /// Tile loads avoided because an earlier call of the same context left the tile on the device
+    /// and the operand is kept unchanged (context::keep); not part of cache_hits.
+    std::size_t kept_hits = 0, kept_bytes_saved = 0;
     std::vector<device_share> devices;
     /// What did not go as asked but did not stop the run (host memory a device refused to pin, a
     /// device that ran with fewer buffers after an allocation failed).

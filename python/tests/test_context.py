@@ -6,6 +6,7 @@ import signal
 import threading
 import time
 
+import numpy as np
 import pytest
 
 import tilestream
@@ -131,3 +132,25 @@ def test_ctrl_c_during_a_run_raises_keyboard_interrupt_and_leaves_the_context_us
         ctx.matmul(a, b, strategy="tiles-3d", tile=16)
         assert interrupted_after < time.perf_counter() - t0  # stopped before finishing
     check(ctx.matmul(a, b), a, b)
+
+
+def test_kept_arrays_are_not_copied_again(rng):
+    """Context.keep: a second call reuses the kept arrays' tiles (the explain text says how many);
+    after changed() the new values are read."""
+    ctx = tilestream.Context("cpu", memory_budget="1MiB", cpu_threads=1)
+    a, b = random(rng, (61, 53)), random(rng, (53, 47), order="F")
+    with ctx.keep(a) as ka, ctx.keep(b):
+        r1, text1 = ctx.matmul(a, b, strategy="in-core", explain=True)
+        r2, text2 = ctx.matmul(a, b, strategy="in-core", explain=True)
+        check(r1, a, b)
+        check(r2, a, b)
+        assert "kept:" not in text1
+        assert f"kept: 2 tiles of kept operands reused from earlier calls ({a.nbytes + b.nbytes} bytes" in text2
+        a[:] = random(rng, a.shape)
+        ka.changed()
+        r3, text3 = ctx.matmul(a, b, strategy="in-core", explain=True)
+        check(r3, a, b)
+        assert "kept: 1 tiles" in text3  # B's tile only
+    assert not ka.active
+    with pytest.raises(ValueError, match="float32 or float64"):
+        ctx.keep(np.ones((3, 3), np.int32))

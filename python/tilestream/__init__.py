@@ -204,6 +204,32 @@ def _wait(run, progress):
     return report
 
 
+class Kept:
+    """A promise made with Context.keep; usable as a context manager."""
+
+    def __init__(self, native):
+        self._native = native
+
+    def changed(self):
+        """The array's values changed: tiles of it read before are not used again."""
+        self._native.changed()
+
+    def release(self):
+        """Ends the promise (and the reuse)."""
+        self._native.release()
+
+    @property
+    def active(self):
+        return self._native.active
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+        return False
+
+
 class Context:
     """Devices opened once (the CLI's spec grammar: 'all', 'cpu', 'cpu:2', 'cuda:0,cpu@4GiB',
     'opencl:0x2'...), their rates measured once, and every call planned for all of them:
@@ -324,8 +350,19 @@ class Context:
                      f"h2d {report['measured_bytes_h2d']} (predicted {report['bytes_h2d']}), d2h "
                      f"{report['measured_bytes_d2h']} (predicted {report['bytes_d2h']}), peak device memory "
                      f"{report['measured_peak_device_bytes']} (predicted {report['peak_device_bytes']})")
+        if report["kept_hits"]:
+            lines.append(f"kept: {report['kept_hits']} tiles of kept operands reused from earlier calls "
+                         f"({report['kept_bytes_saved']} bytes not copied)")
         lines += [f"warning: {w}" for w in report["warnings"]]
         return result, "\n".join(lines) + "\n"
+
+    def keep(self, a):
+        """Promises that array `a` (2-D float32/float64, read in place by matmul) keeps its values
+        while the returned handle is active: tiles of it a call leaves on the devices are used by
+        later calls instead of being copied again. Call handle.changed() after writing into `a`;
+        handle.release() (or leaving a `with` block) ends the promise. Arrays not kept are copied
+        every call."""
+        return Kept(self._native.keep(np.asarray(a)))
 
     def plan(self, a, b, out=None, *, alpha=1, beta=0, c=None, strategy="auto", tile=None, kernel=None):
         """The plan matmul would run, without running it: a dict with 'text' (explain's lines),

@@ -1,12 +1,80 @@
-// The context: devices opened once, plans for all of them, runs one at a time.
+// The context: devices opened once, plans for all of them, runs one at a time; buffers and the
+// tiles of kept operands survive between calls.
 #include <tilestream/context.hpp>
 #include <tilestream/devices.hpp>
 #include <tilestream/error.hpp>
 
+#include "core/gemm_memory.hpp"
+
 #include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstdint>
 #include <limits>
+#include <map>
 
 namespace tilestream {
+
+namespace detail {
+
+/// The operands kept by a context's callers and the pinning each holds; `alive` until the
+/// context (and its devices) is gone.
+struct keep_registry {
+    std::mutex mutex;
+    bool alive = true;
+    std::uint64_t next_id = 1;
+    std::vector<std::weak_ptr<keep_record>> records;
+    std::map<std::uint64_t, pinned_operands> pins;
+};
+
+/// One kept operand: where it lies, as a view, and its generation.
+struct keep_record {
+    std::shared_ptr<keep_registry> registry;
+    std::uint64_t id = 0;
+    std::atomic<std::uint64_t> generation{1};
+    std::uintptr_t base = 0;
+    index_t rows = 0, cols = 0, ld = 0;
+    layout lay = layout::row_major;
+    dtype type = dtype::f32;
+    std::size_t es = 0;
+    std::size_t span = 0;  ///< bytes from the first element to the last
+    index_t inner() const { return lay == layout::row_major ? cols : rows; }
+    index_t outer() const { return lay == layout::row_major ? rows : cols; }
+
+    /// Whether every element of the view (data, rows x cols, ld, layout, type) is one of this
+    /// operand's.
+    bool covers(std::uintptr_t data, index_t r, index_t c, index_t v_ld, layout v_lay, dtype v_type) const {
+        if (v_type != type || v_lay != lay || v_ld != ld || data < base || (data - base) % es != 0) return false;
+        const std::uintptr_t e = (data - base) / es;
+        const index_t o = index_t(e / std::uintptr_t(ld)), i = index_t(e % std::uintptr_t(ld));
+        const index_t v_inner = v_lay == layout::row_major ? c : r, v_outer = v_lay == layout::row_major ? r : c;
+        return i + v_inner <= inner() && o + v_outer <= outer();
+    }
+
+    ~keep_record() {
+        std::lock_guard lock(registry->mutex);
+        registry->pins.erase(id);  // unpins (the context erased all when it went first)
+        std::erase_if(registry->records, [](const std::weak_ptr<keep_record>& w) { return w.expired(); });
+    }
+};
+
+}  // namespace detail
+
+namespace {
+
+/// Bytes a host view spans, first element to last.
+template <class V>
+std::size_t span_of(const V& v) {
+    const index_t outer = v.layout() == layout::row_major ? v.rows() : v.cols();
+    const index_t inner = v.layout() == layout::row_major ? v.cols() : v.rows();
+    return v.empty() ? 0 : std::size_t((outer - 1) * v.ld() + inner) * sizeof(typename V::value_type);
+}
+
+}  // namespace
+
+void kept_operand::changed() {
+    if (record_) ++record_->generation;
+}
 
 context::context(std::string_view spec, const context_options& options) : options_(options) {
     open_options oo;
@@ -18,9 +86,44 @@ context::context(std::string_view spec, const context_options& options) : option
         names_ += (names_.empty() ? "" : ",") + d->id();
     }
     in_place_ = tilestream::computes_in_place(device_ptrs_);
+    memory_ = std::make_unique<detail::gemm_memory>();
+    memory_->kits.resize(device_ptrs_.size());
+    keeps_ = std::make_shared<detail::keep_registry>();
+    // What is kept idle on a device goes back to it when another run or allocation there needs it.
+    for (std::size_t i = 0; i < device_ptrs_.size(); ++i)
+        holders_.push_back(device_ptrs_[i]->add_idle_holder([m = memory_.get(), i] { return m->release(i); }));
 }
 
-context::~context() = default;
+context::~context() {
+    for (std::size_t i = 0; i < holders_.size(); ++i) device_ptrs_[i]->remove_idle_holder(holders_[i]);
+    memory_->release();
+    std::map<std::uint64_t, pinned_operands> pins;  // unpinned below, outside the lock
+    {
+        std::lock_guard lock(keeps_->mutex);
+        keeps_->alive = false;
+        pins.swap(keeps_->pins);
+    }
+}
+
+template <class T>
+kept_operand context::keep(host_matrix_view<const T> v) {
+    auto rec = std::make_shared<detail::keep_record>();
+    rec->registry = keeps_;
+    rec->base = reinterpret_cast<std::uintptr_t>(v.data());
+    rec->rows = v.rows();
+    rec->cols = v.cols();
+    rec->ld = v.ld();
+    rec->lay = v.layout();
+    rec->type = dtype_of<T>();
+    rec->es = sizeof(T);
+    rec->span = span_of(v);
+    pinned_operands pins(device_ptrs_, std::array{std::pair<const void*, std::size_t>{v.data(), rec->span}});
+    std::lock_guard lock(keeps_->mutex);
+    rec->id = keeps_->next_id++;
+    keeps_->records.push_back(rec);
+    keeps_->pins.emplace(rec->id, std::move(pins));
+    return kept_operand(std::move(rec));
+}
 
 std::size_t context::budget() const {
     std::size_t budget = std::numeric_limits<std::size_t>::max();
@@ -78,11 +181,50 @@ gemm_report context::execute(const gemm_plan& p, T alpha, host_matrix_view<const
         throw invalid_argument("context: the plan is for " + std::to_string(p.devices) + " device(s), this context has " +
                                std::to_string(device_ptrs_.size()) + " (" + names_ + ")");
     const std::lock_guard lock(mutex_);
+    // The kept operands A and B lie in (their tiles may come from earlier calls; they are pinned).
+    // (Copied out under the lock, released after it: the last reference ends a record, which locks.)
+    std::vector<std::shared_ptr<detail::keep_record>> kept;
+    {
+        std::lock_guard keep_lock(keeps_->mutex);
+        for (const auto& w : keeps_->records)
+            if (auto r = w.lock()) kept.push_back(std::move(r));
+    }
+    detail::call_keeps keeps;
+    std::vector<std::pair<const void*, std::size_t>> ranges;
+    const auto find = [&](auto v) {
+        using V = typename decltype(v)::value_type;
+        detail::operand_keep k;
+        if (v.empty()) return k;
+        for (const auto& r : kept)
+            if (r->covers(reinterpret_cast<std::uintptr_t>(v.data()), v.rows(), v.cols(), v.ld(), v.layout(),
+                          dtype_of<std::remove_const_t<V>>())) {
+                k.id = r->id;
+                k.generation = r->generation.load();
+                return k;
+            }
+        ranges.emplace_back(v.data(), span_of(v));
+        return k;
+    };
+    keeps.a = find(a);
+    keeps.b = find(b);
+    find(host_matrix_view<const T>(c));  // C: pinned for this run (unless a kept view holds it)
+    // A kept operand this call writes into (as C) has changed once it returns, however it returns.
+    struct written_guard {
+        std::vector<detail::keep_record*> records;
+        ~written_guard() {
+            for (auto* r : records) ++r->generation;
+        }
+    } written;
+    if (!c.empty()) {
+        const auto c0 = reinterpret_cast<std::uintptr_t>(c.data()), c1 = c0 + span_of(c);
+        for (const auto& r : kept)
+            if (r->span > 0 && r->base < c1 && c0 < r->base + r->span) written.records.push_back(r.get());
+    }
     // Pinned before the clock, for this run (execute_gemm would otherwise pin inside its call).
-    const pinned_operands pinned(device_ptrs_, a, b, c);
+    const pinned_operands pinned(device_ptrs_, ranges);
     gemm_run_options run = call.run;
     run.register_host = false;
-    gemm_report report = execute_gemm<T>(p, device_ptrs_, alpha, a, b, beta, c, run);
+    gemm_report report = detail::execute_gemm_kept<T>(p, device_ptrs_, alpha, a, b, beta, c, run, memory_.get(), keeps);
     for (const auto& w : pinned.refused()) report.warnings.push_back("host memory not pinned (copies stay pageable): " + w);
     return report;
 }
@@ -95,6 +237,7 @@ template <class T>
 jacobi_report context::jacobi(const jacobi_problem& problem, host_matrix_view<T> field, const jacobi_options& options) {
     const jacobi_plan plan = plan_jacobi(problem, options);
     const std::lock_guard lock(mutex_);
+    memory_->release();  // GEMM buffers make room for the solve
     return run_jacobi<T>(plan, field);
 }
 
@@ -102,6 +245,7 @@ template <class T>
 jacobi_solution<T> context::jacobi(const jacobi_problem& problem, const jacobi_options& options) {
     const jacobi_plan plan = plan_jacobi(problem, options);
     const std::lock_guard lock(mutex_);
+    memory_->release();  // GEMM buffers make room for the solve
     return solve_jacobi<T>(plan);
 }
 
@@ -110,7 +254,8 @@ jacobi_solution<T> context::jacobi(const jacobi_problem& problem, const jacobi_o
                                              host_matrix_view<const T>, T, host_matrix_view<T>,                 \
                                              const gemm_call_options&);                                         \
     template jacobi_report context::jacobi<T>(const jacobi_problem&, host_matrix_view<T>, const jacobi_options&); \
-    template jacobi_solution<T> context::jacobi<T>(const jacobi_problem&, const jacobi_options&);
+    template jacobi_solution<T> context::jacobi<T>(const jacobi_problem&, const jacobi_options&);              \
+    template kept_operand context::keep<T>(host_matrix_view<const T>);
 TILESTREAM_INSTANTIATE(float)
 TILESTREAM_INSTANTIATE(double)
 #undef TILESTREAM_INSTANTIATE

@@ -64,13 +64,25 @@ device_buffer device::allocate(std::size_t bytes, budget_reservation* from) {
     std::size_t cur = in_use_.load();
     if (reserved == 0) {
         const std::size_t budget = info_.budget_bytes;
-        do {
-            if (bytes > budget || cur > budget - bytes)
+        bool reclaimed = false;
+        for (;;) {
+            if (bytes > budget || cur > budget - bytes) {
+                // Memory kept idle between runs (a context's buffers) is given back before the
+                // allocation fails.
+                if (!reclaimed && bytes <= budget) {
+                    reclaimed = true;
+                    if (reclaim_idle()) {
+                        cur = in_use_.load();
+                        continue;
+                    }
+                }
                 throw out_of_budget(info_.id + ": cannot allocate " + format_bytes(bytes) + " (" +
                                     std::to_string(bytes) + " bytes): " + format_bytes(cur) +
                                     " already in use of a budget of " + format_bytes(budget) + " (" +
                                     std::to_string(budget) + " bytes)");
-        } while (!in_use_.compare_exchange_weak(cur, cur + bytes));
+            }
+            if (in_use_.compare_exchange_weak(cur, cur + bytes)) break;
+        }
         raise_peak(peak_, cur + bytes);
         if (from != nullptr) raise_peak(from->peak_, from->in_use_.fetch_add(bytes) + bytes);
     }
@@ -115,6 +127,24 @@ std::size_t device::budget_for_runs() const {
     return info_.budget_bytes - std::min(info_.budget_bytes, outside);
 }
 
+std::uint64_t device::add_idle_holder(std::function<bool()> give_back) {
+    std::lock_guard lock(holders_mutex_);
+    holders_.emplace_back(next_holder_, std::move(give_back));
+    return next_holder_++;
+}
+
+void device::remove_idle_holder(std::uint64_t id) {
+    std::lock_guard lock(holders_mutex_);
+    std::erase_if(holders_, [&](const auto& h) { return h.first == id; });
+}
+
+bool device::reclaim_idle() {
+    std::lock_guard lock(holders_mutex_);
+    bool freed = false;
+    for (auto& h : holders_) freed = h.second() || freed;
+    return freed;
+}
+
 budget_reservation::budget_reservation(device& dev, std::size_t bytes) : dev_(dev), bytes_(bytes) {
     std::unique_lock lock(dev.budget_mutex_);
     const std::uint64_t turn = dev.next_turn_++;
@@ -141,6 +171,14 @@ budget_reservation::budget_reservation(device& dev, std::size_t bytes) : dev_(de
             raise_peak(dev.peak_, cur + bytes);
             leave();
             return;
+        }
+        // Memory kept idle between runs (a context's buffers) is given back first, outside the
+        // lock (giving back frees buffers, which takes it).
+        if (dev.serving_turn_ == turn) {
+            lock.unlock();
+            const bool freed = dev.reclaim_idle();
+            lock.lock();
+            if (freed) continue;
         }
         // Other runs hold the memory (or are ahead in line): wait for a release. The timeout
         // only re-checks in case memory was freed by a path that does not notify.

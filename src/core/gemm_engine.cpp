@@ -7,6 +7,7 @@
 #include <tilestream/gemm.hpp>
 
 #include "core/file_mappings.hpp"
+#include "core/gemm_memory.hpp"
 
 #include <algorithm>
 #include <array>
@@ -26,17 +27,8 @@
 namespace tilestream {
 namespace {
 
-/// A rectangle of a host matrix in its own storage order.
-struct host_rect {
-    char* base = nullptr;  // element (0, 0) of the rectangle
-    index_t rows = 0, cols = 0, ld = 0;
-    layout lay = layout::row_major;
-    std::size_t es = 0;
-    index_t inner() const { return lay == layout::row_major ? cols : rows; }
-    index_t outer() const { return lay == layout::row_major ? rows : cols; }
-    std::size_t bytes() const { return std::size_t(rows) * std::size_t(cols) * es; }
-    bool contiguous() const { return outer() <= 1 || inner() == ld; }
-};
+using detail::host_rect;
+using detail::slot;
 
 template <class V>
 host_rect rect_of(const V& v, index_t r0, index_t c0, index_t nr, index_t nc) {
@@ -50,18 +42,6 @@ host_rect rect_of(const V& v, index_t r0, index_t c0, index_t nr, index_t nc) {
     r.es = sizeof(T);
     return r;
 }
-
-struct slot {
-    device_buffer buf;
-    host_staging_buffer stage_in, stage_out;  // pack mode only
-    std::unique_ptr<event> ready, released;
-    std::unique_ptr<event> inputs;  // C slots of runs that survive faults: the unit's loads are checked
-    std::optional<std::pair<index_t, index_t>> key;
-    std::uint64_t last_use = 0;
-    /// Other devices' copies out of this slot (guarded by run_state::directory_mutex); the slot
-    /// is not overwritten before they are done.
-    std::vector<std::shared_ptr<event>> peer_reads;
-};
 
 /// A tile in some device's slot, for devices that may copy it from there (peer tile cache).
 struct tile_holder {
@@ -109,6 +89,9 @@ struct run_state {
     std::map<std::tuple<int, index_t, index_t>, std::vector<tile_holder>> directory;
     /// Each device's share of its budget for this run; its buffers are drawn from it.
     std::vector<budget_reservation*> reservations;
+    /// Units run last to first (queue position u is unit units-1-u): every other call on kept
+    /// operands, so it starts with the tiles the previous call left on the devices.
+    bool reversed = false;
 };
 
 template <class T>
@@ -116,33 +99,47 @@ class device_pipeline {
 public:
     device_pipeline(device& dev, std::size_t index, std::size_t count, const gemm_plan& plan, T alpha, T beta,
                     host_matrix_view<const T> a, host_matrix_view<const T> b, host_matrix_view<T> c, run_state& state,
-                    const gemm_run_options& run, int shrink)
+                    const gemm_run_options& run, int shrink, detail::device_kit* kit, const detail::call_keeps& keeps)
         : dev_(dev), index_(index), count_(count), plan_(plan), alpha_(alpha), beta_(beta), a_(a), b_(b), c_(c),
-          state_(state), run_(run) {
+          state_(state), run_(run), keeps_(keeps) {
         slowdown_ = fault_injection::slowdown_seconds(dev);
         const bool pack = plan.transfer == transfer_mode::pack;
-        const auto make = [&](std::vector<slot>& v, int n, std::size_t bytes, bool out) {
+        // Slots of a kept kit first (same size; execute_gemm_kept freed the others), tiles they hold
+        // still marked by origin; then new ones.
+        const auto make = [&](std::vector<slot>& v, std::vector<slot>* kept, int n, std::size_t bytes, bool out) {
             if (n > 0) n = std::max(1, n >> shrink);  // retries after a failed allocation: fewer buffers
             for (int i = 0; i < n; ++i) {
                 slot s;
-                s.buf = dev.allocate(bytes, state.reservations[index]);
-                if (pack) {
-                    s.stage_in = dev.allocate_host_staging(bytes);
-                    if (out) s.stage_out = dev.allocate_host_staging(bytes);
+                if (kept != nullptr && !kept->empty() && kept->back().buf.size() == bytes) {
+                    s = std::move(kept->back());
+                    kept->pop_back();
+                    s.key.reset();
+                    s.last_use = 0;
+                    s.peer_reads.clear();
+                } else {
+                    s.buf = dev.allocate(bytes, state.reservations[index]);
+                    s.ready = dev.create_event();
+                    s.released = dev.create_event();
                 }
-                s.ready = dev.create_event();
-                s.released = dev.create_event();
-                if (out && state.recoverable) s.inputs = dev.create_event();
+                if (pack && s.stage_in.get() == nullptr) s.stage_in = dev.allocate_host_staging(bytes);
+                if (pack && out && s.stage_out.get() == nullptr) s.stage_out = dev.allocate_host_staging(bytes);
+                if (out && state.recoverable && !s.inputs) s.inputs = dev.create_event();
                 v.push_back(std::move(s));
             }
         };
-        make(a_slots_, plan.a_slots, plan.a_slot_bytes, false);
-        make(b_slots_, plan.b_slots, plan.b_slot_bytes, false);
-        make(c_slots_, plan.c_slots, plan.c_slot_bytes, true);
-        h2d_ = dev.create_stream();
-        compute_ = dev.create_stream(stream_priority::high);
-        d2h_ = dev.create_stream();
-        peer_ = dev.create_stream();
+        make(a_slots_, kit ? &kit->a : nullptr, plan.a_slots, plan.a_slot_bytes, false);
+        make(b_slots_, kit ? &kit->b : nullptr, plan.b_slots, plan.b_slot_bytes, false);
+        make(c_slots_, kit ? &kit->c : nullptr, plan.c_slots, plan.c_slot_bytes, true);
+        if (kit != nullptr) {
+            h2d_ = std::move(kit->h2d);
+            compute_ = std::move(kit->compute);
+            d2h_ = std::move(kit->d2h);
+            peer_ = std::move(kit->peer);
+        }
+        if (!h2d_) h2d_ = dev.create_stream();
+        if (!compute_) compute_ = dev.create_stream(stream_priority::high);
+        if (!d2h_) d2h_ = dev.create_stream();
+        if (!peer_) peer_ = dev.create_stream();
         switch (run.peer_tiles) {
             case peer_tile_mode::on: use_peers_ = plan.cache && count > 1; break;
             case peer_tile_mode::off: use_peers_ = false; break;
@@ -169,6 +166,18 @@ public:
         peer_->synchronize();
     }
 
+    /// After a run that succeeded (every stream drained): buffers and streams go to the kit for
+    /// the next call.
+    void give_back(detail::device_kit& kit) {
+        kit.a = std::move(a_slots_);
+        kit.b = std::move(b_slots_);
+        kit.c = std::move(c_slots_);
+        kit.h2d = std::move(h2d_);
+        kit.compute = std::move(compute_);
+        kit.d2h = std::move(d2h_);
+        kit.peer = std::move(peer_);
+    }
+
     /// Drains every stream (after a fault: nothing of this device runs on once it returns) and
     /// says what the first failing one reported ("" when none did).
     std::string drain() {
@@ -193,7 +202,7 @@ public:
         std::lock_guard lock(progress_mutex_);
         for (unit_record& r : unfinished_) {
             if (!r.backup.empty()) {
-                const gemm_unit u = plan_unit(plan_, r.index);
+                const gemm_unit u = unit_at(r.index);
                 copy_rows(desc(r.backup.data(), rect_of(c_, u.row0, u.col0, u.rows, u.cols), false));
             }
             units.push_back(r.index);
@@ -260,6 +269,8 @@ public:
         s.bytes_saved = bytes_saved_;
         s.peer_hits = peer_hits_;
         s.bytes_from_peers = bytes_from_peers_;
+        s.kept_hits = kept_hits_;
+        s.kept_bytes_saved = kept_bytes_saved_;
         return s;
     }
 
@@ -330,7 +341,7 @@ private:
                 const std::size_t window = std::min(total, h + 2 * count_ + 2);
                 for (std::size_t u = h; u < window; ++u) {
                     if (state_.claimed[u].load()) continue;
-                    const int score = cached_tiles(plan_unit(plan_, u));
+                    const int score = cached_tiles(unit_at(u));
                     if (score > best_score) {
                         best_score = score;
                         best = u;
@@ -344,6 +355,9 @@ private:
             }
         }
     }
+
+    /// The unit at queue position u (see run_state::reversed).
+    gemm_unit unit_at(std::size_t u) const { return plan_unit(plan_, state_.reversed ? plan_.units - 1 - u : u); }
 
     int cached_tiles(const gemm_unit& u) const {
         int n = 0;
@@ -362,7 +376,7 @@ private:
     /// Starts unit u: notes it as unfinished (with its C block's values when a redo elsewhere
     /// would need them) and queues its work.
     void start(std::size_t u) {
-        const gemm_unit unit = plan_unit(plan_, u);
+        const gemm_unit unit = unit_at(u);
         unit_record rec;
         rec.index = u;
         rec.seq = ++seq_;
@@ -602,10 +616,32 @@ private:
                     }
                     return s;
                 }
+        // A tile an earlier call read from the same kept operand, unchanged since (slots this
+        // call has used are known by their key).
+        const detail::operand_keep& kept = operand == 0 ? keeps_.a : keeps_.b;
+        if (kept.id != 0)
+            for (auto& s : slots)
+                if (!s.key && s.keep.id == kept.id && s.keep.generation == kept.generation && s.origin == r) {
+                    s.key = key;
+                    s.last_use = clock_;
+                    ++kept_hits_;
+                    kept_bytes_saved_ += r.bytes();
+                    if (use_peers_) {
+                        std::lock_guard lock(state_.directory_mutex);
+                        state_.directory[{operand, key.first, key.second}].push_back({&dev_, peer_.get(), &s});
+                    }
+                    return s;
+                }
         if (plan_.cache) ++misses_;
+        // Least recently used; among slots this call has not used, those holding a tile of the
+        // kept operand (that a later step may take) go last.
+        const auto rank = [&](const slot& s) {
+            const bool kept_tile = !s.key && kept.id != 0 && s.keep.id == kept.id && s.keep.generation == kept.generation;
+            return std::pair{s.last_use, kept_tile};
+        };
         slot* victim = &slots.front();
         for (auto& s : slots)
-            if (s.last_use < victim->last_use) victim = &s;
+            if (rank(s) < rank(*victim)) victim = &s;
         std::shared_ptr<event> from_peer;
         std::vector<std::shared_ptr<event>> reads;
         if (use_peers_) {
@@ -644,6 +680,8 @@ private:
         dev_.wait(*compute_, *victim->ready);
         victim->key = key;
         victim->last_use = clock_;
+        victim->origin = r;
+        victim->keep = kept;
         if (use_peers_) {
             // Listed only now that its ready event marks this tile's arrival.
             std::lock_guard lock(state_.directory_mutex);
@@ -736,6 +774,7 @@ private:
     host_matrix_view<T> c_;
     run_state& state_;
     const gemm_run_options& run_;
+    detail::call_keeps keeps_;
     std::vector<slot> a_slots_, b_slots_, c_slots_;
     bool use_peers_ = false;
     std::size_t peer_hits_ = 0, bytes_from_peers_ = 0;
@@ -755,7 +794,7 @@ private:
     /// Sequence numbers of the last unit whose loads / kernels ran (see unit_finished).
     std::atomic<std::uint64_t> h2d_mark_{0}, compute_mark_{0};
     std::atomic<bool> broken_{false};
-    std::size_t bytes_h2d_ = 0, hits_ = 0, misses_ = 0, bytes_saved_ = 0;
+    std::size_t bytes_h2d_ = 0, hits_ = 0, misses_ = 0, bytes_saved_ = 0, kept_hits_ = 0, kept_bytes_saved_ = 0;
     double slowdown_ = 0;
     std::mutex progress_mutex_;
     std::condition_variable progress_cv_;
@@ -804,6 +843,14 @@ template <class T>
 gemm_report execute_gemm(const gemm_plan& plan, std::span<device* const> devices, T alpha,
                          host_matrix_view<const T> a, host_matrix_view<const T> b, T beta, host_matrix_view<T> c,
                          const gemm_run_options& run) {
+    return detail::execute_gemm_kept<T>(plan, devices, alpha, a, b, beta, c, run, nullptr, {});
+}
+
+template <class T>
+gemm_report detail::execute_gemm_kept(const gemm_plan& plan, std::span<device* const> devices, T alpha,
+                                      host_matrix_view<const T> a, host_matrix_view<const T> b, T beta,
+                                      host_matrix_view<T> c, const gemm_run_options& run, gemm_memory* memory,
+                                      const call_keeps& keeps) {
     using clock = std::chrono::steady_clock;
     const gemm_problem actual = describe_gemm(plan.problem.op_a, plan.problem.op_b, alpha, a, b, beta, c);
     const gemm_problem& q = plan.problem;
@@ -839,17 +886,53 @@ gemm_report execute_gemm(const gemm_plan& plan, std::span<device* const> devices
     if (units == 0) return rep;
 
     run_state state(devices.size(), units);
+    if (memory != nullptr && (keeps.a.id != 0 || keeps.b.id != 0)) {
+        std::lock_guard lock(memory->mutex);
+        state.reversed = memory->reverse_next;
+        memory->reverse_next = !memory->reverse_next;
+    }
     // Each device's share of its budget, so concurrent runs on a device take turns instead of
     // failing, and this run's peak is its own. Taken in one order (by address): runs sharing
     // devices never wait for each other in a cycle.
     std::vector<std::unique_ptr<budget_reservation>> reservations(devices.size());
+    // What the context kept on each device, taken out for this run (given back if it succeeds).
+    std::vector<std::unique_ptr<detail::device_kit>> kits(devices.size());
+    if (memory != nullptr) {
+        std::lock_guard lock(memory->mutex);
+        memory->kits.resize(std::max(memory->kits.size(), devices.size()));
+        for (std::size_t i = 0; i < devices.size(); ++i) kits[i] = std::move(memory->kits[i]);
+    }
+    for (std::size_t i = 0; i < devices.size(); ++i) {
+        if (!kits[i]) continue;
+        detail::device_kit& kit = *kits[i];
+        if (kit.reservation && kit.reservation->bytes() >= plan.peak_device_bytes) {
+            // Buffers of this plan's sizes are reused (as many as it has slots), the others freed;
+            // the reservation stays this run's.
+            const auto prune = [](std::vector<slot>& v, int n, std::size_t bytes) {
+                std::erase_if(v, [&](const slot& s) { return s.buf.size() != bytes; });
+                while (v.size() > std::size_t(std::max(n, 0))) v.pop_back();
+            };
+            prune(kit.a, plan.a_slots, plan.a_slot_bytes);
+            prune(kit.b, plan.b_slots, plan.b_slot_bytes);
+            prune(kit.c, plan.c_slots, plan.c_slot_bytes);
+            reservations[i] = std::move(kit.reservation);
+            reservations[i]->reset_peak();
+        } else {
+            // The plan needs more than was kept: buffers and reservation go back to the device.
+            kit.a.clear();
+            kit.b.clear();
+            kit.c.clear();
+            kit.reservation.reset();
+        }
+    }
     {
         std::vector<std::size_t> order(devices.size());
         for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
         std::sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
             return std::less<device*>()(devices[x], devices[y]);
         });
-        for (std::size_t i : order) reservations[i] = std::make_unique<budget_reservation>(*devices[i], plan.peak_device_bytes);
+        for (std::size_t i : order)
+            if (!reservations[i]) reservations[i] = std::make_unique<budget_reservation>(*devices[i], plan.peak_device_bytes);
         for (const auto& r : reservations) state.reservations.push_back(r.get());
     }
     for (std::size_t i = 0; i < devices.size(); ++i)
@@ -903,7 +986,7 @@ gemm_report execute_gemm(const gemm_plan& plan, std::span<device* const> devices
             for (int shrink = 0;; ++shrink) {
                 try {
                     pipes[i] = std::make_unique<device_pipeline<T>>(*devices[i], i, devices.size(), plan, alpha, beta,
-                                                                    a, b, c, state, run, shrink);
+                                                                    a, b, c, state, run, shrink, kits[i].get(), keeps);
                     break;
                 } catch (const std::exception& e) {
                     const int most = std::max({plan.a_slots, plan.b_slots, plan.c_slots});
@@ -973,8 +1056,24 @@ gemm_report execute_gemm(const gemm_plan& plan, std::span<device* const> devices
             rep.bytes_saved += rep.devices.back().bytes_saved;
             rep.peer_hits += rep.devices.back().peer_hits;
             rep.bytes_from_peers += rep.devices.back().bytes_from_peers;
+            rep.kept_hits += rep.devices.back().kept_hits;
+            rep.kept_bytes_saved += rep.devices.back().kept_bytes_saved;
         }
     }
+    // A run that succeeded on every device leaves its buffers (and the tiles in them), streams
+    // and reservations to the next call; after a fault or a cancel they are freed.
+    bool clean = memory != nullptr && state.faults.empty() && !cancel_requested() && state.units_done.load() == units;
+    for (std::size_t i = 0; i < devices.size(); ++i) clean = clean && !errors[i] && pipes[i];
+    if (clean) {
+        for (std::size_t i = 0; i < devices.size(); ++i) {
+            if (!kits[i]) kits[i] = std::make_unique<detail::device_kit>();
+            pipes[i]->give_back(*kits[i]);
+            kits[i]->reservation = std::move(reservations[i]);
+        }
+        std::lock_guard lock(memory->mutex);
+        for (std::size_t i = 0; i < devices.size(); ++i) memory->kits[i] = std::move(kits[i]);
+    }
+    kits.clear();  // what was not given back, before the reservations its buffers came from
     pipes.clear();  // drains streams, frees buffers (back to the device's pool: cheap)
     rep.seconds = std::chrono::duration<double>(clock::now() - t0).count();
     for (device* d : devices)
@@ -1050,6 +1149,29 @@ pinned_operands::pinned_operands(std::span<device* const> devices, host_matrix_v
                                           std::pair<const void*, std::size_t>{b.data(), span_bytes(b)},
                                           std::pair<const void*, std::size_t>{c.data(), span_bytes(c)}}) {}
 
+detail::device_kit::~device_kit() {
+    for (stream* st : {h2d.get(), compute.get(), d2h.get(), peer.get()}) {
+        if (st == nullptr) continue;
+        try {
+            st->synchronize();
+        } catch (...) {
+        }
+    }
+    a.clear();  // the buffers, then (last member) the reservation they came from
+    b.clear();
+    c.clear();
+}
+
+bool detail::gemm_memory::release(std::size_t i) {
+    std::vector<std::unique_ptr<device_kit>> gone;
+    {
+        std::lock_guard lock(mutex);
+        for (std::size_t j = 0; j < kits.size(); ++j)
+            if ((i == std::size_t(-1) || i == j) && kits[j]) gone.push_back(std::move(kits[j]));
+    }
+    return !gone.empty();  // freed here, outside the lock
+}
+
 bool computes_in_place(std::span<device* const> devices) {
     if (devices.empty()) return false;
     for (const device* d : devices)
@@ -1067,7 +1189,11 @@ bool computes_on_host_cores(std::span<device* const> devices) {
     template gemm_problem describe_gemm<T>(op, op, T, host_matrix_view<const T>, host_matrix_view<const T>, T,     \
                                            host_matrix_view<T>);                                                   \
     template gemm_report execute_gemm<T>(const gemm_plan&, std::span<device* const>, T, host_matrix_view<const T>, \
-                                         host_matrix_view<const T>, T, host_matrix_view<T>, const gemm_run_options&);
+                                         host_matrix_view<const T>, T, host_matrix_view<T>, const gemm_run_options&); \
+    template gemm_report detail::execute_gemm_kept<T>(const gemm_plan&, std::span<device* const>, T,             \
+                                                      host_matrix_view<const T>, host_matrix_view<const T>, T,    \
+                                                      host_matrix_view<T>, const gemm_run_options&,              \
+                                                      detail::gemm_memory*, const detail::call_keeps&);
 TILESTREAM_INSTANTIATE(float)
 TILESTREAM_INSTANTIATE(double)
 #undef TILESTREAM_INSTANTIATE
