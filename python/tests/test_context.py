@@ -63,7 +63,7 @@ def test_progress_bar_on_stderr(rng, capsys):
 def test_the_gil_is_released_during_a_run(rng):
     """Another Python thread keeps running while matmul computes."""
     ctx = tilestream.Context("cpu", memory_budget="256KiB", cpu_threads=1)
-    a, b = random(rng, (640, 640)), random(rng, (640, 640))  # tens of ms at least
+    a, b = random(rng, (960, 960)), random(rng, (960, 960))  # about 0.1 s on one thread
     ticks = []
     stop = threading.Event()
 
@@ -82,8 +82,8 @@ def test_the_gil_is_released_during_a_run(rng):
     counter.join()
     during = [t for t in ticks if t0 < t < t1]
     # with the GIL held for the whole run, no tick would fall inside it (the counter sleeps 1 ms
-    # between ticks; a loaded machine may delay it, so a handful is enough)
-    assert len(during) >= 5, (len(during), t1 - t0)
+    # between ticks; a loaded machine may delay it, so a few are enough)
+    assert len(during) >= 3, (len(during), t1 - t0)
     check(result, a, b)
 
 
