@@ -37,13 +37,25 @@ struct planned_gemm {
     ts::gemm_plan plan;
 
     planned_gemm(const std::string& spec, const ts::open_options& oo, ts::plan_options po, ts::host_matrix_view<const T> a,
-                 ts::host_matrix_view<const T> b, ts::host_matrix_view<T> c) {
-        devs = ts::open_devices(spec, oo);
+                 ts::host_matrix_view<const T> b, ts::host_matrix_view<T> c)
+        : planned_gemm(ts::open_devices(spec, oo), po, a, b, c) {}
+    /// Plans on devices another planned_gemm already holds (the devices stay with their owner), so
+    /// two options compare on the same devices.
+    planned_gemm(const planned_gemm& on, ts::plan_options po, ts::host_matrix_view<const T> a, ts::host_matrix_view<const T> b,
+                 ts::host_matrix_view<T> c)
+        : ptrs(on.ptrs) {
+        make_plan(po, a, b, c);
+    }
+    planned_gemm(std::vector<std::unique_ptr<ts::device>> opened, ts::plan_options po, ts::host_matrix_view<const T> a,
+                 ts::host_matrix_view<const T> b, ts::host_matrix_view<T> c)
+        : devs(std::move(opened)) {
+        for (auto& d : devs) ptrs.push_back(d.get());
+        make_plan(po, a, b, c);
+    }
+    void make_plan(ts::plan_options po, ts::host_matrix_view<const T> a, ts::host_matrix_view<const T> b,
+                   ts::host_matrix_view<T> c) {
         std::size_t budget = std::numeric_limits<std::size_t>::max();
-        for (auto& d : devs) {
-            ptrs.push_back(d.get());
-            budget = std::min(budget, d->budget());
-        }
+        for (auto* d : ptrs) budget = std::min(budget, d->budget());
         po.devices = int(ptrs.size());
         po.in_place = ts::computes_in_place(ptrs);
         const auto q = ts::describe_gemm<T>(ts::op::n, ts::op::n, T(1), a, b, T(0), c);
@@ -54,10 +66,23 @@ struct planned_gemm {
     }
 };
 
+std::string describe_plan(const ts::gemm_plan& p) {
+    return "strategy " + std::string(ts::to_string(p.strategy)) + " tiles " + std::to_string(p.tile_m) + "x" +
+           std::to_string(p.tile_n) + "x" + std::to_string(p.tile_k) + (p.cache ? ", cache on" : ", cache off");
+}
+
+bool same_plan(const ts::gemm_plan& a, const ts::gemm_plan& b) {
+    return a.strategy == b.strategy && a.tile_m == b.tile_m && a.tile_n == b.tile_n && a.tile_k == b.tile_k &&
+           a.cache == b.cache && a.a_slots == b.a_slots && a.b_slots == b.b_slots && a.c_slots == b.c_slots;
+}
+
 struct goal_row {
     std::string name, anchor, detail;
     double ours_seconds = 0, anchor_seconds = 0, ratio = 0, goal = 0;
     bool ok = true;
+    /// The default chose exactly the plan it is compared with: "never slower" holds by construction,
+    /// and the measured ratio is this machine's run-to-run noise (recorded, not judged).
+    bool identical_plans = false;
 };
 
 }  // namespace
@@ -80,14 +105,15 @@ int main(int argc, char** argv) {
     std::vector<goal_row> goals;
     const auto report = [&](goal_row g) {
         g.ratio = g.anchor_seconds / g.ours_seconds;
-        g.ok = g.ratio >= g.goal * margin;
+        g.ok = g.identical_plans || g.ratio >= g.goal * margin;
         if (g.goal <= 0)  // a measurement without a goal
             std::printf("%-44s %9.4f s  anchor %9.4f s  ratio %6.3f  (measured, no goal)\n", g.name.c_str(),
                         g.ours_seconds, g.anchor_seconds, g.ratio);
         else
             std::printf("%-44s %9.4f s  anchor %9.4f s  ratio %6.3f  goal >= %.2f%s  %s\n", g.name.c_str(), g.ours_seconds,
                         g.anchor_seconds, g.ratio, g.goal,
-                        margin != 1.0 ? (" (x" + std::to_string(margin).substr(0, 4) + ")").c_str() : "", g.ok ? "ok" : "BELOW GOAL");
+                        margin != 1.0 ? (" (x" + std::to_string(margin).substr(0, 4) + ")").c_str() : "",
+                        g.identical_plans ? "ok (identical plans: the ratio is noise)" : g.ok ? "ok" : "BELOW GOAL");
         std::fflush(stdout);
         goals.push_back(std::move(g));
     };
@@ -155,12 +181,13 @@ int main(int argc, char** argv) {
                 def.cache = ts::cache_mode::automatic;
                 off.cache = ts::cache_mode::off;
                 planned_gemm<T> g_def("cpu:2", oo, def, a.view(), b.view(), c.view());
-                planned_gemm<T> g_off("cpu:2", oo, off, a.view(), b.view(), c.view());
+                planned_gemm<T> g_off(g_def, off, a.view(), b.view(), c.view());  // the same two devices
                 const auto t = ts::bench::alternate(reps, [&] { g_def.run(a.view(), b.view(), c.view()); },
                                          [&] { g_off.run(a.view(), b.view(), c.view()); });
+                const bool same = same_plan(g_def.plan, g_off.plan);
                 report({"cpu:2 default / --cache off, " + shape + (budgeted ? ", 25% budget" : ""), "the same with --cache off",
-                        "strategy " + std::string(ts::to_string(g_def.plan.strategy)) + (g_def.plan.cache ? ", cache on" : ", cache off"),
-                        t.ours, t.anchor, 0, 1.0});
+                        describe_plan(g_def.plan) + (same ? " (the same plan as --cache off)" : "; --cache off: " + describe_plan(g_off.plan)),
+                        t.ours, t.anchor, 0, 1.0, true, same});
             }
         }
         if (wanted("scaling")) {
@@ -220,6 +247,7 @@ int main(int argc, char** argv) {
                            .add("ratio", g.ratio)
                            .add("goal", g.goal)
                            .add("met", g.ok)
+                           .add("identical_plans", g.identical_plans)
                            .json());
     }
     if (!out.empty()) {
