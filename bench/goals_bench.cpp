@@ -92,7 +92,7 @@ int main(int argc, char** argv) {
                               "usage: goals_bench [--out F] [--git-hash H] [--reps R] [--sizes 2048,4096] [--ooc-n 4096]"
                               " [--margin 1.0] [--only tiled,vendor,reproducible,multi,scaling,ooc]");
     const std::string out = args.get("out", ""), git = args.get("git-hash", "unknown");
-    const int reps = int(args.number("reps", 5));
+    const int reps = int(args.number("reps", 9));
     std::vector<ts::index_t> sizes;
     for (const auto& t : ts::bench::split(args.get("sizes", "2048,4096"), ',')) sizes.push_back(std::stoll(t));
     const ts::index_t ooc_n = args.number("ooc-n", 4096);
