@@ -162,6 +162,98 @@ TEST(zero_copy, SeveralDevicesShareBlocksOfAtLeast256) {
     EXPECT_EQ(p1.units, 1u);
 }
 
+/// Rates of a CPU device as measure_rates reports them (host_memory: copies and packing on its cores).
+device_rates cpu_rates() {
+    device_rates r;
+    r.h2d = r.d2h = 8e9;
+    r.flops = 90e9;
+    r.host_memory = true;
+    return r;
+}
+
+TEST(zero_copy, PackingMakesUnitsLargerOnCpuDevices) {
+    // Each call packs its rows of A and columns of B: 256 x 256 units of 2048^3 pack 8x one call's
+    // elements, so the planner takes fewer, larger units while keeping rounds for balance.
+    gemm_problem q;
+    q.type = dtype::f32;
+    q.m = q.n = q.k = 2048;
+    plan_options po;
+    po.in_place = true;
+    po.devices = 2;
+    const auto chosen = plan_gemm(q, 1 << 20, cpu_rates(), po);
+    EXPECT_GE(chosen.units, 2u);
+    EXPECT_LE(chosen.units, 16u);
+    EXPECT_GE(chosen.tile_m * chosen.tile_n, 512 * 512);
+    po.tile_m = po.tile_n = 256;
+    const auto small = plan_gemm(q, 1 << 20, cpu_rates(), po);
+    EXPECT_EQ(small.units, 64u);
+    EXPECT_GT(small.predicted_seconds, chosen.predicted_seconds * 1.05);
+}
+
+TEST(cost_model, CpuCopiesAddToComputeAndKTilesCoverAKc) {
+    gemm_problem q;
+    q.type = dtype::f32;
+    q.m = q.n = q.k = 4096;
+    const std::size_t budget = std::size_t(48) << 20;  // 25% of the operands
+    plan_options po;
+    const auto cpu = plan_gemm(q, budget, cpu_rates(), po);
+    ASSERT_NE(cpu.strategy, gemm_strategy::in_core);
+    EXPECT_LE(cpu.peak_device_bytes, budget);
+    // Copies run on the cores the kernels use: the time is their sum, not the slowest stream.
+    EXPECT_NEAR(cpu.predicted_seconds,
+                cpu.predicted_h2d_seconds + cpu.predicted_compute_seconds + cpu.predicted_d2h_seconds,
+                1e-12 * cpu.predicted_seconds);
+    EXPECT_TRUE(cpu.tile_k >= reproducible_k_block(q.type) || cpu.tile_k == q.k) << cpu.tile_k;
+    // Fewer bytes than the 1024^3 blocks the overlap model settles for.
+    EXPECT_LT(cpu.bytes_h2d, std::size_t(512) << 20);
+    device_rates gpu = cpu_rates();
+    gpu.host_memory = false;
+    const auto overlapped = plan_gemm(q, budget, gpu, po);
+    EXPECT_LT(overlapped.predicted_seconds, overlapped.predicted_h2d_seconds + overlapped.predicted_compute_seconds +
+                                                overlapped.predicted_d2h_seconds);
+}
+
+TEST(cost_model, TinyBudgetsStillPlanWithShortKTilesOnCpuDevices) {
+    gemm_problem q;
+    q.type = dtype::f64;
+    q.m = 200;
+    q.n = 150;
+    q.k = 170;
+    const auto p = plan_gemm(q, 64 * 1024, cpu_rates(), plan_options{});
+    EXPECT_LE(p.peak_device_bytes, 64u * 1024);
+    EXPECT_LT(p.tile_k, 170);
+}
+
+TEST(zero_copy, EachDeviceTakesOneUnitAtATime) {
+    // Two units on two devices: with nothing to overlap in place, a device queues no second unit,
+    // so each computes one (a device that claimed both would leave the other idle).
+    host_matrix<double> a(1024, 768), b(768, 640), c(1024, 640);
+    fill_random(a.view(), 5);
+    fill_random(b.view(), 6);
+    open_options oo;
+    oo.cpu_threads = 1;
+    auto devs = open_devices("cpu:2", oo);
+    std::vector<device*> ptrs{devs[0].get(), devs[1].get()};
+    plan_options po;
+    po.in_place = true;
+    po.devices = 2;
+    po.strategy = gemm_strategy::zero_copy;
+    po.tile_m = 512;
+    po.tile_n = 640;
+    const gemm_problem q = describe_gemm<double>(op::n, op::n, 1.0, a.view(), b.view(), 0.0, c.view());
+    const gemm_plan plan = plan_gemm(q, std::size_t(1) << 30, cpu_rates(), po);
+    ASSERT_EQ(plan.units, 2u);
+    fill_nan(c.view());
+    const gemm_report rep = execute_gemm<double>(plan, ptrs, 1.0, a.view(), b.view(), 0.0, c.view());
+    ASSERT_EQ(rep.devices.size(), 2u);
+    EXPECT_EQ(rep.devices[0].units, 1u);
+    EXPECT_EQ(rep.devices[1].units, 1u);
+    // Against one vendor call on one device (the reference kernel would take a second here).
+    host_matrix<double> one(1024, 640);
+    gemm<double>(*devs[0], op::n, op::n, 1.0, a.view(), b.view(), 0.0, one.view());
+    EXPECT_LE(relative_frobenius_error<double>(c.view(), one.view()), gemm_tolerance(dtype::f64, 768));
+}
+
 TEST(tile_cache, SpareSlotsNeverExceedTheDistinctTiles) {
     gemm_problem q;
     q.type = dtype::f32;
