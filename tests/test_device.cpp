@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <numeric>
 #include <thread>
 #include <vector>
@@ -129,6 +130,31 @@ INSTANTIATE_TEST_SUITE_P(backends, device_layer, ::testing::Values("cpu", "cuda:
                          [](const auto& info) { return info.param.substr(0, info.param.find(':')); });
 
 // ---- device specs ----
+
+/// Threads of this process (Linux: one entry per thread under /proc/self/task).
+std::size_t process_threads() {
+    std::size_t n = 0;
+    for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+    return n;
+}
+
+// A pipeline creates four streams and in place uses only the compute stream; threads started for
+// the others crowded the cores while the kernel's threads were placed (4-7% of a 2048^3 call).
+TEST(cpu_stream, StartsItsThreadWithItsFirstTaskOnly) {
+    auto devs = open_devices("cpu");
+    const std::size_t before = process_threads();
+    {
+        auto idle = devs[0]->create_stream(), used = devs[0]->create_stream();
+        EXPECT_EQ(process_threads(), before) << "streams without tasks started threads";
+        std::atomic<int> ran{0};
+        for (int i = 0; i < 3; ++i) devs[0]->enqueue_host(*used, [&] { ++ran; }, "task");
+        used->synchronize();
+        idle->synchronize();  // nothing queued: returns at once
+        EXPECT_EQ(ran.load(), 3);
+        EXPECT_EQ(process_threads(), before + 1);
+    }
+    EXPECT_EQ(process_threads(), before) << "a destroyed stream left its thread running";
+}
 
 TEST(device_spec, ParsesEveryForm) {
     auto r = parse_device_spec("all, cpu,cpu:3@256MiB, cuda:1, cuda:0x4@1GiB");
