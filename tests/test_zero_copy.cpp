@@ -190,6 +190,31 @@ TEST(zero_copy, PackingMakesUnitsLargerOnCpuDevices) {
     EXPECT_GT(small.predicted_seconds, chosen.predicted_seconds * 1.05);
 }
 
+TEST(zero_copy, UnitsSplitEvenlyOverEqualDevices) {
+    // The busiest device decides: 768-row blocks of 2048 rows give three devices 768, 768 and 512
+    // rows (the busiest does 0.375 of the work, not 1/3); the planner finds near-even blocks.
+    gemm_problem q;
+    q.type = dtype::f32;
+    q.m = q.n = q.k = 2048;
+    plan_options po;
+    po.in_place = true;
+    for (int devices : {2, 3, 4, 5}) {
+        po.devices = devices;
+        const auto p = plan_gemm(q, 1 << 20, cpu_rates(), po);
+        EXPECT_EQ(p.units % std::size_t(devices), 0u) << devices << " devices: " << p.tile_m << " x " << p.tile_n;
+        const double even = double(q.m) * double(q.n) / double(p.units);
+        EXPECT_LE(double(p.tile_m) * double(p.tile_n), 1.05 * even) << devices << " devices: " << p.tile_m << " x " << p.tile_n;
+    }
+    po.devices = 3;
+    po.tile_m = 768;
+    po.tile_n = 2048;
+    const auto ragged = plan_gemm(q, 1 << 20, cpu_rates(), po);
+    ASSERT_EQ(ragged.units, 3u);
+    po.devices = 1;
+    const auto one = plan_gemm(q, 1 << 20, cpu_rates(), po);  // the same blocks on one device
+    EXPECT_NEAR(ragged.predicted_compute_seconds / one.predicted_compute_seconds, 0.375, 1e-9);
+}
+
 TEST(cost_model, CpuCopiesAddToComputeAndKTilesCoverAKc) {
     gemm_problem q;
     q.type = dtype::f32;

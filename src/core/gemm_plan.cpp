@@ -11,6 +11,7 @@
 #include <limits>
 #include <optional>
 #include <sstream>
+#include <vector>
 
 namespace tilestream {
 
@@ -103,20 +104,49 @@ index_t host_ld(index_t given, index_t rows, index_t cols, layout l) {
 }
 
 /// Seconds a host-memory device spends packing: each kernel call copies its rows of A and columns
-/// of B into the kernel's panels (OpenBLAS and the tiled kernel both do) at about the device's copy
-/// rate, so many small calls cost more than a few large ones (256 x 256 blocks of a 4096^3 product
-/// pack ~8x the elements of one call). Accelerator BLAS stream from device memory: nothing counted.
+/// of B into the kernel's panels (OpenBLAS and the tiled kernel both do), so many small calls cost
+/// more than a few large ones (256 x 256 blocks of a 4096^3 product pack ~8x the elements of one
+/// call). Packing gathers strided lines into panel order, at about half the contiguous copy rate
+/// the probe measures (perf on the 2-core VM: OpenBLAS's packing ran at ~7 GB/s where memcpy ran
+/// at 12.7-16.9). Accelerator BLAS stream from device memory: nothing counted.
 double packing_seconds(const gemm_plan& p) {
     const gemm_problem& q = p.problem;
     if (!p.rates.host_memory || !q.reads_ab || q.k <= 0) return 0.0;
     const double packed_elements = double(p.tiles_n) * double(q.m) * double(q.k) + double(p.tiles_m) * double(q.k) * double(q.n);
-    return packed_elements * double(size_of(q.type)) / p.rates.h2d;
+    return packed_elements * double(size_of(q.type)) / (p.rates.h2d / 2);
 }
 
-/// Zero-copy: no device buffers and no copies to the device, only the kernels' packing. The
-/// devices share the rounds of units; with devices of equal speed taking one unit at a time the
-/// last partial round is in `share`, and start skew and jitter add about a tenth of a unit (cpu:2
-/// at 2048^3 with one unit per device measured 0.99 efficiency: little tail beyond the rounds).
+/// Relative spread of one kernel call's time between runs and between devices (start skew,
+/// frequency, a neighbour's cache traffic): identical runs on the 2-core VM spread by 2-3%.
+constexpr double unit_time_spread = 0.03;
+
+/// Share of the work the busiest of `devices` equal devices does when each takes the next unit
+/// as it becomes free (the engine's dynamic order), units timed by their area: whole rounds,
+/// and ragged last tiles, both count (three devices on 768-row units of 2048 rows do 0.375, not 1/3).
+double busiest_share(const gemm_plan& p, std::size_t devices) {
+    const gemm_problem& q = p.problem;
+    const std::size_t units = p.units;
+    if (devices <= 1 || units <= 1 || q.m <= 0 || q.n <= 0) return 1.0;
+    // Many rounds: the rounds even out; list scheduling is only worth it for a few.
+    if (units > 64 * devices) return double((units + devices - 1) / devices) / double(units);
+    // Units in the engine's order (row of blocks by row of blocks; zero-copy has no cache).
+    const double area = double(q.m) * double(q.n);
+    std::vector<double> finish(devices, 0.0);
+    for (std::size_t u = 0; u < units; ++u) {
+        const index_t i = index_t(u) / p.tiles_n, j = index_t(u) % p.tiles_n;
+        const double rows = double(std::min(p.tile_m, q.m - i * p.tile_m)), cols = double(std::min(p.tile_n, q.n - j * p.tile_n));
+        *std::min_element(finish.begin(), finish.end()) += rows * cols / area;
+    }
+    return *std::max_element(finish.begin(), finish.end());
+}
+
+/// Zero-copy: no device buffers and no copies to the device, only the kernels' packing. Devices
+/// that compute in place are CPU slices of equal speed taking one unit at a time: the busiest does
+/// `busiest_share` of the work, and the spread of unit times adds a tail. Each device's time is a
+/// sum of its R units' times, spread by unit_time_spread each: the devices drift apart by about
+/// spread x (work per device) / sqrt(R), and taking units as they free up caps that at half a
+/// unit. (cpu:2 at 2048^3, one thread each: one unit per device measured 0.984 efficiency, two
+/// per device 0.965, 12 units 0.960, medians of 8 alternated runs.)
 void cost_zero_copy(gemm_plan& p) {
     const gemm_problem& q = p.problem;
     const bool ab = q.reads_ab && q.k > 0;
@@ -128,11 +158,13 @@ void cost_zero_copy(gemm_plan& p) {
     p.steps = p.units * std::size_t(ab ? p.tiles_k : 1);
     const device_rates& r = p.rates;
     const std::size_t devs = std::size_t(std::max(1, p.devices)), units = std::max<std::size_t>(p.units, 1);
-    const double share = double((units + devs - 1) / devs) / double(units);
+    const double share = busiest_share(p, devs);
     const double work = q.flops() / r.flops + packing_seconds(p) + double(p.steps) * r.op_overhead;
+    const double rounds = std::max(1.0, double(units) / double(devs));
+    const double tail = devs > 1 ? std::min(unit_time_spread * work / double(devs) / std::sqrt(rounds), 0.5 * work / double(units)) : 0.0;
     p.predicted_compute_seconds = work * share;
     p.predicted_copy_seconds = 0;
-    p.predicted_seconds = work * share + (devs > 1 ? 0.1 * work / double(units) : 0.0);
+    p.predicted_seconds = work * share + tail;
     p.bound = "compute (zero-copy: operands used in place)";
 }
 
@@ -429,18 +461,30 @@ gemm_plan plan_gemm(const gemm_problem& q, std::size_t budget, const device_rate
                                 if (tk >= min_k) consider(s, tm, tn, tk);
                         }
                     break;
-                case gemm_strategy::zero_copy:
+                case gemm_strategy::zero_copy: {
                     if (whole_in_place) {
                         consider(s, m, n, k);
                         break;
                     }
-                    // Blocks of C with all of k; blocks below 256 lose kernel efficiency for little balance.
-                    for (index_t tm : fixed_or(opt.tile_m, m))
-                        for (index_t tn : fixed_or(opt.tile_n, n)) {
+                    // Blocks of C with all of k; blocks below 256 lose kernel efficiency for little
+                    // balance. Besides the usual sizes, even splits into a few blocks per device
+                    // (multiples of 16), so three devices on 2048 rows get 688 + 688 + 672, not 768 + 768 + 512.
+                    const auto in_place_candidates = [&](index_t fixed, index_t dim) {
+                        std::vector<index_t> c = fixed_or(fixed, dim);
+                        if (fixed) return c;
+                        for (index_t parts = 2; parts <= 4 * std::max(1, opt.devices); ++parts)
+                            c.push_back(std::min(dim, ceil_div(ceil_div(dim, parts), 16) * 16));
+                        std::sort(c.begin(), c.end());
+                        c.erase(std::unique(c.begin(), c.end()), c.end());
+                        return c;
+                    };
+                    for (index_t tm : in_place_candidates(opt.tile_m, m))
+                        for (index_t tn : in_place_candidates(opt.tile_n, n)) {
                             if ((tm < 256 && tm < m && !opt.tile_m) || (tn < 256 && tn < n && !opt.tile_n)) continue;
                             consider(s, tm, tn, opt.tile_k ? k_tile(opt.tile_k) : k);
                         }
                     break;
+                }
                 case gemm_strategy::automatic: break;
             }
         }
