@@ -171,15 +171,25 @@ device_rates cpu_rates() {
     return r;
 }
 
-TEST(zero_copy, PackingMakesUnitsLargerOnCpuDevices) {
-    // Each call packs its rows of A and columns of B: 256 x 256 units of 2048^3 pack 8x one call's
-    // elements, so the planner takes fewer, larger units while keeping rounds for balance.
+/// 2048^3 f32, and options for devices that compute in place.
+gemm_problem square_2048() {
     gemm_problem q;
     q.type = dtype::f32;
     q.m = q.n = q.k = 2048;
+    return q;
+}
+plan_options in_place_on(int devices) {
     plan_options po;
     po.in_place = true;
-    po.devices = 2;
+    po.devices = devices;
+    return po;
+}
+
+TEST(zero_copy, PackingMakesUnitsLargerOnCpuDevices) {
+    // Each call packs its rows of A and columns of B: 256 x 256 units of 2048^3 pack 8x one call's
+    // elements, so the planner takes fewer, larger units while keeping rounds for balance.
+    const gemm_problem q = square_2048();
+    plan_options po = in_place_on(2);
     const auto chosen = plan_gemm(q, 1 << 20, cpu_rates(), po);
     EXPECT_GE(chosen.units, 2u);
     EXPECT_LE(chosen.units, 16u);
@@ -193,11 +203,8 @@ TEST(zero_copy, PackingMakesUnitsLargerOnCpuDevices) {
 TEST(zero_copy, UnitsSplitEvenlyOverEqualDevices) {
     // The busiest device decides: 768-row blocks of 2048 rows give three devices 768, 768 and 512
     // rows (the busiest does 0.375 of the work, not 1/3); the planner finds near-even blocks.
-    gemm_problem q;
-    q.type = dtype::f32;
-    q.m = q.n = q.k = 2048;
-    plan_options po;
-    po.in_place = true;
+    const gemm_problem q = square_2048();
+    plan_options po = in_place_on(1);
     for (int devices : {2, 3, 4, 5}) {
         po.devices = devices;
         const auto p = plan_gemm(q, 1 << 20, cpu_rates(), po);

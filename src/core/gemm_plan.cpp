@@ -103,6 +103,10 @@ index_t host_ld(index_t given, index_t rows, index_t cols, layout l) {
     return given > 0 ? given : std::max<index_t>(1, l == layout::row_major ? cols : rows);
 }
 
+/// Rows of C's block row i and columns of block column j (the last ones may be ragged).
+index_t block_rows(const gemm_plan& p, index_t i) { return std::min(p.tile_m, p.problem.m - i * p.tile_m); }
+index_t block_cols(const gemm_plan& p, index_t j) { return std::min(p.tile_n, p.problem.n - j * p.tile_n); }
+
 /// Seconds a host-memory device spends packing: each kernel call copies its rows of A and columns
 /// of B into the kernel's panels (OpenBLAS and the tiled kernel both do), so many small calls cost
 /// more than a few large ones (256 x 256 blocks of a 4096^3 product pack ~8x the elements of one
@@ -134,8 +138,7 @@ double busiest_share(const gemm_plan& p, std::size_t devices) {
     std::vector<double> finish(devices, 0.0);
     for (std::size_t u = 0; u < units; ++u) {
         const index_t i = index_t(u) / p.tiles_n, j = index_t(u) % p.tiles_n;
-        const double rows = double(std::min(p.tile_m, q.m - i * p.tile_m)), cols = double(std::min(p.tile_n, q.n - j * p.tile_n));
-        *std::min_element(finish.begin(), finish.end()) += rows * cols / area;
+        *std::min_element(finish.begin(), finish.end()) += double(block_rows(p, i)) * double(block_cols(p, j)) / area;
     }
     return *std::max_element(finish.begin(), finish.end());
 }
@@ -519,8 +522,8 @@ gemm_unit plan_unit(const gemm_plan& p, std::size_t index) {
         throw invalid_argument("plan_unit: unit " + std::to_string(index) + " of a plan with " + std::to_string(p.units));
     const bool ab = q.reads_ab && q.k > 0;
     const index_t kt = ab ? p.tiles_k : 1;
-    const auto rows_of = [&](index_t i) { return std::min(p.tile_m, q.m - i * p.tile_m); };
-    const auto cols_of = [&](index_t j) { return std::min(p.tile_n, q.n - j * p.tile_n); };
+    const auto rows_of = [&](index_t i) { return block_rows(p, i); };
+    const auto cols_of = [&](index_t j) { return block_cols(p, j); };
     const auto depth_of = [&](index_t kb) { return ab ? std::min(p.tile_k, q.k - kb * p.tile_k) : 0; };
     const auto block_unit = [&](index_t i, index_t j) {
         gemm_unit u{i * p.tile_m, j * p.tile_n, rows_of(i), cols_of(j), {}};
