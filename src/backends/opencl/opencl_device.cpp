@@ -10,6 +10,7 @@
 #include <tilestream/error.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
@@ -572,13 +573,17 @@ private:
         }
         return {8, 1};
     }
+    // Program options of a value type, from the dtype table: the C type of its parts (REAL),
+    // cl_khr_fp64 for double parts, and COMPLEX for two parts per element.
     std::string real_options(dtype t) const {
-        return t == dtype::f64 ? "-DREAL=double -DTS_FP64" : "-DREAL=float";
+        const dtype_info& d = dtype_traits(t);
+        return "-DREAL=" + std::string(d.c_real_type) + (d.real == dtype::f64 ? " -DTS_FP64" : "") +
+               (d.is_complex ? " -DCOMPLEX" : "");
     }
     void require_fp64(const char* what, dtype t) const {
-        if (t == dtype::f64 && !info_.fp64)
-            throw invalid_argument(std::string(what) + " f64 on " + id() + " (" + info_.name +
-                                   "): the device has no double precision (cl_khr_fp64)");
+        if (dtype_traits(t).real == dtype::f64 && !info_.fp64)
+            throw invalid_argument(std::string(what) + " " + std::string(to_string(t)) + " on " + id() + " (" +
+                                   info_.name + "): the device has no double precision (cl_khr_fp64)");
     }
 
     root_device& root_;
@@ -810,12 +815,11 @@ void ocl_device::gemm(stream& s, const gemm_call& c) {
                                ", vendor" +
 #endif
                                " do)");
-    const index_t rows_a = c.op_a == op::n ? c.m : c.k, cols_a = c.op_a == op::n ? c.k : c.m;
-    const index_t rows_b = c.op_b == op::n ? c.k : c.n, cols_b = c.op_b == op::n ? c.n : c.k;
+    const operand_desc da = c.a_desc(), db = c.b_desc();
     const bool reads_ab = c.alpha != 0.0 && c.k > 0;
     if (reads_ab) {
-        check_operand(id(), "A", c.a, rows_a, cols_a, c.lda, c.layout_a);
-        check_operand(id(), "B", c.b, rows_b, cols_b, c.ldb, c.layout_b);
+        check_operand(id(), "A", c.a, da.stored_rows(), da.stored_cols(), c.lda, c.layout_a);
+        check_operand(id(), "B", c.b, db.stored_rows(), db.stored_cols(), c.ldb, c.layout_b);
     }
     check_operand(id(), "C", c.c, c.m, c.n, c.ldc, c.layout_c);
     if (c.m == 0 || c.n == 0) return;
@@ -837,29 +841,35 @@ void ocl_device::gemm(stream& s, const gemm_call& c) {
     cl_mem a_mem = c_mem, b_mem = c_mem;  // unread placeholders when alpha == 0 or k == 0
     cl_long a_off = 0, b_off = 0;
     if (reads_ab) {
-        std::tie(a_mem, a_off) = locate(c.a, extent_bytes(c.m, c.k, c.a_row_stride(), c.a_col_stride(), es), "A");
-        std::tie(b_mem, b_off) = locate(c.b, extent_bytes(c.k, c.n, c.b_row_stride(), c.b_col_stride(), es), "B");
+        std::tie(a_mem, a_off) = locate(c.a, extent_bytes(c.m, c.k, da.row_stride(), da.col_stride(), es), "A");
+        std::tie(b_mem, b_off) = locate(c.b, extent_bytes(c.k, c.n, db.row_stride(), db.col_stride(), es), "B");
     }
     const std::string name = gemm_span_name(c);
 
     const auto launch = [&](const char* kernel_name, const std::string& options, const std::size_t* global,
-                            const std::size_t* local, bool with_ab, double beta) {
+                            const std::size_t* local, bool with_ab, scalar beta) {
         cl_program prog = program(index_, "gemm", sources::gemm_cl, options);
         auto lock = st.launch_lock();
         cl_kernel k = st.kernel(prog, kernel_name);
         kernel_args args{k, id()};
         args << cl_long(c.m) << cl_long(c.n);
         if (with_ab) args << cl_long(c.k);
-        const auto real = [&](double v) {
-            if (c.type == dtype::f64) args << v;
-            else args << float(v);
+        // A scalar as the kernel's elem: REAL, or REAL2 (real part first) for complex types.
+        const auto value = [&](scalar v) {
+            switch (c.type) {
+                case dtype::f32: args << float(v.real()); break;
+                case dtype::f64: args << v.real(); break;
+                case dtype::c32: args << cl_float2{{float(v.real()), float(v.imag())}}; break;
+                case dtype::c64: args << cl_double2{{v.real(), v.imag()}}; break;
+            }
         };
-        if (with_ab) real(c.alpha);
-        real(beta);
+        if (with_ab) value(c.alpha);
+        value(beta);
         if (with_ab)
-            args << a_mem << a_off << cl_long(c.a_row_stride()) << cl_long(c.a_col_stride()) << b_mem << b_off
-                 << cl_long(c.b_row_stride()) << cl_long(c.b_col_stride());
+            args << a_mem << a_off << cl_long(da.row_stride()) << cl_long(da.col_stride()) << b_mem << b_off
+                 << cl_long(db.row_stride()) << cl_long(db.col_stride());
         args << c_mem << c_off << cl_long(c.c_row_stride()) << cl_long(c.c_col_stride());
+        if (with_ab) args << cl_int(da.conjugated()) << cl_int(db.conjugated());
         cl_event ev = nullptr;
         TS_CL_CHECK(clEnqueueNDRangeKernel(st.queue(), k, 2, nullptr, global, local, 0, nullptr, st.trace_event(ev)),
                     id());
@@ -874,7 +884,7 @@ void ocl_device::gemm(stream& s, const gemm_call& c) {
         launch("gemm_naive", base, global8, small_groups ? nullptr : local8, true, c.beta);
         return;
     }
-    if (c.kernel == gemm_kernel::tiled) {
+    const auto tiled = [&] {
         const tile_shape t = tile_for(c.type);
         const std::size_t rts = std::size_t(t.ts / t.wpt);
         const std::size_t local[2] = {rts, rts};
@@ -883,34 +893,61 @@ void ocl_device::gemm(stream& s, const gemm_call& c) {
         launch("gemm_tiled",
                real_options(c.type) + " -DTS=" + std::to_string(t.ts) + " -DWPT=" + std::to_string(t.wpt), global,
                local, true, c.beta);
-        return;
-    }
+    };
+    if (c.kernel == gemm_kernel::tiled) return tiled();
 #ifdef TILESTREAM_HAVE_CLBLAST
+    // One layout for all three: an operand stored the other way is its transpose in C's layout.
+    const operand_desc::blas_view va = da.for_blas(c.layout_c), vb = db.for_blas(c.layout_c);
+    // CLBlast has no conjugate-without-transpose (a conjugated operand stored in C's other layout):
+    // such a call runs our tiled kernel, which reads any strides and conjugates on load.
+    if (reads_ab && (va.trans == blas_trans::conj_none || vb.trans == blas_trans::conj_none)) return tiled();
     // CLBlast reads C even when beta == 0 (NaN * 0 is NaN) and A, B when alpha == 0: those cases
     // are zeroed or scaled by our own kernel first.
     if (!reads_ab || c.beta == 0.0) launch("gemm_scale_c", base, global8, small_groups ? nullptr : local8, false, c.beta);
     if (!reads_ab) return;
-    // One layout for all three: an operand stored the other way is its transpose in C's layout.
     const CLBlastLayout lay = c.layout_c == layout::row_major ? CLBlastLayoutRowMajor : CLBlastLayoutColMajor;
-    const auto trans = [&](op o, layout l) {
-        return ((o == op::t) != (l != c.layout_c)) ? CLBlastTransposeYes : CLBlastTransposeNo;
+    const auto trans = [](blas_trans t) {
+        switch (t) {
+            case blas_trans::none: return CLBlastTransposeNo;
+            case blas_trans::trans: return CLBlastTransposeYes;
+            case blas_trans::conj_trans:
+            case blas_trans::conj_none: break;  // conj_none ran the tiled kernel above
+        }
+        return CLBlastTransposeConjugate;
     };
+    const CLBlastTranspose ta = trans(va.trans), tb = trans(vb.trans);
+    const std::size_t ldc = std::size_t(c.c_desc().for_blas(c.layout_c).ld);
+    const auto lda = std::size_t(va.ld), ldb = std::size_t(vb.ld);
     cl_command_queue q = st.queue();
     cl_event ev = nullptr;
-    CLBlastStatusCode r;
+    CLBlastStatusCode r = CLBlastSuccess;
     {
         std::lock_guard lock(clblast_mutex());
-        if (c.type == dtype::f32)
-            r = CLBlastSgemm(lay, trans(c.op_a, c.layout_a), trans(c.op_b, c.layout_b), c.m, c.n, c.k,
-                             float(c.alpha), a_mem, a_off, c.lda, b_mem, b_off, c.ldb,
-                             c.beta == 0.0 ? 0.0f : float(c.beta), c_mem, c_off, c.ldc, &q, &ev);
-        else
-            r = CLBlastDgemm(lay, trans(c.op_a, c.layout_a), trans(c.op_b, c.layout_b), c.m, c.n, c.k, c.alpha,
-                             a_mem, a_off, c.lda, b_mem, b_off, c.ldb, c.beta, c_mem, c_off, c.ldc, &q, &ev);
+        // beta == 0: C was zeroed above, and CLBlast multiplies it by exactly 0.
+        const scalar al = c.alpha, be = c.beta;
+        switch (c.type) {
+            case dtype::f32:
+                r = CLBlastSgemm(lay, ta, tb, c.m, c.n, c.k, float(al.real()), a_mem, a_off, lda, b_mem, b_off, ldb,
+                                 float(be.real()), c_mem, c_off, ldc, &q, &ev);
+                break;
+            case dtype::f64:
+                r = CLBlastDgemm(lay, ta, tb, c.m, c.n, c.k, al.real(), a_mem, a_off, lda, b_mem, b_off, ldb, be.real(),
+                                 c_mem, c_off, ldc, &q, &ev);
+                break;
+            case dtype::c32:
+                r = CLBlastCgemm(lay, ta, tb, c.m, c.n, c.k, cl_float2{{float(al.real()), float(al.imag())}}, a_mem,
+                                 a_off, lda, b_mem, b_off, ldb, cl_float2{{float(be.real()), float(be.imag())}}, c_mem,
+                                 c_off, ldc, &q, &ev);
+                break;
+            case dtype::c64:
+                r = CLBlastZgemm(lay, ta, tb, c.m, c.n, c.k, cl_double2{{al.real(), al.imag()}}, a_mem, a_off, lda,
+                                 b_mem, b_off, ldb, cl_double2{{be.real(), be.imag()}}, c_mem, c_off, ldc, &q, &ev);
+                break;
+        }
     }
     if (r != CLBlastSuccess) {
         if (ev) clReleaseEvent(ev);
-        throw device_error(std::string(c.type == dtype::f32 ? "CLBlastSgemm" : "CLBlastDgemm") + " failed on " +
+        throw device_error(std::string("CLBlast") + char(std::toupper(dtype_traits(c.type).blas_prefix)) + "gemm failed on " +
                            id() + ": " + (r > -1000 ? error_name(r) : "CLBlast status " + std::to_string(int(r))) +
                            " (" + name + ")");
     }
