@@ -17,7 +17,6 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -35,11 +34,52 @@ void stderr_line(const std::string& text) {
     std::fwrite(line.data(), 1, line.size(), stderr);
 }
 
-// The calls of this thread that are routed to tilestream right now (an exit handler running on a
-// thread inside such a call must not wait for itself).
-thread_local int routed_on_this_thread = 0;
+// What exit() must wait for. Plain pthread objects and flags: nothing here has a destructor, and
+// all of it works before the front exists.
+//
+// Exit comes in two steps. `stop_routing` is registered with atexit once libtilestream is loaded, so
+// it runs before the static objects created since are destroyed: new calls stay with the system BLAS
+// and exit waits for the routed calls in flight (their devices and OpenBLAS buffers stay intact).
+// `finish` is registered when the drop-in loads, so it runs after every atexit handler and static
+// destructor of the program, just before the libraries' finalizers (OpenBLAS frees its buffers and
+// joins its threads there): from then on a BLAS call from another thread never returns, since the
+// process is ending and no library can be relied on any more.
+pthread_mutex_t flight_mutex = PTHREAD_MUTEX_INITIALIZER;
+pthread_cond_t flight_done = PTHREAD_COND_INITIALIZER;
+int routed_in_flight = 0;  // routed calls in flight, all threads
+bool routing_stopped = false;
+thread_local int routed_on_this_thread = 0;  // an exit handler on such a thread must not wait for itself
+std::atomic<bool> process_finishing{false};
+pthread_t finishing_thread;
 
-void wait_for_routed_calls_at_exit();
+void stop_routing() {
+    pthread_mutex_lock(&flight_mutex);
+    routing_stopped = true;
+    while (routed_in_flight != routed_on_this_thread) pthread_cond_wait(&flight_done, &flight_mutex);
+    pthread_mutex_unlock(&flight_mutex);
+}
+
+void finish() {
+    stop_routing();
+    finishing_thread = pthread_self();
+    process_finishing.store(true, std::memory_order_release);
+}
+
+__attribute__((constructor)) void register_finish() {
+    std::atexit(finish);
+    // A child after fork() has only the forking thread: the routed calls of the others are not its.
+    pthread_atfork([] { pthread_mutex_lock(&flight_mutex); }, [] { pthread_mutex_unlock(&flight_mutex); },
+                   [] {
+                       routed_in_flight = routed_on_this_thread;
+                       pthread_mutex_unlock(&flight_mutex);
+                   });
+}
+
+// Every entry point starts here.
+void wait_if_process_finishing() {
+    if (!process_finishing.load(std::memory_order_acquire) || pthread_equal(pthread_self(), finishing_thread)) return;
+    for (;;) ::pause();
+}
 
 // Process-wide state, made on the first call and never destroyed (a client may call BLAS from atexit
 // handlers or threads still running at exit).
@@ -60,7 +100,6 @@ public:
         }
         pthread_atfork([] { instance().context_mutex_.lock(); }, [] { instance().context_mutex_.unlock(); },
                        [] { instance().context_mutex_.unlock(); });
-        std::atexit(wait_for_routed_calls_at_exit);
     }
 
     static front& instance() {
@@ -105,29 +144,6 @@ public:
     void* real_entry(routine r) {
         if (void* e = libraries_.system().entry[int(r)]) return e;
         return bridge() ? libraries_.tilestream().entry[int(r)] : nullptr;
-    }
-
-    /// A routed call begins: false once the process is exiting (the call then stays with the system
-    /// BLAS, so nothing new starts on state that exit is about to leave).
-    bool enter_routed() {
-        const std::lock_guard lock(flight_mutex_);
-        if (exiting_) return false;
-        ++in_flight_;
-        ++routed_on_this_thread;
-        return true;
-    }
-    void leave_routed() {
-        const std::lock_guard lock(flight_mutex_);
-        --in_flight_;
-        --routed_on_this_thread;
-        flight_done_.notify_all();
-    }
-    /// At exit: no new routed call, and the ones in flight on other threads finish before exit goes
-    /// on to destroy static objects and OpenBLAS's buffers they use.
-    void wait_at_exit() {
-        std::unique_lock lock(flight_mutex_);
-        exiting_ = true;
-        flight_done_.wait(lock, [&] { return in_flight_ == routed_on_this_thread; });
     }
 
     bool logging() const { return log_fd_ >= 0; }
@@ -179,9 +195,9 @@ private:
         std::vector<std::string> problems;
         libraries_.add_tilestream(b->tilestream_library, problems);
         for (const auto& p : problems) stderr_line(p);
-        // Registered again now that libtilestream's static objects exist: exit runs handlers in
-        // reverse order, so this one waits for routed calls before those objects are destroyed.
-        std::atexit(wait_for_routed_calls_at_exit);
+        // Registered now that libtilestream's static objects exist: exit runs handlers in reverse
+        // order, so this one waits for routed calls before those objects are destroyed.
+        std::atexit(stop_routing);
         bridge_ = b;
         return b;
     }
@@ -195,13 +211,7 @@ private:
     const tilestream_blas_bridge* bridge_ = nullptr;
     bool context_ok_ = false;
     pid_t context_pid_ = 0;
-    std::mutex flight_mutex_;  // routed calls in flight, and the exit that waits for them
-    std::condition_variable flight_done_;
-    int in_flight_ = 0;
-    bool exiting_ = false;
 };
-
-void wait_for_routed_calls_at_exit() { front::instance().wait_at_exit(); }
 
 // One GEMM as the caller gave it, decoded into tilestream's terms (`valid` false when an argument
 // breaks a BLAS rule: the system BLAS then reports it through the xerbla_ the program reaches).
@@ -265,27 +275,32 @@ template <class T>
     std::abort();
 }
 
-// A routed call in flight, for the exit handler; `active` false once the process is exiting.
+// A routed call in flight, for exit; `active` false once exit has stopped routing.
 class routed_call {
 public:
-    explicit routed_call(front& f) : f_(f), active(f.enter_routed()) {}
+    routed_call() {
+        pthread_mutex_lock(&flight_mutex);
+        active = !routing_stopped;
+        if (active) ++routed_in_flight, ++routed_on_this_thread;
+        pthread_mutex_unlock(&flight_mutex);
+    }
     ~routed_call() {
-        if (active) f_.leave_routed();
+        if (!active) return;
+        pthread_mutex_lock(&flight_mutex);
+        --routed_in_flight, --routed_on_this_thread;
+        pthread_cond_broadcast(&flight_done);
+        pthread_mutex_unlock(&flight_mutex);
     }
     routed_call(const routed_call&) = delete;
     routed_call& operator=(const routed_call&) = delete;
-
-private:
-    front& f_;
-
-public:
-    const bool active;
+    bool active;
 };
 
 // The one decision: which library computes this call. `forward` calls an entry of a real library
 // (the same routine) with the caller's own arguments.
 template <class T, class Forward>
 void route(const void* caller, routine r, gemm_args<T> g, Forward forward) {
+    wait_if_process_finishing();
     front& f = front::instance();
     if (const blas_library* lib = f.libraries().internal_target(caller)) {
         void* target = lib->entry[int(r)] ? lib->entry[int(r)] : f.libraries().system().entry[int(r)];
@@ -310,7 +325,7 @@ void route(const void* caller, routine r, gemm_args<T> g, Forward forward) {
         if (f.logging()) f.log(shape + " ran=system-blas reason=" + why + seconds_field(start));
     };
     if (reason) return to_real_blas(reason);
-    const routed_call in_flight(f);
+    const routed_call in_flight;
     if (!in_flight.active) return to_real_blas("exiting");
     if (!f.context_ready()) return to_real_blas("no-context");
     const long internal_before = f.internal_calls.load(std::memory_order_relaxed);
