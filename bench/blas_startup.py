@@ -13,12 +13,12 @@ import argparse
 import datetime
 import json
 import os
-import platform
-import re
 import statistics
 import subprocess
 import sys
 import time
+
+from blas_shim_numpy import machine  # the same machine record as the numpy benchmark
 
 GOAL_SECONDS, GOAL_BYTES = 5e-3, 10e6
 
@@ -42,17 +42,6 @@ def start_once(program, preload):
     p = subprocess.run(['/usr/bin/time', '-f', '%M', '/usr/bin/env', 'LD_PRELOAD=' + (preload or ''), program],
                        env=plain, capture_output=True, text=True, check=True)
     return seconds, int(p.stderr.strip().splitlines()[-1]) * 1024
-
-
-def machine():
-    cpu = platform.processor()
-    try:
-        with open('/proc/cpuinfo') as f:
-            cpu = re.search(r'model name\s*:\s*(.*)', f.read()).group(1)
-    except (OSError, AttributeError):
-        pass
-    return {'cpu': cpu, 'cores': os.cpu_count(), 'host': platform.node(), 'kernel': platform.release(),
-            'load_average': os.getloadavg()}
 
 
 def main():

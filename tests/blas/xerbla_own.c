@@ -4,15 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static char last_routine[16];
-static int last_info;
-
-void xerbla_(const char* name, const int* info, size_t len) {
-    if (len >= sizeof last_routine) len = sizeof last_routine - 1;
-    memcpy(last_routine, name, len);
-    last_routine[len] = 0;
-    last_info = *info;
-}
+#include "xerbla_recorder.h"
 
 void dgemm_(const char*, const char*, const int*, const int*, const int*, const double*, const double*,
             const int*, const double*, const int*, const double*, double*, const int*, size_t, size_t);
