@@ -127,7 +127,7 @@ std::unique_ptr<device> make_cuda_device(int ordinal, int slice, int slices, std
 namespace {
 // libtilestream_opencl.so cannot be unloaded once loaded (CLBlast's C++ inline statics, and its own,
 // are STB_GNU_UNIQUE symbols, which make a library permanent). So the ICD loader alone, which unloads
-// cleanly, is asked first whether any platform is present.
+// cleanly, is asked first whether any platform is present (and unloaded again when none is).
 std::string no_opencl_platform() {
     void* icd = dlopen("libOpenCL.so.1", RTLD_NOW | RTLD_LOCAL);
     if (!icd) {
@@ -138,8 +138,8 @@ std::string no_opencl_platform() {
     const auto platform_ids = reinterpret_cast<platform_ids_fn>(dlsym(icd, "clGetPlatformIDs"));
     unsigned platforms = 0;
     const int status = platform_ids ? platform_ids(0, nullptr, &platforms) : -1;
+    if (status == 0 && platforms > 0) return {};  // kept loaded: the module uses it (and what it set up) next
     dlclose(icd);
-    if (status == 0 && platforms > 0) return {};
     return "no OpenCL platform (the ICD loader found no driver in /etc/OpenCL/vendors or OCL_ICD_VENDORS)";
 }
 

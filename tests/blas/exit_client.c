@@ -10,12 +10,13 @@ void dgemm_(const char*, const char*, const int*, const int*, const int*, const 
             const int*, const double*, const int*, const double*, double*, const int*, size_t, size_t);
 
 static int n = 700;
+static double *a, *b, *c; /* global: still reachable when LeakSanitizer looks at exit */
 
 static void* one_call(void* unused) {
     (void)unused;
-    double* a = malloc(sizeof(double) * (size_t)n * (size_t)n);
-    double* b = malloc(sizeof(double) * (size_t)n * (size_t)n);
-    double* c = malloc(sizeof(double) * (size_t)n * (size_t)n);
+    a = malloc(sizeof(double) * (size_t)n * (size_t)n);
+    b = malloc(sizeof(double) * (size_t)n * (size_t)n);
+    c = malloc(sizeof(double) * (size_t)n * (size_t)n);
     for (int i = 0; i < n * n; ++i) a[i] = b[i] = 1.0 / (i % 7 + 1);
     const double one = 1, zero = 0;
     dgemm_("N", "N", &n, &n, &n, &one, a, &n, b, &n, &zero, c, &n, 1, 1);
