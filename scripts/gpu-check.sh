@@ -414,7 +414,8 @@ else
 fi
 
 lib_ok=no
-if [ $configured != no ] && run_step build-library 300 30 "$log_build" ninja -C "$build" -j "$jobs" tilestream; then
+# The CUDA backend is its own library (libtilestream_cuda.so), which libtilestream loads beside it.
+if [ $configured != no ] && run_step build-library 300 30 "$log_build" ninja -C "$build" -j "$jobs" tilestream tilestream_cuda; then
     lib_ok=yes
 fi
 
@@ -424,7 +425,7 @@ if [ $lib_ok = yes ]; then
     if [ $configured = full ] && run_step build-gpu-bench 180 20 "$log_build" ninja -C "$build" -j "$jobs" gpu_bench; then
         bench_bin=$build/bench/gpu/gpu_bench
     elif run_step build-gpu-bench-direct 180 20 "$log_build" nvcc -O3 -std=c++17 -arch=sm_90 \
-        -Iinclude -Isrc bench/gpu/gpu_bench.cu -o "$build/gpu_bench" -L"$build" -ltilestream -lcublas \
+        -Iinclude -Isrc bench/gpu/gpu_bench.cu -o "$build/gpu_bench" -L"$build" -ltilestream -ltilestream_cuda -lcublas \
         -Xlinker -rpath -Xlinker "$build"; then
         bench_bin=$build/gpu_bench
     fi
@@ -472,6 +473,12 @@ if [ -n "$test_bin" ]; then
             "$test_bin" "--gtest_filter=CudaGemm.TiledSmallShapes*:CudaGemm.NaiveSmallShapes*:CudaJacobi.MatchesReferenceBitwise"
     else
         record "sanitizers" "SKIPPED (no compute-sanitizer)" 0 -
+    fi
+    # With a GPU, discovery keeps the CUDA backend loaded; a CPU run still maps none of it.
+    if [ $configured = full ] && command -v python3 >/dev/null &&
+        run_step build-loading-check 120 10 "$log_build" ninja -C "$build" -j "$jobs" tilestream_cli tilestream_maps_at_exit; then
+        run_step backend-loading 60 10 "$out/backend-loading.log" python3 tests/backend_loading.py \
+            "$build/apps/tilestream" "$build/tests/libtilestream_maps_at_exit.so" "$build/backend-loading"
     fi
 else
     record "gpu-tests" "SKIPPED (nothing built)" 0 build.log

@@ -1,6 +1,7 @@
 // Random fills, poison and error norms shared by the CLI's --check, the tests and the benchmarks,
 // and check_gemm: NaN/Inf compared by position, the finite part by a float64 reference (sequential
 // or OpenBLAS on upcast blocks) or by Freivalds' random projections.
+#include "backends/cpu/openblas_memory.hpp"
 #include "core/verify_methods.hpp"
 
 #include <tilestream/gemm.hpp>
@@ -320,6 +321,7 @@ error_tally compare_with_blas(const check_operands<T>& o, const std::vector<inde
     std::vector<std::exception_ptr> errors(static_cast<std::size_t>(threads));
     auto work = [&](int t) {
         try {
+            const cpu::openblas_call announced(1);
             std::vector<W> ab(std::size_t(mb * kb)), bb(std::size_t(kb * nb)), cb(std::size_t(mb * nb));
             for (index_t u = next++; u < units; u = next++) {
                 const index_t i0 = (u / grid_n) * mb, j0 = (u % grid_n) * nb;

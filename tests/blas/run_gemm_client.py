@@ -19,6 +19,25 @@ def client_calls(stdout):
     return calls
 
 
+def config_special(client, shim, system_blas, work, log):
+    """Each is refused with a message naming it, and the client runs with the defaults: no hang on
+    the FIFO (nobody writes it), no endless read of /dev/zero, no 1 GiB read into memory."""
+    fifo, huge = os.path.join(work, 'settings.fifo'), os.path.join(work, 'settings-huge.conf')
+    for path in (fifo, huge):
+        if os.path.lexists(path):
+            os.remove(path)
+    os.mkfifo(fifo)
+    with open(huge, 'wb') as f:
+        f.truncate(1 << 30)  # sparse
+    for path, said in ((fifo, 'is a FIFO'), ('/dev/zero', 'is a device'), (huge, 'larger than 64 KiB')):
+        p = run([client, system_blas, '1'], {'TILESTREAM_BLAS_CONFIG': path}, shim, log, timeout=60)
+        check(p.returncode == 0, 'the client failed with TILESTREAM_BLAS_CONFIG=' + path)
+        check(said in p.stderr and '(ignored)' in p.stderr,
+              'TILESTREAM_BLAS_CONFIG=%s: stderr does not say %r: %s' % (path, said, p.stderr))
+    os.remove(huge)
+    print('config-special: a FIFO, /dev/zero and a 1 GiB file as the settings file refused, defaults kept')
+
+
 def main():
     setting, client, shim, system_blas, work = sys.argv[1:6]
     netlib = sys.argv[6] if len(sys.argv) > 6 else ''
@@ -45,6 +64,8 @@ def main():
         env = {'TILESTREAM_MEMORY_BUDGET': '1KiB', 'TILESTREAM_BLAS_THRESHOLD': '1'}
     elif setting == 'threads':  # three client threads at once, from the context's lazy opening on
         env = {'TILESTREAM_BLAS_THRESHOLD': '1'}
+    elif setting == 'config-special':  # a FIFO, a device and a huge file as the settings file
+        return config_special(client, shim, system_blas, work, log)
     elif setting == 'bad-devices':  # the context cannot open: every call stays with the system BLAS,
         # which is the build's own since the one asked for does not exist
         env = {'TILESTREAM_DEVICES': 'cuda:7', 'TILESTREAM_BLAS_THRESHOLD': '1',

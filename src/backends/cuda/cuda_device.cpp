@@ -2,7 +2,7 @@
 // asynchronous 1-D/2-D/peer copies, the GEMM kernels (cuBLAS, naive, tiled), Jacobi, and traces.
 #include "backends/cuda/cuda_device.hpp"
 
-#include "backends/backends.hpp"
+#include "backends/backend_module.hpp"
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/cuda_kernels.hpp"
 #include "core/blas_mapping.hpp"
@@ -853,7 +853,7 @@ cudaStream_t native_stream(stream& s) {
 
 namespace tilestream::backends {
 
-std::unique_ptr<device> make_cuda_device(int ordinal, int slice, int slices,
+std::unique_ptr<device> open_cuda_device(int ordinal, int slice, int slices,
                                          std::optional<std::size_t> budget) {
     cuda::check_slice_request(ordinal, slice, slices);
     const std::string gpu = "cuda:" + std::to_string(ordinal);
