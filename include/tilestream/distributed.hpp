@@ -168,9 +168,10 @@ struct pgemm_report {
 };
 
 /// C(ic:, jc:) <- alpha*op(A(ia:, ja:))*op(B(ib:, jb:)) + beta*C(ic:, jc:), every matrix 2-D
-/// block-cyclic as ScaLAPACK describes it: desc = {1, ctxt, M, N, MB, NB, RSRC, CSRC, LLD}
-/// (ctxt is not read: `grid` says where each process sits), local arrays column-major with
-/// leading dimension LLD, ia..jc 1-based. SUMMA with two panel broadcasts in flight while the
+/// block-cyclic as ScaLAPACK describes it: desc = {1, ctxt, M, N, MB, NB, RSRC, CSRC, LLD} or
+/// PBLAS's DTYPE 2 {2, ctxt, M, N, IMB, INB, MB, NB, RSRC, CSRC, LLD} (a first block IMB x INB of
+/// its own); ctxt is not read (`grid` says where each process sits), local arrays column-major
+/// with leading dimension LLD, ia..jc 1-based. SUMMA with two panel broadcasts in flight while the
 /// local GEMM runs; an operand not aligned with C (transposed, other block rows) is first
 /// redistributed. Collective over the grid. Throws invalid_argument naming a bad descriptor.
 template <class T>

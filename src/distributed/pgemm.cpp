@@ -15,32 +15,65 @@
 
 namespace tilestream::distributed {
 
+block_cyclic_desc block_cyclic_desc::read(const int* d, const std::string& name) {
+    if (d == nullptr) throw invalid_argument("pgemm: descriptor of " + name + " is null");
+    block_cyclic_desc r;
+    r.dtype = d[0];
+    r.ctxt = d[1];
+    r.m = d[2];
+    r.n = d[3];
+    if (d[0] == 1) {
+        r.imb = r.mb = d[4];
+        r.inb = r.nb = d[5];
+        r.rsrc = d[6];
+        r.csrc = d[7];
+        r.lld = d[8];
+    } else if (d[0] == 2) {
+        r.imb = d[4];
+        r.inb = d[5];
+        r.mb = d[6];
+        r.nb = d[7];
+        r.rsrc = d[8];
+        r.csrc = d[9];
+        r.lld = d[10];
+    } else {
+        throw invalid_argument("pgemm: descriptor of " + name + " has DTYPE " + std::to_string(d[0]) +
+                               " (1, block-cyclic, or 2, block-cyclic with a first block of its own, are known)");
+    }
+    return r;
+}
+
+void block_cyclic_desc::write11(int* out) const {
+    const int v[11] = {2, ctxt, int(m), int(n), int(imb), int(inb), int(mb), int(nb), rsrc, csrc, int(lld)};
+    std::copy(v, v + 11, out);
+}
+
 operand_desc describe_operand(const char* name, const int* desc, index_t i, index_t j, index_t rows, index_t cols,
                               const process_grid& g) {
     const std::string n(name);
-    if (desc == nullptr) throw invalid_argument("pgemm: descriptor of " + n + " is null");
-    if (desc[0] != 1)
-        throw invalid_argument("pgemm: descriptor of " + n + " has DTYPE " + std::to_string(desc[0]) +
-                               " (only 1, dense block-cyclic, is known)");
-    const index_t gm = desc[2], gn = desc[3], mb = desc[4], nb = desc[5], lld = desc[8];
-    const int rsrc = desc[6], csrc = desc[7];
-    if (gm < 0 || gn < 0) throw invalid_argument("pgemm: descriptor of " + n + " has a negative size " +
-                                                 std::to_string(gm) + "x" + std::to_string(gn));
-    if (mb < 1 || nb < 1) throw invalid_argument("pgemm: descriptor of " + n + " has block " + std::to_string(mb) +
-                                                 "x" + std::to_string(nb) + " (blocks must be at least 1x1)");
-    if (rsrc < 0 || rsrc >= g.rows() || csrc < 0 || csrc >= g.cols())
-        throw invalid_argument("pgemm: descriptor of " + n + " has source process (" + std::to_string(rsrc) + ", " +
-                               std::to_string(csrc) + ") outside the " + std::to_string(g.rows()) + "x" +
+    const block_cyclic_desc d = block_cyclic_desc::read(desc, n);
+    if (d.m < 0 || d.n < 0) throw invalid_argument("pgemm: descriptor of " + n + " has a negative size " +
+                                                   std::to_string(d.m) + "x" + std::to_string(d.n));
+    if (d.mb < 1 || d.nb < 1 || d.imb < 1 || d.inb < 1)
+        throw invalid_argument("pgemm: descriptor of " + n + " has block " + std::to_string(d.mb) + "x" +
+                               std::to_string(d.nb) + ", first block " + std::to_string(d.imb) + "x" +
+                               std::to_string(d.inb) + " (blocks must be at least 1x1)");
+    if (d.rsrc < 0 || d.rsrc >= g.rows() || d.csrc < 0 || d.csrc >= g.cols())
+        throw invalid_argument("pgemm: descriptor of " + n + " has source process (" + std::to_string(d.rsrc) + ", " +
+                               std::to_string(d.csrc) + ") outside the " + std::to_string(g.rows()) + "x" +
                                std::to_string(g.cols()) + " grid");
-    const index_t local_rows = local_count(gm, mb, g.my_row(), rsrc, g.rows());
-    if (lld < std::max<index_t>(1, local_rows))
-        throw invalid_argument("pgemm: descriptor of " + n + " has LLD " + std::to_string(lld) + " but rank " +
+    const dim_map rmap{d.mb, d.rsrc, g.rows(), i - 1, d.imb}, cmap{d.nb, d.csrc, g.cols(), j - 1, d.inb};
+    const index_t local_rows = held_before(d.m, d.imb, d.mb, g.my_row(), d.rsrc, g.rows());
+    const index_t local_cols = held_before(d.n, d.inb, d.nb, g.my_col(), d.csrc, g.cols());
+    // As PBLAS: LLD >= max(1, local rows) where the rank holds columns, else >= 1.
+    if (d.lld < 1 || (local_cols > 0 && d.lld < std::max<index_t>(1, local_rows)))
+        throw invalid_argument("pgemm: descriptor of " + n + " has LLD " + std::to_string(d.lld) + " but rank " +
                                std::to_string(g.rank()) + " holds " + std::to_string(local_rows) + " rows");
-    if (i < 1 || j < 1 || i - 1 > gm - rows || j - 1 > gn - cols)
+    if (i < 1 || j < 1 || i - 1 > d.m - rows || j - 1 > d.n - cols)
         throw invalid_argument("pgemm: " + n + "(" + std::to_string(i) + ":" + std::to_string(i - 1 + rows) + ", " +
                                std::to_string(j) + ":" + std::to_string(j - 1 + cols) + ") is outside the " +
-                               std::to_string(gm) + "x" + std::to_string(gn) + " matrix");
-    return {name, dim_map{mb, rsrc, g.rows(), i - 1}, dim_map{nb, csrc, g.cols(), j - 1}, lld};
+                               std::to_string(d.m) + "x" + std::to_string(d.n) + " matrix");
+    return {name, rmap, cmap, d.lld};
 }
 
 namespace {
