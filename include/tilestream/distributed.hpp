@@ -152,6 +152,15 @@ struct pgemm_options {
     /// SUMMA panel width over k when A or B has to be redistributed (0: 256); an operand that
     /// is already aligned with C keeps its own block width.
     index_t panel = 0;
+    /// Each local multiply's plan and run options (strategy, tiles, kernel; run.trace receives
+    /// the devices' spans and a span per wait for a panel broadcast, device "mpi").
+    gemm_call_options call;
+    /// When > 0, k is added in k-blocks of this width from the start of op(A)'s columns, one local
+    /// multiply per k-block in order of k, whatever the grid and the operands' blocks (the pieces
+    /// of a k-block held by different processes are broadcast into one panel first). With a
+    /// context whose reproducible option is set and k_block its plans' k-block, every element of
+    /// C then gets the same operations in the same order on any grid and rank count.
+    index_t k_block = 0;
 };
 
 /// What one rank did in a distributed GEMM.

@@ -7,6 +7,7 @@
 #include <climits>
 #include <exception>
 #include <string>
+#include <utility>
 
 namespace tilestream::distributed {
 
@@ -138,6 +139,10 @@ public:
     datatype(const datatype&) = delete;
     datatype& operator=(const datatype&) = delete;
     datatype(datatype&& o) noexcept : t_(o.t_) { o.t_ = MPI_DATATYPE_NULL; }
+    datatype& operator=(datatype&& o) noexcept {
+        std::swap(t_, o.t_);
+        return *this;
+    }
     ~datatype() {
         if (t_ != MPI_DATATYPE_NULL) MPI_Type_free(&t_);
     }

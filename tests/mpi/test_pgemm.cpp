@@ -207,7 +207,7 @@ void one_case(std::mt19937& rng, int ctxt, const case_grid& cg, int case_no) {
     const std::string what = std::string(ts::to_string(ts::dtype_of<T>())) + " case " + std::to_string(case_no) + " grid " +
                              std::to_string(p) + "x" + std::to_string(q) + " " + (op_a == ts::op::n ? "N" : "T") +
                              (op_b == ts::op::n ? "N" : "T") + " m=" + std::to_string(m) + " n=" + std::to_string(n) +
-                             " k=" + std::to_string(k) + (dtype2 ? " DTYPE 2" : "") +
+                             " k=" + std::to_string(k) + (dtype2 ? " DTYPE 2" : "") + (case_no % 4 == 3 ? " k-blocks" : "") +
                              (layered ? " layers " + std::to_string(cg.lg->layers()) : "");
     const double tol = std::is_same_v<T, float> ? 2e-5 : 1e-12;
     const char ta = op_a == ts::op::n ? 'N' : 'T', tb = op_b == ts::op::n ? 'N' : 'T';
@@ -220,6 +220,9 @@ void one_case(std::mt19937& rng, int ctxt, const case_grid& cg, int case_no) {
     static ts::context ctx("cpu", {.cpu_threads = 1});  // this rank's devices, opened once
     td::pgemm_options po;
     po.context = &ctx;
+    // Now and then k added in k-blocks of a width of their own (pieces of several blocks
+    // broadcast into one panel, B's as strided blocks).
+    if (case_no % 4 == 3) po.k_block = uni(2, 7);
     // Off layer 0 no arrays: a layer receives what it multiplies.
     const td::pgemm_report rep =
         td::pgemm<T>(*cg.lg, op_a, op_b, m, n, k, alpha, holder ? a.local.data() : nullptr, ia2, ja, a.desc,
