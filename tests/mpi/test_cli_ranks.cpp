@@ -290,6 +290,9 @@ void test_scale() {
     if (table.status != 0 || table.out.find("1 rank x cpu ") == std::string::npos ||
         table.out.find("2 ranks x cpu ") == std::string::npos)
         fail("scale gemm --ranks 1,2 table:\n" + table.out);
+    // ... with the per-rank figures of each run (fastest and slowest rank, most bytes sent).
+    if (table.err.find("2 ranks x cpu: ") == std::string::npos || table.err.find("; per rank ") == std::string::npos)
+        fail("scale gemm --ranks 1,2 without per-rank figures:\n" + table.err);
     const outcome none = run(0, "scale jacobi --nx 66 --ny 50 --ranks 1,2", "PATH=/nonexistent");
     if (none.status != 2 || none.err.find("mpirun was not found on PATH") == std::string::npos)
         fail("scale --ranks without mpirun: exit " + std::to_string(none.status) + ":\n" + none.err);
