@@ -143,6 +143,23 @@ pgemm_report pgemm(const process_grid& grid, op op_a, op op_b, index_t m, index_
         rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         return rep;
     }
+    if (grid.rows() == 1 && grid.cols() == 1) {
+        // One process holds every element (at its global index, whatever the blocks): one call of
+        // the rank's context on the sub-matrices where they lie, no panels and no copies. (With a
+        // reproducible context the call adds k in the same k-blocks as the panels would.)
+        std::optional<tilestream::context> own;
+        tilestream::context* ctx = options.context ? options.context : &own.emplace("cpu", context_options{.cpu_threads = 1});
+        const index_t ar = na ? m : k, ac = na ? k : m, br = nb_ ? k : n, bc = nb_ ? n : k;
+        const host_matrix_view<const T> av(a + da.rows.local(0) + da.cols.local(0) * da.ld, ar, ac, layout::col_major, da.ld);
+        const host_matrix_view<const T> bv(b + db.rows.local(0) + db.cols.local(0) * db.ld, br, bc, layout::col_major, db.ld);
+        const host_matrix_view<T> cv(c_local, m, n, layout::col_major, dc.ld);
+        const gemm_plan plan = ctx->plan<T>(op_a, op_b, alpha, av, bv, beta, cv, options.call);
+        ctx->execute<T>(plan, alpha, av, bv, beta, cv, options.call);
+        rep.panels = 1;
+        rep.panel_width = k;
+        rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        return rep;
+    }
     const index_t panel = options.panel > 0 ? options.panel : 256;
 
     // op(A) as SUMMA wants it: C's rows down the process rows, k across the process columns.
