@@ -421,7 +421,7 @@ void test_usage() {
         {"gemm --m 1000000 --n 1000000 --k 1000000", "of host memory (its blocks of A, B and C and SUMMA's panels) but only"},
     };
     for (const auto& [args, expected] : bad) {
-        const outcome r = run(3, args);
+        const outcome r = run(2, args);
         if (r.status != 2 || occurrences(r.err, expected) != 1 || occurrences(r.err, "error:") != 1 ||
             r.err.find("MPI_Abort") != std::string::npos)
             fail(args + ": expected exit 2 and once '" + expected + "', got " + std::to_string(r.status) + ":\n" + r.err);
