@@ -3,7 +3,9 @@
 # downloaded, then tilestream imported from the environment (not the build tree) and used.
 # TILESTREAM_CMAKE_BUILD_DIR hands pip's build this CMake build (already built: nothing is
 # rebuilt), so the test costs seconds; the packaging (meson-python, the RPATH, the libraries copied
-# beside the extension, the metadata) is the same as a fresh `pip install ./python`.
+# beside the extension, the metadata) is the same as a fresh `pip install ./python`. meson-python
+# 0.12 works in a temporary python/.mesonpy-* folder (removed after) and keeps its native file
+# there; a `builddir` setting is not used, as 0.12 then reconfigures a folder that may not exist.
 execute_process(COMMAND ${PYTHON} -c "import mesonpy" RESULT_VARIABLE rc OUTPUT_QUIET ERROR_QUIET)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "meson-python is missing for ${PYTHON} (Debian: python3-mesonpy; scripts/ensure-deps.sh installs it)")
@@ -17,8 +19,7 @@ if(NOT rc EQUAL 0)
 endif()
 execute_process(
   COMMAND ${CMAKE_COMMAND} -E env --unset=PYTHONPATH TILESTREAM_CMAKE_BUILD_DIR=${BUILD_DIR}
-          ${work}/venv/bin/python -m pip install --no-build-isolation --no-deps --no-index
-          --config-settings builddir=${work}/meson ${SOURCE_DIR}/python
+          ${work}/venv/bin/python -m pip install --no-build-isolation --no-deps --no-index ${SOURCE_DIR}/python
   RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "pip install ./python failed (${rc})")

@@ -109,7 +109,8 @@ def _as_operand(x, dtype, name, copied):
         copied.append(f"{name}: converted from {x.dtype} to {dtype}")
         x = x.astype(dtype)
     if _native.operand_layout(x) is None:
-        why = "is not aligned to its element size" if not x.flags.aligned else f"strides {x.strides} have no unit-stride axis"
+        why = ("is not aligned to its element size" if not x.flags.aligned
+               else f"strides {x.strides} have no unit-stride axis")
         copied.append(f"{name}: {why}, copied to C order")
         x = np.array(x, order="C")  # a new, aligned array
     return x
