@@ -172,6 +172,10 @@ public:
 
 private:
     plan_options plan_options_for(const gemm_problem& problem, const gemm_call_options& call) const;
+    /// Throws device_error in a child made with fork() after the context was opened when it has
+    /// devices other than CPUs (their runtimes do not survive fork; CPU devices start their
+    /// threads again in the child).
+    void check_process() const;
 
     context_options options_;
     std::vector<std::unique_ptr<device>> devices_;
@@ -184,6 +188,7 @@ private:
     std::unique_ptr<detail::gemm_memory> memory_;
     std::vector<std::uint64_t> holders_;
     std::shared_ptr<detail::keep_registry> keeps_;
+    std::uint64_t fork_generation_ = 0;  ///< the process's when opened (see check_process)
 };
 
 }  // namespace tilestream
