@@ -19,6 +19,8 @@ import sys
 import sysconfig
 
 SUFFIX = sysconfig.get_config_var("EXT_SUFFIX")
+# Loaded by libtilestream from its own folder when their devices are first asked for; shipped when built.
+BACKEND_MODULES = ("libtilestream_cuda.so", "libtilestream_opencl.so")
 
 
 def fail(message):
@@ -101,17 +103,26 @@ def main():
         if name not in needed:
             fail(f"python/meson.build lists {name}, which the extension does not load from the build tree")
         shutil.copyfile(needed[name], args.out_dir / name)  # the file itself, not a symbolic link
+    # The backend modules libtilestream loads on first use (dlopen, not ldd's list) from its own folder.
+    core = needed.get("libtilestream.so.0")
+    backends = args.out_dir / "backends"
+    backends.mkdir(exist_ok=True)
+    modules = [m for m in BACKEND_MODULES if core and (core.parent / m).exists()]
+    for name in modules:
+        shutil.copyfile(core.parent / name, backends / name)
     target = args.out_dir / module.name
     shutil.copyfile(module, target)
     # CMake's own ELF editor (no patchelf needed). The extension: only $ORIGIN, so the libraries
     # copied beside it. The libraries: their entries outside the build tree (CUDA's folder, say).
     edits = [f'file(RPATH_SET FILE "{target}" NEW_RPATH "$ORIGIN")']
-    for name in args.libraries:
-        entries = runpath(args.out_dir / name)
+    for path in [args.out_dir / name for name in args.libraries] + [backends / name for name in modules]:
+        entries = runpath(path)
         kept = outside(entries, build_dir)
+        if path.parent == backends:
+            kept = ["$ORIGIN/.."] + kept  # libtilestream.so.0 lies one folder up
         if kept != entries:
-            edits.append(f'file(RPATH_SET FILE "{args.out_dir / name}" NEW_RPATH "{":".join(kept)}")' if kept else
-                         f'file(RPATH_REMOVE FILE "{args.out_dir / name}")')
+            edits.append(f'file(RPATH_SET FILE "{path}" NEW_RPATH "{":".join(kept)}")' if kept else
+                         f'file(RPATH_REMOVE FILE "{path}")')
     script = args.out_dir / "set_rpath.cmake"
     script.write_text("\n".join(edits) + "\n")
     run(["cmake", "-P", script])

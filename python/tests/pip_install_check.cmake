@@ -33,6 +33,11 @@ rng = np.random.default_rng(15)
 a, b = rng.uniform(-1, 1, (37, 29)), rng.uniform(-1, 1, (29, 23)).astype(np.float32)
 c = t.matmul(a, b, devices='cpu')
 assert c.dtype == np.float64 and np.abs(c - a @ b).max() < 1e-12
+import os
+if os.path.exists('${BUILD_DIR}/libtilestream_opencl.so'):  # the OpenCL module ships in the package too
+    c = t.matmul(a, b, devices='opencl:0')
+    assert np.abs(c - a @ b).max() < 1e-12
+    assert os.path.exists(os.path.join(os.path.dirname(t.__file__), 'backends', 'libtilestream_opencl.so'))
 print('pip-installed', t.__file__, t.__version__)"
   WORKING_DIRECTORY ${work}  # not the source or build tree
   RESULT_VARIABLE rc)

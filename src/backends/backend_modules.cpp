@@ -8,6 +8,7 @@
 #include <tilestream/error.hpp>
 
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <mutex>
 #include <string>
@@ -16,12 +17,18 @@ namespace tilestream::backends {
 
 namespace {
 
-// The folder of libtilestream itself: the modules are built and installed beside it.
+// The folder of libtilestream itself: the modules are built and installed beside it (the Python
+// package keeps them in a backends/ folder beside it: meson installs a folder of files that may or
+// may not exist, but not a list of such files).
 std::string module_path(const char* file) {
     Dl_info info{};
     if (dladdr(reinterpret_cast<const void*>(&module_path), &info) && info.dli_fname) {
         const std::string self = info.dli_fname;
-        if (const auto slash = self.rfind('/'); slash != std::string::npos) return self.substr(0, slash + 1) + file;
+        if (const auto slash = self.rfind('/'); slash != std::string::npos) {
+            const std::string beside = self.substr(0, slash + 1) + file;
+            const std::string packaged = self.substr(0, slash + 1) + "backends/" + file;
+            return ::access(beside.c_str(), F_OK) != 0 && ::access(packaged.c_str(), F_OK) == 0 ? packaged : beside;
+        }
     }
     return file;  // the dynamic loader's search path
 }
