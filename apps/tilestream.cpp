@@ -590,6 +590,7 @@ int cmd_gemm(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    ts::cli::restore_openblas_environment();
     if (argc < 2) {
         std::cerr << usage_text;
         return exit_usage;
