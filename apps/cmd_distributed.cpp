@@ -1,6 +1,7 @@
 // `tilestream gemm` and `tilestream jacobi` over MPI ranks (mpirun -np N tilestream gemm ... --grid PxQ):
 // options parsed alike on every rank, errors every rank agrees on printed once by rank 0, an
 // error on one rank printed with its rank and every rank ended (MPI_Abort).
+#include "cli_args.hpp"
 #include "commands.hpp"
 #include "core/json_text.hpp"
 
@@ -93,15 +94,15 @@ int run_gemm(int argc, char** argv, const td::environment& env) {
     app.add_option("--b", b, "B as .npy");
     app.add_option("--c", c, "C as .npy (needed when beta != 0)");
     app.add_option("--out", out, "write C as .npy (header by rank 0, blocks by every rank)");
-    app.add_option("--m", m, "random inputs: rows of C")->check(CLI::PositiveNumber);
-    app.add_option("--n", n, "random inputs: columns of C")->check(CLI::PositiveNumber);
-    app.add_option("--k", k, "random inputs: inner dimension")->check(CLI::PositiveNumber);
+    app.add_option("--m", m, "random inputs: rows of C")->check(at_least(1));
+    app.add_option("--n", n, "random inputs: columns of C")->check(at_least(1));
+    app.add_option("--k", k, "random inputs: inner dimension")->check(at_least(1));
     app.add_option("--dtype", dtype_name, "random inputs: f32 or f64 (default f32, as for one process)");
     app.add_option("--op-a", op_a, "n or t");
     app.add_option("--op-b", op_b, "n or t");
     app.add_option("--alpha", alpha);
     app.add_option("--beta", beta);
-    app.add_option("--block", block, "block-cyclic block size (default 128)")->check(CLI::PositiveNumber);
+    app.add_option("--block", block, "block-cyclic block size (default 128)")->check(at_least(1));
     app.add_option("--layers", layers, "2.5D: replicate over c layers of a P x Q grid, ranks = P*Q*c (default: the model's choice)");
     app.add_option("--rank-memory", rank_memory, "memory each rank may hold for 2.5D layers (default: half the node's memory over its ranks)");
     add_common(app, co);
