@@ -9,6 +9,8 @@
 #include <tilestream/npy.hpp>
 #include <tilestream/types.hpp>
 
+#include "core/output_files.hpp"
+
 #include <CLI/CLI.hpp>
 
 #include <unistd.h>
@@ -190,6 +192,37 @@ public:
             throw invalid_argument("--" + name + " " + *get(name) + " is out of range for " +
                                    std::string(to_string(dtype_of<T>())));
         return static_cast<T>(v);
+    }
+    /// For fronts that write outputs on their own (gemm and jacobi over MPI ranks): each given output
+    /// resolves (detail::resolve_output's checks), and none names an input or another output (by
+    /// device and inode, or resolved path; a character device such as /dev/null may take several),
+    /// except that --out may name the input `out_may_update` (read before it is replaced). Throws
+    /// invalid_argument naming both options. The one-process commands use run_files, which also
+    /// writes and commits the outputs together.
+    void check_output_paths(std::initializer_list<const char*> outputs, std::initializer_list<const char*> inputs = {},
+                            const char* out_may_update = nullptr) const {
+        struct named {
+            std::string option;
+            detail::file_identity id;
+            bool input;
+        };
+        std::vector<named> seen;
+        for (const char* n : inputs)
+            if (auto p = get(n)) seen.push_back({n, detail::identify(*p), true});
+        for (const char* n : outputs) {
+            auto p = get(n);
+            if (!p) continue;
+            const detail::file_identity id = detail::identify(detail::resolve_output(*p));
+            for (const auto& other : seen) {
+                if (!id.same_file(other.id)) continue;
+                if (other.input && out_may_update && std::string(n) == "out" && other.option == out_may_update) continue;
+                if (!other.input && id.exists && S_ISCHR(id.mode)) continue;
+                throw invalid_argument("--" + std::string(n) + " " + *p + " and --" + other.option + " " +
+                                       *get(other.option) + " name the same file: " +
+                                       (other.input ? "an output may not overwrite an input" : "each output needs its own"));
+            }
+            seen.push_back({n, id, false});
+        }
     }
     const std::vector<std::string>& positional() const { return positional_; }
 

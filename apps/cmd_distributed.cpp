@@ -479,7 +479,7 @@ int run_gemm(int argc, char** argv, const td::environment& env) {
     if (!parse_on_ranks(a, argc, argv, env)) return 0;
     gemm_setup s;
     alike([&] {
-        a.check_output_paths({"out", "trace", "timeline"});
+        a.check_output_paths({"out", "trace", "timeline"}, {"a", "b", "c"}, "c");
         s.files = a.has("a") || a.has("b");
         if (s.files && (!a.has("a") || !a.has("b"))) throw invalid_argument("gemm: --a and --b go together");
         if (!s.files && a.has("c")) throw invalid_argument("gemm: --c needs --a and --b");
