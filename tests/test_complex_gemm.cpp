@@ -668,6 +668,10 @@ TEST(ComplexCli, FilesScalarsAndNamesRunAndCheck) {
     r = run_cli("gemm --m 4 --n 4 --k 4 --dtype c128");
     EXPECT_EQ(r.exit_code, 2) << r.out;
     EXPECT_NE(r.out.find("c64/complex128"), std::string::npos) << r.out;
+    // Jacobi is real: a complex field is refused by name.
+    r = run_cli("jacobi --nx 8 --ny 8 --iters 1 --dtype c32");
+    EXPECT_EQ(r.exit_code, 2) << r.out;
+    EXPECT_NE(r.out.find("c32 is complex"), std::string::npos) << r.out;
     // Real data with op c is op t.
     const auto t = run_cli("gemm --m 9 --n 7 --k 5 --op-a t --dtype float64 --json --quiet --check");
     const auto c = run_cli("gemm --m 9 --n 7 --k 5 --op-a c --dtype float64 --json --quiet --check");
