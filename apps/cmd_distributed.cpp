@@ -147,8 +147,8 @@ void declare_gemm_options(args& a) {
         .text("b", "B from a .npy file (goes with --a)", "B.npy")
         .text("c", "C's input from a .npy file (read when --beta is not 0)", "C.npy")
         .text("out", "write C as .npy (blocks by every rank, MPI-IO, atomically)", "C.npy")
-        .number_option("alpha", "scalar alpha (default 1)")
-        .number_option("beta", "scalar beta (default 0: C is not read)")
+        .scalar_option("alpha", "scalar alpha (default 1)")
+        .scalar_option("beta", "scalar beta (default 0: C is not read)")
         .text("op-a", "op(A): n (default) or t", "n|t")
         .text("op-b", "op(B): n (default) or t", "n|t")
         .text("kernel", "each rank's local kernel: reference, naive, tiled or vendor (default)", "KERNEL")
@@ -535,7 +535,7 @@ int run_gemm(int argc, char** argv, const td::environment& env) {
             if (kb_rows != s.k) throw invalid_argument("gemm: inner dimensions differ");
             return 0;
         });
-        const double beta = a.real("beta", 0.0);
+        const std::complex<double> beta = a.scalar<std::complex<double>>("beta", 0.0);
         if (a.has("c")) {
             const auto sc = td::npy_shape(MPI_COMM_WORLD, *a.get("c"));
             const dtype tc = td::npy_dtype(MPI_COMM_WORLD, *a.get("c"));
@@ -549,7 +549,7 @@ int run_gemm(int argc, char** argv, const td::environment& env) {
                                            std::to_string(s.n));
                 return 0;
             });
-        } else if (beta != 0) {
+        } else if (beta != 0.0) {
             throw td::collective_error("gemm: --beta is not 0 but no --c file was given");
         }
     }
