@@ -219,7 +219,7 @@ template <class T>
 struct gemm_args {
     const char* routine;
     bool row_major;
-    char trans_a, trans_b;  // as written in the log: N or T
+    char trans_a, trans_b;  // as written in the log: N, T or C (conjugate transpose; on real data, T)
     bool valid;
     int m, n, k;
     T alpha;
@@ -236,12 +236,13 @@ struct gemm_args {
 char fortran_trans(const char* t) {
     switch (t ? *t : '?') {
         case 'N': case 'n': return 'N';
-        case 'T': case 't': case 'C': case 'c': return 'T';
+        case 'T': case 't': return 'T';
+        case 'C': case 'c': return 'C';
         default: return '?';
     }
 }
 
-char cblas_trans(int t) { return t == 111 ? 'N' : (t == 112 || t == 113) ? 'T' : '?'; }
+char cblas_trans(int t) { return t == 111 ? 'N' : t == 112 ? 'T' : t == 113 ? 'C' : '?'; }
 
 template <class T>
 bool check_args(gemm_args<T>& g) {

@@ -65,6 +65,7 @@ static const uint32_t poison32 = 0x7fc0beefu;
 static int strict; /* alpha == 0: A and B NaN, expected C = beta C (not the system BLAS's) */
 
 static int is_trans(char t) { return t != 'N' && t != 'n'; }
+static char log_trans(char t) { return is_trans(t) ? (t == 'C' || t == 'c' ? 'C' : 'T') : 'N'; } /* as logged */
 
 /* A stored matrix: `lines` lines of `len` elements, `ld` apart. */
 struct stored {
@@ -158,8 +159,8 @@ static int run_case(const struct gemm_case* t) {
     void* b0 = copy_of(&b, t->f64);
     void* expected = copy_of(&c, t->f64);
 
-    printf("call %s %s %c %c %d %d %d %g\n", name, row_major ? "row" : "col", is_trans(t->ta) ? 'T' : 'N',
-           is_trans(t->tb) ? 'T' : 'N', t->m, t->n, t->k, t->alpha);
+    printf("call %s %s %c %c %d %d %d %g\n", name, row_major ? "row" : "col", log_trans(t->ta), log_trans(t->tb),
+           t->m, t->n, t->k, t->alpha);
     fflush(stdout);
     if (!quick) call(t, 1, &a, &b, expected, (int)c.ld);
     else
