@@ -102,6 +102,19 @@ public:
         });
         return *this;
     }
+    /// An option holding a real or complex number, in Python's syntax (2, -1.5e3, 1.5-2j, 2j, (1+2j)).
+    args& scalar_option(const std::string& name, const std::string& help) {
+        add(name, help, "NUMBER", [this, name](const std::string& v) {
+            try {
+                scalars_[name] = parse_scalar(v);
+            } catch (const invalid_argument&) {
+                throw invalid_argument("--" + name + " expects a number, got '" + v +
+                                       "' (a complex one is written 1.5-2j)");
+            }
+            values_[name] = v;
+        });
+        return *this;
+    }
     /// An option without a value.
     args& flag_option(const std::string& name, const std::string& help) {
         app_.add_flag("--" + name, help)->disable_flag_override()->each([this, name](const std::string&) { flags_.insert(name); });
@@ -175,14 +188,21 @@ public:
         auto it = reals_.find(name);
         return it == reals_.end() ? fallback : it->second;
     }
-    /// A real option converted to T; a finite value beyond T's range is an error, not infinity.
+    /// A scalar option (scalar_option) converted to T: an imaginary part for a real T, or a finite
+    /// part beyond T's range, is an error (not dropped, not infinity).
     template <class T>
     T scalar(const std::string& name, double fallback) const {
-        const double v = real(name, fallback);
-        if (std::isfinite(v) && std::fabs(v) > double(std::numeric_limits<T>::max()))
-            throw invalid_argument("--" + name + " " + *get(name) + " is out of range for " +
-                                   std::string(to_string(dtype_of<T>())));
-        return static_cast<T>(v);
+        auto it = scalars_.find(name);
+        const tilestream::scalar v = it == scalars_.end() ? tilestream::scalar(fallback) : it->second;
+        const std::string type(to_string(dtype_of<T>()));
+        if (!is_complex_v<T> && v.imag() != 0)
+            throw invalid_argument("--" + name + " " + *get(name) + " has an imaginary part, but " + type +
+                                   " is real (use --dtype c32 or c64)");
+        const double most = double(std::numeric_limits<real_type_t<T>>::max());
+        for (double part : {v.real(), v.imag()})
+            if (std::isfinite(part) && std::fabs(part) > most)
+                throw invalid_argument("--" + name + " " + *get(name) + " is out of range for " + type);
+        return scalar_as<T>(v);
     }
     /// Checks, before any work, that each of these options that is given names a writable file.
     void check_output_paths(std::initializer_list<const char*> names) const {
@@ -207,6 +227,7 @@ private:
     std::map<std::string, std::string> values_;
     std::map<std::string, index_t> integers_;
     std::map<std::string, double> reals_;
+    std::map<std::string, tilestream::scalar> scalars_;
     std::vector<std::string> positional_;
 };
 

@@ -55,7 +55,8 @@ void declare_gemm_options(ts::cli::args& a) {
     a.integer_option("m", "rows of C (random inputs, uniform in [-1, 1])")
         .integer_option("n", "columns of C (random inputs)")
         .integer_option("k", "inner dimension (random inputs)")
-        .text("dtype", "f32 (default) or f64; file inputs: the files' dtype", "f32|f64")
+        .text("dtype", "f32 (default), f64, c32 or c64 (numpy's float32, float64, complex64, complex128 too); "
+                       "file inputs: the files' dtype", "DTYPE")
         .integer_option("seed", "seed of the random inputs (default 42)")
         .text("layout", "row (default) or col: layout of the random inputs", "row|col")
         .text("a", "A from a .npy file (layout from its order; memory-mapped, may exceed memory)", "A.npy")
@@ -63,10 +64,10 @@ void declare_gemm_options(ts::cli::args& a) {
         .text("c", "C's input from a .npy file (read when --beta is not 0)", "C.npy")
         .text("out", "write C (atomically; with file inputs C is written in place through a mapped temporary)",
               "C.npy")
-        .number_option("alpha", "scalar alpha (default 1)")
-        .number_option("beta", "scalar beta (default 0: C is not read)")
-        .text("op-a", "op(A): n (default) or t", "n|t")
-        .text("op-b", "op(B): n (default) or t", "n|t")
+        .scalar_option("alpha", "scalar alpha (default 1; complex types: e.g. 1.5-2j, 2j, (1+2j))")
+        .scalar_option("beta", "scalar beta (default 0: C is not read)")
+        .text("op-a", "op(A): n (default), t, or c (conjugate transpose; on real data the same as t)", "n|t|c")
+        .text("op-b", "op(B): n (default), t or c", "n|t|c")
         .text("kernel", "reference, naive, tiled or vendor (default)", "KERNEL")
         .text("math", "strict (default) or tf32 (f32 on tensor cores, CUDA vendor kernel only)", "strict|tf32")
         .text("devices", "e.g. cpu, cpu:2, cuda:0, cpu@512MiB (default cpu)", "SPEC")
@@ -461,7 +462,7 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
     }
     progress.finish();
     const double secs = median(seconds);
-    const double flops = 2.0 * double(m) * double(n) * double(k);
+    const double flops = double(ts::dtype_traits(type).flops_per_multiply_add) * double(m) * double(n) * double(k);
     // An empty problem (m, n or k = 0 from files) does no arithmetic: report 0, not 0/0.
     const double gflops = flops > 0 && secs > 0 ? flops / secs * 1e-9 : 0.0;
     if (explain)
@@ -506,7 +507,8 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
         json o = {{"m", m}, {"n", n}, {"k", k}, {"dtype", std::string(ts::to_string(type))},
                   {"kernel", std::string(ts::to_string(opt.kernel))}, {"math", std::string(ts::to_string(opt.math))},
                   {"devices", dev_names}, {"op_a", std::string(ts::to_string(op_a))},
-                  {"op_b", std::string(ts::to_string(op_b))}, {"alpha", double(alpha)}, {"beta", double(beta)},
+                  {"op_b", std::string(ts::to_string(op_b))}, {"alpha", ts::as_scalar(alpha).real()},
+                  {"beta", ts::as_scalar(beta).real()},
                   {"repeat", repeat}, {"seconds", secs}, {"gflops", gflops},
                   {"strategy", std::string(ts::to_string(plan.strategy))},
                   {"transfer", std::string(ts::to_string(plan.transfer))}, {"tile_m", plan.tile_m},
@@ -517,6 +519,8 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
                   {"predicted_bound", plan.bound}, {"predicted_bytes_h2d", plan.bytes_h2d},
                   {"predicted_bytes_d2h", plan.bytes_d2h}, {"predicted_bytes_packed", plan.bytes_packed},
                   {"predicted_peak_device_bytes", plan.peak_device_bytes}};
+        if constexpr (ts::is_complex_v<T>)
+            o["alpha_imag"] = alpha.imag(), o["beta_imag"] = beta.imag();
         json shares = json::array();
         for (const auto& d : last.devices)
             shares.push_back({{"id", d.id}, {"units", d.units}, {"flops", d.flops}, {"bytes_h2d", d.bytes_h2d},
@@ -584,7 +588,7 @@ int cmd_gemm(int argc, char** argv) {
                                        std::string(ts::to_string(fa.type())));
         type = fa.type();
     }
-    return ts::visit_real_dtype(type, "gemm", [&]<class T>() { return run_gemm<T>(a, type); });
+    return ts::visit_dtype(type, [&]<class T>() { return run_gemm<T>(a, type); });
 }
 
 }  // namespace

@@ -158,7 +158,7 @@ TEST(cli, HelpForEveryCommandAndSuggestions) {
         EXPECT_NE(r.out.find("Usage: tilestream " + cmd), std::string::npos) << r.out;
     }
     auto gemm = run_cli("gemm --help");
-    for (const char* opt : {"--m INT", "--alpha FLOAT", "--memory-budget BYTES", "--strategy", "--check", "Freivalds"})
+    for (const char* opt : {"--m INT", "--alpha NUMBER", "--memory-budget BYTES", "--strategy", "--check", "Freivalds"})
         EXPECT_NE(gemm.out.find(opt), std::string::npos) << opt << " missing in\n" << gemm.out;
     expect_usage_error("gemm --m 8 --n 8 --k 8 --memory-buget 1MiB", "unknown option --memory-buget (did you mean --memory-budget?)");
     expect_usage_error("jacobi --iter 3", "unknown option --iter (did you mean --iters?)");

@@ -551,6 +551,8 @@ host_matrix_view<const T> npy_array::view() const {
 
 template host_matrix_view<const float> npy_array::view<float>() const;
 template host_matrix_view<const double> npy_array::view<double>() const;
+template host_matrix_view<const std::complex<float>> npy_array::view<std::complex<float>>() const;
+template host_matrix_view<const std::complex<double>> npy_array::view<std::complex<double>>() const;
 
 namespace {
 
@@ -699,6 +701,8 @@ host_matrix_view<T> npy_output::view() const {
 
 template host_matrix_view<float> npy_output::view<float>() const;
 template host_matrix_view<double> npy_output::view<double>() const;
+template host_matrix_view<std::complex<float>> npy_output::view<std::complex<float>>() const;
+template host_matrix_view<std::complex<double>> npy_output::view<std::complex<double>>() const;
 
 void npy_output::release_resident() const {
     // For a shared file mapping the page cache keeps what was written (dirty pages are written
@@ -720,5 +724,7 @@ void npy_output::commit() {
 
 template void write_npy<float>(const std::string&, host_matrix_view<const float>);
 template void write_npy<double>(const std::string&, host_matrix_view<const double>);
+template void write_npy<std::complex<float>>(const std::string&, host_matrix_view<const std::complex<float>>);
+template void write_npy<std::complex<double>>(const std::string&, host_matrix_view<const std::complex<double>>);
 
 }  // namespace tilestream
