@@ -295,7 +295,7 @@ void write_npy_blocks(const process_grid& grid, const std::string& path, const b
 struct npy_gemm_request {
     std::string a, b, c, out;  ///< c empty: beta must be 0
     op op_a = op::n, op_b = op::n;
-    double alpha = 1, beta = 0;
+    scalar alpha = 1, beta = 0;  ///< complex for c32/c64 files (the imaginary part is ignored for real ones)
     index_t block = 64;
 };
 struct npy_gemm_result {
