@@ -10,6 +10,7 @@
 //        mpirun -np N mpi_bench jacobi --nx 4096 --ny 4096 --iters 200 --git-hash H --out FILE
 #include "bench_common.hpp"
 
+#include <tilestream/pblas.hpp>
 #include <tilestream/distributed.hpp>
 
 #include <mpi.h>
@@ -24,19 +25,6 @@ extern "C" {
 void Cblacs_get(int context, int what, int* value);
 void Cblacs_gridinit(int* context, const char* order, int rows, int cols);
 void Cblacs_gridexit(int context);
-void psgemm_(const char*, const char*, const int*, const int*, const int*, const float*, const float*, const int*,
-             const int*, const int*, const float*, const int*, const int*, const int*, const float*, float*, const int*,
-             const int*, const int*);
-void pdgemm_(const char*, const char*, const int*, const int*, const int*, const double*, const double*, const int*,
-             const int*, const int*, const double*, const int*, const int*, const int*, const double*, double*,
-             const int*, const int*, const int*);
-void pcgemm_(const char*, const char*, const int*, const int*, const int*, const std::complex<float>*,
-             const std::complex<float>*, const int*, const int*, const int*, const std::complex<float>*, const int*,
-             const int*, const int*, const std::complex<float>*, std::complex<float>*, const int*, const int*, const int*);
-void pzgemm_(const char*, const char*, const int*, const int*, const int*, const std::complex<double>*,
-             const std::complex<double>*, const int*, const int*, const int*, const std::complex<double>*, const int*,
-             const int*, const int*, const std::complex<double>*, std::complex<double>*, const int*, const int*,
-             const int*);
 }
 
 // Bytes this rank receives through MPI point-to-point calls (BLACS, hence ScaLAPACK, communicates

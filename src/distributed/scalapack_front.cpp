@@ -4,6 +4,7 @@
 // illegal one is reported with PBLAS's number, then the call returns (no MPI_Abort); DTYPE 1 and 2
 // descriptors, any BLACS grid (row- or column-major, a subset of the processes), every offset.
 #include "distributed/mpi_support.hpp"
+#include <tilestream/pblas.hpp>
 
 #include <dlfcn.h>
 

@@ -7,6 +7,7 @@
 // may) and checks the numbers PBLAS's rules give. With it, the program replaces PB_Cabort (as
 // ScaLAPACK's PBLAS tester does) and calls ScaLAPACK's own routine (dlsym RTLD_NEXT) on the same
 // arguments: both must report the same number.
+#include <tilestream/pblas.hpp>
 #include <tilestream/distributed.hpp>
 
 #include <dlfcn.h>
@@ -23,19 +24,6 @@ void Cblacs_get(int context, int what, int* value);
 void Cblacs_gridinit(int* context, const char* order, int rows, int cols);
 void Cblacs_gridinfo(int context, int* rows, int* cols, int* my_row, int* my_col);
 void Cblacs_gridexit(int context);
-void pdgemm_(const char*, const char*, const int*, const int*, const int*, const double*, const double*, const int*,
-             const int*, const int*, const double*, const int*, const int*, const int*, const double*, double*,
-             const int*, const int*, const int*);
-void psgemm_(const char*, const char*, const int*, const int*, const int*, const float*, const float*, const int*,
-             const int*, const int*, const float*, const int*, const int*, const int*, const float*, float*,
-             const int*, const int*, const int*);
-void pcgemm_(const char*, const char*, const int*, const int*, const int*, const std::complex<float>*,
-             const std::complex<float>*, const int*, const int*, const int*, const std::complex<float>*, const int*,
-             const int*, const int*, const std::complex<float>*, std::complex<float>*, const int*, const int*, const int*);
-void pzgemm_(const char*, const char*, const int*, const int*, const int*, const std::complex<double>*,
-             const std::complex<double>*, const int*, const int*, const int*, const std::complex<double>*, const int*,
-             const int*, const int*, const std::complex<double>*, std::complex<double>*, const int*, const int*,
-             const int*);
 }
 
 namespace {

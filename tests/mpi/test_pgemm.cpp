@@ -7,6 +7,7 @@
 // 2.5D pgemm on every P x Q x c layering (c > 1) of the rank count against the reference, ranks
 // off layer 0 passing no arrays, and the bytes sent over all ranks equal to model_pgemm_traffic's
 // words where the operands are aligned with C.
+#include <tilestream/pblas.hpp>
 #include <tilestream/distributed.hpp>
 #include <tilestream/gemm.hpp>
 
@@ -27,19 +28,6 @@ void Cblacs_get(int context, int what, int* value);
 void Cblacs_gridinit(int* context, const char* order, int rows, int cols);
 void Cblacs_gridexit(int context);
 void Cblacs_gridinfo(int context, int* rows, int* cols, int* my_row, int* my_col);
-void psgemm_(const char*, const char*, const int*, const int*, const int*, const float*, const float*, const int*,
-             const int*, const int*, const float*, const int*, const int*, const int*, const float*, float*, const int*,
-             const int*, const int*);
-void pdgemm_(const char*, const char*, const int*, const int*, const int*, const double*, const double*, const int*,
-             const int*, const int*, const double*, const int*, const int*, const int*, const double*, double*,
-             const int*, const int*, const int*);
-void pcgemm_(const char*, const char*, const int*, const int*, const int*, const std::complex<float>*,
-             const std::complex<float>*, const int*, const int*, const int*, const std::complex<float>*, const int*,
-             const int*, const int*, const std::complex<float>*, std::complex<float>*, const int*, const int*, const int*);
-void pzgemm_(const char*, const char*, const int*, const int*, const int*, const std::complex<double>*,
-             const std::complex<double>*, const int*, const int*, const int*, const std::complex<double>*, const int*,
-             const int*, const int*, const std::complex<double>*, std::complex<double>*, const int*, const int*,
-             const int*);
 }
 
 namespace ts = tilestream;
