@@ -27,10 +27,10 @@ failures=0 passes=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 pass() { passes=$((passes + 1)); }
 # mpirun with the library preloaded in the ranks only (not in mpirun), each run bounded in time.
-run() { timeout 300 mpirun -np "$ranks" -x LD_PRELOAD="$lib" "$@"; }
+run() { timeout 600 mpirun -np "$ranks" -x LD_PRELOAD="$lib" "$@"; }
 # The same with the dynamic loader of each rank logging its symbol bindings (into $work/bind.PID).
 run_logging_bindings() {
-  timeout 300 mpirun -np "$ranks" -x LD_PRELOAD="$lib" -x LD_DEBUG=bindings -x LD_DEBUG_OUTPUT="$work/bind" "$@"
+  timeout 600 mpirun -np "$ranks" -x LD_PRELOAD="$lib" -x LD_DEBUG=bindings -x LD_DEBUG_OUTPUT="$work/bind" "$@"
 }
 
 # The PBLAS Level 3 tester's input: PxGEMM only, error exits on, 8 problems over grids of 4
