@@ -67,7 +67,8 @@ void declare_gemm_options(ts::cli::args& a) {
         .number_option("beta", "scalar beta (default 0: C is not read)")
         .text("op-a", "op(A): n (default) or t", "n|t")
         .text("op-b", "op(B): n (default) or t", "n|t")
-        .text("kernel", "reference, naive, tiled or vendor (default)", "KERNEL")
+        .text("kernel", "auto (default: the fastest measured per device, precision and shape), reference, naive, "
+                        "tiled or vendor", "KERNEL")
         .text("math", "strict (default) or tf32 (f32 on tensor cores, CUDA vendor kernel only)", "strict|tf32")
         .text("devices", "e.g. cpu, cpu:2, cuda:0, cpu@512MiB (default cpu)", "SPEC")
         .text("strategy",
@@ -252,7 +253,7 @@ private:
             const std::size_t d = done_.load();
             const double rate = double(d) * flops_per_unit_ / el;
             const double eta = d ? el * double(total_ - std::min(total_, d)) / double(d) : 0.0;
-            std::fprintf(stderr, "\r  %zu/%zu tiles, %.1f GFLOP/s, ETA %.1f s   ", d, total_, rate * 1e-9, eta);
+            std::fprintf(stderr, "\r  %zu/%zu steps, %.1f GFLOP/s, ETA %.1f s   ", d, total_, rate * 1e-9, eta);
             printed_ = true;
         }
     }
@@ -280,7 +281,8 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
     const auto seed = static_cast<std::uint64_t>(a.integer("seed", 42, 0, std::numeric_limits<ts::index_t>::max()));
     const int repeat = static_cast<int>(a.integer("repeat", 1, 1, 100000));
     ts::gemm_options opt;
-    opt.kernel = ts::parse_gemm_kernel(a.get_or("kernel", "vendor"));
+    const std::optional<ts::gemm_kernel> kernel = ts::parse_kernel_setting(a.get_or("kernel", "auto"));
+    opt.kernel = kernel.value_or(ts::gemm_kernel::vendor);
     opt.math = ts::parse_math_mode(a.get_or("math", "strict"));
 
     gemm_operands<T> ops;
@@ -348,7 +350,7 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
     const ts::open_options oo = ts::cli::device_options(a);
     co.memory_budget = oo.memory_budget;
     co.cpu_threads = oo.cpu_threads;
-    co.kernel = opt.kernel;
+    co.kernel = kernel;
     co.math = opt.math;
     co.cache = ts::parse_cache_mode(a.get_or("cache", "auto"));
     const std::string reproducible = a.get_or("reproducible", "off");
@@ -398,7 +400,7 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
     const bool explain = a.flag("explain");
     // --explain predicts with measured rates whatever the strategy (the automatic choice measures
     // them anyway; in place nothing is copied, so it needs none).
-    if (explain && !co.rates) call.rates = ctx.rates(type, opt.kernel);
+    if (explain && !co.rates && call.strategy != ts::gemm_strategy::automatic) call.rates = ctx.rates(type, opt.kernel);
     const ts::gemm_plan plan = ctx.plan(problem, call);
     const ts::device_rates& rates = plan.rates;
     if (explain) {
@@ -420,10 +422,11 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
     if (peers != "auto" && peers != "on" && peers != "off")
         throw ts::invalid_argument("--peer-tiles expects auto, on or off, got '" + peers + "'");
     run.peer_tiles = peers == "on" ? ts::peer_tile_mode::on : peers == "off" ? ts::peer_tile_mode::off : ts::peer_tile_mode::automatic;
-    progress_line progress(plan.units * std::size_t(repeat), plan.problem.flops() / double(plan.units ? plan.units : 1),
+    // Progress by kernel steps: in place a run is one unit of steps bounded in time.
+    progress_line progress(plan.steps * std::size_t(repeat), plan.problem.flops() / double(plan.steps ? plan.steps : 1),
                            !a.flag("quiet"));
-    run.on_unit_done = [&progress, &trim](std::size_t) {
-        progress.tick();
+    run.on_step_done = [&progress](std::size_t) { progress.tick(); };
+    run.on_unit_done = [&trim](std::size_t) {
         if (!trim.empty()) trim.maybe();
     };
 
@@ -504,7 +507,7 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
     if (a.flag("json")) {
         using ts::detail::json;
         json o = {{"m", m}, {"n", n}, {"k", k}, {"dtype", std::string(ts::to_string(type))},
-                  {"kernel", std::string(ts::to_string(opt.kernel))}, {"math", std::string(ts::to_string(opt.math))},
+                  {"kernel", std::string(ts::to_string(plan.kernel))}, {"math", std::string(ts::to_string(opt.math))},
                   {"devices", dev_names}, {"op_a", std::string(ts::to_string(op_a))},
                   {"op_b", std::string(ts::to_string(op_b))}, {"alpha", double(alpha)}, {"beta", double(beta)},
                   {"repeat", repeat}, {"seconds", secs}, {"gflops", gflops},
@@ -547,7 +550,7 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
                     "%.1f GFLOP/s\n",
                     (long long)m, (long long)n, (long long)k, std::string(ts::to_string(type)).c_str(),
                     std::string(ts::to_string(op_a)).c_str(), std::string(ts::to_string(op_b)).c_str(),
-                    std::string(ts::to_string(opt.kernel)).c_str(), std::string(ts::to_string(plan.strategy)).c_str(),
+                    std::string(ts::to_string(plan.kernel)).c_str(), std::string(ts::to_string(plan.strategy)).c_str(),
                     dev_names.c_str(), secs, repeat, gflops);
         if (anchor)
             std::printf("anchor: %s: %.4f s (median of %d), %.1f GFLOP/s; this run / anchor = %.2f\n",

@@ -126,7 +126,7 @@ def test_ctrl_c_during_a_run_raises_keyboard_interrupt_and_leaves_the_context_us
         time.sleep(1)  # the signal may land just after a run shorter than one wait: still raised here
     interrupted_after = time.perf_counter() - t0
     sender.join()
-    assert done and done[0] < plan["units"]  # the signal came while units were left
+    assert done and done[0] < plan["steps"]  # the signal came while steps were left
     if tilestream.cancel_supported:
         t0 = time.perf_counter()
         ctx.matmul(a, b, strategy="tiles-3d", tile=16)

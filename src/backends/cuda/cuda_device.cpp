@@ -820,6 +820,46 @@ void cuda_device::gemm_vendor(cuda_stream& cs, const gemm_call& call) {
     }
 }
 
+void cuda_device::gemm_batched(stream& s, const gemm_batched_call& b) {
+    const gemm_call& call = b.call;
+    const bool product = call.alpha != 0.0 && call.k > 0 && call.m > 0 && call.n > 0;
+    if (b.listed() || !product || call.kernel != gemm_kernel::vendor || is_complex(call.type) || b.count <= 1) {
+        device::gemm_batched(s, b);  // one call per product (pointer lists are refused there)
+        return;
+    }
+    cuda_stream& cs = own_stream(s, "gemm_batched");
+    (void)check_gemm_call(call, id());
+    // cuBLAS is column-major: a row-major C is C^T = op(B)^T op(A)^T; each operand keeps its stride.
+    const column_major_gemm p = as_column_major(call);
+    if (const std::string bad = column_major_gemm_violation(p); !bad.empty())
+        throw invalid_argument("gemm_batched (vendor) on " + id() + ": cuBLAS would refuse the mapped call: " + bad);
+    const long long stride_x = p.x == call.a ? b.stride_a : b.stride_b, stride_y = p.x == call.a ? b.stride_b : b.stride_a;
+    const cublasOperation_t op1 = p.trans_x ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op2 = p.trans_y ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const float alpha32 = static_cast<float>(call.alpha.real()), beta32 = static_cast<float>(call.beta.real());
+    const double alpha64 = call.alpha.real(), beta64 = call.beta.real();
+    const bool f32 = call.type == dtype::f32;
+    const void* alpha = f32 ? static_cast<const void*>(&alpha32) : &alpha64;
+    const void* beta = f32 ? static_cast<const void*>(&beta32) : &beta64;
+    const cudaDataType_t data = cuda_type(call.type);
+    const cublasComputeType_t compute =
+        !f32 ? CUBLAS_COMPUTE_64F : (call.math == math_mode::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F);
+    if (std::max({p.rows, p.cols, p.k, p.ldx, p.ldy, p.ldz, b.count}) > INT_MAX) {
+        device::gemm_batched(s, b);
+        return;
+    }
+    device_guard guard(ordinal_, id());
+    traced(cs, span_kind::kernel, [&] { return gemm_span_name(call) + " x" + std::to_string(b.count); }, 0,
+           call.flops() * double(b.count), [&] {
+               std::lock_guard lock(cs.blas_mutex());
+               TS_CUDA_CHECK(cublasGemmStridedBatchedEx(cs.blas(), op1, op2, int(p.rows), int(p.cols), int(p.k), alpha, p.x,
+                                                        data, int(p.ldx), stride_x, p.y, data, int(p.ldy), stride_y, beta,
+                                                        call.c, data, int(p.ldz), b.stride_c, int(b.count), compute,
+                                                        CUBLAS_GEMM_DEFAULT),
+                             id());
+           });
+}
+
 void cuda_device::jacobi_sweep(stream& s, const jacobi_call& call) {
     cuda_stream& cs = own_stream(s, "jacobi_sweep");
     if (!check_jacobi_call(call, id())) return;
