@@ -11,6 +11,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -24,6 +26,12 @@
 #include <vector>
 
 namespace tilestream::cli {
+
+/// "at least 1", "in [0, 100]": an integer range as a person writes it (no 19-digit bound).
+inline std::string range_text(long long lo, long long hi) {
+    if (hi == std::numeric_limits<long long>::max()) return "at least " + std::to_string(lo);
+    return "in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+}
 
 /// Levenshtein distance, for "did you mean".
 inline std::size_t edit_distance(const std::string& a, const std::string& b) {
@@ -167,8 +175,7 @@ public:
         auto it = integers_.find(name);
         if (it == integers_.end()) return fallback;
         if (it->second < lo || it->second > hi)
-            throw invalid_argument("--" + name + " must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                                   "], got " + values_.at(name));
+            throw invalid_argument("--" + name + " must be " + range_text(lo, hi) + ", got " + values_.at(name));
         return it->second;
     }
     double real(const std::string& name, double fallback) const {
@@ -183,11 +190,6 @@ public:
             throw invalid_argument("--" + name + " " + *get(name) + " is out of range for " +
                                    std::string(to_string(dtype_of<T>())));
         return static_cast<T>(v);
-    }
-    /// Checks, before any work, that each of these options that is given names a writable file.
-    void check_output_paths(std::initializer_list<const char*> names) const {
-        for (const char* n : names)
-            if (auto p = get(n)) check_output_path(*p);
     }
     const std::vector<std::string>& positional() const { return positional_; }
 
@@ -210,6 +212,21 @@ private:
     std::vector<std::string> positional_;
 };
 
+/// A CLI11 check for an integer option that must be at least `lo`, with that message (CLI11's
+/// PositiveNumber prints the range of a double: 300 digits).
+inline CLI::Validator at_least(long long lo) {
+    return CLI::Validator(
+        [lo](std::string& v) -> std::string {
+            long long r = 0;
+            const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), r);
+            if (ec == std::errc::result_out_of_range) return v + " does not fit in 64 bits";
+            if (ec != std::errc() || p != v.data() + v.size()) return "expects an integer, got '" + v + "'";
+            if (r < lo) return "must be " + range_text(lo, std::numeric_limits<long long>::max()) + ", got " + v;
+            return {};
+        },
+        "INT >= " + std::to_string(lo), "at least");
+}
+
 /// --memory-budget and --cpu-threads, taken by every command that opens devices.
 inline void declare_device_options(args& a) {
     a.text("memory-budget", "budget of each device without its own @budget, e.g. 512MiB", "BYTES")
@@ -222,6 +239,21 @@ inline open_options device_options(const args& a) {
     if (auto b = a.get("memory-budget")) o.memory_budget = parse_bytes(*b);
     o.cpu_threads = static_cast<int>(a.integer("cpu-threads", 0, 1, std::numeric_limits<int>::max()));
     return o;
+}
+
+/// Refuses, before any work, a budget above what a device has: the planner would count on memory
+/// that is not there (--memory-budget 4PiB) and the run would fail at its first allocation.
+inline void check_budgets(const std::vector<device*>& devices) {
+    const std::size_t host = std::size_t(::sysconf(_SC_PHYS_PAGES)) * std::size_t(::sysconf(_SC_PAGESIZE));
+    for (const device* d : devices) {
+        const bool cpu = d->info().kind == device_kind::cpu;
+        const std::size_t have = cpu ? host : d->info().memory_bytes;
+        if (have > 0 && d->budget() > have)
+            throw invalid_argument("the memory budget of " + d->id() + ", " + format_bytes(d->budget()) + " (" +
+                                   std::to_string(d->budget()) + " bytes), is more than " +
+                                   (cpu ? std::string("the host's memory (") : "its memory (") + format_bytes(have) +
+                                   "); give a budget it can hold, e.g. --memory-budget " + format_bytes(have / 2));
+    }
 }
 
 /// A failure while running (an output that could not be written, an input that changed), as

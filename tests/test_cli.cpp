@@ -67,7 +67,7 @@ void expect_usage_error(const std::string& args, const std::string& phrase) {
 
 TEST(cli_bad_input, ClearErrorsWithExitCode2) {
     expect_usage_error("gemm --m 10 --n 10", "give --m, --n and --k");
-    expect_usage_error("gemm --m 10 --n 10 --k -3", "--k must be in");
+    expect_usage_error("gemm --m 10 --n 10 --k -3", "--k must be at least 1, got -3");
     expect_usage_error("gemm --m 10 --n 10 --k 99999999999999999999", "does not fit in 64 bits");
     expect_usage_error("gemm --m 4294967296 --n 4294967296 --k 4", "overflows 64 bits");
     expect_usage_error("gemm --m 10 --n 10 --k 10 --devices tpu:0", "devices present: cpu");

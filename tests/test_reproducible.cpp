@@ -206,6 +206,7 @@ TEST(lazy_units, PlanUnitMatchesEveryStrategysOrder) {
         po.strategy = s;
         po.tile_m = 16;
         po.tile_n = s == gemm_strategy::tiles_3d ? 16 : 32;
+        if (s == gemm_strategy::tiles_3d) po.tile_k = 16;  // tiles-3d takes one size for all three
         po.cache = cache_mode::on;
         const gemm_plan p = plan_gemm(q, std::size_t(1) << 30, device_rates{}, po);
         // Every C element is covered by exactly one unit, and its k-steps add up to k.

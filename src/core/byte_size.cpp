@@ -36,10 +36,14 @@ std::size_t parse_bytes(std::string_view text) {
     else if (unit == "m" || unit == "mib") scale = 1024.0 * 1024;
     else if (unit == "g" || unit == "gib") scale = 1024.0 * 1024 * 1024;
     else if (unit == "t" || unit == "tib") scale = 1024.0 * 1024 * 1024 * 1024;
+    else if (unit == "p" || unit == "pib") scale = 1024.0 * 1024 * 1024 * 1024 * 1024;
+    else if (unit == "e" || unit == "eib") scale = 1024.0 * 1024 * 1024 * 1024 * 1024 * 1024;
     else if (unit == "kb") scale = 1e3;
     else if (unit == "mb") scale = 1e6;
     else if (unit == "gb") scale = 1e9;
     else if (unit == "tb") scale = 1e12;
+    else if (unit == "pb") scale = 1e15;
+    else if (unit == "eb") scale = 1e18;
     else throw bad("unknown unit '" + unit + "'");
     const double bytes = value * scale;
     // Sizes are added and multiplied as 64-bit signed numbers elsewhere; 2^62 bytes (4 EiB) leaves

@@ -96,7 +96,8 @@ route context_routes::measure(dtype t, shape_class c, std::optional<gemm_kernel>
         device& d = *s_.devices[i];
         gemm_kernel k = resolve(kernel.value_or(s_.reproducible ? gemm_kernel::tiled : gemm_kernel::vendor));
         double flops = s_.rates ? s_.rates->flops : 0;
-        const bool choose = !kernel && !s_.reproducible && !s_.rates;
+        // TF32 is the vendor kernel's (cuBLAS on tensor cores): no choice to make then.
+        const bool choose = !kernel && !s_.reproducible && !s_.rates && s_.math != math_mode::tf32;
         if (choose || (s_.in_place && !s_.rates)) {
             {
                 std::unique_lock lock(*s_.device_mutex);  // a probe must not share the devices with a run

@@ -1,6 +1,7 @@
 // Device specs, discovery of what is present, and opening the devices a spec names.
 #include "backends/backends.hpp"
 #include "core/device_identity.hpp"
+#include "core/message_text.hpp"
 
 #include <tilestream/devices.hpp>
 #include <tilestream/error.hpp>
@@ -58,6 +59,12 @@ std::vector<device_request> parse_device_spec(std::string_view spec) {
     std::vector<device_request> out;
     const std::string all(spec);
     if (trim(all).empty()) throw invalid_argument("empty device spec (examples: cpu, cpu:2, cuda:0, all)");
+    // Specs are plain ASCII: other bytes (an escape sequence pasted by mistake) are refused at once,
+    // shown as \xNN, and never echoed raw into later messages.
+    for (const char c : all)
+        if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f)
+            throw invalid_argument("bad device spec " + detail::quote_text(all) +
+                                   ": only printable ASCII is allowed (examples: cpu, cpu:2, cuda:0@4GiB, all)");
     std::size_t start = 0;
     while (start <= all.size()) {
         const std::size_t comma = all.find(',', start);

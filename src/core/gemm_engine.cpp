@@ -151,6 +151,10 @@ public:
         if (!compute_) compute_ = dev.create_stream(stream_priority::high);
         if (!d2h_) d2h_ = dev.create_stream();
         if (!peer_) peer_ = dev.create_stream();
+        if (run.trace != nullptr)  // lanes of a timeline are named by role, not stream number
+            for (const auto& [st, role] : {std::pair{h2d_.get(), "copy in"}, std::pair{compute_.get(), "compute"},
+                                           std::pair{d2h_.get(), "copy out"}, std::pair{peer_.get(), "peer tiles"}})
+                run.trace->name_stream(dev.id(), st->id(), role);
         switch (run.peer_tiles) {
             case peer_tile_mode::on: use_peers_ = plan.cache && count > 1; break;
             case peer_tile_mode::off: use_peers_ = false; break;

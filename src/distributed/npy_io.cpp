@@ -5,7 +5,7 @@
 #include <tilestream/gemm.hpp>
 #include <tilestream/npy.hpp>
 
-#include "core/temp_files.hpp"
+#include "core/output_files.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
