@@ -369,8 +369,10 @@ stack_operand<T> stack_of(const py::array& x, const char* name) {
     if (nd < 2) throw ts::invalid_argument(std::string("internal: ") + name + " is not a stack of matrices");
     const auto size = static_cast<py::ssize_t>(x.itemsize());
     const py::ssize_t rows = x.shape(nd - 2), cols = x.shape(nd - 1), s0 = x.strides(nd - 2), s1 = x.strides(nd - 1);
+    ts::index_t count = 1;
+    for (int d = 0; d < nd - 2; ++d) count *= ts::index_t(x.shape(d));
     std::optional<std::pair<ts::layout, ts::index_t>> where;
-    if (rows == 0 || cols == 0) {
+    if (rows == 0 || cols == 0 || count == 0) {  // no element: numpy's strides may be anything (0)
         where = std::pair{ts::layout::row_major, ts::index_t(std::max<py::ssize_t>(cols, 1))};
     } else if (s0 % size == 0 && s1 % size == 0) {
         const py::ssize_t e0 = s0 / size, e1 = s1 / size;
@@ -381,8 +383,6 @@ stack_operand<T> stack_of(const py::array& x, const char* name) {
     }
     if (!where || reinterpret_cast<std::uintptr_t>(x.data()) % std::uintptr_t(size) != 0)
         throw ts::invalid_argument(std::string("internal: ") + name + "'s matrices are not BLAS operands");
-    ts::index_t count = 1;
-    for (int d = 0; d < nd - 2; ++d) count *= ts::index_t(x.shape(d));
     T* base = static_cast<T*>(const_cast<void*>(x.data()));
     stack_operand<T> out;
     const ts::host_matrix_view<T> first(base, rows, cols, where->first, where->second);
@@ -392,7 +392,7 @@ stack_operand<T> stack_of(const py::array& x, const char* name) {
     for (ts::index_t i = 0; i < count; ++i) {
         py::ssize_t offset = 0;
         for (int d = 0; d < nd - 2; ++d) offset += index[std::size_t(d)] * x.strides(d);
-        out.pointers.push_back(reinterpret_cast<T*>(reinterpret_cast<char*>(base) + offset));
+        out.pointers.push_back(reinterpret_cast<T*>(reinterpret_cast<std::uintptr_t>(base) + std::uintptr_t(offset)));
         for (int d = nd - 3; d >= 0; --d) {
             if (++index[std::size_t(d)] < x.shape(d)) break;
             index[std::size_t(d)] = 0;
@@ -701,6 +701,7 @@ PYBIND11_MODULE(_tilestream, m) {
         [](const py::array& x) -> py::object {
             // The last two axes of a stack, as operand_layout judges a matrix (strides only).
             if (x.ndim() < 2) return py::none();
+            if (x.size() == 0) return py::make_tuple("row", std::max<py::ssize_t>(x.shape(x.ndim() - 1), 1));
             py::array first = x;
             if (x.ndim() > 2) {
                 std::vector<py::ssize_t> shape{x.shape(x.ndim() - 2), x.shape(x.ndim() - 1)};

@@ -55,7 +55,7 @@ def test_other_arguments_take_the_general_path_with_the_same_answer(rng):
     assert tilestream.matmul(a, b, out) is out
     check(out, a, b)
     check(tilestream.matmul(a, b.astype(np.float64), alpha=2.0), a, b, alpha=2.0)
-    with pytest.raises(ValueError, match="mismatch"):
+    with pytest.raises(ValueError, match="inner dimensions differ"):
         tilestream.matmul(random(rng, (3, 4)), random(rng, (5, 3)))
 
 
@@ -82,6 +82,8 @@ def test_ctrl_c_ends_a_long_in_place_call_soon(rng):
         time.sleep(5)  # the run ended before the signal: it still lands here (the test then fails below)
     raised = time.perf_counter()
     sender.join()
-    assert raised - sent[0] < 1.0, f"KeyboardInterrupt {raised - sent[0]:.2f} s after SIGINT"
+    # 0.5 s is the goal on a quiet machine; CI's loaded 2 cores stretch a 0.2 s step (one whole
+    # product: 9 s at n = 2500 without steps).
+    assert raised - sent[0] < 1.5, f"KeyboardInterrupt {raised - sent[0]:.2f} s after SIGINT"
     small = random(rng, (20, 20))
     check(ctx.matmul(small, small), small, small)

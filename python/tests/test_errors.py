@@ -23,7 +23,7 @@ def test_operand_errors(in_place, rng):
     raises(TypeError, "not a real number type", mm, a, np.empty((4, 3), object))
     raises(TypeError, "longdouble|float128", mm, a.astype(np.longdouble), b)
     raises(ValueError, "Input operand 0 does not have enough dimensions", mm, np.float64(2.0), b)
-    raises(ValueError, "operand b has 3 dimensions", mm, a, np.ones((2, 4, 3)))
+    raises(ValueError, "could not be broadcast", mm, np.ones((2, 3, 4)), np.ones((3, 4, 3)))
     raises(ValueError, r"gemm: inner dimensions differ: op\(A\) is 5x4, op\(B\) is 3x3", mm, a, random(rng, (3, 3)))
     raises(TypeError, "alpha must be a real number, got complex", mm, a, b, alpha=1j)
     raises(TypeError, "beta must be a real number, got str", mm, a, b, beta="1")
