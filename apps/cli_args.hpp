@@ -9,6 +9,8 @@
 #include <tilestream/npy.hpp>
 #include <tilestream/types.hpp>
 
+#include "core/output_files.hpp"
+
 #include <CLI/CLI.hpp>
 
 #include <unistd.h>
@@ -110,6 +112,19 @@ public:
         });
         return *this;
     }
+    /// An option holding a real or complex number, in Python's syntax (2, -1.5e3, 1.5-2j, 2j, (1+2j)).
+    args& scalar_option(const std::string& name, const std::string& help) {
+        add(name, help, "NUMBER", [this, name](const std::string& v) {
+            try {
+                scalars_[name] = parse_scalar(v);
+            } catch (const invalid_argument&) {
+                throw invalid_argument("--" + name + " expects a number, got '" + v +
+                                       "' (a complex one is written 1.5-2j)");
+            }
+            values_[name] = v;
+        });
+        return *this;
+    }
     /// An option without a value.
     args& flag_option(const std::string& name, const std::string& help) {
         app_.add_flag("--" + name, help)->disable_flag_override()->each([this, name](const std::string&) { flags_.insert(name); });
@@ -182,14 +197,52 @@ public:
         auto it = reals_.find(name);
         return it == reals_.end() ? fallback : it->second;
     }
-    /// A real option converted to T; a finite value beyond T's range is an error, not infinity.
+    /// A scalar option (scalar_option) converted to T: an imaginary part for a real T, or a finite
+    /// part beyond T's range, is an error (not dropped, not infinity).
     template <class T>
     T scalar(const std::string& name, double fallback) const {
-        const double v = real(name, fallback);
-        if (std::isfinite(v) && std::fabs(v) > double(std::numeric_limits<T>::max()))
-            throw invalid_argument("--" + name + " " + *get(name) + " is out of range for " +
-                                   std::string(to_string(dtype_of<T>())));
-        return static_cast<T>(v);
+        auto it = scalars_.find(name);
+        const tilestream::scalar v = it == scalars_.end() ? tilestream::scalar(fallback) : it->second;
+        const std::string type(to_string(dtype_of<T>()));
+        if (!is_complex_v<T> && v.imag() != 0)
+            throw invalid_argument("--" + name + " " + *get(name) + " has an imaginary part, but " + type +
+                                   " is real (use --dtype c32 or c64)");
+        const double most = double(std::numeric_limits<real_type_t<T>>::max());
+        for (double part : {v.real(), v.imag()})
+            if (std::isfinite(part) && std::fabs(part) > most)
+                throw invalid_argument("--" + name + " " + *get(name) + " is out of range for " + type);
+        return scalar_as<T>(v);
+    }
+    /// For fronts that write outputs on their own (gemm and jacobi over MPI ranks): each given output
+    /// resolves (detail::resolve_output's checks), and none names an input or another output (by
+    /// device and inode, or resolved path; a character device such as /dev/null may take several),
+    /// except that --out may name the input `out_may_update` (read before it is replaced). Throws
+    /// invalid_argument naming both options. The one-process commands use run_files, which also
+    /// writes and commits the outputs together.
+    void check_output_paths(std::initializer_list<const char*> outputs, std::initializer_list<const char*> inputs = {},
+                            const char* out_may_update = nullptr) const {
+        struct named {
+            std::string option;
+            detail::file_identity id;
+            bool input;
+        };
+        std::vector<named> seen;
+        for (const char* n : inputs)
+            if (auto p = get(n)) seen.push_back({n, detail::identify(*p), true});
+        for (const char* n : outputs) {
+            auto p = get(n);
+            if (!p) continue;
+            const detail::file_identity id = detail::identify(detail::resolve_output(*p));
+            for (const auto& other : seen) {
+                if (!id.same_file(other.id)) continue;
+                if (other.input && out_may_update && std::string(n) == "out" && other.option == out_may_update) continue;
+                if (!other.input && id.exists && S_ISCHR(id.mode)) continue;
+                throw invalid_argument("--" + std::string(n) + " " + *p + " and --" + other.option + " " +
+                                       *get(other.option) + " name the same file: " +
+                                       (other.input ? "an output may not overwrite an input" : "each output needs its own"));
+            }
+            seen.push_back({n, id, false});
+        }
     }
     const std::vector<std::string>& positional() const { return positional_; }
 
@@ -209,6 +262,7 @@ private:
     std::map<std::string, std::string> values_;
     std::map<std::string, index_t> integers_;
     std::map<std::string, double> reals_;
+    std::map<std::string, tilestream::scalar> scalars_;
     std::vector<std::string> positional_;
 };
 

@@ -5,6 +5,8 @@
 // only an error on one rank that the others cannot learn of ends every rank (MPI_Abort).
 #include "cli_args.hpp"
 #include "cmd_distributed_gemm_support.hpp"
+#include "core/npy_write.hpp"
+#include "distributed/npy_blocks.hpp"
 #include "commands.hpp"
 #include "core/json_text.hpp"
 
@@ -147,8 +149,8 @@ void declare_gemm_options(args& a) {
         .text("b", "B from a .npy file (goes with --a)", "B.npy")
         .text("c", "C's input from a .npy file (read when --beta is not 0)", "C.npy")
         .text("out", "write C as .npy (blocks by every rank, MPI-IO, atomically)", "C.npy")
-        .number_option("alpha", "scalar alpha (default 1)")
-        .number_option("beta", "scalar beta (default 0: C is not read)")
+        .scalar_option("alpha", "scalar alpha (default 1)")
+        .scalar_option("beta", "scalar beta (default 0: C is not read)")
         .text("op-a", "op(A): n (default) or t", "n|t")
         .text("op-b", "op(B): n (default) or t", "n|t")
         .text("kernel", "each rank's local kernel: reference, naive, tiled or vendor (default)", "KERNEL")
@@ -303,22 +305,30 @@ int run_gemm_typed(const args& a, const gemm_setup& s, const td::environment& en
         anchor = tr::scalapack_anchor<T>(grid, holds, s.op_a, s.op_b, alpha, *am, *bm, beta, c0 ? *c0 : *cm, m, n, k,
                                          s.repeat);
 
-    // The trace of every rank on rank 0, written before C so that a failed trace leaves no new C.
+    // The outputs: rank 0 opens each (a temporary beside a regular file, or the device or FIFO
+    // itself), writes the trace and the timeline, then every rank writes its blocks of C; rank 0
+    // then commits them together, so the run ends with all of them new or none.
     std::vector<trace_span> spans;
     if (tracing) spans = tr::gather_spans(MPI_COMM_WORLD, recorder.spans(), origin);
+    std::optional<detail::output_file> out_c, out_trace, out_timeline;
     std::string problem;
-    if (env.rank() == 0 && tracing) {
+    if (env.rank() == 0) {
         try {
+            if (a.has("out")) out_c.emplace(*a.get("out"));
             if (a.has("trace")) {
                 trace_recorder all;
                 for (const auto& sp : spans) all.record(sp.device, sp.stream, sp.kind, sp.name, sp.bytes, sp.flops, sp.t0, sp.t1);
-                all.write_chrome(*a.get("trace"));
+                const std::string text = all.chrome_json();
+                out_trace.emplace(*a.get("trace"));
+                out_trace->write(text.data(), text.size());
             }
-            if (a.has("timeline"))
-                write_text_file_atomically(*a.get("timeline"),
-                                           timeline_svg(spans, "gemm " + std::to_string(m) + "x" + std::to_string(n) + "x" +
-                                                                   std::to_string(k) + " on " + ranks_text(env.size()) +
-                                                                   " (grid " + std::to_string(p) + "x" + std::to_string(q) + ")"));
+            if (a.has("timeline")) {
+                const std::string text = timeline_svg(spans, "gemm " + std::to_string(m) + "x" + std::to_string(n) + "x" +
+                                                                  std::to_string(k) + " on " + ranks_text(env.size()) +
+                                                                  " (grid " + std::to_string(p) + "x" + std::to_string(q) + ")");
+                out_timeline.emplace(*a.get("timeline"));
+                out_timeline->write(text.data(), text.size());
+            }
         } catch (const std::exception& e) {
             problem = e.what();
         }
@@ -326,9 +336,12 @@ int run_gemm_typed(const args& a, const gemm_setup& s, const td::environment& en
     td::agree_on_errors(MPI_COMM_WORLD, problem, false);
     if (a.has("out")) {
         if (holds) {
+            if ((grid.rank() == 0) != (env.rank() == 0))
+                throw td::collective_error("internal: rank 0 is not the first rank of the grid that holds C");
             std::string message;
             try {
-                td::write_npy_blocks<T>(grid, *a.get("out"), *cm);
+                td::write_npy_blocks_to<T>(grid, out_c ? &*out_c : nullptr, cm->rows, cm->cols, cm->block, cm->data(),
+                                           cm->desc[8]);
             } catch (const td::collective_failure& e) {
                 if (c_layers == 1) throw;
                 message = e.what();
@@ -338,6 +351,17 @@ int run_gemm_typed(const args& a, const gemm_setup& s, const td::environment& en
             td::agree_on_errors(MPI_COMM_WORLD, "", false);
         }
     }
+    if (env.rank() == 0) {
+        try {
+            std::vector<detail::output_file*> all;
+            for (auto* o : {&out_c, &out_trace, &out_timeline})
+                if (*o) all.push_back(&**o);
+            detail::commit_together(all);
+        } catch (const std::exception& e) {
+            problem = e.what();
+        }
+    }
+    td::agree_on_errors(MPI_COMM_WORLD, problem, false);
 
     // Per-rank figures on rank 0.
     struct figures {
@@ -479,7 +503,7 @@ int run_gemm(int argc, char** argv, const td::environment& env) {
     if (!parse_on_ranks(a, argc, argv, env)) return 0;
     gemm_setup s;
     alike([&] {
-        a.check_output_paths({"out", "trace", "timeline"});
+        a.check_output_paths({"out", "trace", "timeline"}, {"a", "b", "c"}, "c");
         s.files = a.has("a") || a.has("b");
         if (s.files && (!a.has("a") || !a.has("b"))) throw invalid_argument("gemm: --a and --b go together");
         if (!s.files && a.has("c")) throw invalid_argument("gemm: --c needs --a and --b");
@@ -535,7 +559,7 @@ int run_gemm(int argc, char** argv, const td::environment& env) {
             if (kb_rows != s.k) throw invalid_argument("gemm: inner dimensions differ");
             return 0;
         });
-        const double beta = a.real("beta", 0.0);
+        const std::complex<double> beta = a.scalar<std::complex<double>>("beta", 0.0);
         if (a.has("c")) {
             const auto sc = td::npy_shape(MPI_COMM_WORLD, *a.get("c"));
             const dtype tc = td::npy_dtype(MPI_COMM_WORLD, *a.get("c"));
@@ -549,7 +573,7 @@ int run_gemm(int argc, char** argv, const td::environment& env) {
                                            std::to_string(s.n));
                 return 0;
             });
-        } else if (beta != 0) {
+        } else if (beta != 0.0) {
             throw td::collective_error("gemm: --beta is not 0 but no --c file was given");
         }
     }
@@ -614,9 +638,22 @@ int run_jacobi(int argc, char** argv, const td::environment& env) {
         std::string problem;
         if (env.rank() == 0 && gather) {
             try {
+                // Both outputs new or neither (as the one-process CLI writes them).
                 const host_matrix_view<const T> view(field.data(), ny, nx);
-                if (!image.empty()) write_field_png<T>(image, view);
-                if (!out.empty()) write_npy<T>(out, view);
+                std::optional<detail::output_file> png, npy;
+                if (!image.empty()) {
+                    const std::string bytes = encode_png(render_field<T>(view), image);
+                    png.emplace(image);
+                    png->write(bytes.data(), bytes.size());
+                }
+                if (!out.empty()) {
+                    npy.emplace(out);
+                    detail::write_npy_to<T>(*npy, view);
+                }
+                std::vector<detail::output_file*> all;
+                for (auto* o : {&png, &npy})
+                    if (*o) all.push_back(&**o);
+                detail::commit_together(all);
             } catch (const std::exception& e) {
                 problem = e.what();
             }

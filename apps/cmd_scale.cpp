@@ -43,7 +43,7 @@ void declare_scale_options(args& a) {
     a.text("devices", "comma-separated device sets; '+' joins devices within a set, e.g. cpu:1,cpu:2,cuda:0+cpu "
                       "(with --ranks: each rank's devices, one set, default cpu)", "SETS")
         .text("ranks", "strong scaling over MPI ranks instead: mpirun -np R of this tool for each R, e.g. 1,2,4", "R,R")
-        .text("dtype", "f32 (default) or f64", "f32|f64")
+        .text("dtype", "f32 (default), f64; gemm also c32 or c64", "DTYPE")
         .integer_option("repeat", "median of R runs (default 3)")
         .text("plot", "draw the scaling plot (SVG)", "scaling.svg")
         .flag_option("json", "print one JSON object");
@@ -283,7 +283,7 @@ int cmd_scale(int argc, char** argv) {
                                        std::string(to_string(type)));
     }
     const auto sets = device_sets(*a.get("devices"));
-    auto rows = visit_real_dtype(type, "scale gemm", [&]<class T>() { return scale_gemm<T>(a, sets, type); });
+    auto rows = visit_dtype(type, [&]<class T>() { return scale_gemm<T>(a, sets, type); });
     print_scaling(a, files, rows, "gemm", "GFLOP/s", false, "gemm scaling: " + rows.front().problem);
     return 0;
 }

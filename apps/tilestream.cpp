@@ -12,6 +12,7 @@
 #include <tilestream/error.hpp>
 #include <tilestream/gemm.hpp>
 #include <tilestream/npy.hpp>
+#include <tilestream/plan.hpp>
 #include <tilestream/report.hpp>
 #include <tilestream/trace.hpp>
 #include <tilestream/verify.hpp>
@@ -32,6 +33,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace ts = tilestream;
@@ -59,7 +61,8 @@ void declare_gemm_options(ts::cli::args& a) {
     a.integer_option("m", "rows of C (random inputs, uniform in [-1, 1])")
         .integer_option("n", "columns of C (random inputs)")
         .integer_option("k", "inner dimension (random inputs)")
-        .text("dtype", "f32 (default) or f64; file inputs: the files' dtype", "f32|f64")
+        .text("dtype", "f32 (default), f64, c32 or c64 (numpy's float32, float64, complex64, complex128 too); "
+                       "file inputs: the files' dtype", "DTYPE")
         .integer_option("seed", "seed of the random inputs (default 42)")
         .text("layout", "row (default) or col: layout of the random inputs", "row|col")
         .text("a", "A from a .npy file (layout from its order; memory-mapped, may exceed memory)", "A.npy")
@@ -67,10 +70,10 @@ void declare_gemm_options(ts::cli::args& a) {
         .text("c", "C's input from a .npy file (read when --beta is not 0)", "C.npy")
         .text("out", "write C (atomically; with file inputs C is written in place through a mapped temporary)",
               "C.npy")
-        .number_option("alpha", "scalar alpha (default 1)")
-        .number_option("beta", "scalar beta (default 0: C is not read)")
-        .text("op-a", "op(A): n (default) or t", "n|t")
-        .text("op-b", "op(B): n (default) or t", "n|t")
+        .scalar_option("alpha", "scalar alpha (default 1; complex types: e.g. 1.5-2j, 2j, (1+2j))")
+        .scalar_option("beta", "scalar beta (default 0: C is not read)")
+        .text("op-a", "op(A): n (default), t, or c (conjugate transpose; on real data the same as t)", "n|t|c")
+        .text("op-b", "op(B): n (default), t or c", "n|t|c")
         .text("kernel", "auto (default: the fastest measured per device, precision and shape), reference, naive, "
                         "tiled or vendor", "KERNEL")
         .text("math", "strict (default) or tf32 (f32 on tensor cores, CUDA vendor kernel only)", "strict|tf32")
@@ -114,9 +117,19 @@ void declare_gemm_options(ts::cli::args& a) {
 int cmd_devices(int argc, char** argv) {
     ts::cli::args a("devices", "List the devices present.");
     a.flag_option("json", "print one JSON object");
+    a.flag_option("kernels", "also measure each device's GEMM kernels (vendor, tiled) per precision and shape class "
+                             "and show the default each gets (the fastest measured; a few seconds)");
     if (!a.parse(argc, argv, 2)) return 0;
     const auto& inv = ts::inventory();
     auto devs = ts::open_devices("all");
+    // The automatic kernel choice (choose_kernel), as a context measures it on first need.
+    const bool kernels = a.flag("kernels");
+    const auto choices = [](ts::device& d) {
+        std::vector<std::tuple<ts::dtype, ts::shape_class, ts::kernel_choice>> out;
+        for (ts::dtype t : ts::all_dtypes)
+            for (ts::shape_class c : ts::all_shape_classes) out.emplace_back(t, c, ts::choose_kernel(d, t, c));
+        return out;
+    };
     if (a.flag("json")) {
         using ts::detail::json;
         json items = json::array();
@@ -126,6 +139,20 @@ int cmd_devices(int argc, char** argv) {
                       {"memory_bytes", i.memory_bytes}, {"memory_free_bytes", i.memory_free},
                       {"budget_bytes", i.budget_bytes}, {"threads", i.threads}};
             if (i.kind == ts::device_kind::cpu) o["isa"] = i.isa, o["blocking"] = i.blocking;
+            if (kernels) {
+                json measured = json::array();
+                for (const auto& [t, c, k] : choices(*d)) {
+                    json rates = json::object();
+                    for (const auto& r : k.rates)
+                        rates[std::string(ts::to_string(r.kernel))] = r.measured ? json(r.flops * 1e-9) : json(r.note);
+                    measured.push_back({{"dtype", std::string(ts::to_string(t))},
+                                        {"shape_class", std::string(ts::to_string(c))},
+                                        {"probe", std::to_string(k.m) + "x" + std::to_string(k.n) + "x" + std::to_string(k.k)},
+                                        {"gflops", rates}, {"default", std::string(ts::to_string(k.kernel))},
+                                        {"measured", k.measured}});
+                }
+                o["kernel_choice"] = measured;
+            }
             if (i.kind == ts::device_kind::cuda) {
                 o["compute_capability"] = std::to_string(i.cc_major) + "." + std::to_string(i.cc_minor);
                 o["sm_count"] = i.threads;
@@ -154,6 +181,21 @@ int cmd_devices(int argc, char** argv) {
                     ts::format_bytes(i.memory_free).c_str(), i.threads);
         if (i.kind == ts::device_kind::cpu)
             std::printf("           isa %s, tiled GEMM blocking %s\n", i.isa.c_str(), i.blocking.c_str());
+        const auto gflops = [](double flops) {
+            char text[32];
+            std::snprintf(text, sizeof text, "%.1f GFLOP/s", flops * 1e-9);
+            return std::string(text);
+        };
+        if (kernels)
+            for (const auto& [t, c, k] : choices(*d)) {
+                std::string line;
+                for (const auto& r : k.rates)
+                    line += (line.empty() ? "" : ", ") + std::string(ts::to_string(r.kernel)) + " " +
+                            (r.measured ? gflops(r.flops) : "(" + r.note + ")");
+                std::printf("           %s %-7s (%lldx%lldx%lld): %s -> default %s\n", std::string(ts::to_string(t)).c_str(),
+                            std::string(ts::to_string(c)).c_str(), (long long)k.m, (long long)k.n, (long long)k.k,
+                            line.c_str(), std::string(ts::to_string(k.kernel)).c_str());
+            }
         if (i.kind == ts::device_kind::cuda) {
             std::string peers;
             for (int p : i.peer_access) peers += (peers.empty() ? "" : ",") + std::to_string(p);
@@ -551,7 +593,7 @@ int run_gemm(const ts::cli::args& a, ts::dtype type, ts::cli::run_files& files) 
     }
     progress.finish();
     const double secs = median(seconds);
-    const double flops = 2.0 * double(m) * double(n) * double(k);
+    const double flops = double(ts::dtype_traits(type).flops_per_multiply_add) * double(m) * double(n) * double(k);
     // An empty problem (m, n or k = 0 from files) does no arithmetic: report 0, not 0/0.
     const double gflops = flops > 0 && secs > 0 ? flops / secs * 1e-9 : 0.0;
     if (explain)
@@ -602,7 +644,8 @@ int run_gemm(const ts::cli::args& a, ts::dtype type, ts::cli::run_files& files) 
         json o = {{"m", m}, {"n", n}, {"k", k}, {"dtype", std::string(ts::to_string(type))},
                   {"kernel", std::string(ts::to_string(plan.kernel))}, {"math", std::string(ts::to_string(opt.math))},
                   {"devices", dev_names}, {"op_a", std::string(ts::to_string(op_a))},
-                  {"op_b", std::string(ts::to_string(op_b))}, {"alpha", double(alpha)}, {"beta", double(beta)},
+                  {"op_b", std::string(ts::to_string(op_b))}, {"alpha", ts::as_scalar(alpha).real()},
+                  {"beta", ts::as_scalar(beta).real()},
                   {"repeat", repeat}, {"seconds", secs}, {"gflops", gflops},
                   {"strategy", std::string(ts::to_string(plan.strategy))},
                   {"transfer", std::string(ts::to_string(plan.transfer))}, {"tile_m", plan.tile_m},
@@ -613,6 +656,8 @@ int run_gemm(const ts::cli::args& a, ts::dtype type, ts::cli::run_files& files) 
                   {"predicted_bound", plan.bound}, {"predicted_bytes_h2d", plan.bytes_h2d},
                   {"predicted_bytes_d2h", plan.bytes_d2h}, {"predicted_bytes_packed", plan.bytes_packed},
                   {"predicted_peak_device_bytes", plan.peak_device_bytes}};
+        if constexpr (ts::is_complex_v<T>)
+            o["alpha_imag"] = alpha.imag(), o["beta_imag"] = beta.imag();
         json shares = json::array();
         for (const auto& d : last.devices)
             shares.push_back({{"id", d.id}, {"units", d.units}, {"flops", d.flops}, {"bytes_h2d", d.bytes_h2d},
@@ -694,7 +739,7 @@ int cmd_gemm(int argc, char** argv) {
                                        std::string(ts::to_string(fa.type())));
         type = fa.type();
     }
-    return ts::visit_real_dtype(type, "gemm", [&]<class T>() { return run_gemm<T>(a, type, files); });
+    return ts::visit_dtype(type, [&]<class T>() { return run_gemm<T>(a, type, files); });
 }
 
 /// Prints an error message with the bytes that would steer a terminal (escape sequences from a

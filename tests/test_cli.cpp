@@ -121,6 +121,18 @@ TEST(cli, DevicesListsTheCpu) {
     EXPECT_NE(j.out.find("\"threads\": "), std::string::npos) << j.out;
 }
 
+/// `devices --kernels` shows the kernels measured per precision and shape class and the default
+/// each gets (issue 27: kernel choice by measurement, shown).
+TEST(cli, DevicesShowsTheKernelsMeasuredAndTheDefaultChosen) {
+    auto r = run_cli("devices --kernels");
+    EXPECT_EQ(r.exit_code, 0) << r.out;
+    for (const char* line : {"f32 square", "f64 small", "c32 thin-k", "c64 thin-mn", "vendor ", "tiled ", "GFLOP/s"})
+        EXPECT_NE(r.out.find(line), std::string::npos) << line << "\n" << r.out;
+    EXPECT_TRUE(r.out.find("-> default vendor") != std::string::npos || r.out.find("-> default tiled") != std::string::npos)
+        << r.out;
+    EXPECT_EQ(run_cli("devices").out.find("-> default"), std::string::npos);  // measured only when asked
+}
+
 }  // namespace
 }  // namespace tilestream
 
@@ -158,7 +170,7 @@ TEST(cli, HelpForEveryCommandAndSuggestions) {
         EXPECT_NE(r.out.find("Usage: tilestream " + cmd), std::string::npos) << r.out;
     }
     auto gemm = run_cli("gemm --help");
-    for (const char* opt : {"--m INT", "--alpha FLOAT", "--memory-budget BYTES", "--strategy", "--check", "Freivalds"})
+    for (const char* opt : {"--m INT", "--alpha NUMBER", "--memory-budget BYTES", "--strategy", "--check", "Freivalds"})
         EXPECT_NE(gemm.out.find(opt), std::string::npos) << opt << " missing in\n" << gemm.out;
     expect_usage_error("gemm --m 8 --n 8 --k 8 --memory-buget 1MiB", "unknown option --memory-buget (did you mean --memory-budget?)");
     expect_usage_error("jacobi --iter 3", "unknown option --iter (did you mean --iters?)");

@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <complex>
 #include <cmath>
 #include <cstring>
 #include <thread>
@@ -59,7 +60,8 @@ void small_calls_are_direct_and_match_the_engine(context& ctx, bool bitwise = tr
     for (auto [m, n, k] : {std::array<index_t, 3>{1, 1, 1}, {7, 5, 3}, {33, 17, 29}, {64, 63, 65}, {1, 120, 90}})
         for (int ops = 0; ops < 4; ++ops)
             for (layout lay : {layout::row_major, layout::col_major}) {
-                const op oa = (ops & 1) ? op::t : op::n, ob = (ops & 2) ? op::t : op::n;
+                constexpr op tr = is_complex_v<T> ? op::c : op::t;  // conjugate transposes on complex data
+                const op oa = (ops & 1) ? tr : op::n, ob = (ops & 2) ? tr : op::n;
                 operands<T> x(oa, ob, m, n, k, lay, 100 + std::uint64_t(++shape));
                 const T beta = shape % 2 ? T(0) : T(0.5);
                 // The first call of a precision and shape class measures the kernels (device work).
@@ -85,6 +87,8 @@ TEST(DirectPath, SmallCallsRunOnTheCallingThreadAndMatchTheEngineBitwise) {
     context ctx("cpu");
     small_calls_are_direct_and_match_the_engine<float>(ctx);
     small_calls_are_direct_and_match_the_engine<double>(ctx);
+    small_calls_are_direct_and_match_the_engine<std::complex<float>>(ctx);
+    small_calls_are_direct_and_match_the_engine<std::complex<double>>(ctx);
 }
 
 TEST(DirectPath, EveryKernelTheDirectPathRunsMatchesTheEngine) {
@@ -96,6 +100,7 @@ TEST(DirectPath, EveryKernelTheDirectPathRunsMatchesTheEngine) {
         context ctx("cpu:2", o);
         small_calls_are_direct_and_match_the_engine<float>(ctx, k == gemm_kernel::tiled);
         small_calls_are_direct_and_match_the_engine<double>(ctx, k == gemm_kernel::tiled);
+        small_calls_are_direct_and_match_the_engine<std::complex<double>>(ctx, k == gemm_kernel::tiled);
     }
 }
 

@@ -1,5 +1,5 @@
 // Batched GEMM through a context: strided and pointer-array stacks, broadcast A or B, odd sizes
-// and zero-size dimensions, every op and layout, f32 and f64, against a loop of single calls (bit
+// and zero-size dimensions, every op and layout, every precision (conjugates on complex data), against a loop of single calls (bit
 // for bit with the same kernel in place) and the reference; staged through budgets smaller than the
 // stack (out of core) on one and two CPU devices, and on an OpenCL device.
 #include "test_support.hpp"
@@ -7,6 +7,7 @@
 #include <tilestream/context.hpp>
 #include <tilestream/verify.hpp>
 
+#include <complex>
 #include <cstring>
 #include <vector>
 
@@ -54,7 +55,8 @@ void batched_matches_single_calls(context& ctx, index_t batch, index_t m, index_
         for (layout lay : {layout::row_major, layout::col_major})
             for (int form = 0; form < 4; ++form) {  // strided, listed, A broadcast, B broadcast
                 ++variant;
-                const op oa = (ops & 1) ? op::t : op::n, ob = (ops & 2) ? op::t : op::n;
+                constexpr op tr = is_complex_v<T> ? op::c : op::t;  // conjugate transposes on complex data
+                const op oa = (ops & 1) ? tr : op::n, ob = (ops & 2) ? tr : op::n;
                 const bool a_one = form == 2, b_one = form == 3, listed = form == 1;
                 stack<T> a(a_one ? 1 : batch, oa == op::n ? m : k, oa == op::n ? k : m, lay, 3, 11 + variant);
                 stack<T> b(b_one ? 1 : batch, ob == op::n ? k : n, ob == op::n ? n : k, lay, 0, 101 + variant);
@@ -92,6 +94,8 @@ TEST(GemmBatched, StacksInPlaceGiveTheBitsOfALoopOfSingleCalls) {
         batched_matches_single_calls<float>(ctx, 9, 13, 7, 9, true);
         batched_matches_single_calls<double>(ctx, 37, 1, 31, 5, true);
         batched_matches_single_calls<double>(ctx, 3, 65, 64, 3, true);
+        batched_matches_single_calls<std::complex<float>>(ctx, 7, 5, 9, 6, true);
+        batched_matches_single_calls<std::complex<double>>(ctx, 5, 3, 1, 8, true);
     }
 }
 
@@ -105,6 +109,7 @@ TEST(GemmBatched, StacksStreamThroughBudgetsSmallerThanTheStack) {
         context ctx(spec, o);
         batched_matches_single_calls<float>(ctx, 41, 17, 11, 13, true);
         batched_matches_single_calls<double>(ctx, 23, 9, 19, 7, true);
+        batched_matches_single_calls<std::complex<double>>(ctx, 13, 7, 5, 9, true);
         // The stack (41 x (13 x 17 + 13 x 11 + 17 x 11) floats, 82 KiB) exceeds the budget.
         stack<float> a(41, 17, 13, layout::row_major, 0, 1), b(41, 13, 11, layout::row_major, 0, 2),
             c(41, 17, 11, layout::row_major, 0, 3);
@@ -161,6 +166,7 @@ TEST(GemmBatched, OpenClDevicesRunStacksThroughTheirBatchedKernels) {
         o.memory_budget = 64 * 1024;
         context ctx("opencl:0", o);
         batched_matches_single_calls<float>(ctx, 19, 11, 9, 7, false);
+        batched_matches_single_calls<std::complex<float>>(ctx, 6, 5, 7, 3, false);
     }
 }
 

@@ -4,6 +4,7 @@
 //
 //     tilestream::context ctx("cuda:0,cpu", {.memory_budget = 8ull << 30});
 //     ctx.gemm(op::n, op::n, 1.0, a, b, 0.0, c);     // any shape, out-of-core when needed
+//     ctx.gemm<std::complex<float>>(op::c, op::n, {1, -2}, za, zb, {0, 0}, zc);  // c32: C = (1-2i) A^H B
 //
 // Thread safety: every member may be called from several threads at once. Runs queue: one GEMM or
 // Jacobi solve at a time owns the context's devices (each run already uses all of them), so

@@ -89,11 +89,14 @@ private:
     long lines_ = 0, len_ = 0;
 };
 
+// The BLAS character, already checked by the drop-in: C is the conjugate transpose (T on real data).
+op op_of(char trans) { return trans == 'N' ? op::n : trans == 'T' ? op::t : op::c; }
+
 // Runs the call on the context. Throws what tilestream throws; C is then as it was before the call
 // (restored from a copy when beta != 0, since a run may have written part of it).
 template <class T>
 std::string run_on_tilestream(context& ctx, const tilestream_blas_gemm_call& g) {
-    const op op_a = g.trans_a == 'N' ? op::n : op::t, op_b = g.trans_b == 'N' ? op::n : op::t;
+    const op op_a = op_of(g.trans_a), op_b = op_of(g.trans_b);
     const layout order = g.row_major ? layout::row_major : layout::col_major;
     const T alpha = *static_cast<const T*>(g.alpha), beta = *static_cast<const T*>(g.beta);
     const host_matrix_view<const T> a(static_cast<const T*>(g.a), op_a == op::n ? g.m : g.k,

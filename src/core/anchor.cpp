@@ -68,10 +68,13 @@ blas_anchor time_host_blas_gemm(op op_a, op op_b, T alpha, host_matrix_view<cons
     return r;
 }
 
-template blas_anchor time_host_blas_gemm<float>(op, op, float, host_matrix_view<const float>,
-                                                host_matrix_view<const float>, float, host_matrix_view<const float>, int);
-template blas_anchor time_host_blas_gemm<double>(op, op, double, host_matrix_view<const double>,
-                                                 host_matrix_view<const double>, double, host_matrix_view<const double>,
-                                                 int);
+#define TILESTREAM_INSTANTIATE(T)                                                                            \
+    template blas_anchor time_host_blas_gemm<T>(op, op, T, host_matrix_view<const T>, host_matrix_view<const T>, \
+                                                T, host_matrix_view<const T>, int);
+TILESTREAM_INSTANTIATE(float)
+TILESTREAM_INSTANTIATE(double)
+TILESTREAM_INSTANTIATE(std::complex<float>)
+TILESTREAM_INSTANTIATE(std::complex<double>)
+#undef TILESTREAM_INSTANTIATE
 
 }  // namespace tilestream

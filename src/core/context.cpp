@@ -480,9 +480,16 @@ jacobi_solution<T> context::jacobi(const jacobi_problem& problem, const jacobi_o
     template gemm_report context::execute<T>(const gemm_plan&, T, host_matrix_view<const T>,                    \
                                              host_matrix_view<const T>, T, host_matrix_view<T>,                 \
                                              const gemm_call_options&);                                         \
-    template jacobi_report context::jacobi<T>(const jacobi_problem&, host_matrix_view<T>, const jacobi_options&); \
-    template jacobi_solution<T> context::jacobi<T>(const jacobi_problem&, const jacobi_options&);              \
     template kept_operand context::keep<T>(host_matrix_view<const T>);
+TILESTREAM_INSTANTIATE(float)
+TILESTREAM_INSTANTIATE(double)
+TILESTREAM_INSTANTIATE(std::complex<float>)
+TILESTREAM_INSTANTIATE(std::complex<double>)
+#undef TILESTREAM_INSTANTIATE
+// Jacobi is real.
+#define TILESTREAM_INSTANTIATE(T)                                                                               \
+    template jacobi_report context::jacobi<T>(const jacobi_problem&, host_matrix_view<T>, const jacobi_options&); \
+    template jacobi_solution<T> context::jacobi<T>(const jacobi_problem&, const jacobi_options&);
 TILESTREAM_INSTANTIATE(float)
 TILESTREAM_INSTANTIATE(double)
 #undef TILESTREAM_INSTANTIATE

@@ -405,6 +405,8 @@ gemm_report context::gemm_batched(op op_a, op op_b, T alpha, host_batch_view<con
                                                   host_batch_view<T>, const gemm_call_options&);
 TILESTREAM_INSTANTIATE(float)
 TILESTREAM_INSTANTIATE(double)
+TILESTREAM_INSTANTIATE(std::complex<float>)
+TILESTREAM_INSTANTIATE(std::complex<double>)
 #undef TILESTREAM_INSTANTIATE
 
 }  // namespace tilestream

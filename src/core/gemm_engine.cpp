@@ -1226,10 +1226,16 @@ bool computes_on_host_cores(std::span<device* const> devices) {
                                                       detail::gemm_memory*, const detail::call_keeps&);
 TILESTREAM_INSTANTIATE(float)
 TILESTREAM_INSTANTIATE(double)
+TILESTREAM_INSTANTIATE(std::complex<float>)
+TILESTREAM_INSTANTIATE(std::complex<double>)
 #undef TILESTREAM_INSTANTIATE
-template pinned_operands::pinned_operands(std::span<device* const>, host_matrix_view<const float>,
-                                          host_matrix_view<const float>, host_matrix_view<float>);
-template pinned_operands::pinned_operands(std::span<device* const>, host_matrix_view<const double>,
-                                          host_matrix_view<const double>, host_matrix_view<double>);
+#define TILESTREAM_INSTANTIATE(T)                                                                            \
+    template pinned_operands::pinned_operands(std::span<device* const>, host_matrix_view<const T>,           \
+                                              host_matrix_view<const T>, host_matrix_view<T>);
+TILESTREAM_INSTANTIATE(float)
+TILESTREAM_INSTANTIATE(double)
+TILESTREAM_INSTANTIATE(std::complex<float>)
+TILESTREAM_INSTANTIATE(std::complex<double>)
+#undef TILESTREAM_INSTANTIATE
 
 }  // namespace tilestream

@@ -444,7 +444,7 @@ gemm_plan plan_gemm(const gemm_problem& q, std::size_t budget, const device_rate
         return c;
     };
 
-    // A CPU BLAS adds k in passes of its KC (the k-block: 384 f32, 256 f64) and sweeps its C block
+    // A CPU BLAS adds k in passes of its KC (the k-block: 384 f32, 256 f64, 192 c32, 128 c64) and sweeps its C block
     // once per pass: a k-tile below one KC adds passes, so CPU devices take k-tiles of at least one.
     const index_t min_cpu_k = rates.host_memory && !opt.tile_k ? std::min(k, reproducible_k_block(q.type)) : 0;
     std::optional<gemm_plan> best, smallest, too_many_calls;

@@ -550,6 +550,8 @@ host_matrix_view<const T> npy_array::view() const {
 
 template host_matrix_view<const float> npy_array::view<float>() const;
 template host_matrix_view<const double> npy_array::view<double>() const;
+template host_matrix_view<const std::complex<float>> npy_array::view<std::complex<float>>() const;
+template host_matrix_view<const std::complex<double>> npy_array::view<std::complex<double>>() const;
 
 namespace {
 
@@ -620,6 +622,8 @@ void write_npy_to(output_file& out, host_matrix_view<const T> m) {
 
 template void write_npy_to<float>(output_file&, host_matrix_view<const float>);
 template void write_npy_to<double>(output_file&, host_matrix_view<const double>);
+template void write_npy_to<std::complex<float>>(output_file&, host_matrix_view<const std::complex<float>>);
+template void write_npy_to<std::complex<double>>(output_file&, host_matrix_view<const std::complex<double>>);
 
 std::size_t npy_file_bytes(dtype type, index_t rows, index_t cols, tilestream::layout lay) {
     const std::size_t data = checked_bytes(rows, cols, type, "npy file");
@@ -702,6 +706,8 @@ host_matrix_view<T> npy_output::view() const {
 
 template host_matrix_view<float> npy_output::view<float>() const;
 template host_matrix_view<double> npy_output::view<double>() const;
+template host_matrix_view<std::complex<float>> npy_output::view<std::complex<float>>() const;
+template host_matrix_view<std::complex<double>> npy_output::view<std::complex<double>>() const;
 
 void npy_output::release_resident() const {
     // For a shared file mapping the page cache keeps what was written (dirty pages are written
@@ -738,5 +744,7 @@ void npy_output::commit() {
 
 template void write_npy<float>(const std::string&, host_matrix_view<const float>);
 template void write_npy<double>(const std::string&, host_matrix_view<const double>);
+template void write_npy<std::complex<float>>(const std::string&, host_matrix_view<const std::complex<float>>);
+template void write_npy<std::complex<double>>(const std::string&, host_matrix_view<const std::complex<double>>);
 
 }  // namespace tilestream

@@ -235,8 +235,8 @@ pgemm_traffic model_pgemm_traffic(op op_a, op op_b, index_t m, index_t n, index_
     t.reduce_words = (c - 1) * dm * dn / ranks;
     // A transposed operand is moved onto C's rows or columns inside each layer (what stays on its
     // rank is not sent: about one part in P*Q).
-    if (op_a == op::t) t.redistribute_words += dm * dk * (1 - 1 / per_layer) / ranks;
-    if (op_b == op::t) t.redistribute_words += dk * dn * (1 - 1 / per_layer) / ranks;
+    if (is_transposed(op_a)) t.redistribute_words += dm * dk * (1 - 1 / per_layer) / ranks;
+    if (is_transposed(op_b)) t.redistribute_words += dk * dn * (1 - 1 / per_layer) / ranks;
     t.words = t.summa_words + t.replicate_words + t.reduce_words + t.redistribute_words;
     // The busiest rank, SUMMA's panels taken as even over the ranks of a layer: a layer-0 rank
     // sends the other layers' slices of its A and B and receives the partial sums of its C; a rank
@@ -252,15 +252,15 @@ pgemm_traffic model_pgemm_traffic(op op_a, op op_b, index_t m, index_t n, index_
     if (layers <= 1) {
         t.pdgemm_words = t.summa_words;
         // PBLAS transposes a transposed operand across the grid first (each rank sends its share once).
-        if (op_a == op::t && ranks > 1) t.pdgemm_words += dm * dk / ranks;
-        if (op_b == op::t && ranks > 1) t.pdgemm_words += dk * dn / ranks;
+        if (is_transposed(op_a) && ranks > 1) t.pdgemm_words += dm * dk / ranks;
+        if (is_transposed(op_b) && ranks > 1) t.pdgemm_words += dk * dn / ranks;
     }
     // A layer-0 rank: its A, B and C, three panels of each operand, a redistributed slice, and
     // with layers the packed slices it scatters and its packed part of C for the reduction.
     const double w = double(std::max<index_t>(1, std::min(panel, std::max<index_t>(1, k))));
     t.memory_words = held + 3 * w * (std::ceil(dm / P) + std::ceil(dn / Q));
-    if (op_a == op::t) t.memory_words += dm * dk / ranks;
-    if (op_b == op::t) t.memory_words += dk * dn / ranks;
+    if (is_transposed(op_a)) t.memory_words += dm * dk / ranks;
+    if (is_transposed(op_b)) t.memory_words += dk * dn / ranks;
     if (c > 1) t.memory_words += std::max(dm, dn) * dk * (c - 1) / c / per_layer + dm * dn / per_layer;
     return t;
 }

@@ -397,12 +397,13 @@ int occurrences(const std::string& text, const std::string& what) {
     return n;
 }
 
-/// Names in `where` (default: the test's folder) containing ".partial-" (temporaries left behind).
+/// Names in `where` (default: the test's folder) of temporaries left behind: ".tmp.PID.N" beside an
+/// output (or ".tilestream.tmp..." for a long name), ".partial-" from older versions.
 std::vector<std::string> partials(const std::string& where = dir) {
     std::vector<std::string> out;
     if (DIR* d = ::opendir(where.c_str())) {
         while (dirent* e = ::readdir(d))
-            if (std::strstr(e->d_name, ".partial-")) out.push_back(e->d_name);
+            if (std::strstr(e->d_name, ".partial-") || std::strstr(e->d_name, ".tmp.")) out.push_back(e->d_name);
         ::closedir(d);
     }
     return out;
@@ -560,6 +561,64 @@ void test_nothing_lost() {
     std::system(("umount " + small).c_str());
 }
 
+/// Part `special_outputs`: the outputs of gemm and jacobi over ranks are written as cp writes them
+/// and committed together, as in one process: a symbolic link is followed and kept (its target
+/// keeps mode 600), /dev/null stays a device, a FIFO receives the same bytes as a regular file, and
+/// when C cannot be written an existing --trace is not replaced either.
+void test_special_outputs() {
+    const std::string job = "gemm --m 67 --n 45 --k 23 --seed 9 --reproducible on --quiet --out ";
+    // A regular file first: the bytes every other kind of output must receive.
+    const std::string plain = dir + "/plain.npy";
+    if (run(3, job + plain).status != 0) return fail("gemm over 3 ranks to a regular file failed");
+    const std::string want = slurp(plain);
+    if (want.size() < 67 * 45 * 4) return fail("the regular output is too short");
+    // A symbolic link to a file of mode 600.
+    const std::string target = dir + "/target.npy", link = dir + "/link.npy";
+    { std::ofstream(target) << "old"; }
+    ::chmod(target.c_str(), 0600);
+    if (::symlink(target.c_str(), link.c_str()) != 0) return fail("cannot make a symbolic link");
+    if (run(3, job + link).status != 0) fail("gemm --out through a symbolic link failed");
+    struct stat st {};
+    if (::lstat(link.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) fail("--out replaced the symbolic link itself");
+    if (slurp(target) != want) fail("--out through a symbolic link: the target does not hold C");
+    if (::stat(target.c_str(), &st) != 0 || (st.st_mode & 0777) != 0600)
+        fail("--out through a symbolic link: the target's mode 600 was not kept");
+    // /dev/null for C and the trace at once (several outputs may name one device).
+    if (run(3, job + "/dev/null --trace /dev/null").status != 0) fail("gemm --out /dev/null --trace /dev/null failed");
+    if (::stat("/dev/null", &st) != 0 || !S_ISCHR(st.st_mode)) fail("/dev/null is no longer a character device");
+    // A FIFO with a reader: the same bytes as the regular file, gathered by rank 0.
+    const std::string fifo = dir + "/c.fifo", got = dir + "/from-fifo.npy";
+    if (::mkfifo(fifo.c_str(), 0600) != 0) return fail("cannot make a FIFO");
+    const pid_t reader = ::fork();
+    if (reader == 0) {
+        const std::string cmd = "exec cat " + fifo + " > " + got;
+        ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+        ::_exit(127);
+    }
+    if (run(3, job + fifo).status != 0) fail("gemm --out to a FIFO failed");
+    int status = 0;
+    ::waitpid(reader, &status, 0);
+    if (slurp(got) != want) fail("gemm --out to a FIFO: the reader did not get the bytes of the regular file");
+    // All new or none: a write error on rank 1 leaves an existing trace as it was.
+    const std::string trace = dir + "/t.json";
+    { std::ofstream(trace) << "previous trace"; }
+    const outcome e = run(3, job + plain + " --trace " + trace, "TILESTREAM_TEST_FAIL_WRITE=1:error");
+    if (e.status != 3) fail("a write error on rank 1 with --trace: exit " + std::to_string(e.status) + ", expected 3");
+    if (slurp(trace) != "previous trace") fail("C failed, but --trace was replaced");
+    if (slurp(plain) != want) fail("C failed, but --out was changed");
+    if (!partials().empty()) fail("a temporary was left: " + partials().front());
+    // Jacobi over ranks: --out through a link, --image beside it.
+    const std::string jt = dir + "/jt.npy", jl = dir + "/jl.npy";
+    { std::ofstream(jt) << "old"; }
+    ::chmod(jt.c_str(), 0600);
+    if (::symlink(jt.c_str(), jl.c_str()) != 0) return fail("cannot make a symbolic link");
+    if (run(2, "jacobi --nx 40 --ny 30 --iters 20 --quiet --out " + jl + " --image " + dir + "/j.png").status != 0)
+        fail("jacobi over 2 ranks with --out through a link failed");
+    if (::lstat(jl.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) fail("jacobi --out replaced the symbolic link itself");
+    if (slurp(jt).rfind("\x93NUMPY", 0) != 0) fail("jacobi --out through a link: the target is not a .npy file");
+    if (::stat(jt.c_str(), &st) != 0 || (st.st_mode & 0777) != 0600) fail("jacobi --out: the target's mode 600 was not kept");
+}
+
 /// Part `no_hang`: an input that one rank cannot read (mpirun's MPMD form gives rank 1 and 2 a
 /// path that does not exist) is one message naming the rank and exit 2, not a hang in
 /// MPI_File_open.
@@ -598,6 +657,7 @@ int main(int argc, char** argv) {
     else if (what == "reproducible") test_reproducible();
     else if (what == "nothing_lost") test_nothing_lost();
     else if (what == "no_hang") test_no_hang();
+    else if (what == "special_outputs") test_special_outputs();
     else return 2;
     std::system(("rm -rf " + dir).c_str());
     std::printf("%s: %d failures\n", what.c_str(), failures);

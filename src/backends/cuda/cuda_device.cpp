@@ -121,7 +121,7 @@ bool enable_peer_access(int from, int to, std::string_view device_id) {
 std::string gemm_span_name(const gemm_call& c) {
     std::ostringstream name;
     name << "gemm " << to_string(c.kernel) << " " << to_string(c.type);
-    if (c.type == dtype::f32 && c.math == math_mode::tf32 && c.kernel == gemm_kernel::vendor)
+    if (dtype_traits(c.type).real == dtype::f32 && c.math == math_mode::tf32 && c.kernel == gemm_kernel::vendor)
         name << "/tf32";
     name << " " << to_string(c.op_a) << to_string(c.op_b) << " " << c.m << "x" << c.n << "x" << c.k;
     return name.str();
@@ -750,15 +750,15 @@ void cuda_device::copy_2d_peer(stream& s, device& other, const copy_2d_desc& c) 
 
 void cuda_device::gemm(stream& s, const gemm_call& call) {
     cuda_stream& cs = own_stream(s, "gemm");
-    if (is_complex(call.type))  // milestone 1 of issue 25: complex kernels come with milestone 2
-        throw invalid_argument("gemm on " + id() + ": " + std::string(to_string(call.type)) + " is not supported yet");
     const gemm_work work = check_gemm_call(call, id());
     if (work == gemm_work::none) return;
     const bool reads_ab = work == gemm_work::product;
+    // cuBLAS cannot conjugate without transposing: such a call runs the tiled kernel.
+    const gemm_kernel kernel = reads_ab ? kernel_for_call(call) : call.kernel;
     // Launch shapes and library arguments are settled on the host first, so a call CUDA would
     // refuse is an error naming the device rather than a launch or cuBLAS status.
     tiled_launch tiled;
-    if (reads_ab && call.kernel == gemm_kernel::tiled) {
+    if (reads_ab && kernel == gemm_kernel::tiled) {
         tiled = plan_tiled_launch(call);
         if (!tiled.error.empty()) throw invalid_argument("gemm on " + id() + ": " + tiled.error);
     }
@@ -770,7 +770,7 @@ void cuda_device::gemm(stream& s, const gemm_call& call) {
                    TS_CUDA_CHECK(launch_gemm_scale_c(call, cs.native()), id());
                    return;
                }
-               switch (call.kernel) {
+               switch (kernel) {
                    case gemm_kernel::naive:
                        TS_CUDA_CHECK(launch_gemm_naive(call, cs.native()), id());
                        break;
@@ -785,25 +785,43 @@ void cuda_device::gemm(stream& s, const gemm_call& call) {
            });
 }
 
+namespace {
+
+/// alpha and beta of a call as cuBLAS reads them for its data type (float, double, cuComplex or
+/// cuDoubleComplex: parts as std::complex lays them out), computed in the parts' precision, and
+/// the compute type.
+struct cublas_scalars {
+    std::complex<float> alpha32, beta32;
+    std::complex<double> alpha64, beta64;
+    bool single;
+    explicit cublas_scalars(const gemm_call& call)
+        : alpha32(call.alpha), beta32(call.beta), alpha64(call.alpha), beta64(call.beta),
+          single(dtype_traits(call.type).real == dtype::f32) {}
+    const void* alpha() const { return single ? static_cast<const void*>(&alpha32) : &alpha64; }
+    const void* beta() const { return single ? static_cast<const void*>(&beta32) : &beta64; }
+    cublasComputeType_t compute(math_mode math) const {
+        return !single ? CUBLAS_COMPUTE_64F : (math == math_mode::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F);
+    }
+};
+
+/// cuBLAS's op of a mapped operand (column_major_gemm::expressible: no conjugate without a transpose).
+cublasOperation_t cublas_op(bool trans, bool conj) { return conj ? CUBLAS_OP_C : trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
+
+}  // namespace
+
 void cuda_device::gemm_vendor(cuda_stream& cs, const gemm_call& call) {
     // cuBLAS is column-major: a row-major C is computed as C^T = op(B)^T op(A)^T (no copies).
     const column_major_gemm p = as_column_major(call);
     if (const std::string bad = column_major_gemm_violation(p); !bad.empty())
         throw invalid_argument("gemm (vendor) on " + id() + ": cuBLAS would refuse the mapped call: " +
                                bad);
-    const cublasOperation_t op1 = p.trans_x ? CUBLAS_OP_T : CUBLAS_OP_N;
-    const cublasOperation_t op2 = p.trans_y ? CUBLAS_OP_T : CUBLAS_OP_N;
-
-    // alpha and beta in the type's own precision (cuBLAS reads them as the data type's scalars).
-    const float alpha32 = static_cast<float>(call.alpha.real()), beta32 = static_cast<float>(call.beta.real());
-    const double alpha64 = call.alpha.real(), beta64 = call.beta.real();
-    const bool f32 = call.type == dtype::f32;
-    const void* alpha = f32 ? static_cast<const void*>(&alpha32) : &alpha64;
-    const void* beta = f32 ? static_cast<const void*>(&beta32) : &beta64;
+    // kernel_for_call sent conjugates without a transpose to the tiled kernel.
+    const cublasOperation_t op1 = cublas_op(p.trans_x, p.conj_x), op2 = cublas_op(p.trans_y, p.conj_y);
+    const cublas_scalars scalars(call);
+    const void* alpha = scalars.alpha();
+    const void* beta = scalars.beta();
     const cudaDataType_t data = cuda_type(call.type);
-    const cublasComputeType_t compute =
-        !f32 ? CUBLAS_COMPUTE_64F
-             : (call.math == math_mode::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F);
+    const cublasComputeType_t compute = scalars.compute(call.math);
 
     std::lock_guard lock(cs.blas_mutex());
     cublasHandle_t h = cs.blas();
@@ -823,7 +841,7 @@ void cuda_device::gemm_vendor(cuda_stream& cs, const gemm_call& call) {
 void cuda_device::gemm_batched(stream& s, const gemm_batched_call& b) {
     const gemm_call& call = b.call;
     const bool product = call.alpha != 0.0 && call.k > 0 && call.m > 0 && call.n > 0;
-    if (b.listed() || !product || call.kernel != gemm_kernel::vendor || is_complex(call.type) || b.count <= 1) {
+    if (b.listed() || !product || call.kernel != gemm_kernel::vendor || b.count <= 1) {
         device::gemm_batched(s, b);  // one call per product (pointer lists are refused there)
         return;
     }
@@ -834,17 +852,15 @@ void cuda_device::gemm_batched(stream& s, const gemm_batched_call& b) {
     if (const std::string bad = column_major_gemm_violation(p); !bad.empty())
         throw invalid_argument("gemm_batched (vendor) on " + id() + ": cuBLAS would refuse the mapped call: " + bad);
     const long long stride_x = p.x == call.a ? b.stride_a : b.stride_b, stride_y = p.x == call.a ? b.stride_b : b.stride_a;
-    const cublasOperation_t op1 = p.trans_x ? CUBLAS_OP_T : CUBLAS_OP_N;
-    const cublasOperation_t op2 = p.trans_y ? CUBLAS_OP_T : CUBLAS_OP_N;
-    const float alpha32 = static_cast<float>(call.alpha.real()), beta32 = static_cast<float>(call.beta.real());
-    const double alpha64 = call.alpha.real(), beta64 = call.beta.real();
-    const bool f32 = call.type == dtype::f32;
-    const void* alpha = f32 ? static_cast<const void*>(&alpha32) : &alpha64;
-    const void* beta = f32 ? static_cast<const void*>(&beta32) : &beta64;
+    // cuBLAS has no conjugate without a transpose: such stacks go one product at a time (below).
+    const cublasOperation_t op1 = cublas_op(p.trans_x, p.conj_x), op2 = cublas_op(p.trans_y, p.conj_y);
+    const cublas_scalars scalars(call);
+    const void* alpha = scalars.alpha();
+    const void* beta = scalars.beta();
     const cudaDataType_t data = cuda_type(call.type);
-    const cublasComputeType_t compute =
-        !f32 ? CUBLAS_COMPUTE_64F : (call.math == math_mode::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F);
-    if (std::max({p.rows, p.cols, p.k, p.ldx, p.ldy, p.ldz, b.count}) > INT_MAX) {
+    const cublasComputeType_t compute = scalars.compute(call.math);
+    if (!p.expressible() ||
+        std::max({p.rows, p.cols, p.k, p.ldx, p.ldy, p.ldz, b.count}) > INT_MAX) {
         device::gemm_batched(s, b);
         return;
     }
