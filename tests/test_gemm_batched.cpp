@@ -170,5 +170,22 @@ TEST(GemmBatched, OpenClDevicesRunStacksThroughTheirBatchedKernels) {
     }
 }
 
+// cuBLAS's strided-batched GEMM (vendor) and the loop of the other kernels, every precision, in
+// core and streamed through a budget smaller than the stack (scripts/gpu-check.sh runs it).
+TEST(GemmBatched, CudaDevicesRunStacksThroughCublasStridedBatched) {
+    TILESTREAM_SKIP_WITHOUT_GPU("cuda:0");
+    for (gemm_kernel kernel : {gemm_kernel::vendor, gemm_kernel::tiled})
+        for (const char* spec : {"cuda:0", "cuda:0@96KiB"}) {
+            SCOPED_TRACE(spec);
+            context_options o;
+            o.kernel = kernel;
+            context ctx(spec, o);
+            batched_matches_single_calls<float>(ctx, 21, 13, 9, 11, false);
+            batched_matches_single_calls<double>(ctx, 9, 7, 16, 5, false);
+            batched_matches_single_calls<std::complex<float>>(ctx, 6, 5, 7, 3, false);
+            batched_matches_single_calls<std::complex<double>>(ctx, 5, 9, 4, 6, false);
+        }
+}
+
 }  // namespace
 }  // namespace tilestream
