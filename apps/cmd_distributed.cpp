@@ -143,16 +143,17 @@ void declare_gemm_options(args& a) {
     a.integer_option("m", "rows of C (random inputs, uniform in [-1, 1], the same global matrices on any grid)")
         .integer_option("n", "columns of C (random inputs)")
         .integer_option("k", "inner dimension (random inputs)")
-        .text("dtype", "f32 (default) or f64; file inputs: the files' dtype", "f32|f64")
+        .text("dtype", "f32 (default), f64, c32 or c64 (numpy's float32, float64, complex64, complex128 too); "
+                       "file inputs: the files' dtype", "DTYPE")
         .integer_option("seed", "seed of the random inputs (default 42)")
         .text("a", "A from a .npy file (every rank reads only its blocks, MPI-IO)", "A.npy")
         .text("b", "B from a .npy file (goes with --a)", "B.npy")
         .text("c", "C's input from a .npy file (read when --beta is not 0)", "C.npy")
         .text("out", "write C as .npy (blocks by every rank, MPI-IO, atomically)", "C.npy")
-        .scalar_option("alpha", "scalar alpha (default 1)")
+        .scalar_option("alpha", "scalar alpha (default 1; complex types: e.g. 1.5-2j, 2j, (1+2j))")
         .scalar_option("beta", "scalar beta (default 0: C is not read)")
-        .text("op-a", "op(A): n (default) or t", "n|t")
-        .text("op-b", "op(B): n (default) or t", "n|t")
+        .text("op-a", "op(A): n (default), t, or c (conjugate transpose; on real data the same as t)", "n|t|c")
+        .text("op-b", "op(B): n (default), t or c", "n|t|c")
         .text("kernel", "each rank's local kernel: reference, naive, tiled or vendor (default)", "KERNEL")
         .text("strategy", "each rank's local plan: auto (default), in-core, tiles-3d, a-panel, a-panel-c-panel, "
                           "b-panel, c-block, row-panels, zero-copy", "STRATEGY")
@@ -160,11 +161,11 @@ void declare_gemm_options(args& a) {
         .integer_option("tile-m", "local tile rows")
         .integer_option("tile-n", "local tile columns")
         .integer_option("tile-k", "local tile depth")
-        .text("reproducible", "on: k added in fixed k-blocks (384 f32, 256 f64) in order on every grid, so C is "
+        .text("reproducible", "on: k added in fixed k-blocks (384 f32, 256 f64, 192 c32, 128 c64) in order on every grid, so C is "
                               "bitwise the same for any grid and rank count (tiled kernel, 2-D grids); default off",
               "on|off")
         .flag_option("check", "verify C in float64 (Freivalds over the ranks, 4+4 random vectors), exit 1 on failure")
-        .flag_option("anchor", "also time ScaLAPACK's PDGEMM/PSGEMM on the same grid and operands and print the ratio")
+        .flag_option("anchor", "also time ScaLAPACK's P?GEMM (PSGEMM, PDGEMM, PCGEMM, PZGEMM) on the same grid and operands and print the ratio")
         .integer_option("repeat", "run R times, report the median (default 1)")
         .text("trace", "write a Chrome trace of every rank (one group of tracks per rank)", "run.json")
         .text("timeline", "draw every rank's copies, kernels and panel waits (SVG, a lane group per rank)", "run.svg")
@@ -389,7 +390,9 @@ int run_gemm_typed(const args& a, const gemm_setup& s, const td::environment& en
     const double word = double(sizeof(T));
     const td::pgemm_traffic& model = plan.traffic;
     const td::pgemm_rank_plan flat = td::plan_pgemm(s.op_a, s.op_b, m, n, k, env.size(), sizeof(T), s.block, 0, 1);
-    const double gflops = secs > 0 ? 2.0 * double(m) * double(n) * double(k) / secs * 1e-9 : 0.0;
+    // A complex multiply-add is 4 real ones: 8mnk flops for c32/c64 (the dtype table's count).
+    const double flops_per_mac = double(dtype_traits(dtype_of<T>()).flops_per_multiply_add);
+    const double gflops = secs > 0 ? flops_per_mac * double(m) * double(n) * double(k) / secs * 1e-9 : 0.0;
     const double mean_sent = sum_sent / word / env.size();
     const std::string kernel = std::string(to_string(s.reproducible ? gemm_kernel::tiled : parse_gemm_kernel(a.get_or("kernel", "vendor"))));
     const std::string devices = a.get_or("devices", "cpu");
@@ -434,7 +437,7 @@ int run_gemm_typed(const args& a, const gemm_setup& s, const td::environment& en
         using detail::json;
         json o = {{"m", m}, {"n", n}, {"k", k}, {"dtype", std::string(to_string(dtype_of<T>()))},
                   {"kernel", kernel}, {"devices", devices}, {"op_a", std::string(to_string(s.op_a))},
-                  {"op_b", std::string(to_string(s.op_b))}, {"alpha", double(alpha)}, {"beta", double(beta)},
+                  {"op_b", std::string(to_string(s.op_b))}, {"alpha", as_scalar(alpha).real()}, {"beta", as_scalar(beta).real()},
                   {"repeat", s.repeat}, {"seconds", secs}, {"gflops", gflops},
                   {"strategy", a.get_or("strategy", "auto")}, {"tile_m", call.tile_m}, {"tile_n", call.tile_n},
                   {"tile_k", call.tile_k}, {"k_block", kb}, {"reproducible", s.reproducible},
@@ -467,6 +470,7 @@ int run_gemm_typed(const args& a, const gemm_setup& s, const td::environment& en
                            {"peak_rss_bytes", f.rss}});
         }
         o["per_rank"] = per;
+        if constexpr (is_complex_v<T>) o["alpha_imag"] = alpha.imag(), o["beta_imag"] = beta.imag();
         if (check) {
             o["rel_error"] = check->error, o["tolerance"] = check->tolerance, o["check_passed"] = ok;
             o["check_method"] = "freivalds", o["check_tolerance"] = check->tolerance, o["check_seconds"] = check->seconds;
@@ -577,7 +581,7 @@ int run_gemm(int argc, char** argv, const td::environment& env) {
             throw td::collective_error("gemm: --beta is not 0 but no --c file was given");
         }
     }
-    return visit_real_dtype(s.type, "gemm over MPI ranks", [&]<class T>() { return run_gemm_typed<T>(a, s, env); });
+    return visit_dtype(s.type, [&]<class T>() { return run_gemm_typed<T>(a, s, env); });
 }
 
 void declare_jacobi_options(args& a) {

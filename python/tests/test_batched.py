@@ -39,6 +39,21 @@ def test_every_broadcasting_case_matches_numpy(request, rng, where, dtype):
 
 
 @pytest.mark.parametrize("where", ["in_place", "out_of_core"])
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+def test_complex_stacks_match_numpy(request, rng, where, dtype):
+    ctx = request.getfixturevalue(where)
+    for sa, sb in CASES:
+        a = (random(rng, sa) + 1j * random(rng, sa)).astype(dtype)
+        b = (random(rng, sb) + 1j * random(rng, sb)).astype(dtype)
+        r = ctx.matmul(a, b, alpha=1.5 - 0.5j)
+        assert r.shape == np.matmul(a, b).shape, (sa, sb)
+        check(r, a, b, alpha=1.5 - 0.5j, dtype=dtype)
+    # A real stack times a complex one: numpy's complex result, the real one converted.
+    a, b = random(rng, (3, 7, 5), np.float32), (random(rng, (5, 4)) + 1j * random(rng, (5, 4))).astype(dtype)
+    check(ctx.matmul(a, b), a, b, dtype=dtype)
+
+
+@pytest.mark.parametrize("where", ["in_place", "out_of_core"])
 def test_zero_size_axes_as_numpy(request, rng, where):
     ctx = request.getfixturevalue(where)
     for sa, sb in ZERO:

@@ -17,6 +17,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <complex>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -232,6 +233,15 @@ struct gemm_args {
     int ldc;
 };
 
+// The bridge's dtype of T (tilestream_blas_gemm_call::dtype).
+template <class T>
+constexpr int dtype_code() {
+    if constexpr (std::is_same_v<T, float>) return 0;
+    if constexpr (std::is_same_v<T, double>) return 1;
+    if constexpr (std::is_same_v<T, std::complex<float>>) return 2;
+    if constexpr (std::is_same_v<T, std::complex<double>>) return 3;
+}
+
 // N, T or C in either case; anything else is '?'.
 char fortran_trans(const char* t) {
     switch (t ? *t : '?') {
@@ -330,7 +340,7 @@ void route(const void* caller, routine r, gemm_args<T> g, Forward forward) {
     if (!in_flight.active) return to_real_blas("exiting");
     if (!f.context_ready()) return to_real_blas("no-context");
     const long internal_before = f.internal_calls.load(std::memory_order_relaxed);
-    const tilestream_blas_gemm_call call{std::is_same_v<T, double> ? 1 : 0,
+    const tilestream_blas_gemm_call call{dtype_code<T>(),
                                          g.row_major ? 1 : 0,
                                          g.trans_a,
                                          g.trans_b,
@@ -390,6 +400,21 @@ void cblas_gemm(const void* caller, routine r, TILESTREAM_BLAS_cblas_gemm_PARAMS
                          cblas_trans(transb), false, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc};
     route(caller, r, g, [&](void* entry) {
         reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_gemm_ARGS);
+    });
+}
+
+// CBLAS complex: the scalars by address. A null alpha or beta is not a BLAS argument error (the
+// reference CBLAS would read through it); it is forwarded without being read, and never routed.
+template <class T>
+void cblas_complex_gemm(const void* caller, routine r, TILESTREAM_BLAS_cblas_complex_gemm_PARAMS(T)) {
+    using entry_fn = void (*)(TILESTREAM_BLAS_cblas_complex_gemm_PARAMS(T));
+    const bool known_order = order == 101 || order == 102;  // CblasRowMajor, CblasColMajor
+    const bool scalars = alpha != nullptr && beta != nullptr;
+    gemm_args<T> g{routine_names[int(r)], order == 101, known_order && scalars ? cblas_trans(transa) : '?',
+                   cblas_trans(transb), false, m, n, k, scalars ? *alpha : T(), a, lda, b, ldb,
+                   scalars ? *beta : T(), c, ldc};
+    route(caller, r, g, [&](void* entry) {
+        reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_complex_gemm_ARGS);
     });
 }
 

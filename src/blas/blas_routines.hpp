@@ -3,14 +3,25 @@
 // blas_front.cpp and a case in the bridge (blas_context.cpp).
 #pragma once
 
+#include <complex>
 #include <cstddef>
 
-// X(symbol, family, scalar type)
-#define TILESTREAM_BLAS_ROUTINES(X)        \
-    X(sgemm_, fortran_gemm, float)         \
-    X(dgemm_, fortran_gemm, double)        \
-    X(cblas_sgemm, cblas_gemm, float)      \
-    X(cblas_dgemm, cblas_gemm, double)
+// X(symbol, family, scalar type). The ?gemm3m routines (OpenBLAS, MKL: the same call as ?gemm,
+// computed by the 3m method) are routed like ?gemm; a system BLAS without them (netlib's) gets such
+// calls on its ?gemm entry (system_blas.cpp), so the drop-in exports them whatever the BLAS.
+#define TILESTREAM_BLAS_ROUTINES(X)                              \
+    X(sgemm_, fortran_gemm, float)                               \
+    X(dgemm_, fortran_gemm, double)                              \
+    X(cblas_sgemm, cblas_gemm, float)                            \
+    X(cblas_dgemm, cblas_gemm, double)                           \
+    X(cgemm_, fortran_gemm, std::complex<float>)                 \
+    X(zgemm_, fortran_gemm, std::complex<double>)                \
+    X(cblas_cgemm, cblas_complex_gemm, std::complex<float>)      \
+    X(cblas_zgemm, cblas_complex_gemm, std::complex<double>)     \
+    X(cgemm3m_, fortran_gemm, std::complex<float>)               \
+    X(zgemm3m_, fortran_gemm, std::complex<double>)              \
+    X(cblas_cgemm3m, cblas_complex_gemm, std::complex<float>)    \
+    X(cblas_zgemm3m, cblas_complex_gemm, std::complex<double>)
 
 // Each family's C signature and the names of its arguments (the forwarded call passes them on as
 // they came). Fortran: column-major, every argument by address, gfortran's hidden string lengths last.
@@ -25,6 +36,12 @@
     int order, int transa, int transb, int m, int n, int k, T alpha, const T *a, int lda, const T *b,     \
         int ldb, T beta, T *c, int ldc
 #define TILESTREAM_BLAS_cblas_gemm_ARGS order, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc
+// CBLAS complex: as cblas_gemm, but alpha and beta by address (CBLAS declares every complex
+// argument `const void *`; the ABI is the same).
+#define TILESTREAM_BLAS_cblas_complex_gemm_PARAMS(T)                                                      \
+    int order, int transa, int transb, int m, int n, int k, const T *alpha, const T *a, int lda,           \
+        const T *b, int ldb, const T *beta, T *c, int ldc
+#define TILESTREAM_BLAS_cblas_complex_gemm_ARGS TILESTREAM_BLAS_cblas_gemm_ARGS
 
 namespace tilestream::blas {
 
@@ -41,5 +58,17 @@ inline constexpr const char* routine_names[] = {
 #undef TILESTREAM_BLAS_NAME
 };
 inline constexpr int routine_count = int(sizeof routine_names / sizeof routine_names[0]);
+
+/// The routine whose entry answers for `r` in a BLAS that lacks r: ?gemm for ?gemm3m (the same
+/// arguments and result), else r itself.
+constexpr routine stand_in(routine r) {
+    switch (r) {
+        case routine::cgemm3m_: return routine::cgemm_;
+        case routine::zgemm3m_: return routine::zgemm_;
+        case routine::cblas_cgemm3m: return routine::cblas_cgemm;
+        case routine::cblas_zgemm3m: return routine::cblas_zgemm;
+        default: return r;
+    }
+}
 
 }  // namespace tilestream::blas

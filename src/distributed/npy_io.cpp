@@ -187,7 +187,7 @@ void read_blocks(const process_grid& grid, const std::string& path, const npy_he
 }
 
 std::string npy_header_text(dtype t, index_t rows, index_t cols) {
-    std::string dict = std::string("{'descr': '") + (t == dtype::f32 ? "<f4" : "<f8") +
+    std::string dict = std::string("{'descr': '") + std::string(dtype_traits(t).npy_descr) +
                        "', 'fortran_order': False, 'shape': (" + std::to_string(rows) + ", " + std::to_string(cols) +
                        "), }";
     std::size_t total = 10 + dict.size() + 1;
@@ -382,8 +382,8 @@ npy_gemm_result npy_gemm_typed(const layered_grid& lg, const npy_gemm_request& r
         read_npy_blocks<T>(grid, r.b, b);
         if (hc) read_npy_blocks<T>(grid, r.c, c);
     }
-    res.report = pgemm<T>(lg, r.op_a, r.op_b, res.m, res.n, res.k, T(r.alpha), a.data(), 1, 1, a.desc, b.data(), 1, 1,
-                          b.desc, T(r.beta), c.data(), 1, 1, c.desc, options);
+    res.report = pgemm<T>(lg, r.op_a, r.op_b, res.m, res.n, res.k, scalar_as<T>(r.alpha), a.data(), 1, 1, a.desc, b.data(), 1, 1,
+                          b.desc, scalar_as<T>(r.beta), c.data(), 1, 1, c.desc, options);
     // Layer 0 writes; every layer learns whether it could (rank 0 is on layer 0).
     std::string message;
     if (files) {
@@ -430,7 +430,7 @@ block_cyclic_matrix<T> block_cyclic_matrix<T>::on(const process_grid& g, index_t
     std::memcpy(m.desc, d, sizeof d);
     if (holds)
         m.local.assign(std::size_t(std::max<index_t>(1, m.local_rows) * std::max<index_t>(1, m.local_cols)),
-                       std::numeric_limits<T>::quiet_NaN());
+                       poison<T>());
     return m;
 }
 
@@ -469,14 +469,16 @@ void write_npy_blocks(const process_grid& grid, const std::string& path, const b
     agree_on_errors(grid.comm(), problem, false);
 }
 
-template struct block_cyclic_matrix<float>;
-template struct block_cyclic_matrix<double>;
-template void read_npy_blocks<float>(const process_grid&, const std::string&, block_cyclic_matrix<float>&);
-template void read_npy_blocks<double>(const process_grid&, const std::string&, block_cyclic_matrix<double>&);
-template void write_npy_blocks<float>(const process_grid&, const std::string&, const block_cyclic_matrix<float>&);
-template void write_npy_blocks<double>(const process_grid&, const std::string&, const block_cyclic_matrix<double>&);
-template void write_npy_blocks_to<float>(const process_grid&, detail::output_file*, index_t, index_t, index_t, const float*, index_t);
-template void write_npy_blocks_to<double>(const process_grid&, detail::output_file*, index_t, index_t, index_t, const double*, index_t);
+#define TILESTREAM_NPY_BLOCKS(T)                                                                                \
+    template struct block_cyclic_matrix<T>;                                                                    \
+    template void read_npy_blocks<T>(const process_grid&, const std::string&, block_cyclic_matrix<T>&);          \
+    template void write_npy_blocks<T>(const process_grid&, const std::string&, const block_cyclic_matrix<T>&); \
+    template void write_npy_blocks_to<T>(const process_grid&, detail::output_file*, index_t, index_t, index_t, const T*, index_t);
+TILESTREAM_NPY_BLOCKS(float)
+TILESTREAM_NPY_BLOCKS(double)
+TILESTREAM_NPY_BLOCKS(std::complex<float>)
+TILESTREAM_NPY_BLOCKS(std::complex<double>)
+#undef TILESTREAM_NPY_BLOCKS
 
 npy_gemm_result npy_gemm(const layered_grid& grid, const npy_gemm_request& r, const pgemm_options& options) {
     if (r.block < 1) throw collective_error("npy_gemm: block must be at least 1, got " + std::to_string(r.block));
@@ -484,13 +486,13 @@ npy_gemm_result npy_gemm(const layered_grid& grid, const npy_gemm_request& r, co
     const npy_header hb = read_header(grid.comm(), r.b);
     std::optional<npy_header> hc;
     if (!r.c.empty()) hc = read_header(grid.comm(), r.c);
-    else if (r.beta != 0) throw collective_error("gemm: --beta is not 0 but no --c file was given");
+    else if (r.beta != scalar(0)) throw collective_error("gemm: --beta is not 0 but no --c file was given");
     auto name = [](dtype t) { return std::string(to_string(t)); };
     if (ha.type != hb.type || (hc && hc->type != ha.type))
         throw collective_error("gemm: dtypes differ: " + r.a + " is " + name(ha.type) + ", " + r.b + " is " + name(hb.type) +
                                (hc ? ", " + r.c + " is " + name(hc->type) : std::string()));
     try {
-        return visit_real_dtype(ha.type, "gemm over MPI ranks", [&]<class T>() {
+        return visit_dtype(ha.type, [&]<class T>() {
             return npy_gemm_typed<T>(grid, r, ha, hb, hc ? &*hc : nullptr, options);
         });
     } catch (const dimension_mismatch& e) {
