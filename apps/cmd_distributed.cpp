@@ -261,7 +261,7 @@ int run_gemm_typed(const args& a, const gemm_setup& s, const td::environment& en
         const open_options dev = device_options(a);
         oo.memory_budget = dev.memory_budget;
         oo.cpu_threads = dev.cpu_threads > 0 ? dev.cpu_threads : default_cpu_threads();
-        oo.kernel = parse_gemm_kernel(a.get_or("kernel", "vendor"));
+        oo.kernel = parse_kernel_setting(a.get_or("kernel", "auto"));
         oo.reproducible = s.reproducible;
         ctx.emplace(rank_device_spec(a.get_or("devices", "cpu")), oo);
         call.strategy = parse_gemm_strategy(a.get_or("strategy", "auto"));

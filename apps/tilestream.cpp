@@ -12,6 +12,7 @@
 #include <tilestream/error.hpp>
 #include <tilestream/gemm.hpp>
 #include <tilestream/npy.hpp>
+#include <tilestream/plan.hpp>
 #include <tilestream/report.hpp>
 #include <tilestream/trace.hpp>
 #include <tilestream/verify.hpp>
@@ -32,6 +33,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace ts = tilestream;
@@ -72,7 +74,8 @@ void declare_gemm_options(ts::cli::args& a) {
         .scalar_option("beta", "scalar beta (default 0: C is not read)")
         .text("op-a", "op(A): n (default), t, or c (conjugate transpose; on real data the same as t)", "n|t|c")
         .text("op-b", "op(B): n (default), t or c", "n|t|c")
-        .text("kernel", "reference, naive, tiled or vendor (default)", "KERNEL")
+        .text("kernel", "auto (default: the fastest measured per device, precision and shape), reference, naive, "
+                        "tiled or vendor", "KERNEL")
         .text("math", "strict (default) or tf32 (f32 on tensor cores, CUDA vendor kernel only)", "strict|tf32")
         .text("devices", "e.g. cpu, cpu:2, cuda:0, cpu@512MiB (default cpu)", "SPEC")
         .text("strategy",
@@ -114,9 +117,19 @@ void declare_gemm_options(ts::cli::args& a) {
 int cmd_devices(int argc, char** argv) {
     ts::cli::args a("devices", "List the devices present.");
     a.flag_option("json", "print one JSON object");
+    a.flag_option("kernels", "also measure each device's GEMM kernels (vendor, tiled) per precision and shape class "
+                             "and show the default each gets (the fastest measured; a few seconds)");
     if (!a.parse(argc, argv, 2)) return 0;
     const auto& inv = ts::inventory();
     auto devs = ts::open_devices("all");
+    // The automatic kernel choice (choose_kernel), as a context measures it on first need.
+    const bool kernels = a.flag("kernels");
+    const auto choices = [](ts::device& d) {
+        std::vector<std::tuple<ts::dtype, ts::shape_class, ts::kernel_choice>> out;
+        for (ts::dtype t : ts::all_dtypes)
+            for (ts::shape_class c : ts::all_shape_classes) out.emplace_back(t, c, ts::choose_kernel(d, t, c));
+        return out;
+    };
     if (a.flag("json")) {
         using ts::detail::json;
         json items = json::array();
@@ -126,6 +139,20 @@ int cmd_devices(int argc, char** argv) {
                       {"memory_bytes", i.memory_bytes}, {"memory_free_bytes", i.memory_free},
                       {"budget_bytes", i.budget_bytes}, {"threads", i.threads}};
             if (i.kind == ts::device_kind::cpu) o["isa"] = i.isa, o["blocking"] = i.blocking;
+            if (kernels) {
+                json measured = json::array();
+                for (const auto& [t, c, k] : choices(*d)) {
+                    json rates = json::object();
+                    for (const auto& r : k.rates)
+                        rates[std::string(ts::to_string(r.kernel))] = r.measured ? json(r.flops * 1e-9) : json(r.note);
+                    measured.push_back({{"dtype", std::string(ts::to_string(t))},
+                                        {"shape_class", std::string(ts::to_string(c))},
+                                        {"probe", std::to_string(k.m) + "x" + std::to_string(k.n) + "x" + std::to_string(k.k)},
+                                        {"gflops", rates}, {"default", std::string(ts::to_string(k.kernel))},
+                                        {"measured", k.measured}});
+                }
+                o["kernel_choice"] = measured;
+            }
             if (i.kind == ts::device_kind::cuda) {
                 o["compute_capability"] = std::to_string(i.cc_major) + "." + std::to_string(i.cc_minor);
                 o["sm_count"] = i.threads;
@@ -154,6 +181,21 @@ int cmd_devices(int argc, char** argv) {
                     ts::format_bytes(i.memory_free).c_str(), i.threads);
         if (i.kind == ts::device_kind::cpu)
             std::printf("           isa %s, tiled GEMM blocking %s\n", i.isa.c_str(), i.blocking.c_str());
+        const auto gflops = [](double flops) {
+            char text[32];
+            std::snprintf(text, sizeof text, "%.1f GFLOP/s", flops * 1e-9);
+            return std::string(text);
+        };
+        if (kernels)
+            for (const auto& [t, c, k] : choices(*d)) {
+                std::string line;
+                for (const auto& r : k.rates)
+                    line += (line.empty() ? "" : ", ") + std::string(ts::to_string(r.kernel)) + " " +
+                            (r.measured ? gflops(r.flops) : "(" + r.note + ")");
+                std::printf("           %s %-7s (%lldx%lldx%lld): %s -> default %s\n", std::string(ts::to_string(t)).c_str(),
+                            std::string(ts::to_string(c)).c_str(), (long long)k.m, (long long)k.n, (long long)k.k,
+                            line.c_str(), std::string(ts::to_string(k.kernel)).c_str());
+            }
         if (i.kind == ts::device_kind::cuda) {
             std::string peers;
             for (int p : i.peer_access) peers += (peers.empty() ? "" : ",") + std::to_string(p);
@@ -257,7 +299,7 @@ private:
             const std::size_t d = done_.load();
             const double rate = double(d) * flops_per_unit_ / el;
             const double eta = d ? el * double(total_ - std::min(total_, d)) / double(d) : 0.0;
-            std::fprintf(stderr, "\r  %zu/%zu tiles, %.1f GFLOP/s, ETA %.1f s   ", d, total_, rate * 1e-9, eta);
+            std::fprintf(stderr, "\r  %zu/%zu steps, %.1f GFLOP/s, ETA %.1f s   ", d, total_, rate * 1e-9, eta);
             printed_ = true;
         }
     }
@@ -327,7 +369,8 @@ int run_gemm(const ts::cli::args& a, ts::dtype type, ts::cli::run_files& files) 
     const auto seed = static_cast<std::uint64_t>(a.integer("seed", 42, 0, std::numeric_limits<ts::index_t>::max()));
     const int repeat = static_cast<int>(a.integer("repeat", 1, 1, 100000));
     ts::gemm_options opt;
-    opt.kernel = ts::parse_gemm_kernel(a.get_or("kernel", "vendor"));
+    const std::optional<ts::gemm_kernel> kernel = ts::parse_kernel_setting(a.get_or("kernel", "auto"));
+    opt.kernel = kernel.value_or(ts::gemm_kernel::vendor);
     opt.math = ts::parse_math_mode(a.get_or("math", "strict"));
     if (a.has("c") && beta == T(0))
         throw ts::invalid_argument("gemm: --c " + *a.get("c") + " is given but --beta is 0 (the default), so C's input "
@@ -402,7 +445,7 @@ int run_gemm(const ts::cli::args& a, ts::dtype type, ts::cli::run_files& files) 
     const ts::open_options oo = ts::cli::device_options(a);
     co.memory_budget = oo.memory_budget;
     co.cpu_threads = oo.cpu_threads;
-    co.kernel = opt.kernel;
+    co.kernel = kernel;
     co.math = opt.math;
     co.cache = ts::parse_cache_mode(a.get_or("cache", "auto"));
     const std::string reproducible = a.get_or("reproducible", "off");
@@ -467,7 +510,7 @@ int run_gemm(const ts::cli::args& a, ts::dtype type, ts::cli::run_files& files) 
     const bool explain = a.flag("explain");
     // --explain predicts with measured rates whatever the strategy (the automatic choice measures
     // them anyway; in place nothing is copied, so it needs none).
-    if (explain && !co.rates) call.rates = ctx.rates(type, opt.kernel);
+    if (explain && !co.rates && call.strategy != ts::gemm_strategy::automatic) call.rates = ctx.rates(type, opt.kernel);
     const std::string tiles_given = tile_options(a);
     const ts::gemm_plan plan = [&] {
         try {
@@ -507,10 +550,11 @@ int run_gemm(const ts::cli::args& a, ts::dtype type, ts::cli::run_files& files) 
     ts::gemm_run_options& run = call.run;
     if (files.has("--trace") || files.has("--timeline")) run.trace = &recorder;
     run.peer_tiles = peers == "on" ? ts::peer_tile_mode::on : peers == "off" ? ts::peer_tile_mode::off : ts::peer_tile_mode::automatic;
-    progress_line progress(plan.units * std::size_t(repeat), plan.problem.flops() / double(plan.units ? plan.units : 1),
+    // Progress by kernel steps: in place a run is one unit of steps bounded in time.
+    progress_line progress(plan.steps * std::size_t(repeat), plan.problem.flops() / double(plan.steps ? plan.steps : 1),
                            !a.flag("quiet"));
-    run.on_unit_done = [&progress, &trim](std::size_t) {
-        progress.tick();
+    run.on_step_done = [&progress](std::size_t) { progress.tick(); };
+    run.on_unit_done = [&trim](std::size_t) {
         if (!trim.empty()) trim.maybe();
     };
 
@@ -598,7 +642,7 @@ int run_gemm(const ts::cli::args& a, ts::dtype type, ts::cli::run_files& files) 
     if (a.flag("json")) {
         using ts::detail::json;
         json o = {{"m", m}, {"n", n}, {"k", k}, {"dtype", std::string(ts::to_string(type))},
-                  {"kernel", std::string(ts::to_string(opt.kernel))}, {"math", std::string(ts::to_string(opt.math))},
+                  {"kernel", std::string(ts::to_string(plan.kernel))}, {"math", std::string(ts::to_string(opt.math))},
                   {"devices", dev_names}, {"op_a", std::string(ts::to_string(op_a))},
                   {"op_b", std::string(ts::to_string(op_b))}, {"alpha", ts::as_scalar(alpha).real()},
                   {"beta", ts::as_scalar(beta).real()},
@@ -649,7 +693,7 @@ int run_gemm(const ts::cli::args& a, ts::dtype type, ts::cli::run_files& files) 
                           "%.1f GFLOP/s\n",
                      (long long)m, (long long)n, (long long)k, std::string(ts::to_string(type)).c_str(),
                      std::string(ts::to_string(op_a)).c_str(), std::string(ts::to_string(op_b)).c_str(),
-                     std::string(ts::to_string(opt.kernel)).c_str(), std::string(ts::to_string(plan.strategy)).c_str(),
+                     std::string(ts::to_string(plan.kernel)).c_str(), std::string(ts::to_string(plan.strategy)).c_str(),
                      dev_names.c_str(), secs, repeat, gflops);
         if (anchor)
             std::fprintf(out, "anchor: %s: %.4f s (median of %d), %.1f GFLOP/s; this run / anchor = %.2f\n",

@@ -22,4 +22,17 @@ if [ -f "$build/src/blas/libtilestream_blas.so" ]; then
   python3 bench/blas_startup.py --shim "$build/src/blas/libtilestream_blas.so" --git-hash "$hash" \
       --out "bench/results/blas-startup-$host-$date.json" > /dev/null || status=1
 fi
+# Issue 27: one call over the sweep n = 1..4096 and skinny shapes beside OpenBLAS from C and numpy's @
+# from Python, batched stacks beside np.matmul, numpy under the drop-in beside numpy alone.
+"$build/bench/small_bench" --git-hash "$hash" --out "bench/results/small-cpu-$host-$date.json" || status=1
+if [ -d "$build/python" ]; then
+  PYTHONPATH="$build/python" /usr/bin/python3 bench/small_python.py --git-hash "$hash" \
+      --out "bench/results/small-python-$host-$date.json" || status=1
+fi
+if [ -f "$build/src/blas/libtilestream_blas.so" ]; then
+  for dt in float32 float64; do
+    /usr/bin/python3 bench/blas_shim_numpy.py --shim "$build/src/blas/libtilestream_blas.so" --dtype $dt --repeat 21 \
+        --sizes 1,2,4,8,16,32,64,128,256,512,1024,2048,4096 > "bench/results/blas-shim-numpy-$dt-$host-$date.json" || status=1
+  done
+fi
 exit $status

@@ -13,6 +13,12 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+// numpy's own C API for the direct call's few hundred nanoseconds (pybind11's array wrappers cost
+// microseconds); the table is imported in the module's init.
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#define PY_ARRAY_UNIQUE_SYMBOL tilestream_numpy_api
+#include <numpy/arrayobject.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -130,8 +136,19 @@ public:
 
     /// `output` is what the run writes (returned by output()); `keep_alive` what it reads. The body
     /// runs without the GIL: it must hold no Python object.
-    background_run(py::object output, std::vector<py::object> keep_alive, body_fn body)
+    background_run(py::object output, std::vector<py::object> keep_alive, body_fn body, bool on_this_thread = false)
         : output_(std::move(output)), keep_alive_(std::move(keep_alive)) {
+        if (on_this_thread) {
+            // A run too short to hand to a worker (the direct path): done here, the GIL released
+            // only when it lasts longer than releasing it costs.
+            try {
+                body(*this);
+            } catch (...) {
+                error_ = std::current_exception();
+            }
+            finished_ = true;
+            return;
+        }
         runs_in_flight::instance().started();
         try {
             worker_ = std::thread([this, body = std::move(body)] {
@@ -218,6 +235,8 @@ py::dict plan_dict(ts::context& ctx, const ts::gemm_plan& p) {
     d["tile"] = py::make_tuple(p.tile_m, p.tile_n, p.tile_k);
     d["tiles"] = py::make_tuple(p.tiles_m, p.tiles_n, p.tiles_k);
     d["units"] = p.units;
+    d["steps"] = p.steps;
+    d["batch"] = p.batch;
     d["devices"] = p.devices;
     d["bytes_h2d"] = p.bytes_h2d;
     d["bytes_d2h"] = p.bytes_d2h;
@@ -304,28 +323,249 @@ std::unique_ptr<background_run> start_gemm(py::object ctx_obj, ts::context& ctx,
     call.tile_m = g.tile_m;
     call.tile_n = g.tile_n;
     call.tile_k = g.tile_k;
-    if (g.kernel) call.kernel = ts::parse_gemm_kernel(*g.kernel);
+    if (g.kernel) call.kernel = ts::parse_kernel_setting(*g.kernel);
     // A transposed numpy view is a column-major view of its base (the same as op = t on the base),
     // so every operand goes in as it lies with op = n.
     const ts::op oa = ts::op::n, ob = ts::op::n;
     const T alpha = scalar_of<T>(g.alpha, "alpha"), beta = scalar_of<T>(g.beta, "beta");
     const bool plan_only = g.plan_only;
     ts::context* ctxp = &ctx;
+    // Planned here (kept plans make this a lookup; a first call may measure rates, without the GIL).
+    // A direct plan runs on this thread: no worker, no polling; the others on a worker that Python
+    // waits on, Ctrl-C and progress between waits.
+    std::optional<ts::gemm_plan> planned;
+    {
+        py::gil_scoped_release release;
+        const in_flight counted;
+        planned = ctxp->plan<T>(oa, ob, alpha, av, bv, beta, cv, call);
+    }
+    const bool here = planned->strategy == ts::gemm_strategy::direct;
     return std::make_unique<background_run>(
         c, std::vector<py::object>{std::move(ctx_obj), std::move(a), std::move(b)},
-        [=](background_run& run) mutable {
-            const ts::gemm_plan plan = ctxp->plan<T>(oa, ob, alpha, av, bv, beta, cv, call);
-            run.set_total(plan.units);
+        [=, plan = std::move(*planned)](background_run& run) mutable {
+            run.set_total(plan.steps);
             if (plan_only) {
                 run.set_finish([ctxp, plan] { return py::object(plan_dict(*ctxp, plan)); });
                 return;
             }
-            call.run.on_unit_done = [&run](std::size_t) { run.add_done(); };
+            call.run.on_step_done = [&run](std::size_t) { run.add_done(); };
             set_cancel_flag(call.run, run.cancel_flag());
-            ts::gemm_report report = ctxp->execute<T>(plan, alpha, av, bv, beta, cv, call);
-            run.set_finish([ctxp, report = std::move(report)] { return py::object(report_dict(*ctxp, report)); });
-        });
+            std::optional<ts::gemm_report> report;
+            if (here && plan.predicted_seconds < 20e-6) {
+                report = ctxp->execute<T>(plan, alpha, av, bv, beta, cv, call);
+            } else if (here) {
+                py::gil_scoped_release release;
+                const in_flight counted;
+                report = ctxp->execute<T>(plan, alpha, av, bv, beta, cv, call);
+            } else {
+                report = ctxp->execute<T>(plan, alpha, av, bv, beta, cv, call);  // on the worker, no GIL
+            }
+            run.set_finish([ctxp, report = std::move(*report)] { return py::object(report_dict(*ctxp, report)); });
+        },
+        here || plan_only);
 }
+
+/// A stack of matrices (the last two axes) as the library's batch view: one stride between
+/// consecutive matrices when the leading axes allow (0 for a broadcast one), else a pointer per
+/// matrix (kept in `pointers`, which must live as long as the view is used).
+template <class T>
+struct stack_operand {
+    ts::host_batch_view<T> view;
+    std::vector<T*> pointers;
+};
+template <class T>
+stack_operand<T> stack_of(const py::array& x, const char* name) {
+    if (!x.dtype().is(py::dtype::of<std::remove_const_t<T>>()))
+        throw ts::invalid_argument(std::string("internal: ") + name + " does not have the run's dtype");
+    const int nd = int(x.ndim());
+    if (nd < 2) throw ts::invalid_argument(std::string("internal: ") + name + " is not a stack of matrices");
+    const auto size = static_cast<py::ssize_t>(x.itemsize());
+    const py::ssize_t rows = x.shape(nd - 2), cols = x.shape(nd - 1), s0 = x.strides(nd - 2), s1 = x.strides(nd - 1);
+    ts::index_t count = 1;
+    for (int d = 0; d < nd - 2; ++d) count *= ts::index_t(x.shape(d));
+    std::optional<std::pair<ts::layout, ts::index_t>> where;
+    if (rows == 0 || cols == 0 || count == 0) {  // no element: numpy's strides may be anything (0)
+        where = std::pair{ts::layout::row_major, ts::index_t(std::max<py::ssize_t>(cols, 1))};
+    } else if (s0 % size == 0 && s1 % size == 0) {
+        const py::ssize_t e0 = s0 / size, e1 = s1 / size;
+        if ((cols == 1 || e1 == 1) && (rows == 1 || e0 >= cols))
+            where = std::pair{ts::layout::row_major, ts::index_t(rows == 1 ? cols : e0)};
+        else if ((rows == 1 || e0 == 1) && (cols == 1 || e1 >= rows))
+            where = std::pair{ts::layout::col_major, ts::index_t(cols == 1 ? rows : e1)};
+    }
+    if (!where || reinterpret_cast<std::uintptr_t>(x.data()) % std::uintptr_t(size) != 0)
+        throw ts::invalid_argument(std::string("internal: ") + name + "'s matrices are not BLAS operands");
+    T* base = static_cast<T*>(const_cast<void*>(x.data()));
+    stack_operand<T> out;
+    const ts::host_matrix_view<T> first(base, rows, cols, where->first, where->second);
+    // The matrices' addresses, in C order of the leading axes.
+    std::vector<py::ssize_t> index(std::size_t(std::max(nd - 2, 0)), 0);
+    out.pointers.reserve(std::size_t(count));
+    for (ts::index_t i = 0; i < count; ++i) {
+        py::ssize_t offset = 0;
+        for (int d = 0; d < nd - 2; ++d) offset += index[std::size_t(d)] * x.strides(d);
+        out.pointers.push_back(reinterpret_cast<T*>(reinterpret_cast<std::uintptr_t>(base) + std::uintptr_t(offset)));
+        for (int d = nd - 3; d >= 0; --d) {
+            if (++index[std::size_t(d)] < x.shape(d)) break;
+            index[std::size_t(d)] = 0;
+        }
+    }
+    // One step between all consecutive matrices (0 when broadcast): a strided batch.
+    bool strided = true;
+    std::ptrdiff_t step = count > 1 ? out.pointers[1] - out.pointers[0] : 0;
+    for (ts::index_t i = 2; i < count && strided; ++i) strided = out.pointers[std::size_t(i)] - out.pointers[std::size_t(i - 1)] == step;
+    if (strided && step >= 0) {
+        out.view = ts::host_batch_view<T>::strided(first, ts::index_t(step), count);
+        out.pointers.clear();
+    } else {
+        out.view = ts::host_batch_view<T>::pointers(first, std::span<T* const>(out.pointers));
+    }
+    return out;
+}
+
+template <class T>
+std::unique_ptr<background_run> start_gemm_batched(py::object ctx_obj, ts::context& ctx, py::array a, py::array b,
+                                                   py::array c, std::complex<double> alpha_in, std::complex<double> beta_in,
+                                                   std::optional<std::string> kernel,
+                                                   bool plan_only) {
+    auto as = std::make_shared<stack_operand<const T>>(stack_of<const T>(a, "a"));
+    auto bs = std::make_shared<stack_operand<const T>>(stack_of<const T>(b, "b"));
+    auto cs = std::make_shared<stack_operand<T>>(stack_of<T>(c, "out"));
+    if (!plan_only && !c.writeable()) throw ts::invalid_argument("output array is read-only");
+    const T alpha = scalar_of<T>(alpha_in, "alpha"), beta = scalar_of<T>(beta_in, "beta");
+    ts::gemm_call_options call;
+    if (kernel) call.kernel = ts::parse_kernel_setting(*kernel);
+    ts::context* ctxp = &ctx;
+    // Stacks too small to be worth a worker (a few microseconds of products) run on this thread.
+    const double flops = double(ts::dtype_traits(ts::dtype_of<T>()).flops_per_multiply_add) * double(cs->view.count()) * double(cs->view.rows()) * double(cs->view.cols()) *
+                         double(as->view.cols());
+    const bool here = plan_only || flops < 2e5;
+    return std::make_unique<background_run>(
+        c, std::vector<py::object>{std::move(ctx_obj), std::move(a), std::move(b)},
+        [=](background_run& run) mutable {
+            if (plan_only) {
+                std::string text = "batch: " + std::to_string(cs->view.count()) + " products of " +
+                                   std::to_string(cs->view.rows()) + "x" + std::to_string(cs->view.cols()) + "x" +
+                                   std::to_string(as->view.cols()) + " (" + (as->view.is_strided() ? "strided" : "pointer array") +
+                                   " A, " + (bs->view.is_strided() ? "strided" : "pointer array") +
+                                   " B); groups are planned when it runs\n";
+                run.set_finish([text] {
+                    py::dict d;
+                    d["text"] = text;
+                    return py::object(d);
+                });
+                return;
+            }
+            call.run.on_step_done = [&run](std::size_t n) { run.set_done(n); };
+            set_cancel_flag(call.run, run.cancel_flag());
+            ts::gemm_report report = ctxp->gemm_batched<T>(ts::op::n, ts::op::n, alpha, as->view, bs->view, beta, cs->view, call);
+            run.set_total(report.plan.units);
+            run.set_done(report.plan.units);
+            run.set_finish([ctxp, report = std::move(report)] { return py::object(report_dict(*ctxp, report)); });
+        },
+        here);
+}
+
+/// An operand of the direct call: a 2-D array, or a 1-D one as a row (1, k) or column (k, 1), as
+/// the BLAS reads it where it lies (what blas_layout accepts; a vector of any positive stride).
+struct raw_operand {
+    void* data = nullptr;
+    ts::index_t rows = 0, cols = 0, ld = 1;
+    ts::layout lay = ts::layout::row_major;
+};
+bool raw_blas_operand(PyArrayObject* x, bool vector_as_row, raw_operand& out) {
+    if (!PyArray_ISALIGNED(x)) return false;
+    const npy_intp es = PyArray_ITEMSIZE(x);
+    out.data = PyArray_DATA(x);
+    if (PyArray_NDIM(x) == 1) {
+        const npy_intp len = PyArray_DIM(x, 0);
+        npy_intp st = PyArray_STRIDE(x, 0);
+        if (len <= 1) st = es;
+        if (st <= 0 || st % es != 0) return false;
+        out.ld = std::max<ts::index_t>(1, st / es);
+        if (vector_as_row) {
+            out.rows = 1, out.cols = len, out.lay = ts::layout::col_major;  // (0, j) at j * ld
+        } else {
+            out.rows = len, out.cols = 1, out.lay = ts::layout::row_major;  // (i, 0) at i * ld
+        }
+        return true;
+    }
+    const npy_intp rows = PyArray_DIM(x, 0), cols = PyArray_DIM(x, 1);
+    out.rows = rows, out.cols = cols;
+    if (rows == 0 || cols == 0) {
+        out.ld = std::max<npy_intp>(cols, 1);
+        return true;
+    }
+    const npy_intp s0 = PyArray_STRIDE(x, 0), s1 = PyArray_STRIDE(x, 1);
+    if (s0 % es != 0 || s1 % es != 0) return false;
+    const npy_intp e0 = s0 / es, e1 = s1 / es;
+    if ((cols == 1 || e1 == 1) && (rows == 1 || e0 >= cols)) {
+        out.lay = ts::layout::row_major;
+        out.ld = rows == 1 ? cols : e0;
+        return true;
+    }
+    if ((rows == 1 || e0 == 1) && (cols == 1 || e1 >= rows)) {
+        out.lay = ts::layout::col_major;
+        out.ld = cols == 1 ? rows : e1;
+        return true;
+    }
+    return false;
+}
+
+template <class T>
+PyObject* direct_matmul(ts::context& ctx, PyArrayObject* a, PyArrayObject* b, int type_num) {
+    raw_operand ra, rb;
+    const bool a_vec = PyArray_NDIM(a) == 1, b_vec = PyArray_NDIM(b) == 1;
+    if (!raw_blas_operand(a, true, ra) || !raw_blas_operand(b, false, rb) || ra.cols != rb.rows) Py_RETURN_NONE;
+    const ts::index_t m = ra.rows, n = rb.cols, k = ra.cols;
+    if (!ctx.runs_direct(ts::dtype_of<T>(), m, n, k)) Py_RETURN_NONE;
+    npy_intp dims[2];
+    int nd = 0;
+    if (!a_vec) dims[nd++] = m;
+    if (!b_vec) dims[nd++] = n;
+    PyObject* result = PyArray_EMPTY(nd, dims, type_num, 0);
+    if (result == nullptr) return nullptr;
+    const ts::host_matrix_view<const T> av(static_cast<const T*>(ra.data), m, k, ra.lay, ra.ld);
+    const ts::host_matrix_view<const T> bv(static_cast<const T*>(rb.data), k, n, rb.lay, rb.ld);
+    const ts::host_matrix_view<T> cv(static_cast<T*>(PyArray_DATA(reinterpret_cast<PyArrayObject*>(result))), m, n,
+                                     ts::layout::row_major, std::max<ts::index_t>(1, n));
+    if (double(m) * double(n) * double(k) < 32768.0) {
+        ctx.gemm<T>(ts::op::n, ts::op::n, T(1), av, bv, T(0), cv);
+    } else {
+        py::gil_scoped_release release;
+        const in_flight counted;
+        ctx.gemm<T>(ts::op::n, ts::op::n, T(1), av, bv, T(0), cv);
+    }
+    return result;
+}
+
+/// tilestream._tilestream.matmul_direct(capsule, a, b): a @ b computed on this thread when both are
+/// float32 or both float64 ndarrays (1-D or 2-D) that are BLAS operands as they lie and the
+/// context runs the shape on its direct path; None otherwise (the Python layer then takes its
+/// general path, which raises numpy's errors). Its arguments are checked by the caller.
+PyObject* matmul_direct(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+    if (nargs != 3) Py_RETURN_NONE;
+    auto* ctx = static_cast<ts::context*>(PyCapsule_GetPointer(args[0], "tilestream.context"));
+    if (ctx == nullptr) return nullptr;
+    if (!PyArray_CheckExact(args[1]) || !PyArray_CheckExact(args[2])) Py_RETURN_NONE;
+    auto* a = reinterpret_cast<PyArrayObject*>(args[1]);
+    auto* b = reinterpret_cast<PyArrayObject*>(args[2]);
+    const int nda = PyArray_NDIM(a), ndb = PyArray_NDIM(b);
+    if (nda < 1 || nda > 2 || ndb < 1 || ndb > 2 || (nda == 1 && ndb == 1)) Py_RETURN_NONE;
+    const int ta = PyArray_TYPE(a);
+    if (ta != PyArray_TYPE(b) || (ta != NPY_FLOAT64 && ta != NPY_FLOAT32)) Py_RETURN_NONE;
+    try {
+        return ta == NPY_FLOAT64 ? direct_matmul<double>(*ctx, a, b, ta) : direct_matmul<float>(*ctx, a, b, ta);
+    } catch (...) {
+        // The general path raises the same error with the module's translation.
+        Py_RETURN_NONE;
+    }
+}
+
+PyMethodDef direct_methods[] = {
+    {"matmul_direct", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&matmul_direct)), METH_FASTCALL,
+     "a @ b on the calling thread when the context runs it directly, else None."},
+    {nullptr, nullptr, 0, nullptr}};
 
 struct jacobi_args {
     ts::index_t nx = 0, ny = 0;
@@ -419,7 +659,7 @@ std::unique_ptr<ts::context> make_context(const std::string& spec, std::optional
     ts::context_options o;
     o.memory_budget = memory_budget;
     o.cpu_threads = cpu_threads;
-    o.kernel = ts::parse_gemm_kernel(kernel);
+    o.kernel = ts::parse_kernel_setting(kernel);
     o.math = ts::parse_math_mode(math);
     o.cache = ts::parse_cache_mode(cache);
     o.reproducible = reproducible;
@@ -432,6 +672,8 @@ std::unique_ptr<ts::context> make_context(const std::string& spec, std::optional
 
 PYBIND11_MODULE(_tilestream, m) {
     m.doc() = "tilestream's native part; use the tilestream package";
+    if (_import_array() < 0) throw py::error_already_set();
+    if (PyModule_AddFunctions(m.ptr(), direct_methods) < 0) throw py::error_already_set();
 
     py::register_exception_translator([](std::exception_ptr p) {
         try {
@@ -467,6 +709,23 @@ PYBIND11_MODULE(_tilestream, m) {
             return py::make_tuple(where->first == ts::layout::row_major ? "row" : "col", where->second);
         },
         "('row' | 'col', leading dimension) when the 2-D array is a BLAS operand as it lies, else None.");
+    m.def(
+        "stack_layout",
+        [](const py::array& x) -> py::object {
+            // The last two axes of a stack, as operand_layout judges a matrix (strides only).
+            if (x.ndim() < 2) return py::none();
+            if (x.size() == 0) return py::make_tuple("row", std::max<py::ssize_t>(x.shape(x.ndim() - 1), 1));
+            py::array first = x;
+            if (x.ndim() > 2) {
+                std::vector<py::ssize_t> shape{x.shape(x.ndim() - 2), x.shape(x.ndim() - 1)};
+                std::vector<py::ssize_t> strides{x.strides(x.ndim() - 2), x.strides(x.ndim() - 1)};
+                first = py::array(x.dtype(), shape, strides, x.data(), x);
+            }
+            const auto where = blas_layout(first);
+            if (!where) return py::none();
+            return py::make_tuple(where->first == ts::layout::row_major ? "row" : "col", where->second);
+        },
+        "operand_layout of the matrices of a stack (the last two axes).");
     m.def("devices", [] {
         std::vector<std::unique_ptr<ts::device>> devs;
         {
@@ -501,6 +760,11 @@ PYBIND11_MODULE(_tilestream, m) {
         .def_property_readonly("device_names", &ts::context::device_names)
         .def_property_readonly("budget", &ts::context::budget)
         .def_property_readonly("computes_in_place", &ts::context::computes_in_place)
+        .def_property_readonly("direct_handle",
+                               [](ts::context& c) {
+                                   // For matmul_direct; valid while the Context lives (the caller keeps both).
+                                   return py::reinterpret_steal<py::object>(PyCapsule_New(&c, "tilestream.context", nullptr));
+                               })
         .def_property_readonly("devices",
                                [](const ts::context& c) {
                                    py::list out;
@@ -526,6 +790,25 @@ PYBIND11_MODULE(_tilestream, m) {
             py::arg("a"), py::arg("b"), py::arg("c"), py::arg("alpha"),
             py::arg("beta"), py::arg("strategy"), py::arg("tile_m"), py::arg("tile_n"), py::arg("tile_k"),
             py::arg("kernel"), py::arg("plan_only"))
+        .def(
+            "start_gemm_batched",
+            [](py::object self, py::array a, py::array b, py::array c, std::complex<double> alpha,
+               std::complex<double> beta, std::optional<std::string> kernel, bool plan_only) {
+                auto& ctx = self.cast<ts::context&>();
+                if (c.dtype().is(py::dtype::of<float>()))
+                    return start_gemm_batched<float>(self, ctx, a, b, c, alpha, beta, std::move(kernel), plan_only);
+                if (c.dtype().is(py::dtype::of<double>()))
+                    return start_gemm_batched<double>(self, ctx, a, b, c, alpha, beta, std::move(kernel), plan_only);
+                if (c.dtype().is(py::dtype::of<std::complex<float>>()))
+                    return start_gemm_batched<std::complex<float>>(self, ctx, a, b, c, alpha, beta, std::move(kernel),
+                                                                   plan_only);
+                if (c.dtype().is(py::dtype::of<std::complex<double>>()))
+                    return start_gemm_batched<std::complex<double>>(self, ctx, a, b, c, alpha, beta, std::move(kernel),
+                                                                    plan_only);
+                throw ts::invalid_argument("internal: out is not float32, float64, complex64 or complex128");
+            },
+            py::arg("a"), py::arg("b"), py::arg("c"), py::arg("alpha"), py::arg("beta"), py::arg("kernel"),
+            py::arg("plan_only"))
         .def(
             "keep",
             [](ts::context& ctx, py::array x) {

@@ -121,6 +121,18 @@ TEST(cli, DevicesListsTheCpu) {
     EXPECT_NE(j.out.find("\"threads\": "), std::string::npos) << j.out;
 }
 
+/// `devices --kernels` shows the kernels measured per precision and shape class and the default
+/// each gets (issue 27: kernel choice by measurement, shown).
+TEST(cli, DevicesShowsTheKernelsMeasuredAndTheDefaultChosen) {
+    auto r = run_cli("devices --kernels");
+    EXPECT_EQ(r.exit_code, 0) << r.out;
+    for (const char* line : {"f32 square", "f64 small", "c32 thin-k", "c64 thin-mn", "vendor ", "tiled ", "GFLOP/s"})
+        EXPECT_NE(r.out.find(line), std::string::npos) << line << "\n" << r.out;
+    EXPECT_TRUE(r.out.find("-> default vendor") != std::string::npos || r.out.find("-> default tiled") != std::string::npos)
+        << r.out;
+    EXPECT_EQ(run_cli("devices").out.find("-> default"), std::string::npos);  // measured only when asked
+}
+
 }  // namespace
 }  // namespace tilestream
 
@@ -134,7 +146,7 @@ TEST(cli, ProgressLineOnATerminal) {
     const std::string run = std::string("script -qec \"") + TILESTREAM_CLI_PATH +
                             " gemm --m 1000 --n 1000 --k 2000 --dtype f64 --kernel reference --memory-budget 2MiB";
     auto shown = testing::run_cli_raw(run + "\" /dev/null");
-    EXPECT_NE(shown.find("tiles, "), std::string::npos) << shown;
+    EXPECT_NE(shown.find("steps, "), std::string::npos) << shown;  // bounded steps (issue 27)
     EXPECT_NE(shown.find("GFLOP/s, ETA"), std::string::npos) << shown;
     auto quiet = testing::run_cli_raw(run + " --quiet\" /dev/null");
     EXPECT_EQ(quiet.find("ETA"), std::string::npos) << quiet;

@@ -63,7 +63,9 @@ TEST(context, InPlaceOnCpuWithoutBudget) {
     EXPECT_TRUE(ctx.computes_in_place());
     problem_data<float> f(op::t, op::n, 301, 257, 129, layout::col_major, 3);
     const gemm_plan plan = ctx.plan<float>(f.oa, f.ob, 1.0f, f.a.view(), f.b.view(), 0.0f, f.c.view());
-    EXPECT_EQ(plan.strategy, gemm_strategy::zero_copy);
+    // In place: zero-copy, or direct on the calling thread where the measured rates say so.
+    EXPECT_TRUE(plan.strategy == gemm_strategy::zero_copy || plan.strategy == gemm_strategy::direct)
+        << to_string(plan.strategy);
     fill_nan(f.c.view());
     const gemm_report rep = ctx.execute<float>(plan, 1.0f, f.a.view(), f.b.view(), 0.0f, f.c.view());
     EXPECT_EQ(rep.bytes_h2d, 0u);

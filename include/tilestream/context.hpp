@@ -22,6 +22,7 @@
 //     write_into(a); ka.changed();     // a changed: its tiles are loaded again
 #pragma once
 
+#include <tilestream/batch.hpp>
 #include <tilestream/device.hpp>
 #include <tilestream/gemm.hpp>
 #include <tilestream/jacobi.hpp>
@@ -45,6 +46,7 @@ namespace detail {
 struct gemm_memory;
 struct keep_record;
 struct keep_registry;
+class context_routes;
 }  // namespace detail
 
 /// A caller's promise, made with context::keep, that a host operand keeps its values and stays
@@ -79,12 +81,20 @@ private:
 struct context_options {
     std::optional<std::size_t> memory_budget;  ///< budget of each device without "@..." in the spec
     int cpu_threads = 0;                       ///< threads per CPU device; 0 = split the cores
-    gemm_kernel kernel = gemm_kernel::vendor;
+    /// The kernel every device runs; absent: on each device the fastest measured for the call's
+    /// precision and shape class (choose_kernel), and on the direct path the host's fastest.
+    std::optional<gemm_kernel> kernel;
     math_mode math = math_mode::strict;
     cache_mode cache = cache_mode::automatic;
     bool reproducible = false;                 ///< fixed k-order (plan_options::reproducible)
     /// Declared rates for the planner; when absent they are measured once per dtype, on first need.
+    /// Declared rates also stand for the host's kernels (the direct path): nothing is probed.
     std::optional<device_rates> rates;
+    /// The longest one kernel step of the engine should take, in seconds at the measured rates:
+    /// the granularity of cancellation and progress. Calls predicted shorter than this, and no
+    /// faster through the engine, go straight to the host's kernel on the calling thread (the
+    /// direct path: no plan search, queue, thread hand-off or allocation). 0: no bound.
+    double step_seconds = 0.2;
 };
 
 /// What one call may change: the plan's shape and what the run reports as it goes.
@@ -141,18 +151,50 @@ public:
     gemm_report execute(const gemm_plan& p, T alpha, host_matrix_view<const T> a, host_matrix_view<const T> b,
                         T beta, host_matrix_view<T> c, const gemm_call_options& call = {});
 
-    /// Plans and runs: any shape, on all devices, out-of-core when the operands do not fit.
+    /// Plans and runs: any shape, on all devices, out-of-core when the operands do not fit. A
+    /// call the context's measured rates predict faster on the host than through the engine (and
+    /// shorter than step_seconds) runs on the calling thread with the host's kernel (the direct
+    /// path: the report's plan says gemm_strategy::direct), with no plan search when the devices
+    /// compute in place.
     template <class T>
     gemm_report gemm(op op_a, op op_b, T alpha, host_matrix_view<const T> a, host_matrix_view<const T> b, T beta,
-                     host_matrix_view<T> c, const gemm_call_options& call = {}) {
-        return execute<T>(plan<T>(op_a, op_b, alpha, a, b, beta, c, call), alpha, a, b, beta, c, call);
-    }
+                     host_matrix_view<T> c, const gemm_call_options& call = {});
     /// C <- A B.
     template <class T>
     gemm_report gemm(host_matrix_view<const T> a, host_matrix_view<const T> b, host_matrix_view<T> c,
                      const gemm_call_options& call = {}) {
         return gemm<T>(op::n, op::n, T(1), a, b, T(0), c, call);
     }
+
+    /// Batched GEMM: C_i <- alpha op(A_i) op(B_i) + beta C_i for each matrix i of c, where a and b
+    /// hold as many matrices or one (used for every product: numpy's broadcasting). Strided or
+    /// pointer-array stacks (host_batch_view); C's matrices must not overlap. The stack is cut into
+    /// groups that each device runs as one batched kernel call (CPU: the products of a group split
+    /// over the workers, one thread each, when they are small; cuBLAS and CLBlast strided-batched),
+    /// groups taken from a shared queue; devices that copy stage each group through their budget
+    /// (out of core: a stack larger than the budget streams through it, the next group's copies
+    /// overlapping the current one's products). A product too large for the budget on its own runs
+    /// as its own gemm. A stack too small to be worth a hand-off runs on the calling thread. The
+    /// report's plan describes one product; plan.batch and plan.batch_group say how it was cut.
+    template <class T>
+    gemm_report gemm_batched(op op_a, op op_b, T alpha, host_batch_view<const T> a, host_batch_view<const T> b, T beta,
+                             host_batch_view<T> c, const gemm_call_options& call = {});
+    /// The strided form (cublasGemmStridedBatched): `batch` products, A_i at a.data() + i * stride_a
+    /// elements (0: the same A for all), likewise B and C.
+    template <class T>
+    gemm_report gemm_strided_batched(op op_a, op op_b, T alpha, host_matrix_view<const T> a, index_t stride_a,
+                                     host_matrix_view<const T> b, index_t stride_b, T beta, host_matrix_view<T> c,
+                                     index_t stride_c, index_t batch, const gemm_call_options& call = {}) {
+        return gemm_batched<T>(op_a, op_b, alpha, host_batch_view<const T>::strided(a, stride_a, batch),
+                               host_batch_view<const T>::strided(b, stride_b, batch), beta,
+                               host_batch_view<T>::strided(c, stride_c, batch), call);
+    }
+
+    /// Whether a gemm of this precision and shape with default call options (and `kernel`, else
+    /// the context's) runs on the direct path, measuring the rates on first need. Contexts whose
+    /// devices copy decide per plan: false there. A front may then run such a call on its own
+    /// thread rather than hand it to a worker (Python does).
+    bool runs_direct(dtype type, index_t m, index_t n, index_t k, std::optional<gemm_kernel> kernel = {});
 
     /// Keeps `v` (see kept_operand): its tiles survive between calls while the handle lives.
     template <class T>
@@ -173,6 +215,11 @@ public:
 
 private:
     plan_options plan_options_for(const gemm_problem& problem, const gemm_call_options& call) const;
+    gemm_plan plan_for_devices(const gemm_problem& problem, const gemm_call_options& call);
+    template <class T>
+    gemm_report run_direct(const gemm_plan& p, T alpha, host_matrix_view<const T> a, host_matrix_view<const T> b,
+                           T beta, host_matrix_view<T> c, const gemm_call_options& call);
+    double engine_fixed_seconds();
     /// Throws device_error in a child made with fork() after the context was opened when it has
     /// devices other than CPUs (their runtimes do not survive fork; CPU devices start their
     /// threads again in the child).
@@ -190,6 +237,8 @@ private:
     std::vector<std::uint64_t> holders_;
     std::shared_ptr<detail::keep_registry> keeps_;
     std::uint64_t fork_generation_ = 0;  ///< the process's when opened (see check_process)
+    /// The direct path or the engine, each side's kernel (measured once), and the plans kept.
+    std::unique_ptr<detail::context_routes> routes_;
 };
 
 }  // namespace tilestream

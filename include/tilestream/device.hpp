@@ -294,6 +294,9 @@ public:
     virtual bool supports(gemm_kernel k) const = 0;
     /// C <- alpha*op(A)*op(B) + beta*C on device buffers described by call.
     virtual void gemm(stream& s, const gemm_call& call) = 0;
+    /// A stack of GEMMs of one shape (see gemm_batched_call). Pointer lists only on host-addressable
+    /// devices. By default one gemm() per product; backends run their batched routines.
+    virtual void gemm_batched(stream& s, const gemm_batched_call& call);
     /// One Jacobi sweep over a part (see jacobi_call); optional squared-residual output.
     virtual void jacobi_sweep(stream& s, const jacobi_call& call) = 0;
 

@@ -75,6 +75,10 @@ enum class peer_tile_mode { automatic, on, off };
 struct gemm_run_options {
     trace_sink* trace = nullptr;                   ///< receives a span per copy and kernel
     std::function<void(std::size_t)> on_unit_done; ///< called (from a device stream) per finished unit
+    /// Called (from a device stream) after each kernel step with the steps done so far in the run
+    /// (a unit has plan.steps / plan.units of them, steps of at most step_seconds in place): the
+    /// progress of runs with few units.
+    std::function<void(std::size_t)> on_step_done;
     bool register_host = true;  ///< pin host operands (before the clock) for devices that benefit
     /// Units a device may have queued but unfinished; more keeps its pipeline full, fewer keeps
     /// the shared queue responsive to device speed.

@@ -3,6 +3,7 @@
 
 #include <tilestream/types.hpp>
 
+#include <optional>
 #include <string_view>
 
 namespace tilestream {
@@ -13,6 +14,8 @@ namespace tilestream {
 enum class gemm_kernel { reference, naive, tiled, vendor };
 std::string_view to_string(gemm_kernel k) noexcept;
 gemm_kernel parse_gemm_kernel(std::string_view s);
+/// A kernel setting: "auto" (none: the fastest measured, see choose_kernel) or a kernel's name.
+std::optional<gemm_kernel> parse_kernel_setting(std::string_view s);
 
 /// Floating-point mode for f32 GEMM: `strict` is IEEE fp32; `tf32` lets tensor cores round
 /// inputs to TF32 (CUDA vendor kernel only; ignored elsewhere).
@@ -119,6 +122,36 @@ struct gemm_call {
     /// Real floating-point operations: 2mnk, 8mnk for complex types.
     double flops() const {
         return double(dtype_traits(type).flops_per_multiply_add) * double(m) * double(n) * double(k);
+    }
+};
+
+/// A stack of GEMMs of one shape (cublasGemmStridedBatched, CLBlast's GemmStridedBatched):
+/// C_i <- alpha op(A_i) op(B_i) + beta C_i for i < count, where A_i starts `stride_a` elements after
+/// A_(i-1) (0: the same A for every product), likewise B and C (C's matrices never overlap). On
+/// host-addressable devices the matrices may instead be listed (a_list, b_list, c_list: matrix i's
+/// first element), as a pointer-array batch.
+struct gemm_batched_call {
+    gemm_call call;  ///< shape, ops, layouts, leading dimensions, scalars, kernel; a, b, c: the first matrices
+    index_t count = 0;
+    index_t stride_a = 0, stride_b = 0, stride_c = 0;
+    const void* const* a_list = nullptr;
+    const void* const* b_list = nullptr;
+    void* const* c_list = nullptr;
+    bool listed() const { return c_list != nullptr; }
+    /// Product i as a single call.
+    gemm_call item(index_t i) const {
+        gemm_call g = call;
+        const std::size_t es = size_of(call.type);
+        if (listed()) {
+            g.a = a_list[i];
+            g.b = b_list[i];
+            g.c = c_list[i];
+        } else {
+            g.a = static_cast<const char*>(call.a) + std::size_t(i * stride_a) * es;
+            g.b = static_cast<const char*>(call.b) + std::size_t(i * stride_b) * es;
+            g.c = static_cast<char*>(call.c) + std::size_t(i * stride_c) * es;
+        }
+        return g;
     }
 };
 

@@ -26,6 +26,8 @@ enum class gemm_strategy {
                       ///< B column panels through its own buffers (the classic multi-device split)
     zero_copy,        ///< devices that address host memory compute on the operands where they lie:
                       ///< no device buffers, no copies; units are C blocks (all of k)
+    direct,           ///< the host's kernel on the calling thread, on the operands where they lie: no
+                      ///< devices, queue, copies or threads handed the work (a context's small calls)
 };
 std::string_view to_string(gemm_strategy s) noexcept;
 gemm_strategy parse_gemm_strategy(std::string_view s);
@@ -110,6 +112,13 @@ struct plan_options {
     /// Off by default: the tiled kernel runs at 0.92-0.96x OpenBLAS on an AVX2 machine, more than
     /// the 3% a default may cost (goals_bench measures it).
     bool reproducible = false;
+    /// The longest a kernel step should take (seconds, at the rates given); 0: no bound. In place,
+    /// a unit whose one call would take longer is cut into steps along k (whole k-blocks, which
+    /// costs no extra pass over C in a BLAS that adds k in blocks of the same size), then into
+    /// smaller C blocks, so that cancellation and progress come at that granularity.
+    double max_step_seconds = 0;
+    /// direct: the OpenBLAS threads the calling thread's vendor call may use (the context's cores).
+    int direct_threads = 1;
 };
 
 /// The k-block of reproducible plans: the tiled CPU kernel's KC and OpenBLAS's GEMM_Q on
@@ -163,6 +172,17 @@ struct gemm_plan {
     std::string bound;  ///< "compute", "copy h2d", "copy d2h"
     device_rates rates;
     std::size_t units = 0, steps = 0;
+    /// direct: OpenBLAS threads of the calling thread's vendor call.
+    int direct_threads = 1;
+    /// Per device (in the context's order) the kernel it runs when they differ (the automatic
+    /// choice is made per device); empty: every device runs `kernel`.
+    std::vector<gemm_kernel> device_kernels;
+    /// Batched runs (context::gemm_batched): the products in the stack, and how many each kernel
+    /// call (a unit) takes; 0 for a single product.
+    index_t batch = 0, batch_group = 0;
+    /// Why this plan was chosen over the other route (a context's direct path against its engine,
+    /// the crossover from measured rates) and how its kernel was chosen; explain prints it.
+    std::string choice;
 };
 
 /// Plans the problem for a device with `budget` bytes. Throws out_of_budget naming the smallest
@@ -179,5 +199,45 @@ std::vector<gemm_unit> plan_units(const gemm_plan& plan);
 
 /// A human-readable explanation of the plan (strategy, tiles, bytes, memory, time and its bound).
 std::string explain(const gemm_plan& plan);
+
+/// Shapes of products whose kernels are measured and chosen apart: `small` (no dimension above
+/// 128), `thin_k` (k the smallest and below 64: rank-k updates), `thin_mn` (m or n the smallest
+/// and below 64: panels, matrix-vector-like), `square` (the rest).
+enum class shape_class { small, thin_k, thin_mn, square };
+inline constexpr shape_class all_shape_classes[] = {shape_class::small, shape_class::thin_k, shape_class::thin_mn,
+                                                    shape_class::square};
+std::string_view to_string(shape_class c) noexcept;
+shape_class classify_gemm(index_t m, index_t n, index_t k) noexcept;
+
+/// One kernel's GEMM rate on a device for a precision and shape class.
+struct kernel_rate {
+    gemm_kernel kernel = gemm_kernel::vendor;
+    double flops = 0;       ///< FLOP/s, 0 when it could not be measured
+    bool measured = false;  ///< false: the probe did not fit the budget, or the kernel failed
+    std::string note;       ///< why it was not measured
+};
+
+/// The default kernel of a device for a precision and shape class: the fastest measured.
+struct kernel_choice {
+    gemm_kernel kernel = gemm_kernel::vendor;  ///< the fastest measured; vendor when none was
+    index_t m = 0, n = 0, k = 0;               ///< the probe's shape
+    std::vector<kernel_rate> rates;            ///< every candidate (vendor, tiled), as measured
+    bool measured = false;                     ///< at least one candidate was measured
+};
+
+/// Measures the kernels a device's default chooses between (vendor and tiled) with one short
+/// probe each on `dev` for the shape class (square 512^3 on CPUs, 256^3 emulated, 2048^3 on
+/// GPUs; thin and small shapes likewise; the kernels alternating), and picks the fastest; a kernel
+/// within 5% of vendor's rate does not displace it (the probes' noise on a busy machine). Kept for the process per device, threads, precision, class
+/// and math mode.
+kernel_choice choose_kernel(device& dev, dtype t, shape_class c, math_mode math = math_mode::strict);
+
+/// The same choice for the host's kernels run on the calling thread (a context's direct path):
+/// vendor with `openblas_threads` of OpenBLAS's threads, tiled on the calling thread alone.
+kernel_choice choose_host_kernel(dtype t, shape_class c, int openblas_threads);
+
+/// The fixed cost of one direct call on the calling thread (a 1x1x1 product: validation, the
+/// kernel's entry), measured once per process (seconds).
+double direct_call_seconds();
 
 }  // namespace tilestream

@@ -33,24 +33,24 @@ def test_module_calls_reuse_one_context_per_setting(rng):
     a, b = random(rng, (20, 30)), random(rng, (30, 10))
     before = dict(tilestream._contexts)
     tilestream.matmul(a, b, devices="cpu", memory_budget="96KiB")
-    ctx = tilestream._context("cpu", 96 * 1024, "vendor")  # the same key: int bytes or the string
+    ctx = tilestream._context("cpu", 96 * 1024, "auto")  # the same key: int bytes or the string
     tilestream.matmul(a, b, devices="cpu", memory_budget=96 * 1024)
     tilestream.jacobi(10, 10, iters=2, devices="cpu", memory_budget="96KiB")
     assert len(tilestream._contexts) == len(before) + 1
-    assert tilestream._context("cpu", "96KiB", "vendor") is ctx
+    assert tilestream._context("cpu", "96KiB", "auto") is ctx
     tilestream.matmul(a, b, devices="cpu", memory_budget="96KiB", kernel="tiled")
     assert len(tilestream._contexts) == len(before) + 2
 
 
-def test_progress_callable_sees_every_unit(rng):
+def test_progress_callable_sees_every_step(rng):
     ctx = tilestream.Context("cpu", memory_budget="64KiB", cpu_threads=1)
     a, b = random(rng, (300, 250)), random(rng, (250, 200))
-    units = ctx.plan(a, b)["units"]
-    assert units > 4
+    steps = ctx.plan(a, b)["steps"]
+    assert steps > 4
     calls = []
     check(ctx.matmul(a, b, progress=lambda done, total: calls.append((done, total))), a, b)
-    assert calls[-1] == (units, units)
-    assert all(t == units for _, t in calls) and all(x[0] <= y[0] for x, y in zip(calls, calls[1:]))
+    assert calls[-1] == (steps, steps)
+    assert all(t == steps for _, t in calls) and all(x[0] <= y[0] for x, y in zip(calls, calls[1:]))
 
 
 def test_progress_bar_on_stderr(rng, capsys):
@@ -126,7 +126,7 @@ def test_ctrl_c_during_a_run_raises_keyboard_interrupt_and_leaves_the_context_us
         time.sleep(1)  # the signal may land just after a run shorter than one wait: still raised here
     interrupted_after = time.perf_counter() - t0
     sender.join()
-    assert done and done[0] < plan["units"]  # the signal came while units were left
+    assert done and done[0] < plan["steps"]  # the signal came while steps were left
     if tilestream.cancel_supported:
         t0 = time.perf_counter()
         ctx.matmul(a, b, strategy="tiles-3d", tile=16)

@@ -16,7 +16,13 @@ the result cast into it with casting='same_kind', np.matrix inputs give an np.ma
 beta may be Python complex numbers when the result is complex. What tilestream cannot do as numpy
 does raises TypeError saying what to do instead: integer and bool results (numpy's are exact integer
 products), longdouble and clongdouble, masked arrays, objects that override numpy's ufuncs, a complex
-alpha or beta with a real result. Stacks of matrices (more than 2 dimensions) are refused for now.
+alpha or beta with a real result. Stacks of matrices (more than 2 dimensions) broadcast as numpy's:
+(b, m, k) @ (b, k, n), (m, k) @ (b, k, n), any leading axes, zero-size ones included; they run as
+one batched call (context::gemm_batched).
+
+a @ b with nothing else given (two float32 or two float64 arrays, 1-D or 2-D, used where they lie)
+runs on the calling thread when the library's measured rates say the host's kernel is faster than
+handing it to the engine: a few hundred nanoseconds above the BLAS call itself.
 
 Operands are used where they lie (no copy) when they are BLAS operands: C- or Fortran-ordered
 aligned arrays, and views with one unit-stride axis such as transposes (a column-major view of the
@@ -106,11 +112,12 @@ def _budget(memory_budget):
 
 
 def _as_operand(x, dtype, name, copied):
-    """x as a BLAS operand of `dtype`: itself when it is one, else a compact aligned copy (noted)."""
+    """x (a matrix, or a stack of them) as BLAS operands of `dtype`: itself when its matrices are, else
+    a compact aligned copy (noted)."""
     if x.dtype != dtype:
         copied.append(f"{name}: converted from {x.dtype} to {dtype}")
         x = x.astype(dtype)
-    if _native.operand_layout(x) is None:
+    if _native.stack_layout(x) is None:
         why = ("is not aligned to its element size" if not x.flags.aligned
                else f"strides {x.strides} have no unit-stride axis")
         copied.append(f"{name}: {why}, copied to C order")
@@ -124,12 +131,12 @@ def _same_array(x, y):
 
 
 def _matrix_view(result, a_ndim, b_ndim):
-    """The result as the m x n matrix the library writes (a view: vectors get their axis back)."""
-    if result.ndim == 2:
-        return result
-    if a_ndim == 1 and b_ndim == 1:
-        return result.reshape(1, 1)
-    return result[np.newaxis, :] if a_ndim == 1 else result[:, np.newaxis]
+    """The result as the m x n matrices the library writes (a view: vectors get their axis back)."""
+    if a_ndim == 1:
+        result = np.expand_dims(result, -2 if b_ndim > 1 else -1)
+    if b_ndim == 1:
+        result = np.expand_dims(result, -1)
+    return result
 
 
 class _ProgressBar:
@@ -214,19 +221,22 @@ class Context:
     memory_budget: bytes (int) or a string such as '8MiB', for each device without '@budget' in
     the spec. A budget on a CPU device makes it stage tiles like an accelerator (out-of-core);
     without one CPU devices compute on the operands where they lie.
-    kernel: 'vendor' (OpenBLAS, cuBLAS, CLBlast), 'tiled', 'naive' or 'reference'.
+    kernel: 'auto' (the default: on each device the fastest kernel measured for the call's precision
+    and shape), 'vendor' (OpenBLAS, cuBLAS, CLBlast), 'tiled', 'naive' or 'reference'.
     cpu_threads (0: split the cores), math ('strict' or 'tf32'), cache ('auto', 'on', 'off') and
     reproducible (fixed k-order) are the CLI's --cpu-threads, --math, --cache and --reproducible.
     """
 
-    def __init__(self, devices="all", memory_budget=None, kernel="vendor", *, cpu_threads=0, math="strict",
+    def __init__(self, devices="all", memory_budget=None, kernel="auto", *, cpu_threads=0, math="strict",
                  cache="auto", reproducible=False):
         self._native = _native.Context(
             _checks.spec(devices), _budget(memory_budget),
-            _checks.text(kernel, "kernel", "'vendor', 'tiled', 'naive' or 'reference'"),
+            _checks.text(kernel, "kernel", "'auto', 'vendor', 'tiled', 'naive' or 'reference'"),
             _checks.integer(cpu_threads, "cpu_threads", _checks.INT_MIN, _checks.INT_MAX),
             _checks.text(math, "math", "'strict' or 'tf32'"), _checks.text(cache, "cache", "'auto', 'on' or 'off'"),
             bool(reproducible))
+        # matmul(a, b) with nothing else given: straight to the native direct call (matmul_direct).
+        self._direct = self._native.direct_handle
 
     @property
     def devices(self):
@@ -255,7 +265,7 @@ class Context:
         beta = _checks.number(beta, "beta")
         strategy = _checks.text(strategy, "strategy", "'auto', 'in-core' or 'tiles-3d'")
         if kernel is not None:
-            kernel = _checks.text(kernel, "kernel", "'vendor', 'tiled', 'naive' or 'reference'")
+            kernel = _checks.text(kernel, "kernel", "'auto', 'vendor', 'tiled', 'naive' or 'reference'")
         if tile is None:
             tiles = (0, 0, 0)
         elif isinstance(tile, (tuple, list)) and len(tile) == 3:
@@ -269,24 +279,25 @@ class Context:
             if x.ndim == 0:
                 raise ValueError(f"matmul: Input operand {i} does not have enough dimensions (has 0, gufunc core "
                                  f"with signature {_numpy_rules.SIGNATURE} requires 1)")
-            if x.ndim > 2:
-                raise ValueError(f"tilestream.matmul multiplies matrices (and vectors, as numpy does): operand "
-                                 f"{'ab'[i]} has {x.ndim} dimensions {x.shape}, a stack of matrices, which "
-                                 f"tilestream does not take yet: call it per matrix of the stack, or use "
-                                 f"numpy.matmul")
         dtype, compute = _numpy_rules.result_dtypes(a, b)
         alpha = _numpy_rules.check_scalar(alpha, "alpha", compute)
         beta = _numpy_rules.check_scalar(beta, "beta", compute)
-        a2 = a[np.newaxis, :] if a.ndim == 1 else a  # numpy's vector rules: (k,) @ B, A @ (k,)
-        b2 = b[:, np.newaxis] if b.ndim == 1 else b
-        shape = a2.shape[:1] * (a.ndim == 2) + b2.shape[1:] * (b.ndim == 2)
+        a2 = np.expand_dims(a, 0) if a.ndim == 1 else a  # numpy's vector rules: (k,) @ B, A @ (k,)
+        b2 = np.expand_dims(b, -1) if b.ndim == 1 else b
+        # Stacks (numpy's broadcasting of the leading axes): a batched run over matrices of one shape.
+        batched = a2.ndim > 2 or b2.ndim > 2
+        lead = _numpy_rules.stack_shape(a2, b2) if batched else ()
+        if batched and (strategy != "auto" or tile is not None):
+            raise ValueError("matmul: stacks of matrices run as a batch, planned per group of matrices: strategy and "
+                             "tile do not apply (leave them at their defaults)")
+        shape = lead + a2.shape[-2:-1] * (a.ndim > 1) + b2.shape[-1:] * (b.ndim > 1)
         copied = []
         # The array the library writes: out itself where it can (the computed dtype, one unit-stride
         # axis, aligned), else a C-ordered temporary that the result is then cast and copied from.
         direct = False
         if out is not None:
             _numpy_rules.check_out(out, shape, dtype)
-            direct = out.dtype == compute and _native.operand_layout(_matrix_view(out, a.ndim, b.ndim)) is not None
+            direct = out.dtype == compute and _native.stack_layout(_matrix_view(out, a.ndim, b.ndim)) is not None
             if not direct:
                 why = (f"dtype {out.dtype}" if out.dtype != compute
                        else "not aligned" if not out.flags.aligned else f"strides {out.strides}")
@@ -308,6 +319,10 @@ class Context:
                         b2 = x2.copy()
         a2 = _as_operand(a2, compute, "a", copied)
         b2 = _as_operand(b2, compute, "b", copied)
+        if batched:
+            # Every operand with the result's leading axes: broadcast ones get a stride of 0 (no copy).
+            a2 = np.broadcast_to(a2, lead + a2.shape[-2:])
+            b2 = np.broadcast_to(b2, lead + b2.shape[-2:])
         if beta != 0:
             if c is None:
                 raise ValueError(f"matmul: beta is {beta:g} but no c was given (pass c=..., which may be out "
@@ -318,8 +333,11 @@ class Context:
                 np.copyto(target, c)  # broadcasts like numpy (a row of biases, a scalar...)
         elif c is not None:
             raise ValueError("matmul: c was given but beta is 0, so c would not be read; pass beta (beta=1 adds c)")
-        run = self._native.start_gemm(a2, b2, target2, complex(alpha), complex(beta), strategy, *tiles, kernel,
-                                      plan_only)
+        if batched:
+            run = self._native.start_gemm_batched(a2, b2, target2, complex(alpha), complex(beta), kernel, plan_only)
+        else:
+            run = self._native.start_gemm(a2, b2, target2, complex(alpha), complex(beta), strategy, *tiles, kernel,
+                                          plan_only)
 
         def finish():
             if out is not None:
@@ -334,6 +352,11 @@ class Context:
                explain=False, progress=None):
         """alpha * a @ b + beta * c on all the context's devices, out-of-core when the operands do
         not fit the budget. See tilestream.matmul."""
+        if (out is None and c is None and kernel is None and tile is None and not explain and progress is None
+                and strategy == "auto" and type(alpha) is int and alpha == 1 and type(beta) is int and beta == 0):
+            result = _native.matmul_direct(self._direct, a, b)
+            if result is not None:
+                return result
         progress = _checks.progress_callable(progress, lambda: _ProgressBar("matmul"))
         run, finish, copied = self._start_gemm(a, b, out, alpha, beta, c, strategy, tile, kernel, False)
         report = _wait(run, progress)
@@ -456,7 +479,7 @@ def _context(devices, memory_budget, kernel):
     """The context for these settings: one of the MAX_CONTEXTS used last, or opened now (the one
     used longest ago is then closed once no call uses it)."""
     key = (_checks.spec(devices), _budget(memory_budget),
-           _checks.text(kernel, "kernel", "'vendor', 'tiled', 'naive' or 'reference'"))
+           _checks.text(kernel, "kernel", "'auto', 'vendor', 'tiled', 'naive' or 'reference'"))
     with _contexts_lock:
         ctx = _contexts.get(key)
         if ctx is not None:
@@ -468,6 +491,8 @@ def _context(devices, memory_budget, kernel):
         _contexts.move_to_end(key)
         while len(_contexts) > MAX_CONTEXTS:
             _contexts.popitem(last=False)  # calls still running on it keep it alive until they end
+        global _default_context
+        _default_context = _contexts.get(_DEFAULT_KEY)  # matmul's shortcut follows the cache
         return ctx
 
 
@@ -483,17 +508,24 @@ os.register_at_fork(before=_native.fork_prepare, after_in_parent=_native.fork_af
                     after_in_child=_after_fork_in_child)
 
 
-def matmul(a, b, out=None, *, alpha=1, beta=0, c=None, devices="all", memory_budget=None, kernel="vendor",
+#: The settings of matmul's defaults, and their context once opened: a call with nothing but a and b
+#: goes straight to it (a dictionary lookup and argument checks cost microseconds).
+_DEFAULT_KEY = ("all", None, "auto")
+_default_context = None
+
+
+def matmul(a, b, out=None, *, alpha=1, beta=0, c=None, devices="all", memory_budget=None, kernel="auto",
            strategy="auto", explain=False, progress=None):
     """alpha * a @ b + beta * c, on `devices` (all of them by default), out-of-core when the
     operands do not fit `memory_budget` (bytes, or a string such as '8MiB').
 
-    a, b: 2-D (or 1-D, as numpy's matmul) arrays, memmaps included. The result dtype is numpy's:
+    a, b: arrays as numpy's matmul takes them, memmaps included: matrices, vectors (1-D) and stacks
+    of matrices (more axes, broadcast as numpy does: one batched run). The result dtype is numpy's:
     float32 x float64 -> float64, int x float32 -> float32 (numpy's promotion), float16 -> float16
     (summed in float32, as numpy's own loop does), complex64 x float32 -> complex64, complex64 x
     float64 -> complex128 (the real operand is converted). Results numpy would give as integers or
-    bools, longdouble, clongdouble, masked arrays and stacks of matrices (ndim > 2) raise TypeError or
-    ValueError saying what to do. np.matrix operands give an np.matrix, as numpy's.
+    bools, longdouble, clongdouble and masked arrays raise TypeError or ValueError saying what to do.
+    np.matrix operands give an np.matrix, as numpy's.
     out: where to write the result, checked as numpy checks it (shape, writable) and cast into with
     casting='same_kind' (a float64 result into a float32 out is fine, into an int out a TypeError);
     written in place when it has the computed dtype and one unit-stride axis, else through a
@@ -502,14 +534,24 @@ def matmul(a, b, out=None, *, alpha=1, beta=0, c=None, devices="all", memory_bud
     complex (1.5-2j) only when the result is complex.
     beta != 0 adds beta * c (c broadcasts to the result's shape; it may be out itself, the BLAS
     in-place update). c without beta is an error (it would not be read).
-    strategy: 'auto' or a CLI --strategy (in-core, tiles-3d, a-panel, ..., zero-copy).
+    strategy: 'auto' or a CLI --strategy (in-core, tiles-3d, a-panel, ..., zero-copy, direct: the
+    host's kernel on the calling thread).
+    kernel: 'auto' (on each device the fastest measured for the precision and shape), or a kernel.
     explain: True returns (result, text): the plan, the operands copied, measured against predicted.
-    progress: a callable (done_units, total_units), called on this thread, or True for a bar on stderr.
+    progress: a callable (done_steps, total_steps), called on this thread, or True for a bar on stderr
+    (a step is at most about 0.2 s of work).
 
     Devices are opened once per (devices, memory_budget, kernel) and kept for the MAX_CONTEXTS
     settings used last (see Context). The run releases the GIL; Ctrl-C raises KeyboardInterrupt
     (cancelling the run where the library supports it, see cancel_supported).
     """
+    ctx = _default_context
+    if (ctx is not None and out is None and c is None and devices == "all" and memory_budget is None
+            and kernel == "auto" and strategy == "auto" and not explain and progress is None
+            and type(alpha) is int and alpha == 1 and type(beta) is int and beta == 0):
+        result = _native.matmul_direct(ctx._direct, a, b)
+        if result is not None:
+            return result
     return _context(devices, memory_budget, kernel).matmul(a, b, out, alpha=alpha, beta=beta, c=c, strategy=strategy,
                                                            explain=explain, progress=progress)
 
@@ -530,6 +572,6 @@ def jacobi(nx, ny, *, dtype=None, iters=1000, tol=0.0, check_every=10, devices="
     explain: True returns (field, text): the parts and halos, iterations, residual, time.
     progress: a callable (iteration, iterations) or True, as for matmul.
     """
-    return _context(devices, memory_budget, "vendor").jacobi(
+    return _context(devices, memory_budget, "auto").jacobi(
         nx, ny, dtype=dtype, iters=iters, tol=tol, check_every=check_every, decomposition=decomposition,
         overlap=overlap, start=start, explain=explain, progress=progress)

@@ -61,6 +61,20 @@ def result_dtypes(a, b):
     return dt, COMPUTE_DTYPE[dt]
 
 
+def stack_shape(a, b):
+    """The leading (stack) shape of a @ b for a and b of 2 or more axes, by numpy's broadcasting, or
+    numpy's errors: the core dimensions must agree and the leading ones broadcast."""
+    if a.shape[-1] != b.shape[-2]:
+        raise ValueError(f"matmul: Input operand 1 has a mismatch in its core dimension 0, with gufunc signature "
+                         f"{SIGNATURE} (size {b.shape[-2]} is different from {a.shape[-1]})")
+    try:
+        return tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+    except ValueError:
+        raise ValueError(f"matmul: operands could not be broadcast together with remapped shapes "
+                         f"[original->remapped]: {a.shape}->{a.shape[:-2]}+({a.shape[-2]},{a.shape[-1]}) "
+                         f"{b.shape}->{b.shape[:-2]}+({b.shape[-2]},{b.shape[-1]})") from None
+
+
 def check_scalar(value, name, compute):
     """alpha or beta must fit the dtype the product is computed in (never a silent infinity), and
     be real when the product is (its imaginary part is never dropped). Returns it as a float for a
@@ -86,8 +100,8 @@ def check_out(out, shape, dtype):
         raise ValueError(f"matmul: Output operand 0 does not have enough dimensions (has {out.ndim}, gufunc core "
                          f"with signature {SIGNATURE} requires {len(shape)})")
     if out.ndim > len(shape):
-        raise ValueError(f"matmul: Output operand 0 has {out.ndim} dimensions, the result {len(shape)}: stacks of "
-                         f"matrices are not supported yet (tilestream does not broadcast)")
+        raise ValueError(f"matmul: Output operand 0 has {out.ndim} dimensions, the result {len(shape)} (numpy's "
+                         f"matmul does not broadcast the output)")
     for i, (have, want) in enumerate(zip(out.shape, shape)):
         if have != want:
             raise ValueError(f"matmul: Output operand 0 has a mismatch in its core dimension {i}, with gufunc "

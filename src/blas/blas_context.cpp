@@ -111,7 +111,8 @@ std::string run_on_tilestream(context& ctx, const tilestream_blas_gemm_call& g) 
         throw out_of_budget("no host memory to keep a copy of C for a fallback to the system BLAS");
     try {
         const gemm_report report = ctx.execute<T>(plan, alpha, a, b, beta, c);
-        std::string fields = " devices=" + ctx.device_names() + " strategy=" + std::string(to_string(plan.strategy));
+        std::string fields = " devices=" + ctx.device_names() + " strategy=" + std::string(to_string(plan.strategy)) +
+                             " kernel=" + std::string(to_string(plan.kernel));
         for (const auto& w : report.warnings) fields += " warning=\"" + w + "\"";
         return fields;
     } catch (...) {

@@ -4,12 +4,15 @@
 #include <tilestream/devices.hpp>
 #include <tilestream/error.hpp>
 
+#include "core/context_routes.hpp"
+#include "core/gemm_direct.hpp"
 #include "core/gemm_memory.hpp"
 #include "core/process_fork.hpp"
 
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -94,6 +97,17 @@ context::context(std::string_view spec, const context_options& options)
     // What is kept idle on a device goes back to it when another run or allocation there needs it.
     for (std::size_t i = 0; i < device_ptrs_.size(); ++i)
         holders_.push_back(device_ptrs_[i]->add_idle_holder([m = memory_.get(), i] { return m->release(i); }));
+    detail::context_routes::setup rs;
+    rs.devices = device_ptrs_;
+    rs.in_place = in_place_;
+    rs.kernel = options.kernel;
+    rs.math = options.math;
+    rs.reproducible = options.reproducible;
+    rs.rates = options.rates;
+    rs.step_seconds = options.step_seconds;
+    rs.device_mutex = &mutex_;
+    rs.engine_fixed = [this] { return engine_fixed_seconds(); };
+    routes_ = std::make_unique<detail::context_routes>(std::move(rs));
 }
 
 context::~context() {
@@ -162,7 +176,8 @@ device_rates context::rates(dtype type, std::optional<gemm_kernel> kernel) {
     check_process();
     if (options_.rates) return *options_.rates;
     const std::lock_guard lock(mutex_);  // a probe must not share the devices with a run
-    return measure_rates(*device_ptrs_.front(), type, kernel.value_or(options_.kernel), options_.math);
+    return measure_rates(*device_ptrs_.front(), type, kernel.value_or(options_.kernel.value_or(gemm_kernel::vendor)),
+                         options_.math);
 }
 
 plan_options context::plan_options_for(const gemm_problem&, const gemm_call_options& call) const {
@@ -172,33 +187,106 @@ plan_options context::plan_options_for(const gemm_problem&, const gemm_call_opti
     po.tile_n = call.tile_n;
     po.tile_k = call.tile_k;
     po.transfer = call.transfer;
-    po.kernel = call.kernel.value_or(options_.kernel);
+    po.kernel = call.kernel.value_or(options_.kernel.value_or(gemm_kernel::vendor));
     po.math = options_.math;
     po.cache = call.cache.value_or(options_.cache);
     po.devices = int(device_ptrs_.size());
     po.in_place = in_place_;
     po.reproducible = options_.reproducible;
+    po.max_step_seconds = options_.step_seconds;
+    po.direct_threads = routes_->host_threads();
     return po;
 }
 
 gemm_plan context::plan(const gemm_problem& problem, const gemm_call_options& call) {
     check_process();
-    const plan_options po = plan_options_for(problem, call);
-    for (auto* d : device_ptrs_)
-        if (!d->supports(po.kernel))
-            throw invalid_argument("gemm: device " + d->id() + " has no '" + std::string(to_string(po.kernel)) +
+    // Repeated calls (a loop over one shape, the BLAS drop-in, an MPI rank's panels) reuse their plan.
+    const std::size_t bytes = budget();
+    if (auto kept = routes_->cached_plan(problem, call, bytes)) return *kept;
+    gemm_plan p = plan_for_devices(problem, call);
+    if (p.rates.measured || options_.rates) routes_->keep_plan(problem, call, bytes, p);
+    return p;
+}
+
+gemm_plan context::plan_for_devices(const gemm_problem& problem, const gemm_call_options& call) {
+    plan_options po = plan_options_for(problem, call);
+    const std::optional<gemm_kernel> asked = call.kernel ? call.kernel : options_.kernel;
+    const bool automatic = detail::automatic_call(call);
+    const bool direct = call.strategy == gemm_strategy::direct;
+    // The route (each side's kernel, the crossover) when the kernel is left to measurement or the
+    // direct path may take the call.
+    const detail::route* route =
+        !asked || automatic || direct ? &routes_->get(problem.type, classify_gemm(problem.m, problem.n, problem.k), asked)
+                                      : nullptr;
+    const auto direct_plan = [&](std::string why) {
+        plan_options dpo = po;
+        dpo.strategy = gemm_strategy::direct;
+        dpo.kernel = route->host_kernel;
+        device_rates hr;
+        if (route->host_flops > 0) hr.flops = route->host_flops;
+        hr.op_overhead = route->host_fixed;
+        hr.measured = route->measured;
+        hr.host_memory = true;
+        gemm_plan p = plan_gemm(problem, budget(), hr, dpo);
+        p.choice = route->kernels_text + route->crossover_text + why;
+        return p;
+    };
+    const double flops = problem.reads_ab ? problem.flops() : 0.0;
+    if (direct) {
+        if (!route->direct_possible)
+            throw invalid_argument("gemm: the direct strategy runs the vendor or tiled kernel on the calling thread, on "
+                                   "host operands; it is not for budgeted CPU devices (which stage like accelerators) "
+                                   "nor for the " + std::string(to_string(po.kernel)) + " kernel");
+        return direct_plan("  route           direct (asked for)\n");
+    }
+    if (automatic && route->direct_possible && in_place_ && flops <= route->flops_limit)
+        return direct_plan("  route           direct: under the crossover\n");
+    std::vector<gemm_kernel> kernels(device_ptrs_.size(), po.kernel);
+    if (route && !asked) {
+        kernels = route->device_kernels;
+        po.kernel = kernels.front();
+    }
+    for (std::size_t i = 0; i < device_ptrs_.size(); ++i)
+        if (!device_ptrs_[i]->supports(kernels[i]))
+            throw invalid_argument("gemm: device " + device_ptrs_[i]->id() + " has no '" + std::string(to_string(kernels[i])) +
                                    "' kernel (the reference kernel runs on CPU devices only)");
     // Rates steer the automatic choice: the copies, and in place on several devices the kernels'
     // packing that larger units save against the balance smaller ones give. One device in place
-    // runs one call whatever the rates: no probe.
+    // runs one unit whose steps the kernel's measured rate bounds.
     const bool probe = po.strategy == gemm_strategy::automatic && (!in_place_ || device_ptrs_.size() > 1);
     device_rates r = call.rates ? *call.rates : options_.rates ? *options_.rates : probe ? rates(problem.type, po.kernel) : device_rates{};
+    if (!call.rates && !options_.rates && !probe && route && in_place_ && route->device_flops.front() > 0) {
+        r.flops = route->device_flops.front();
+        r.measured = route->measured;
+    }
     r.host_memory = computes_on_host_cores(device_ptrs_);
+    if (!r.measured && !call.rates && !options_.rates) po.max_step_seconds = 0;  // no rate to bound a step with
+    gemm_plan p;
     try {
-        return plan_gemm(problem, budget(), r, po);
+        p = plan_gemm(problem, budget(), r, po);
     } catch (const out_of_budget& e) {
         throw out_of_budget(names_ + ": " + e.what());
     }
+    if (std::any_of(kernels.begin(), kernels.end(), [&](gemm_kernel k) { return k != kernels.front(); }))
+        p.device_kernels = kernels;
+    if (!route) return p;
+    p.choice = route->kernels_text + route->crossover_text;
+    if (automatic && route->direct_possible && !in_place_ && route->host_flops > 0) {
+        // Devices that copy: the direct path when the host is predicted faster than the engine's
+        // plan, copies and its fixed cost included (NVBLAS keeps small calls on the CPU likewise).
+        const double host = route->host_fixed + flops / route->host_flops;
+        const double engine = p.predicted_seconds + routes_->engine_fixed();
+        char buf[200];
+        std::snprintf(buf, sizeof buf, "  route           host %.6f s against the engine's %.6f s (plan %.6f s + %.6f s fixed)",
+                      host, engine, p.predicted_seconds, engine - p.predicted_seconds);
+        if (host < engine && (options_.step_seconds <= 0 || host <= options_.step_seconds))
+            return direct_plan(std::string(buf) + ": direct\n");
+        p.choice += std::string(buf) + ": the engine\n";
+    } else if (automatic) {
+        p.choice += "  route           the engine" +
+                    std::string(route->direct_possible ? " (over the crossover)" : " (no direct path here)") + "\n";
+    }
+    return p;
 }
 
 std::string context::explain(const gemm_plan& p) const { return tilestream::explain(p); }
@@ -210,6 +298,7 @@ gemm_report context::execute(const gemm_plan& p, T alpha, host_matrix_view<const
     if (p.devices != int(device_ptrs_.size()))
         throw invalid_argument("context: the plan is for " + std::to_string(p.devices) + " device(s), this context has " +
                                std::to_string(device_ptrs_.size()) + " (" + names_ + ")");
+    if (p.strategy == gemm_strategy::direct) return run_direct<T>(p, alpha, a, b, beta, c, call);
     const std::lock_guard lock(mutex_);
     // The kept operands A and B lie in (their tiles may come from earlier calls; they are pinned).
     // (Copied out under the lock, released after it: the last reference ends a record, which locks.)
@@ -259,6 +348,111 @@ gemm_report context::execute(const gemm_plan& p, T alpha, host_matrix_view<const
     return report;
 }
 
+template <class T>
+gemm_report context::gemm(op op_a, op op_b, T alpha, host_matrix_view<const T> a, host_matrix_view<const T> b, T beta,
+                          host_matrix_view<T> c, const gemm_call_options& call) {
+    // In place, a call under the crossover runs here with no plan at all: a validation, a table
+    // lookup and the kernel.
+    if (in_place_ && detail::automatic_call(call)) {
+        validate_gemm(op_a, op_b, a.rows(), a.cols(), b.rows(), b.cols(), c.rows(), c.cols());
+        const index_t m = c.rows(), n = c.cols(), k = is_transposed(op_a) ? a.rows() : a.cols();
+        const std::optional<gemm_kernel> asked = call.kernel ? call.kernel : options_.kernel;
+        const detail::route& r = routes_->get(dtype_of<T>(), classify_gemm(m, n, k), asked);
+        const double flops = double(dtype_traits(dtype_of<T>()).flops_per_multiply_add) * double(m) * double(n) * double(k);
+        if (r.direct_possible && flops <= r.flops_limit) {
+            gemm_plan p;
+            p.problem = describe_gemm<T>(op_a, op_b, alpha, a, b, beta, c);
+            p.strategy = gemm_strategy::direct;
+            p.kernel = r.host_kernel;
+            p.devices = int(device_ptrs_.size());
+            p.units = p.steps = 1;
+            p.tile_m = m;
+            p.tile_n = n;
+            p.tile_k = k;
+            p.tiles_m = p.tiles_n = p.tiles_k = 1;
+            p.direct_threads = routes_->host_threads();
+            p.k_block = options_.reproducible ? reproducible_k_block(dtype_of<T>()) : 0;
+            p.rates.flops = r.host_flops;
+            p.rates.op_overhead = r.host_fixed;
+            p.rates.measured = r.measured;
+            p.predicted_seconds = p.predicted_compute_seconds = r.host_fixed + flops / r.host_flops;
+            return run_direct<T>(p, alpha, a, b, beta, c, call);
+        }
+    }
+    return execute<T>(plan<T>(op_a, op_b, alpha, a, b, beta, c, call), alpha, a, b, beta, c, call);
+}
+
+template <class T>
+gemm_report context::run_direct(const gemm_plan& p, T alpha, host_matrix_view<const T> a, host_matrix_view<const T> b,
+                                T beta, host_matrix_view<T> c, const gemm_call_options& call) {
+    const gemm_problem actual = describe_gemm(p.problem.op_a, p.problem.op_b, alpha, a, b, beta, c);
+    const gemm_problem& q = p.problem;
+    if (actual.m != q.m || actual.n != q.n || actual.k != q.k || actual.type != q.type || actual.reads_c != q.reads_c ||
+        actual.reads_ab != q.reads_ab || actual.layout_a != q.layout_a || actual.layout_b != q.layout_b ||
+        actual.layout_c != q.layout_c)
+        throw invalid_argument("execute_gemm: the operands do not match the problem the plan was made for");
+    if (call.run.cancel != nullptr && call.run.cancel->load()) throw cancelled("gemm: cancelled before it started");
+    if (!in_place_ && !c.empty()) {
+        // A kept operand written as C has changed: tiles of it left on the devices are stale.
+        const auto c0 = reinterpret_cast<std::uintptr_t>(c.data()), c1 = c0 + span_of(c);
+        std::lock_guard keep_lock(keeps_->mutex);
+        for (const auto& w : keeps_->records)
+            if (auto r = w.lock(); r && r->span > 0 && r->base < c1 && c0 < r->base + r->span) ++r->generation;
+    }
+    gemm_report rep;
+    rep.plan = p;
+    const auto t0 = std::chrono::steady_clock::now();
+    detail::host_gemm(detail::host_gemm_call<T>(q.op_a, q.op_b, alpha, a, b, beta, c, p.kernel), p.direct_threads,
+                      p.k_block);
+    rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (call.run.on_step_done) call.run.on_step_done(1);
+    if (call.run.on_unit_done) call.run.on_unit_done(1);
+    return rep;
+}
+
+bool context::runs_direct(dtype type, index_t m, index_t n, index_t k, std::optional<gemm_kernel> kernel) {
+    if (!in_place_) return false;
+    const detail::route& r = routes_->get(type, classify_gemm(m, n, k), kernel ? kernel : options_.kernel);
+    return r.direct_possible &&
+           double(dtype_traits(type).flops_per_multiply_add) * double(m) * double(n) * double(k) <= r.flops_limit;
+}
+
+double context::engine_fixed_seconds() {
+    // A 1x1x1 product through the engine on every device, as a call runs it (streams and buffers
+    // kept between calls): the median of ten after a warm-up.
+    host_matrix<double> a(1, 1), b(1, 1), c(1, 1);
+    a(0, 0) = b(0, 0) = 1.0;
+    plan_options po;
+    po.devices = int(device_ptrs_.size());
+    po.in_place = in_place_;
+    po.kernel = gemm_kernel::tiled;
+    for (gemm_kernel k : {gemm_kernel::vendor, gemm_kernel::tiled})
+        if (std::all_of(device_ptrs_.begin(), device_ptrs_.end(), [&](device* d) { return d->supports(k); })) {
+            po.kernel = k;
+            break;
+        }
+    device_rates r;
+    r.host_memory = computes_on_host_cores(device_ptrs_);
+    try {
+        const gemm_plan p = plan_gemm(describe_gemm<double>(op::n, op::n, 1.0, a.view(), b.view(), 0.0, c.view()),
+                                      budget(), r, po);
+        gemm_run_options run;
+        run.register_host = false;
+        std::vector<double> t;
+        for (int i = 0; i < 11; ++i) {
+            const std::lock_guard lock(mutex_);
+            const auto t0 = std::chrono::steady_clock::now();
+            detail::execute_gemm_kept<double>(p, device_ptrs_, 1.0, a.view(), b.view(), 0.0, c.view(), run, memory_.get(),
+                                              {});
+            if (i > 0) t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        }
+        std::sort(t.begin(), t.end());
+        return t[t.size() / 2];
+    } catch (const error&) {
+        return 1e-3;  // the devices cannot run even this (a budget, a device error): say the engine is slow
+    }
+}
+
 jacobi_plan context::plan_jacobi(const jacobi_problem& problem, const jacobi_options& options) const {
     check_process();
     return tilestream::plan_jacobi(problem, device_ptrs_, options);
@@ -281,6 +475,8 @@ jacobi_solution<T> context::jacobi(const jacobi_problem& problem, const jacobi_o
 }
 
 #define TILESTREAM_INSTANTIATE(T)                                                                               \
+    template gemm_report context::gemm<T>(op, op, T, host_matrix_view<const T>, host_matrix_view<const T>, T,        \
+                                          host_matrix_view<T>, const gemm_call_options&);                          \
     template gemm_report context::execute<T>(const gemm_plan&, T, host_matrix_view<const T>,                    \
                                              host_matrix_view<const T>, T, host_matrix_view<T>,                 \
                                              const gemm_call_options&);                                         \

@@ -37,6 +37,12 @@ double trace_clock_seconds() {
 
 device::~device() = default;
 
+void device::gemm_batched(stream& s, const gemm_batched_call& call) {
+    if (call.listed() && !host_addressable())
+        throw invalid_argument("gemm_batched on " + id() + ": pointer lists need host-addressable memory");
+    for (index_t i = 0; i < call.count; ++i) gemm(s, call.item(i));
+}
+
 namespace {
 
 void raise_peak(std::atomic<std::size_t>& peak, std::size_t now) {

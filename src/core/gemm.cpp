@@ -1,5 +1,6 @@
 // In-core GEMM through one device: validate, stage operands into device memory, run, copy back.
 #include "backends/reference/reference_kernels.hpp"
+#include "core/gemm_direct.hpp"
 
 #include <tilestream/error.hpp>
 #include <tilestream/gemm.hpp>
@@ -10,30 +11,6 @@ namespace tilestream {
 namespace {
 
 std::string shape(index_t r, index_t c) { return std::to_string(r) + "x" + std::to_string(c); }
-
-template <class T>
-gemm_call make_call(op op_a, op op_b, T alpha, host_matrix_view<const T> a, host_matrix_view<const T> b,
-                    T beta, host_matrix_view<T> c) {
-    gemm_call call;
-    call.type = dtype_of<T>();
-    call.op_a = op_a;
-    call.op_b = op_b;
-    call.m = c.rows();
-    call.n = c.cols();
-    call.k = is_transposed(op_a) ? a.rows() : a.cols();
-    call.alpha = as_scalar(alpha);
-    call.beta = as_scalar(beta);
-    call.a = a.data();
-    call.lda = a.ld();
-    call.layout_a = a.layout();
-    call.b = b.data();
-    call.ldb = b.ld();
-    call.layout_b = b.layout();
-    call.c = c.data();
-    call.ldc = c.ld();
-    call.layout_c = c.layout();
-    return call;
-}
 
 }  // namespace
 
@@ -60,7 +37,7 @@ template <class T>
 void reference_gemm(op op_a, op op_b, T alpha, host_matrix_view<const T> a, host_matrix_view<const T> b,
                     T beta, host_matrix_view<T> c) {
     validate_gemm(op_a, op_b, a.rows(), a.cols(), b.rows(), b.cols(), c.rows(), c.cols());
-    reference::gemm(make_call(op_a, op_b, alpha, a, b, beta, c));
+    reference::gemm(detail::host_gemm_call(op_a, op_b, alpha, a, b, beta, c));
 }
 
 template <class T>

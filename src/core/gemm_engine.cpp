@@ -7,6 +7,7 @@
 #include <tilestream/gemm.hpp>
 
 #include "core/file_mappings.hpp"
+#include "core/gemm_direct.hpp"
 #include "core/gemm_memory.hpp"
 
 #include <algorithm>
@@ -70,6 +71,7 @@ struct run_state {
     std::atomic<std::size_t> taken{0};
     std::atomic<std::size_t> head{0};
     std::atomic<std::size_t> units_done{0};
+    std::atomic<std::size_t> steps_done{0};
     /// Every device stops taking units: the run was cancelled or failed for good.
     std::atomic<bool> stop{false};
     /// A lost device's units go back to the queue (several devices, no tiles copied between
@@ -483,6 +485,7 @@ private:
                 call.layout_c = c_rect.lay;
                 gemm_by_k_blocks(call);
                 slow_down();
+                step_done();
                 as.released->record(*compute_);
                 bs.released->record(*compute_);
             } else {
@@ -494,6 +497,7 @@ private:
                 call.ldc = std::max<index_t>(1, c_rect.inner());
                 call.layout_c = c_rect.lay;
                 dev_.gemm(*compute_, call);
+                step_done();
             }
             flops_ += flops_per_multiply_add_ * double(st.rows) * double(st.cols) * double(st.depth);
             if (inject && &st == &u.steps.front()) injected_kernel_failure();
@@ -541,9 +545,15 @@ private:
         call.k = st.depth;
         call.alpha = as_scalar(alpha_);
         call.beta = st.k_block == 0 ? as_scalar(beta_) : scalar(1.0);
-        call.kernel = plan_.kernel;
+        call.kernel = plan_.device_kernels.empty() ? plan_.kernel : plan_.device_kernels.at(index_);
         call.math = plan_.math;
         return call;
+    }
+
+    /// Progress after a kernel step, on the stream that ran it.
+    void step_done() {
+        if (run_.on_step_done)
+            dev_.enqueue_host(*compute_, [this] { run_.on_step_done(++state_.steps_done); }, "step done");
     }
 
     /// Zero-copy: the kernel reads A and B and writes C where they lie in host memory, with the
@@ -575,6 +585,7 @@ private:
             }
             gemm_by_k_blocks(call);
             slow_down();
+            step_done();
             flops_ += flops_per_multiply_add_ * double(st.rows) * double(st.cols) * double(st.depth);
             if (inject && &st == &u.steps.front()) injected_kernel_failure();
         }
@@ -585,20 +596,7 @@ private:
     /// One kernel call per k-block of the step, in order, when the plan fixes the k-order (the
     /// step starts on a k-block boundary): every plan then adds the same partial products.
     void gemm_by_k_blocks(const gemm_call& call) {
-        const index_t kb = plan_.k_block;
-        if (kb <= 0 || call.k <= kb) {
-            dev_.gemm(*compute_, call);
-            return;
-        }
-        const std::size_t es = size_of(call.type);
-        for (index_t p0 = 0; p0 < call.k; p0 += kb) {
-            gemm_call part = call;
-            part.k = std::min(kb, call.k - p0);
-            part.beta = p0 == 0 ? call.beta : scalar(1.0);
-            part.a = static_cast<const char*>(call.a) + std::size_t(p0 * call.a_col_stride()) * es;
-            part.b = static_cast<const char*>(call.b) + std::size_t(p0 * call.b_row_stride()) * es;
-            dev_.gemm(*compute_, part);
-        }
+        detail::for_each_k_block(call, plan_.k_block, [&](const gemm_call& part) { dev_.gemm(*compute_, part); });
     }
 
     void slow_down() {
@@ -880,13 +878,29 @@ gemm_report detail::execute_gemm_kept(const gemm_plan& plan, std::span<device* c
         for (std::size_t j = 0; j < i; ++j)
             if (devices[i] == devices[j])
                 throw invalid_argument("execute_gemm: device " + devices[i]->id() + " is listed twice");
-    for (device* d : devices)
-        if (!d->supports(plan.kernel))
-            throw invalid_argument("gemm: device " + d->id() + " has no '" + std::string(to_string(plan.kernel)) +
+    if (!plan.device_kernels.empty() && plan.device_kernels.size() != devices.size())
+        throw invalid_argument("execute_gemm: the plan names kernels for " + std::to_string(plan.device_kernels.size()) +
+                               " devices, the run has " + std::to_string(devices.size()));
+    for (std::size_t i = 0; i < devices.size(); ++i) {
+        const gemm_kernel k = plan.device_kernels.empty() ? plan.kernel : plan.device_kernels[i];
+        if (plan.strategy != gemm_strategy::direct && !devices[i]->supports(k))
+            throw invalid_argument("gemm: device " + devices[i]->id() + " has no '" + std::string(to_string(k)) +
                                    "' kernel (the reference kernel runs on CPU devices only)");
+    }
 
     gemm_report rep;
     rep.plan = plan;
+    if (plan.strategy == gemm_strategy::direct) {
+        // No device: the host's kernel on this thread (a context's small calls).
+        if (run.cancel != nullptr && run.cancel->load()) throw cancelled("gemm: cancelled before it started");
+        const auto t0 = clock::now();
+        detail::host_gemm(detail::host_gemm_call<T>(q.op_a, q.op_b, alpha, a, b, beta, c, plan.kernel),
+                          plan.direct_threads, plan.k_block);
+        rep.seconds = std::chrono::duration<double>(clock::now() - t0).count();
+        if (run.on_step_done) run.on_step_done(1);
+        if (run.on_unit_done) run.on_unit_done(1);
+        return rep;
+    }
     if (q.m == 0 || q.n == 0) return rep;
 
     // Pinning is set-up, not work: done before the clock starts (and once for repeated runs, by

@@ -26,6 +26,7 @@ std::string_view to_string(gemm_strategy s) noexcept {
         case gemm_strategy::c_block: return "c-block";
         case gemm_strategy::row_panels: return "row-panels";
         case gemm_strategy::zero_copy: return "zero-copy";
+        case gemm_strategy::direct: return "direct";
     }
     return "?";
 }
@@ -33,11 +34,11 @@ std::string_view to_string(gemm_strategy s) noexcept {
 gemm_strategy parse_gemm_strategy(std::string_view s) {
     for (auto v : {gemm_strategy::automatic, gemm_strategy::in_core, gemm_strategy::tiles_3d, gemm_strategy::a_panel,
                    gemm_strategy::a_panel_c_panel, gemm_strategy::b_panel, gemm_strategy::c_block,
-                   gemm_strategy::row_panels, gemm_strategy::zero_copy})
+                   gemm_strategy::row_panels, gemm_strategy::zero_copy, gemm_strategy::direct})
         if (s == to_string(v)) return v;
     throw invalid_argument("unknown strategy '" + std::string(s) +
-                           "' (expected auto, in-core, tiles-3d, a-panel, a-panel-c-panel, b-panel, c-block, row-panels "
-                           "or zero-copy)");
+                           "' (expected auto, in-core, tiles-3d, a-panel, a-panel-c-panel, b-panel, c-block, row-panels, "
+                           "zero-copy or direct)");
 }
 
 std::string_view to_string(cache_mode c) noexcept {
@@ -164,6 +165,23 @@ void cost_zero_copy(gemm_plan& p) {
     p.bound = "compute (zero-copy: operands used in place)";
 }
 
+/// Direct: the whole product on the calling thread with the host's kernel, where the operands lie:
+/// no device, buffer, copy or queue; the rates are the host kernel's (op_overhead: its fixed cost).
+void cost_direct(gemm_plan& p) {
+    const gemm_problem& q = p.problem;
+    const bool ab = q.reads_ab && q.k > 0;
+    p.a_slots = p.b_slots = p.c_slots = 0;
+    p.a_slot_bytes = p.b_slot_bytes = p.c_slot_bytes = 0;
+    p.peak_device_bytes = 0;
+    p.bytes_h2d = p.bytes_d2h = p.bytes_packed = 0;
+    p.units = 1;
+    p.steps = 1;
+    p.predicted_compute_seconds = (ab ? q.flops() / p.rates.flops : 0.0) + p.rates.op_overhead;
+    p.predicted_copy_seconds = 0;
+    p.predicted_seconds = p.predicted_compute_seconds;
+    p.bound = "compute on the calling thread (direct: no devices, queue or copies)";
+}
+
 /// Fills slots, bytes and time of plan `p` (strategy and tiles set).
 void cost(gemm_plan& p) {
     const gemm_problem& q = p.problem;
@@ -198,6 +216,7 @@ void cost(gemm_plan& p) {
             break;
         case gemm_strategy::b_panel: a_loads = std::size_t(p.tiles_n); p.reuse_b = true; break;
         case gemm_strategy::zero_copy: return cost_zero_copy(p);
+        case gemm_strategy::direct: return cost_direct(p);
         case gemm_strategy::automatic: break;
     }
     p.a_slots = ab ? (p.strategy == gemm_strategy::in_core ? 1 : depth) : 0;
@@ -330,6 +349,37 @@ bool better(const gemm_plan& a, const gemm_plan& b) {
     return a.bytes_h2d + a.bytes_d2h < b.bytes_h2d + b.bytes_d2h;
 }
 
+/// Cuts the steps of an in-place plan to at most `bound` seconds each (at the plan's rates): k
+/// first, in whole k-blocks (a BLAS adds k in such blocks and passes over C once per block anyway,
+/// and each element's operand panels are packed once whatever the cut), then, when one k-block of
+/// a unit still takes longer, the unit's C block along its longer side.
+void bound_steps(gemm_plan& p, double bound) {
+    const gemm_problem& q = p.problem;
+    if (bound <= 0 || !q.reads_ab || q.k <= 0 || p.rates.flops <= 0) return;
+    const double per_step = [&] {
+        return double(dtype_traits(q.type).flops_per_multiply_add) * double(p.tile_m) * double(p.tile_n) *
+               double(std::min(p.tile_k, q.k)) / p.rates.flops;
+    }();
+    if (per_step <= bound) return;
+    const index_t kb = p.k_block > 0 ? p.k_block : reproducible_k_block(q.type);
+    const index_t k = std::min(p.tile_k, q.k);
+    // As many whole k-blocks a step as the bound allows (one at least), then evened out over the steps.
+    const index_t blocks = ceil_div(k, kb);
+    const index_t fit = std::max<index_t>(1, index_t(bound / (per_step * double(kb) / double(k))));
+    const index_t steps = ceil_div(blocks, fit);
+    const index_t tk = std::min(k, ceil_div(blocks, steps) * kb);
+    p.tile_k = tk;
+    double per_kstep = per_step * double(tk) / double(k);
+    while (per_kstep > bound && (p.tile_m > 16 || p.tile_n > 16)) {
+        const index_t f = index_t(std::ceil(per_kstep / bound));
+        index_t& longer = p.tile_m >= p.tile_n ? p.tile_m : p.tile_n;
+        const index_t was = longer;
+        longer = std::max<index_t>(16, ceil_div(ceil_div(longer, f), 16) * 16);
+        per_kstep *= double(longer) / double(was);
+    }
+    cost(p);
+}
+
 }  // namespace
 
 gemm_plan plan_gemm(const gemm_problem& q, std::size_t budget, const device_rates& rates, const plan_options& opt) {
@@ -351,6 +401,8 @@ gemm_plan plan_gemm(const gemm_problem& q, std::size_t budget, const device_rate
     const bool whole_in_place = opt.strategy == gemm_strategy::in_core && opt.in_place;
     if ((opt.strategy == gemm_strategy::automatic && opt.in_place) || whole_in_place)
         strategies = {gemm_strategy::zero_copy};
+    else if (opt.strategy == gemm_strategy::direct)
+        strategies = {gemm_strategy::direct};
     else if (opt.strategy == gemm_strategy::automatic)
         strategies = {gemm_strategy::in_core, gemm_strategy::a_panel, gemm_strategy::b_panel,
                       gemm_strategy::a_panel_c_panel, gemm_strategy::c_block, gemm_strategy::tiles_3d};
@@ -418,6 +470,7 @@ gemm_plan plan_gemm(const gemm_problem& q, std::size_t budget, const device_rate
                                     : s == gemm_strategy::tiles_3d ? (opt.tile_m ? opt.tile_m : (opt.tile_n ? opt.tile_n : opt.tile_k))
                                                                    : 0;
         p.tile_k_rounded = requested_k && tk != std::min(requested_k, k);
+        p.direct_threads = std::max(1, opt.direct_threads);
         cost(p);
         if (kernel_calls(p) > max_plan_kernel_calls) {
             if (!too_many_calls) too_many_calls = p;
@@ -431,7 +484,8 @@ gemm_plan plan_gemm(const gemm_problem& q, std::size_t budget, const device_rate
     const auto search = [&](index_t min_k) {
         for (auto s : strategies) {
             switch (s) {
-                case gemm_strategy::in_core: consider(s, m, n, k); break;
+                case gemm_strategy::in_core:
+                case gemm_strategy::direct: consider(s, m, n, k); break;
                 case gemm_strategy::tiles_3d: {
                     if (!one_tile_size) break;  // automatic: only strategies that keep the sizes given
                     const index_t fixed = opt.tile_m;
@@ -505,6 +559,8 @@ gemm_plan plan_gemm(const gemm_problem& q, std::size_t budget, const device_rate
     }
     if (opt.cache != cache_mode::off && best->a_slots > 0 && best->strategy != gemm_strategy::in_core)
         add_tile_cache(*best, budget, opt.cache == cache_mode::on);
+    if (best->strategy == gemm_strategy::zero_copy && !opt.tile_m && !opt.tile_n && !opt.tile_k)
+        bound_steps(*best, opt.max_step_seconds);
     return *best;
 }
 
@@ -555,11 +611,20 @@ std::string explain(const gemm_plan& p) {
     std::ostringstream s;
     s << "plan: C(" << q.m << "x" << q.n << ") = op(A)(" << q.m << "x" << q.k << ") * op(B)(" << q.k << "x" << q.n << "), "
       << to_string(q.type) << ", kernel " << to_string(p.kernel) << "\n";
-    const bool in_place = p.strategy == gemm_strategy::zero_copy;
+    const bool direct = p.strategy == gemm_strategy::direct;
+    const bool in_place = p.strategy == gemm_strategy::zero_copy || direct;
     s << "  strategy        " << to_string(p.strategy)
-      << (in_place ? std::string(" (no transfers)") : " (" + std::string(to_string(p.transfer)) + " transfers)") << "\n";
+      << (direct ? " (the host's kernel on the calling thread: no devices, queue, copies or thread hand-off"
+                 + std::string(p.kernel == gemm_kernel::vendor ? ", OpenBLAS with " + std::to_string(p.direct_threads) +
+                                                                     " thread(s))"
+                                                               : ")")
+                 : in_place ? std::string(" (no transfers)") : " (" + std::string(to_string(p.transfer)) + " transfers)")
+      << "\n";
     s << "  tiles           " << p.tile_m << " x " << p.tile_n << " x " << p.tile_k << "  -> " << p.tiles_m << " x "
       << p.tiles_n << " x " << p.tiles_k << " tiles, " << p.units << " work units, " << p.steps << " kernel calls\n";
+    if (p.batch > 0)
+        s << "  batch           " << p.batch << " products in " << p.units << " groups of up to " << p.batch_group
+          << " (one batched kernel call each)\n";
     if (in_place)
         s << "  device buffers  none: the kernels read A and B and write C where they lie in host memory\n";
     else
@@ -568,8 +633,14 @@ std::string explain(const gemm_plan& p) {
       << (p.cache ? "  (tile cache: " + std::to_string(p.cache_slots_a) + " spare A and " + std::to_string(p.cache_slots_b) + " spare B slots, LRU)"
                   : std::string(p.reuse_a ? "  (A panel reused)" : "") + (p.reuse_b ? "  (B panel reused)" : ""))
       << "\n";
-    if (p.devices > 1)
+    if (p.devices > 1 && !direct)
         s << "  devices         " << p.devices << (p.static_assignment ? " (row panels dealt round-robin)" : " (shared queue)") << "\n";
+    if (!p.device_kernels.empty()) {
+        s << "  device kernels ";
+        for (std::size_t i = 0; i < p.device_kernels.size(); ++i) s << " " << i << ": " << to_string(p.device_kernels[i]);
+        s << "\n";
+    }
+    if (!p.choice.empty()) s << p.choice;
     if (p.k_block)
         s << "  k-order         k-blocks of " << p.k_block << " added in order (bitwise reproducible)"
           << (p.tile_k_rounded ? "; the requested tile-k was rounded up to a multiple" : "")
@@ -581,11 +652,18 @@ std::string explain(const gemm_plan& p) {
     s << "  bytes h2d       " << format_bytes(p.bytes_h2d) << " (" << p.bytes_h2d << ")\n";
     s << "  bytes d2h       " << format_bytes(p.bytes_d2h) << " (" << p.bytes_d2h << ")\n";
     s << "  bytes packed    " << format_bytes(p.bytes_packed) << " (" << p.bytes_packed << ")\n";
-    std::snprintf(buf, sizeof buf,
-                  "  rates           h2d %.2f GB/s, d2h %.2f GB/s, %.1f GFLOP/s (%s)\n"
-                  "  predicted       %.4f s: compute %.4f s, copies %.4f s; bound by %s\n",
-                  p.rates.h2d * 1e-9, p.rates.d2h * 1e-9, p.rates.flops * 1e-9, p.rates.measured ? "measured" : "declared",
-                  p.predicted_seconds, p.predicted_compute_seconds, p.predicted_copy_seconds, p.bound.c_str());
+    if (direct)
+        std::snprintf(buf, sizeof buf,
+                      "  rates           %.1f GFLOP/s on the host, %.2f us fixed per call (%s)\n"
+                      "  predicted       %.6f s; bound by %s\n",
+                      p.rates.flops * 1e-9, p.rates.op_overhead * 1e6, p.rates.measured ? "measured" : "declared",
+                      p.predicted_seconds, p.bound.c_str());
+    else
+        std::snprintf(buf, sizeof buf,
+                      "  rates           h2d %.2f GB/s, d2h %.2f GB/s, %.1f GFLOP/s (%s)\n"
+                      "  predicted       %.4f s: compute %.4f s, copies %.4f s; bound by %s\n",
+                      p.rates.h2d * 1e-9, p.rates.d2h * 1e-9, p.rates.flops * 1e-9, p.rates.measured ? "measured" : "declared",
+                      p.predicted_seconds, p.predicted_compute_seconds, p.predicted_copy_seconds, p.bound.c_str());
     s << buf;
     return s.str();
 }

@@ -3,9 +3,12 @@
 #include <tilestream/gemm.hpp>
 #include <tilestream/plan.hpp>
 
+#include "core/rate_probes.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <span>
 #include <mutex>
 #include <tuple>
 #include <vector>
@@ -27,6 +30,75 @@ double median_seconds(int reps, F&& fn) {
 }
 
 }  // namespace
+
+std::vector<std::optional<double>> detail::probe_gemm_seconds(device& dev, dtype type, std::span<const gemm_kernel> kernels,
+                                                              math_mode math, index_t m, index_t n, index_t k, int reps) {
+    std::vector<std::optional<double>> out(kernels.size());
+    const std::size_t es = size_of(type);
+    const std::size_t a_bytes = std::size_t(m) * std::size_t(k) * es, b_bytes = std::size_t(k) * std::size_t(n) * es,
+                      c_bytes = std::size_t(m) * std::size_t(n) * es;
+    const std::size_t free = dev.budget() - std::min(dev.budget(), dev.bytes_in_use());
+    if (a_bytes + b_bytes + c_bytes > free) return out;
+    try {
+        auto a = dev.allocate(a_bytes), b = dev.allocate(b_bytes), c = dev.allocate(c_bytes);
+        auto s = dev.create_stream();
+        // Non-zero operands: copy a pattern in once.
+        const std::size_t pattern_bytes = std::max(a_bytes, b_bytes);
+        auto host = dev.allocate_host_staging(pattern_bytes);
+        visit_dtype(type, [&]<class T>() {
+            using R = real_type_t<T>;
+            for (std::size_t i = 0; i < pattern_bytes / es; ++i) {
+                const R v = R((i % 7) + 1) * R(0.125);
+                if constexpr (is_complex_v<T>)
+                    static_cast<T*>(host.get())[i] = T(v, R(0.5) - v);
+                else
+                    static_cast<T*>(host.get())[i] = v;
+            }
+        });
+        dev.copy_to_device(*s, a.get(), host.get(), a_bytes);
+        dev.copy_to_device(*s, b.get(), host.get(), b_bytes);
+        s->synchronize();
+        gemm_call call;
+        call.type = type;
+        call.m = m;
+        call.n = n;
+        call.k = k;
+        call.a = a.get();
+        call.b = b.get();
+        call.c = c.get();
+        call.lda = std::max<index_t>(1, k);
+        call.ldb = std::max<index_t>(1, n);
+        call.ldc = std::max<index_t>(1, n);
+        call.math = math;
+        // Kernels alternate (a warm-up of each first), so that a busy machine's drift falls on all.
+        std::vector<std::vector<double>> times(kernels.size());
+        std::vector<bool> failed(kernels.size(), false);
+        for (int r = -1; r < reps; ++r)
+            for (std::size_t i = 0; i < kernels.size(); ++i) {
+                if (failed[i]) continue;
+                call.kernel = kernels[i];
+                try {
+                    const auto t0 = std::chrono::steady_clock::now();
+                    dev.gemm(*s, call);
+                    s->synchronize();
+                    if (r >= 0) times[i].push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+                } catch (const out_of_budget&) {
+                    throw;
+                } catch (const error&) {
+                    if (kernels.size() == 1) throw;
+                    failed[i] = true;  // this kernel cannot run here (no fp64, no CLBlast): the others go on
+                }
+            }
+        for (std::size_t i = 0; i < kernels.size(); ++i) {
+            if (times[i].empty()) continue;
+            std::sort(times[i].begin(), times[i].end());
+            out[i] = times[i][times[i].size() / 2];
+        }
+    } catch (const out_of_budget&) {
+        // another caller took the memory in the meantime: not measured
+    }
+    return out;
+}
 
 device_rates measure_rates(device& dev, dtype type, gemm_kernel kernel, math_mode math) {
     static std::mutex mutex;
@@ -73,43 +145,10 @@ device_rates measure_rates(device& dev, dtype type, gemm_kernel kernel, math_mod
     // well under a second.
     index_t n = dev.info().kind == device_kind::cuda ? 2048 : dev.info().emulated ? 256 : 1024;
     while (n > 64 && 3 * std::size_t(n) * std::size_t(n) * es > free / 4) n /= 2;
-    if (3 * std::size_t(n) * std::size_t(n) * es <= free) {
-        try {
-            const std::size_t bytes = std::size_t(n) * std::size_t(n) * es;
-            auto a = dev.allocate(bytes), b = dev.allocate(bytes), c = dev.allocate(bytes);
-            auto s = dev.create_stream();
-            // Non-zero operands: copy a pattern in once.
-            auto host = dev.allocate_host_staging(bytes);
-            visit_dtype(type, [&]<class T>() {
-                using R = real_type_t<T>;
-                for (std::size_t i = 0; i < bytes / es; ++i) {
-                    const R v = R((i % 7) + 1) * R(0.125);
-                    if constexpr (is_complex_v<T>)
-                        static_cast<T*>(host.get())[i] = T(v, R(0.5) - v);
-                    else
-                        static_cast<T*>(host.get())[i] = v;
-                }
-            });
-            dev.copy_to_device(*s, a.get(), host.get(), bytes);
-            dev.copy_to_device(*s, b.get(), host.get(), bytes);
-            s->synchronize();
-            gemm_call call;
-            call.type = type;
-            call.m = call.n = call.k = n;
-            call.a = a.get();
-            call.b = b.get();
-            call.c = c.get();
-            call.lda = call.ldb = call.ldc = n;
-            call.kernel = kernel;
-            call.math = math;
-            const double t = median_seconds(3, [&] {
-                dev.gemm(*s, call);
-                s->synchronize();
-            });
-            r.flops = call.flops() / t;
-            gemm_measured = true;
-        } catch (const out_of_budget&) {
-        }
+    const gemm_kernel probed[] = {kernel};
+    if (const auto t = detail::probe_gemm_seconds(dev, type, probed, math, n, n, n, 3).front()) {
+        r.flops = double(dtype_traits(type).flops_per_multiply_add) * double(n) * double(n) * double(n) / *t;
+        gemm_measured = true;
     }
     r.measured = copies_measured && gemm_measured;
     if (!r.measured) return r;

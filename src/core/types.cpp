@@ -177,6 +177,16 @@ gemm_kernel parse_gemm_kernel(std::string_view s) {
                            "' (expected reference, naive, tiled or vendor)");
 }
 
+std::optional<gemm_kernel> parse_kernel_setting(std::string_view s) {
+    if (lower(s) == "auto") return std::nullopt;
+    try {
+        return parse_gemm_kernel(s);
+    } catch (const invalid_argument&) {
+        throw invalid_argument("unknown kernel '" + std::string(s) +
+                               "' (expected auto, reference, naive, tiled or vendor)");
+    }
+}
+
 std::string_view to_string(math_mode m) noexcept { return m == math_mode::strict ? "strict" : "tf32"; }
 
 math_mode parse_math_mode(std::string_view s) {

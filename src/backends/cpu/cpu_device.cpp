@@ -276,6 +276,12 @@ public:
                        call.flops()});
     }
 
+    void gemm_batched(stream& s, const gemm_batched_call& call) override {
+        inner(s).push({[this, call] { cpu::gemm_batched(call, pool_, live_devices() == 1); }, false, span_kind::kernel,
+                       "gemm batched " + std::string(to_string(call.call.kernel)) + " x" + std::to_string(call.count), 0,
+                       call.call.flops() * double(call.count)});
+    }
+
     void jacobi_sweep(stream& s, const jacobi_call& call) override {
         const double points = double(call.row_end - call.row_begin) * double(call.col_end - call.col_begin);
         inner(s).push({[this, call] { cpu::jacobi_sweep(call, pool_); }, false, span_kind::kernel,

@@ -18,6 +18,19 @@ void gemm_tiled(const gemm_call& call, thread_pool& pool);
 void gemm_vendor(const gemm_call& call, thread_pool& pool, bool openblas_threads);
 void gemm_vendor(const gemm_call& call, thread_pool& pool);  ///< split over the pool's workers
 
+/// The same kernels on the calling thread, for the context's direct path and the items of a batch:
+/// `call.kernel` as the device runs it, vendor with `openblas_threads` of OpenBLAS's own threads
+/// (1: single-threaded), the others sequentially. Nothing is allocated but the tiled kernel's
+/// per-thread packing buffers, once.
+void gemm_on_calling_thread(const gemm_call& call, int openblas_threads);
+void gemm_tiled_serial(const gemm_call& call);
+/// Products [begin, end) of a batch on the calling thread, one after the other, single-threaded.
+void gemm_items_on_calling_thread(const gemm_batched_call& batch, index_t begin, index_t end);
+/// A batch on the pool: small products split over the workers, one thread each; large ones (or
+/// fewer products than workers) one after the other on the whole pool.
+void gemm_batched(const gemm_batched_call& batch, thread_pool& pool, bool openblas_threads);
+void gemm_naive_serial(const gemm_call& call);
+
 /// Jacobi sweep: rows split over the workers, inner loop vectorised.
 void jacobi_sweep(const jacobi_call& call, thread_pool& pool);
 

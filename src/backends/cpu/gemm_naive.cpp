@@ -9,7 +9,7 @@ namespace tilestream::cpu {
 namespace {
 
 template <class T>
-void gemm_naive_typed(const gemm_call& call, thread_pool& pool) {
+void gemm_naive_typed(const gemm_call& call, thread_pool* pool) {
     const T* a = static_cast<const T*>(call.a);
     const T* b = static_cast<const T*>(call.b);
     T* c = static_cast<T*>(call.c);
@@ -26,7 +26,7 @@ void gemm_naive_typed(const gemm_call& call, thread_pool& pool) {
     // Work items are numbered along C's contiguous direction so neighbouring items share a cache
     // line of C, as neighbouring threads of a GPU grid would.
     const bool row_major_c = call.layout_c == layout::row_major;
-    pool.parallel_for(m * n, [&](index_t begin, index_t end) {
+    const auto items = [&](index_t begin, index_t end) {
         const index_t inner = row_major_c ? n : m;
         index_t outer_idx = begin / inner, inner_idx = begin % inner;
         for (index_t e = begin; e < end; ++e) {
@@ -46,14 +46,23 @@ void gemm_naive_typed(const gemm_call& call, thread_pool& pool) {
                 ++outer_idx;
             }
         }
-    });
+    };
+    if (pool)
+        pool->parallel_for(m * n, items);
+    else if (m * n > 0)
+        items(0, m * n);
 }
 
 }  // namespace
 
 void gemm_naive(const gemm_call& call, thread_pool& pool) {
     if (call.m <= 0 || call.n <= 0) return;
-    visit_dtype(call.type, [&]<class T>() { gemm_naive_typed<T>(call, pool); });
+    visit_dtype(call.type, [&]<class T>() { gemm_naive_typed<T>(call, &pool); });
+}
+
+void gemm_naive_serial(const gemm_call& call) {
+    if (call.m <= 0 || call.n <= 0) return;
+    visit_dtype(call.type, [&]<class T>() { gemm_naive_typed<T>(call, nullptr); });
 }
 
 }  // namespace tilestream::cpu

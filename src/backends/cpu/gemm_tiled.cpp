@@ -279,7 +279,7 @@ void gemm_block_1m(const strided_problem<std::complex<R>>& pr, const block_sizes
 }
 
 template <class T>
-void gemm_tiled_typed(const isa_config& cfg, const block_sizes& bl, const gemm_call& call, thread_pool& pool) {
+void gemm_tiled_typed(const isa_config& cfg, const block_sizes& bl, const gemm_call& call, thread_pool* pool) {
     strided_problem<T> pr{};
     pr.alpha = scalar_as<T>(call.alpha);
     pr.beta = scalar_as<T>(call.beta);
@@ -311,8 +311,8 @@ void gemm_tiled_typed(const isa_config& cfg, const block_sizes& bl, const gemm_c
     const index_t row_tiles = (pr.m + MR - 1) / MR, col_tiles = (pr.n + NR - 1) / NR;
     const bool split_rows = row_tiles * MR >= col_tiles * NR;
     const index_t tiles = split_rows ? row_tiles : col_tiles;
-    const int parts = static_cast<int>(std::min<index_t>(tiles, pool.size()));
-    pool.run(parts, [&](int part) {
+    const int parts = pool ? static_cast<int>(std::min<index_t>(tiles, pool->size())) : 1;
+    const auto slab = [&](int part) {
         const index_t t0 = tiles * part / parts, t1 = tiles * (part + 1) / parts;
         index_t m0 = 0, m1 = pr.m, n0 = 0, n1 = pr.n;
         if (split_rows) {
@@ -329,7 +329,12 @@ void gemm_tiled_typed(const isa_config& cfg, const block_sizes& bl, const gemm_c
             gemm_block_1m(pr, bl, kernel_of<real_type_t<T>>(cfg), m0, m1, n0, n1);
         else
             gemm_block(pr, bl, kernel_of<T>(cfg), m0, m1, n0, n1);
-    });
+    };
+    // Without a pool (the calling thread's own kernel) there is one slab and no std::function.
+    if (parts <= 1)
+        slab(0);
+    else
+        pool->run(parts, slab);
 }
 
 }  // namespace
@@ -337,7 +342,14 @@ void gemm_tiled_typed(const isa_config& cfg, const block_sizes& bl, const gemm_c
 void gemm_tiled_with(isa s, const cache_sizes& caches, const gemm_call& call, thread_pool& pool) {
     if (call.m <= 0 || call.n <= 0) return;
     const block_sizes bl = derive_block_sizes(config_for(s), call.type, caches);
-    visit_dtype(call.type, [&]<class T>() { gemm_tiled_typed<T>(config_for(s), bl, call, pool); });
+    visit_dtype(call.type, [&]<class T>() { gemm_tiled_typed<T>(config_for(s), bl, call, &pool); });
+}
+
+void gemm_tiled_serial(const gemm_call& call) {
+    if (call.m <= 0 || call.n <= 0) return;
+    const isa s = selected_isa();
+    const block_sizes bl = derive_block_sizes(config_for(s), call.type, host_cache_sizes());
+    visit_dtype(call.type, [&]<class T>() { gemm_tiled_typed<T>(config_for(s), bl, call, nullptr); });
 }
 
 void gemm_tiled(const gemm_call& call, thread_pool& pool) {

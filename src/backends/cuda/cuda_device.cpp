@@ -785,6 +785,30 @@ void cuda_device::gemm(stream& s, const gemm_call& call) {
            });
 }
 
+namespace {
+
+/// alpha and beta of a call as cuBLAS reads them for its data type (float, double, cuComplex or
+/// cuDoubleComplex: parts as std::complex lays them out), computed in the parts' precision, and
+/// the compute type.
+struct cublas_scalars {
+    std::complex<float> alpha32, beta32;
+    std::complex<double> alpha64, beta64;
+    bool single;
+    explicit cublas_scalars(const gemm_call& call)
+        : alpha32(call.alpha), beta32(call.beta), alpha64(call.alpha), beta64(call.beta),
+          single(dtype_traits(call.type).real == dtype::f32) {}
+    const void* alpha() const { return single ? static_cast<const void*>(&alpha32) : &alpha64; }
+    const void* beta() const { return single ? static_cast<const void*>(&beta32) : &beta64; }
+    cublasComputeType_t compute(math_mode math) const {
+        return !single ? CUBLAS_COMPUTE_64F : (math == math_mode::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F);
+    }
+};
+
+/// cuBLAS's op of a mapped operand (column_major_gemm::expressible: no conjugate without a transpose).
+cublasOperation_t cublas_op(bool trans, bool conj) { return conj ? CUBLAS_OP_C : trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
+
+}  // namespace
+
 void cuda_device::gemm_vendor(cuda_stream& cs, const gemm_call& call) {
     // cuBLAS is column-major: a row-major C is computed as C^T = op(B)^T op(A)^T (no copies).
     const column_major_gemm p = as_column_major(call);
@@ -792,20 +816,12 @@ void cuda_device::gemm_vendor(cuda_stream& cs, const gemm_call& call) {
         throw invalid_argument("gemm (vendor) on " + id() + ": cuBLAS would refuse the mapped call: " +
                                bad);
     // kernel_for_call sent conjugates without a transpose to the tiled kernel.
-    const auto op = [](bool trans, bool conj) { return conj ? CUBLAS_OP_C : trans ? CUBLAS_OP_T : CUBLAS_OP_N; };
-    const cublasOperation_t op1 = op(p.trans_x, p.conj_x), op2 = op(p.trans_y, p.conj_y);
-
-    // alpha and beta in the data type (cuBLAS reads them as float, double, cuComplex or
-    // cuDoubleComplex: parts as std::complex lays them out), computed in the parts' precision.
-    const std::complex<float> alpha32(call.alpha), beta32(call.beta);
-    const std::complex<double> alpha64(call.alpha), beta64(call.beta);
-    const bool single = dtype_traits(call.type).real == dtype::f32;
-    const void* alpha = single ? static_cast<const void*>(&alpha32) : &alpha64;
-    const void* beta = single ? static_cast<const void*>(&beta32) : &beta64;
+    const cublasOperation_t op1 = cublas_op(p.trans_x, p.conj_x), op2 = cublas_op(p.trans_y, p.conj_y);
+    const cublas_scalars scalars(call);
+    const void* alpha = scalars.alpha();
+    const void* beta = scalars.beta();
     const cudaDataType_t data = cuda_type(call.type);
-    const cublasComputeType_t compute =
-        !single ? CUBLAS_COMPUTE_64F
-                : (call.math == math_mode::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F);
+    const cublasComputeType_t compute = scalars.compute(call.math);
 
     std::lock_guard lock(cs.blas_mutex());
     cublasHandle_t h = cs.blas();
@@ -820,6 +836,44 @@ void cuda_device::gemm_vendor(cuda_stream& cs, const gemm_call& call) {
                                       CUBLAS_GEMM_DEFAULT),
                       id());
     }
+}
+
+void cuda_device::gemm_batched(stream& s, const gemm_batched_call& b) {
+    const gemm_call& call = b.call;
+    const bool product = call.alpha != 0.0 && call.k > 0 && call.m > 0 && call.n > 0;
+    if (b.listed() || !product || call.kernel != gemm_kernel::vendor || b.count <= 1) {
+        device::gemm_batched(s, b);  // one call per product (pointer lists are refused there)
+        return;
+    }
+    cuda_stream& cs = own_stream(s, "gemm_batched");
+    (void)check_gemm_call(call, id());
+    // cuBLAS is column-major: a row-major C is C^T = op(B)^T op(A)^T; each operand keeps its stride.
+    const column_major_gemm p = as_column_major(call);
+    if (const std::string bad = column_major_gemm_violation(p); !bad.empty())
+        throw invalid_argument("gemm_batched (vendor) on " + id() + ": cuBLAS would refuse the mapped call: " + bad);
+    const long long stride_x = p.x == call.a ? b.stride_a : b.stride_b, stride_y = p.x == call.a ? b.stride_b : b.stride_a;
+    // cuBLAS has no conjugate without a transpose: such stacks go one product at a time (below).
+    const cublasOperation_t op1 = cublas_op(p.trans_x, p.conj_x), op2 = cublas_op(p.trans_y, p.conj_y);
+    const cublas_scalars scalars(call);
+    const void* alpha = scalars.alpha();
+    const void* beta = scalars.beta();
+    const cudaDataType_t data = cuda_type(call.type);
+    const cublasComputeType_t compute = scalars.compute(call.math);
+    if (!p.expressible() ||
+        std::max({p.rows, p.cols, p.k, p.ldx, p.ldy, p.ldz, b.count}) > INT_MAX) {
+        device::gemm_batched(s, b);
+        return;
+    }
+    device_guard guard(ordinal_, id());
+    traced(cs, span_kind::kernel, [&] { return gemm_span_name(call) + " x" + std::to_string(b.count); }, 0,
+           call.flops() * double(b.count), [&] {
+               std::lock_guard lock(cs.blas_mutex());
+               TS_CUDA_CHECK(cublasGemmStridedBatchedEx(cs.blas(), op1, op2, int(p.rows), int(p.cols), int(p.k), alpha, p.x,
+                                                        data, int(p.ldx), stride_x, p.y, data, int(p.ldy), stride_y, beta,
+                                                        call.c, data, int(p.ldz), b.stride_c, int(b.count), compute,
+                                                        CUBLAS_GEMM_DEFAULT),
+                             id());
+           });
 }
 
 void cuda_device::jacobi_sweep(stream& s, const jacobi_call& call) {

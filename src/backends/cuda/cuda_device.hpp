@@ -165,6 +165,8 @@ public:
 
     bool supports(gemm_kernel k) const override { return k != gemm_kernel::reference; }
     void gemm(stream& s, const gemm_call& call) override;
+    /// Real vendor stacks as one cublasGemmStridedBatchedEx; the rest one gemm() per product.
+    void gemm_batched(stream& s, const gemm_batched_call& call) override;
     void jacobi_sweep(stream& s, const jacobi_call& call) override;
 
     // For cuda_stream: stream registry and the timing-event pool of traces.

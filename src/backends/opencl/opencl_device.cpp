@@ -453,6 +453,8 @@ public:
     }
 
     void gemm(stream& s, const gemm_call& c) override;
+    /// Vendor stacks as one CLBlast GemmStridedBatched; the rest one gemm() per product.
+    void gemm_batched(stream& s, const gemm_batched_call& b) override;
     void jacobi_sweep(stream& s, const jacobi_call& c) override;
 
 protected:
@@ -805,6 +807,103 @@ struct kernel_args {
 };
 
 std::size_t round_up(std::size_t v, std::size_t m) { return (v + m - 1) / m * m; }
+
+void ocl_device::gemm_batched(stream& s, const gemm_batched_call& b) {
+#ifdef TILESTREAM_HAVE_CLBLAST
+    const gemm_call& c = b.call;
+    const bool product = c.alpha != 0.0 && c.k > 0 && c.m > 0 && c.n > 0;
+    const operand_desc da = c.a_desc(), db = c.b_desc();
+    const operand_desc::blas_view va = da.for_blas(c.layout_c), vb = db.for_blas(c.layout_c);
+    if (!b.listed() && product && c.kernel == gemm_kernel::vendor && b.count > 1 &&
+        va.trans != blas_trans::conj_none && vb.trans != blas_trans::conj_none) {
+        ocl_stream& st = own(s, "gemm_batched");
+        require_fp64("gemm", c.type);
+        const std::size_t es = size_of(c.type);
+        const auto locate = [&](const void* p, std::size_t one, index_t stride, const char* name) {
+            const std::size_t bytes = one + std::size_t(stride) * std::size_t(b.count - 1) * es;
+            const auto w = addresses().find(p, bytes, id(), std::string("gemm_batched operand ") + name);
+            if (w.offset % es != 0)
+                throw invalid_argument("gemm_batched on " + id() + ": " + name + " is not aligned to its elements");
+            return std::make_pair(w.mem, std::size_t(w.offset / es));
+        };
+        cl_mem a_mem = nullptr, b_mem = nullptr, c_mem = nullptr;
+        std::size_t a_off = 0, b_off = 0, c_off = 0;
+        std::tie(a_mem, a_off) = locate(c.a, extent_bytes(c.m, c.k, da.row_stride(), da.col_stride(), es), b.stride_a, "A");
+        std::tie(b_mem, b_off) = locate(c.b, extent_bytes(c.k, c.n, db.row_stride(), db.col_stride(), es), b.stride_b, "B");
+        std::tie(c_mem, c_off) =
+            locate(c.c, extent_bytes(c.m, c.n, c.c_row_stride(), c.c_col_stride(), es), b.stride_c, "C");
+        if (c.beta == 0.0) {
+            // CLBlast reads C even when beta is 0 (NaN * 0 is NaN): zero it first, the whole stack at
+            // once when its matrices follow each other without gaps.
+            const bool rows = c.layout_c == layout::row_major;
+            gemm_call zero = c;
+            zero.alpha = 0;
+            zero.k = 0;
+            if (c.ldc == (rows ? c.n : c.m) && b.stride_c == c.m * c.n) {
+                (rows ? zero.m : zero.n) *= b.count;
+                gemm(s, zero);
+            } else {
+                for (index_t i = 0; i < b.count; ++i) {
+                    zero.c = b.item(i).c;
+                    gemm(s, zero);
+                }
+            }
+        }
+        const CLBlastLayout lay = c.layout_c == layout::row_major ? CLBlastLayoutRowMajor : CLBlastLayoutColMajor;
+        const auto trans = [](blas_trans t) {
+            return t == blas_trans::none ? CLBlastTransposeNo : t == blas_trans::trans ? CLBlastTransposeYes
+                                                                                        : CLBlastTransposeConjugate;
+        };
+        const CLBlastTranspose ta = trans(va.trans), tb = trans(vb.trans);
+        const std::size_t ldc = std::size_t(c.c_desc().for_blas(c.layout_c).ld);
+        const auto lda = std::size_t(va.ld), ldb = std::size_t(vb.ld);
+        const auto sa = std::size_t(b.stride_a), sb = std::size_t(b.stride_b), sc = std::size_t(b.stride_c);
+        const auto count = std::size_t(b.count);
+        cl_command_queue q = st.queue();
+        cl_event ev = nullptr;
+        CLBlastStatusCode r = CLBlastSuccess;
+        {
+            std::lock_guard lock(clblast_mutex());
+            const scalar al = c.alpha, be = c.beta;
+            switch (c.type) {
+                case dtype::f32:
+                    r = CLBlastSgemmStridedBatched(lay, ta, tb, c.m, c.n, c.k, float(al.real()), a_mem, a_off, lda, sa, b_mem,
+                                                   b_off, ldb, sb, float(be.real()), c_mem, c_off, ldc, sc, count, &q, &ev);
+                    break;
+                case dtype::f64:
+                    r = CLBlastDgemmStridedBatched(lay, ta, tb, c.m, c.n, c.k, al.real(), a_mem, a_off, lda, sa, b_mem, b_off,
+                                                   ldb, sb, be.real(), c_mem, c_off, ldc, sc, count, &q, &ev);
+                    break;
+                case dtype::c32:
+                    r = CLBlastCgemmStridedBatched(lay, ta, tb, c.m, c.n, c.k, cl_float2{{float(al.real()), float(al.imag())}},
+                                                   a_mem, a_off, lda, sa, b_mem, b_off, ldb, sb,
+                                                   cl_float2{{float(be.real()), float(be.imag())}}, c_mem, c_off, ldc, sc,
+                                                   count, &q, &ev);
+                    break;
+                case dtype::c64:
+                    r = CLBlastZgemmStridedBatched(lay, ta, tb, c.m, c.n, c.k, cl_double2{{al.real(), al.imag()}}, a_mem, a_off,
+                                                   lda, sa, b_mem, b_off, ldb, sb, cl_double2{{be.real(), be.imag()}}, c_mem,
+                                                   c_off, ldc, sc, count, &q, &ev);
+                    break;
+            }
+        }
+        const std::string name = gemm_span_name(c) + " x" + std::to_string(b.count);
+        if (r != CLBlastSuccess) {
+            if (ev) clReleaseEvent(ev);
+            throw device_error(std::string("CLBlast") + char(std::toupper(dtype_traits(c.type).blas_prefix)) +
+                               "gemmStridedBatched failed on " + id() + ": " +
+                               (r > -1000 ? error_name(r) : "CLBlast status " + std::to_string(int(r))) + " (" + name + ")");
+        }
+        if (trace() == nullptr) {
+            if (ev) clReleaseEvent(ev);
+            ev = nullptr;
+        }
+        st.submitted(ev, span_kind::kernel, name, 0, c.flops() * double(b.count));
+        return;
+    }
+#endif
+    device::gemm_batched(s, b);
+}
 
 void ocl_device::gemm(stream& s, const gemm_call& c) {
     ocl_stream& st = own(s, "gemm");

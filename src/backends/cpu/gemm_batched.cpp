@@ -1,0 +1,35 @@
+// Batched GEMM on a CPU device: the products of a stack split over the device's workers when they
+// are small (each on one thread: no thread start, no sharing of packed panels to wait for), or run
+// one after the other on the whole pool when they are large.
+#include "cpu_kernels.hpp"
+
+#include "backends/reference/reference_kernels.hpp"
+
+#include <algorithm>
+
+namespace tilestream::cpu {
+
+void gemm_batched(const gemm_batched_call& batch, thread_pool& pool, bool openblas_threads) {
+    if (batch.count <= 0 || batch.call.m <= 0 || batch.call.n <= 0) return;
+    // Below about a millisecond of work per product one thread per product wins: a product split
+    // over the workers pays their start and the packing of the operand they share.
+    constexpr double one_thread_flops = 2.0 * 192 * 192 * 192;
+    const bool split_batch = batch.count >= pool.size() && batch.call.flops() <= one_thread_flops;
+    if (split_batch || batch.call.kernel == gemm_kernel::reference) {
+        const index_t n = batch.count;
+        const int parts = int(std::min<index_t>(n, pool.size()));
+        pool.run(parts, [&](int p) { gemm_items_on_calling_thread(batch, n * p / parts, n * (p + 1) / parts); });
+        return;
+    }
+    for (index_t i = 0; i < batch.count; ++i) {
+        const gemm_call g = batch.item(i);
+        switch (g.kernel) {
+            case gemm_kernel::reference: reference::gemm(g); break;
+            case gemm_kernel::naive: gemm_naive(g, pool); break;
+            case gemm_kernel::tiled: gemm_tiled(g, pool); break;
+            case gemm_kernel::vendor: gemm_vendor(g, pool, openblas_threads); break;
+        }
+    }
+}
+
+}  // namespace tilestream::cpu

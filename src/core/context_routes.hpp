@@ -1,0 +1,106 @@
+// How a context routes its calls: straight to the host's kernel on the calling thread (the direct
+// path) or through the engine, with which kernel on each device, from rates measured once per
+// precision, shape class and kernel setting; and the plans of repeated calls, kept per shape and
+// settings.
+#pragma once
+
+#include <tilestream/context.hpp>
+#include <tilestream/plan.hpp>
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace tilestream::detail {
+
+/// What a context measured for calls of one precision, shape class and kernel setting.
+struct route {
+    /// Whether the direct path may take these calls at all (not with budgeted CPU devices, which
+    /// stand in for accelerators, nor for the naive and reference kernels).
+    bool direct_possible = false;
+    gemm_kernel host_kernel = gemm_kernel::vendor;  ///< the direct path's kernel
+    double host_flops = 0;                          ///< its rate on the calling thread (FLOP/s)
+    double host_fixed = 0;                          ///< its fixed cost per call (s)
+    /// The engine's kernel on each device (in the context's order), and their rates there.
+    std::vector<gemm_kernel> device_kernels;
+    std::vector<double> device_flops;
+    double engine_flops = 0;  ///< in place: all devices together
+    double engine_fixed = 0;  ///< a tiny call through the engine (s); in-place contexts only
+    /// In-place contexts: a call goes direct while its FLOP count is at most this (the crossover
+    /// with the engine, and the step bound: past it the engine cuts the work for cancellation).
+    double flops_limit = 0;
+    bool measured = false;  ///< rates measured (false: declared, or probes that did not fit)
+    std::string kernels_text;    ///< explain: the kernels each side chose, and from which rates
+    std::string crossover_text;  ///< explain: where the direct path ends
+};
+
+/// The routes of one context, measured on first need and kept; thread-safe.
+class context_routes {
+public:
+    struct setup {
+        std::vector<device*> devices;
+        bool in_place = false;
+        std::optional<gemm_kernel> kernel;  ///< the context's kernel (absent: measured choice)
+        math_mode math = math_mode::strict;
+        bool reproducible = false;
+        std::optional<device_rates> rates;  ///< declared: no probe, these rates for both routes
+        double step_seconds = 0.2;
+        std::mutex* device_mutex = nullptr;  ///< held while probing the devices (runs hold it too)
+        /// Seconds of a tiny call through the engine on the devices (called with no lock held).
+        std::function<double()> engine_fixed;
+    };
+    explicit context_routes(setup s);
+
+    /// The route of calls of type t, class c and kernel setting `kernel` (the call's or the
+    /// context's; absent: the measured choice), measured the first time. No lock is taken once
+    /// measured.
+    const route& get(dtype t, shape_class c, std::optional<gemm_kernel> kernel);
+
+    /// Seconds of a tiny call through the engine, measured once (no lock may be held).
+    double engine_fixed();
+
+    bool in_place() const { return s_.in_place; }
+    int host_threads() const { return host_threads_; }
+    double step_seconds() const { return s_.step_seconds; }
+
+    /// A plan made before for this problem and call settings, or none.
+    std::optional<gemm_plan> cached_plan(const gemm_problem& q, const gemm_call_options& call, std::size_t budget);
+    /// Keeps `p` for later calls with the same problem and settings (a few hundred at most).
+    void keep_plan(const gemm_problem& q, const gemm_call_options& call, std::size_t budget, const gemm_plan& p);
+
+private:
+    route measure(dtype t, shape_class c, std::optional<gemm_kernel> kernel);
+    double engine_fixed_seconds();
+
+    setup s_;
+    int host_threads_ = 1;
+    std::mutex mutex_;        ///< measurements, one at a time
+    std::mutex plans_mutex_;  ///< the plan cache
+    static constexpr std::size_t slots = 4 * 4 * 5;  // dtype x shape class x (auto + 4 kernels)
+    std::array<std::atomic<const route*>, slots> routes_{};
+    std::vector<std::unique_ptr<route>> owned_;
+    std::optional<double> engine_fixed_;
+
+    struct plan_key {
+        std::array<std::int64_t, 20> v{};
+        bool operator==(const plan_key&) const = default;
+    };
+    struct plan_key_hash {
+        std::size_t operator()(const plan_key& k) const noexcept;
+    };
+    static plan_key key_of(const gemm_problem& q, const gemm_call_options& call, std::size_t budget);
+    std::unordered_map<plan_key, gemm_plan, plan_key_hash> plans_;
+};
+
+/// Whether a call's options leave the plan to the context (what the direct path may take).
+bool automatic_call(const gemm_call_options& call);
+
+}  // namespace tilestream::detail

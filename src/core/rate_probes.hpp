@@ -1,0 +1,26 @@
+// Short timed probes of a device's kernels, shared by the cost model's rates (measure_rates) and
+// the automatic kernel choice (choose_kernel).
+#pragma once
+
+#include <tilestream/device.hpp>
+#include <tilestream/kernels.hpp>
+#include <tilestream/plan.hpp>
+
+#include <optional>
+#include <span>
+#include <vector>
+
+namespace tilestream::detail {
+
+/// Seconds of one m x n x k GEMM (row-major, packed) of each of `kernels` on `dev`: the median of
+/// `reps` runs after a warm-up, the kernels alternating, on non-zero operands in the device's
+/// memory. Empty for all when the operands do not fit what its budget leaves, and for a kernel
+/// that fails there (when there are several; a single kernel's error is thrown).
+std::vector<std::optional<double>> probe_gemm_seconds(device& dev, dtype type, std::span<const gemm_kernel> kernels,
+                                                      math_mode math, index_t m, index_t n, index_t k, int reps);
+
+/// Sets c.kernel to the fastest measured of c.rates: vendor unless another beats it by more than
+/// 5% (the probes' noise on a busy machine); c.measured when any was.
+void pick_fastest(kernel_choice& c);
+
+}  // namespace tilestream::detail

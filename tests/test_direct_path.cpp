@@ -1,0 +1,243 @@
+// The context's direct path and the engine's step bound: small calls run on the calling thread
+// with the host's kernel (no device work at all) and give the engine's bits for the same kernel;
+// reproducible mode keeps its k-order on both routes; explain shows the crossover; budgeted CPU
+// devices keep staging like accelerators; long in-place runs are cut into bounded steps that
+// report progress and stop soon after a cancel, also on a fault-injected slow device.
+#include "test_support.hpp"
+
+#include <tilestream/context.hpp>
+#include <tilestream/trace.hpp>
+#include <tilestream/verify.hpp>
+
+#include "core/fault_injection.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <complex>
+#include <cmath>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+namespace tilestream {
+namespace {
+
+template <class T>
+struct operands {
+    op oa, ob;
+    index_t m, n, k;
+    host_matrix<T> a, b, c0;
+    operands(op oa_, op ob_, index_t m_, index_t n_, index_t k_, layout lay, std::uint64_t seed)
+        : oa(oa_), ob(ob_), m(m_), n(n_), k(k_), a(oa == op::n ? m : k, oa == op::n ? k : m, lay),
+          b(ob == op::n ? k : n, ob == op::n ? n : k, lay), c0(m, n, lay) {
+        fill_random(a.view(), seed);
+        fill_random(b.view(), seed + 1);
+        fill_random(c0.view(), seed + 2);
+    }
+    /// C poisoned (beta 0) or holding C0, then the call; returns C and the report.
+    std::pair<host_matrix<T>, gemm_report> run(context& ctx, T alpha, T beta, const gemm_call_options& call = {}) {
+        host_matrix<T> c(m, n, c0.view().layout());
+        if (beta == T(0)) fill_nan(c.view());
+        else std::memcpy(c.data(), c0.data(), sizeof(T) * std::size_t(m * n));
+        gemm_report rep = ctx.gemm<T>(oa, ob, alpha, a.view(), b.view(), beta, c.view(), call);
+        const auto r = check_gemm<T>(oa, ob, alpha, a.view(), b.view(), beta, c0.view(), c.view());
+        EXPECT_TRUE(r.passed()) << m << "x" << n << "x" << k << " " << to_string(rep.plan.strategy) << ": " << r.summary();
+        return {std::move(c), std::move(rep)};
+    }
+};
+
+template <class T>
+bool same_bits(const host_matrix<T>& x, const host_matrix<T>& y) {
+    return std::memcmp(x.data(), y.data(), sizeof(T) * std::size_t(x.rows() * x.cols())) == 0;
+}
+
+template <class T>
+void small_calls_are_direct_and_match_the_engine(context& ctx, bool bitwise = true) {
+    // Spans of device work: a direct call has none.
+    trace_recorder spans;
+    for (device* d : ctx.devices()) d->set_trace_sink(&spans);
+    int shape = 0;
+    for (auto [m, n, k] : {std::array<index_t, 3>{1, 1, 1}, {7, 5, 3}, {33, 17, 29}, {64, 63, 65}, {1, 120, 90}})
+        for (int ops = 0; ops < 4; ++ops)
+            for (layout lay : {layout::row_major, layout::col_major}) {
+                // Complex products cost four times the real ones: the largest shape may measure
+                // faster through the engine, so complex takes the smaller shapes only.
+                if (is_complex_v<T> && m * n * k > 20000) continue;
+                constexpr op tr = is_complex_v<T> ? op::c : op::t;  // conjugate transposes on complex data
+                const op oa = (ops & 1) ? tr : op::n, ob = (ops & 2) ? tr : op::n;
+                operands<T> x(oa, ob, m, n, k, lay, 100 + std::uint64_t(++shape));
+                const T beta = shape % 2 ? T(0) : T(0.5);
+                // The first call of a precision and shape class measures the kernels (device work).
+                x.run(ctx, T(1.25), beta);
+                const std::size_t before = spans.spans().size();
+                auto [direct, rd] = x.run(ctx, T(1.25), beta);
+                ASSERT_EQ(rd.plan.strategy, gemm_strategy::direct) << m << "x" << n << "x" << k;
+                EXPECT_EQ(spans.spans().size(), before) << "a direct call made device work";
+                // The same kernel through the engine (one unit in place): the same bits.
+                gemm_call_options engine;
+                engine.strategy = gemm_strategy::zero_copy;
+                engine.kernel = rd.plan.kernel;
+                auto [staged, re] = x.run(ctx, T(1.25), beta, engine);
+                EXPECT_EQ(re.plan.strategy, gemm_strategy::zero_copy);
+                EXPECT_GT(spans.spans().size(), before);
+                if (bitwise)
+                    EXPECT_TRUE(same_bits(direct, staged)) << m << "x" << n << "x" << k << " kernel " << to_string(rd.plan.kernel);
+            }
+    for (device* d : ctx.devices()) d->set_trace_sink(nullptr);
+}
+
+TEST(DirectPath, SmallCallsRunOnTheCallingThreadAndMatchTheEngineBitwise) {
+    context ctx("cpu");
+    small_calls_are_direct_and_match_the_engine<float>(ctx);
+    small_calls_are_direct_and_match_the_engine<double>(ctx);
+    small_calls_are_direct_and_match_the_engine<std::complex<float>>(ctx);
+    small_calls_are_direct_and_match_the_engine<std::complex<double>>(ctx);
+}
+
+TEST(DirectPath, EveryKernelTheDirectPathRunsMatchesTheEngine) {
+    // Two devices: the engine splits OpenBLAS's call over their workers (rows of C apart), so only
+    // the tiled kernel, whose bits do not depend on the sub-problem, is compared bit for bit.
+    for (gemm_kernel k : {gemm_kernel::vendor, gemm_kernel::tiled}) {
+        context_options o;
+        o.kernel = k;
+        context ctx("cpu:2", o);
+        small_calls_are_direct_and_match_the_engine<float>(ctx, k == gemm_kernel::tiled);
+        small_calls_are_direct_and_match_the_engine<double>(ctx, k == gemm_kernel::tiled);
+        small_calls_are_direct_and_match_the_engine<std::complex<double>>(ctx, k == gemm_kernel::tiled);
+    }
+}
+
+TEST(DirectPath, ReproducibleModeGivesTheSameBitsOnBothRoutesAndAnyStepCut) {
+    context_options o;
+    o.reproducible = true;
+    context ctx("cpu:2", o);
+    for (auto [m, n, k] : {std::array<index_t, 3>{37, 29, 700}, {5, 61, 1025}}) {
+        operands<double> x(op::t, op::n, m, n, k, layout::col_major, 7);
+        gemm_call_options direct;
+        direct.strategy = gemm_strategy::direct;
+        auto [d, rd] = x.run(ctx, 0.75, 0.0, direct);
+        EXPECT_EQ(rd.plan.strategy, gemm_strategy::direct);
+        EXPECT_EQ(rd.plan.kernel, gemm_kernel::tiled);
+        EXPECT_EQ(rd.plan.k_block, reproducible_k_block(dtype::f64));
+        gemm_call_options engine;
+        engine.strategy = gemm_strategy::zero_copy;
+        engine.tile_k = 256;  // one k-block a step
+        auto [e, re] = x.run(ctx, 0.75, 0.0, engine);
+        EXPECT_GT(re.plan.steps, 1u);
+        EXPECT_TRUE(same_bits(d, e)) << m << "x" << n << "x" << k;
+        auto [f, rf] = x.run(ctx, 0.75, 0.0);  // whatever the context chooses
+        EXPECT_TRUE(same_bits(d, f)) << to_string(rf.plan.strategy);
+    }
+}
+
+TEST(DirectPath, ExplainShowsTheCrossoverAndTheKernelsMeasured) {
+    context ctx("cpu");
+    host_matrix<float> a(40, 30), b(30, 20), c(40, 20);
+    const gemm_plan small = ctx.plan<float>(op::n, op::n, 1.0f, a.view(), b.view(), 0.0f, c.view());
+    EXPECT_EQ(small.strategy, gemm_strategy::direct);
+    const std::string text = ctx.explain(small);
+    EXPECT_NE(text.find("direct"), std::string::npos) << text;
+    EXPECT_NE(text.find("crossover"), std::string::npos) << text;
+    EXPECT_NE(text.find("GFLOP/s at 64x64x64"), std::string::npos) << text;  // the small class's probe
+    // A product far past the crossover (planned, not run) goes to the engine, in bounded steps.
+    host_matrix<float> big_a(1, 1), big_b(1, 1), big_c(1, 1);
+    gemm_problem q = describe_gemm<float>(op::n, op::n, 1.0f, big_a.view(), big_b.view(), 0.0f, big_c.view());
+    q.m = q.n = 8192;
+    q.k = 8192;
+    q.lda = q.ldb = q.ldc = 8192;
+    const gemm_plan big = ctx.plan(q);
+    EXPECT_EQ(big.strategy, gemm_strategy::zero_copy);
+    EXPECT_NE(ctx.explain(big).find("over the crossover"), std::string::npos) << ctx.explain(big);
+    EXPECT_GT(big.steps, 1u);
+    const double step = 2.0 * double(big.tile_m) * double(big.tile_n) * double(big.tile_k) / big.rates.flops;
+    EXPECT_LE(step, 0.2 * 1.05) << ctx.explain(big);
+    EXPECT_EQ(big.tile_k % reproducible_k_block(dtype::f32), 0) << "steps cut k in whole k-blocks";
+}
+
+TEST(DirectPath, BudgetedCpuDevicesStageLikeAccelerators) {
+    context_options o;
+    o.memory_budget = 1 << 20;
+    context ctx("cpu", o);
+    operands<float> x(op::n, op::n, 30, 20, 10, layout::row_major, 3);
+    auto [c, rep] = x.run(ctx, 1.0f, 0.0f);
+    EXPECT_NE(rep.plan.strategy, gemm_strategy::direct);
+    EXPECT_GT(rep.bytes_h2d, 0u);
+}
+
+TEST(DirectPath, KernelChoiceIsTheFastestItMeasured) {
+    auto devs = open_devices("cpu");
+    for (dtype t : {dtype::f32, dtype::f64})
+        for (shape_class c : all_shape_classes) {
+            const kernel_choice k = choose_kernel(*devs.front(), t, c);
+            ASSERT_TRUE(k.measured) << to_string(t) << " " << to_string(c);
+            ASSERT_EQ(k.rates.size(), 2u);
+            double vendor = 0, best = 0;
+            gemm_kernel fastest = gemm_kernel::vendor;
+            for (const kernel_rate& r : k.rates) {
+                EXPECT_TRUE(r.measured) << to_string(r.kernel) << ": " << r.note;
+                EXPECT_GT(r.flops, 0);
+                if (r.kernel == gemm_kernel::vendor) vendor = r.flops;
+                if (r.flops > best) best = r.flops, fastest = r.kernel;
+            }
+            EXPECT_EQ(k.kernel, vendor * 1.05 >= best ? gemm_kernel::vendor : fastest);
+        }
+    EXPECT_EQ(classify_gemm(16, 16, 16), shape_class::small);
+    EXPECT_EQ(classify_gemm(4096, 4096, 16), shape_class::thin_k);
+    EXPECT_EQ(classify_gemm(16, 16, 4096), shape_class::thin_mn);
+    EXPECT_EQ(classify_gemm(4096, 16, 4096), shape_class::thin_mn);
+    EXPECT_EQ(classify_gemm(1, 4096, 4096), shape_class::thin_mn);
+    EXPECT_EQ(classify_gemm(300, 200, 100), shape_class::square);
+}
+
+// Declared rates, so the steps are known: 64 x 64 x 256 f64 is 2.1 MFLOP, 2.1 ms at a declared
+// 1 GFLOP/s, so a bound of 2.5 ms makes one k-block (256) a step. The route is measured by a first
+// call before the device is slowed down.
+context_options slow_options() {
+    context_options o;
+    o.rates = device_rates{};
+    o.rates->flops = 1e9;
+    o.step_seconds = 0.0025;
+    return o;
+}
+
+TEST(Granularity, LongInPlaceRunsReportProgressStepByStepOnASlowDevice) {
+    context ctx("cpu", slow_options());
+    operands<double> x(op::n, op::n, 64, 64, 2048, layout::row_major, 5);
+    x.run(ctx, 1.0, 0.0);
+    const fault_injection::slowdown slow({{ctx.devices().front()->id(), 0.05}});
+    gemm_call_options call;
+    std::vector<std::size_t> steps;
+    std::mutex m;
+    call.run.on_step_done = [&](std::size_t s) {
+        std::lock_guard lock(m);
+        steps.push_back(s);
+    };
+    auto [c, rep] = x.run(ctx, 1.0, 0.0, call);
+    EXPECT_EQ(rep.plan.strategy, gemm_strategy::zero_copy);
+    EXPECT_EQ(rep.plan.steps, 8u) << ctx.explain(rep.plan);
+    ASSERT_EQ(steps.size(), rep.plan.steps);
+    for (std::size_t i = 0; i < steps.size(); ++i) EXPECT_EQ(steps[i], i + 1);
+}
+
+TEST(Granularity, CancelEndsALongRunWithinAStep) {
+    context ctx("cpu", slow_options());
+    operands<double> x(op::n, op::n, 64, 64, 4096, layout::row_major, 6);  // 16 steps, 1.6 s with the slowdown
+    x.run(ctx, 1.0, 0.0);
+    const fault_injection::slowdown slow({{ctx.devices().front()->id(), 0.1}});
+    std::atomic<bool> cancel{false};
+    gemm_call_options call;
+    call.run.cancel = &cancel;
+    host_matrix<double> c(64, 64);
+    std::thread stopper([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(250));
+        cancel = true;
+    });
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_THROW(ctx.gemm<double>(op::n, op::n, 1.0, x.a.view(), x.b.view(), 0.0, c.view(), call), cancelled);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    stopper.join();
+    EXPECT_LT(seconds, 0.25 + 0.5) << "a cancel must end the run within 0.5 s";
+}
+
+}  // namespace
+}  // namespace tilestream
