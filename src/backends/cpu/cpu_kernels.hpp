@@ -4,6 +4,7 @@
 #include "thread_pool.hpp"
 
 #include <tilestream/kernels.hpp>
+#include <tilestream/tile_ops.hpp>
 
 namespace tilestream::cpu {
 
@@ -17,6 +18,15 @@ void gemm_tiled(const gemm_call& call, thread_pool& pool);
 /// process's only CPU device) one call with OpenBLAS's own threads, as many as the pool has.
 void gemm_vendor(const gemm_call& call, thread_pool& pool, bool openblas_threads);
 void gemm_vendor(const gemm_call& call, thread_pool& pool);  ///< split over the pool's workers
+
+/// Sets OpenBLAS's (process-wide) thread count, under one lock for every caller.
+void set_openblas_threads(int n);
+
+/// The Level 3 tile operations (kinds other than gemm) through OpenBLAS, as gemm_vendor: one call
+/// with OpenBLAS's threads, or the tile split over the pool's workers (blas3_vendor.cpp).
+void tile_vendor(const tile_op& op, thread_pool& pool, bool openblas_threads);
+/// Whether tile_vendor has a routine for this kind and type.
+bool tile_vendor_supports(tile_kind kind, dtype type);
 
 /// Jacobi sweep: rows split over the workers, inner loop vectorised.
 void jacobi_sweep(const jacobi_call& call, thread_pool& pool);

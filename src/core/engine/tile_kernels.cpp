@@ -1,0 +1,63 @@
+// Routing of tile operations to a device's kernels, its vendor routine or the host reference.
+#include "core/engine/tile_kernels.hpp"
+
+#include <tilestream/error.hpp>
+
+namespace tilestream::detail::engine {
+
+gemm_call as_gemm_call(const tile_op& op) {
+    gemm_call c;
+    c.type = op.type;
+    c.op_a = op.trans_a;
+    c.op_b = op.trans_b;
+    c.m = op.m;
+    c.n = op.n;
+    c.k = op.k;
+    c.alpha = op.alpha.real();
+    c.beta = op.beta.real();
+    c.a = op.a.data;
+    c.lda = op.a.ld;
+    c.layout_a = op.a.lay;
+    c.b = op.b.data;
+    c.ldb = op.b.ld;
+    c.layout_b = op.b.lay;
+    c.c = const_cast<void*>(op.c.data);
+    c.ldc = op.c.ld;
+    c.layout_c = op.c.lay;
+    c.kernel = op.kernel;
+    c.math = op.math;
+    return c;
+}
+
+tile_matrix shifted(const tile_matrix& m, index_t i, index_t j, std::size_t element_bytes) {
+    tile_matrix r = m;
+    if (m.data == nullptr) return r;
+    const index_t off = m.lay == layout::row_major ? i * m.ld + j : i + j * m.ld;
+    r.data = static_cast<const char*>(m.data) + std::size_t(off) * element_bytes;
+    return r;
+}
+
+std::string_view to_string(tile_route r) noexcept {
+    switch (r) {
+        case tile_route::device_kernel: return "device kernel";
+        case tile_route::device_vendor: return "vendor";
+        case tile_route::host_reference: return "reference (host)";
+    }
+    return "?";
+}
+
+tile_route route_of(const device& dev, const tile_op& op, bool deterministic) {
+    if (op.kind == tile_kind::gemm) {
+        if (!dev.supports(op.kernel))
+            throw invalid_argument("tile gemm: device " + dev.id() + " has no '" + std::string(to_string(op.kernel)) +
+                                   "' kernel");
+        return tile_route::device_kernel;
+    }
+    if (deterministic) return tile_route::host_reference;
+    if (dev.supports(op.kind, op.type, op.kernel)) return tile_route::device_kernel;
+    if (op.kernel != gemm_kernel::vendor && dev.supports(op.kind, op.type, gemm_kernel::vendor))
+        return tile_route::device_vendor;
+    return tile_route::host_reference;
+}
+
+}  // namespace tilestream::detail::engine

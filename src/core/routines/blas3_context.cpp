@@ -1,0 +1,55 @@
+// The context's Level 3 calls: plans for all its devices, runs one at a time on them.
+#include <tilestream/context.hpp>
+#include <tilestream/error.hpp>
+
+#include "core/gemm_memory.hpp"
+
+namespace tilestream {
+
+blas3_plan context::plan(const blas3_problem& problem, const blas3_call_options& call) {
+    blas3_options o;
+    o.kernel = call.kernel.value_or(options_.kernel);
+    o.math = options_.math;
+    o.tile = call.tile;
+    o.tile_free = call.tile_free;
+    o.tile_k = call.tile_k;
+    o.order = call.order;
+    o.devices = int(device_ptrs_.size());
+    o.in_place = in_place_;
+    o.reproducible = options_.reproducible;
+    for (auto* d : device_ptrs_)
+        if (!d->supports(o.kernel))
+            throw invalid_argument(std::string(to_string(problem.routine)) + ": device " + d->id() + " has no '" +
+                                   std::string(to_string(o.kernel)) + "' kernel (the reference kernel runs on CPU devices only)");
+    // One device in place runs one call whatever the rates: no probe.
+    const bool probe = !problem.quick_return && (!in_place_ || device_ptrs_.size() > 1);
+    device_rates r = call.rates ? *call.rates : options_.rates ? *options_.rates
+                                            : probe ? rates(problem.type, o.kernel == gemm_kernel::reference ? o.kernel : o.kernel)
+                                                    : device_rates{};
+    r.host_memory = computes_on_host_cores(device_ptrs_);
+    try {
+        return plan_blas3(problem, budget(), r, o);
+    } catch (const out_of_budget& e) {
+        throw out_of_budget(names_ + ": " + e.what());
+    }
+}
+
+std::string context::explain(const blas3_plan& p) const { return tilestream::explain(p); }
+
+template <class T>
+blas3_report context::execute(const blas3_plan& p, const blas3_operands<T>& ops, const blas3_call_options& call) {
+    if (p.devices != int(device_ptrs_.size()))
+        throw invalid_argument("context: the plan is for " + std::to_string(p.devices) + " device(s), this context has " +
+                               std::to_string(device_ptrs_.size()) + " (" + names_ + ")");
+    const std::lock_guard lock(mutex_);
+    if (!p.in_place) memory_->release();  // GEMM buffers kept from earlier calls make room for the tiles
+    return execute_blas3<T>(p, device_ptrs_, ops, call.run);
+}
+
+#define TILESTREAM_INSTANTIATE(T)                                                                          \
+    template blas3_report context::execute<T>(const blas3_plan&, const blas3_operands<T>&, const blas3_call_options&);
+TILESTREAM_INSTANTIATE(float)
+TILESTREAM_INSTANTIATE(double)
+#undef TILESTREAM_INSTANTIATE
+
+}  // namespace tilestream

@@ -1,0 +1,201 @@
+// Shared by the Level 3 testers (test_trsm.cpp, test_trmm.cpp, test_symm.cpp, test_syrk.cpp,
+// test_syr2k.cpp): random operands of a call with the parts BLAS must not read poisoned (NaN in A's
+// other triangle, in C when beta = 0; a sentinel in the triangle of C the SYRK family must not
+// write), a run through a context, and the comparison with the reference.
+#pragma once
+
+#include "test_support.hpp"
+
+#include <tilestream/blas3.hpp>
+#include <tilestream/context.hpp>
+#include <tilestream/verify.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace tilestream::testing {
+
+/// One Level 3 call to run: routine, flags, shapes (as blas3_problem names them), layouts, scalars.
+struct blas3_case {
+    blas3_routine routine = blas3_routine::trsm;
+    blas3_flags flags;
+    index_t m = 0, n = 0, k = 0;  ///< syrk family: C is n x n, op(A) n x k
+    layout la = layout::row_major, lb = layout::row_major, lc = layout::row_major;
+    double alpha = 0.75, beta = 0.0;
+    std::uint64_t seed = 1;
+
+    std::string name() const {
+        std::ostringstream o;
+        o << to_string(routine) << " side=" << to_string(flags.side) << " uplo=" << to_string(flags.uplo)
+          << " trans=" << to_string(flags.trans) << " diag=" << to_string(flags.diag) << " m=" << m << " n=" << n
+          << " k=" << k << " layouts=" << (la == layout::row_major ? 'r' : 'c') << (lb == layout::row_major ? 'r' : 'c')
+          << (lc == layout::row_major ? 'r' : 'c') << " alpha=" << alpha << " beta=" << beta;
+        return o.str();
+    }
+    bool rank_k() const {
+        return routine == blas3_routine::syrk || routine == blas3_routine::syr2k;
+    }
+    bool solves() const { return routine == blas3_routine::trsm || routine == blas3_routine::trmm; }
+    index_t order() const { return rank_k() ? n : (flags.side == side::left ? m : n); }
+};
+
+/// The sentinel in the triangle of C a SYRK-family call must leave alone.
+inline constexpr double untouched = 12345.0;
+
+template <class T>
+struct blas3_data {
+    host_matrix<T> a, b, c, c0;  ///< c: run here; c0: its starting values
+    blas3_operands<T> ops(const blas3_case& g) {
+        blas3_operands<T> o;
+        o.alpha = T(g.alpha);
+        o.beta = T(g.beta);
+        o.a = a.view();
+        if (b.size() > 0 || !g.solves()) o.b = b.view();
+        o.c = c.view();
+        return o;
+    }
+};
+
+/// Whether (i, j) of a square matrix lies in the `u` triangle (diagonal included).
+inline bool in_triangle(uplo u, index_t i, index_t j) { return u == uplo::lower ? i >= j : i <= j; }
+
+template <class T>
+blas3_data<T> make_blas3_data(const blas3_case& g) {
+    std::mt19937_64 rng(g.seed);
+    std::uniform_real_distribution<double> uni(-1.0, 1.0);
+    const T nan = std::numeric_limits<T>::quiet_NaN();
+    blas3_data<T> d;
+    const index_t order = g.order();
+    if (g.rank_k()) {
+        const bool nop = g.flags.trans == op::n;
+        d.a = host_matrix<T>(nop ? g.n : g.k, nop ? g.k : g.n, g.la);
+        for (index_t i = 0; i < d.a.rows(); ++i)
+            for (index_t j = 0; j < d.a.cols(); ++j) d.a(i, j) = T(uni(rng));
+        if (g.routine == blas3_routine::syr2k) {
+            d.b = host_matrix<T>(d.a.rows(), d.a.cols(), g.lb);
+            for (index_t i = 0; i < d.b.rows(); ++i)
+                for (index_t j = 0; j < d.b.cols(); ++j) d.b(i, j) = T(uni(rng));
+        }
+        d.c = host_matrix<T>(g.n, g.n, g.lc);
+        d.c0 = host_matrix<T>(g.n, g.n, g.lc);
+        for (index_t i = 0; i < g.n; ++i)
+            for (index_t j = 0; j < g.n; ++j)
+                d.c0(i, j) = !in_triangle(g.flags.uplo, i, j) ? T(untouched) : g.beta == 0 ? nan : T(uni(rng));
+    } else {
+        // A: the stored triangle random (trsm: well conditioned, off-diagonal scaled by 1/order and
+        // a dominant diagonal), the other triangle NaN, which BLAS never reads; a unit diagonal NaN too.
+        d.a = host_matrix<T>(order, order, g.la);
+        for (index_t i = 0; i < order; ++i)
+            for (index_t j = 0; j < order; ++j) {
+                double v = uni(rng);
+                if (!in_triangle(g.flags.uplo, i, j)) {
+                    d.a(i, j) = nan;
+                    continue;
+                }
+                if (g.routine == blas3_routine::trsm) v = i == j ? 2.0 + 0.5 * v : v / double(order);
+                if (g.solves() && i == j && g.flags.diag == diag::unit) {
+                    d.a(i, j) = nan;
+                    continue;
+                }
+                d.a(i, j) = T(v);
+            }
+        if (g.routine == blas3_routine::symm) {
+            d.b = host_matrix<T>(g.m, g.n, g.lb);
+            for (index_t i = 0; i < g.m; ++i)
+                for (index_t j = 0; j < g.n; ++j) d.b(i, j) = T(uni(rng));
+        }
+        d.c = host_matrix<T>(g.m, g.n, g.lc);
+        d.c0 = host_matrix<T>(g.m, g.n, g.lc);
+        const bool poison = g.routine == blas3_routine::symm ? g.beta == 0 : g.alpha == 0;
+        for (index_t i = 0; i < g.m; ++i)
+            for (index_t j = 0; j < g.n; ++j) d.c0(i, j) = poison ? nan : T(uni(rng));
+    }
+    std::memcpy(d.c.data(), d.c0.data(), sizeof(T) * std::size_t(d.c.size()));
+    return d;
+}
+
+/// Relative Frobenius error of c against the reference over the elements the call computes, and
+/// whether every element it must not write still holds the sentinel (count of those changed).
+struct blas3_comparison {
+    double error = 0, reference_norm = 0;
+    std::size_t changed_outside = 0, nonfinite = 0;
+};
+
+template <class T>
+blas3_comparison compare_blas3(const blas3_case& g, const blas3_data<T>& d, host_matrix_view<const T> ref) {
+    blas3_comparison r;
+    double diff = 0, norm = 0;
+    for (index_t i = 0; i < ref.rows(); ++i)
+        for (index_t j = 0; j < ref.cols(); ++j) {
+            const double x = double(d.c(i, j)), y = double(ref(i, j));
+            if (g.rank_k() && !in_triangle(g.flags.uplo, i, j)) {
+                if (d.c(i, j) != T(untouched)) ++r.changed_outside;
+                continue;
+            }
+            if (!std::isfinite(x)) ++r.nonfinite;
+            diff += (x - y) * (x - y);
+            norm += y * y;
+        }
+    r.reference_norm = std::sqrt(norm);
+    r.error = norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
+    return r;
+}
+
+/// The tolerance of a run against the double-accumulating reference: c sqrt(depth) u.
+template <class T>
+double blas3_tolerance(const blas3_case& g) {
+    const double u = std::numeric_limits<T>::epsilon() / 2;
+    const double depth = double(std::max<index_t>({g.k, g.order(), 1}));
+    return (g.routine == blas3_routine::trsm ? 256.0 : 64.0) * std::sqrt(depth) * u;
+}
+
+/// Runs the case through the context (fresh operands) and checks it against the reference; the
+/// report is returned for the caller's own checks.
+template <class T>
+blas3_report run_and_check(context& ctx, const blas3_case& g, const blas3_call_options& call = {},
+                           std::vector<T>* result = nullptr) {
+    blas3_data<T> d = make_blas3_data<T>(g);
+    host_matrix<T> ref(d.c0.rows(), d.c0.cols(), d.c0.layout());
+    std::memcpy(ref.data(), d.c0.data(), sizeof(T) * std::size_t(ref.size()));
+    {
+        blas3_operands<T> ro = d.ops(g);
+        ro.c = ref.view();
+        reference_blas3<T>(g.routine, g.flags, ro);
+    }
+    const blas3_report rep = ctx.blas3<T>(g.routine, g.flags, d.ops(g), call);
+    const blas3_comparison cmp = compare_blas3<T>(g, d, ref.view());
+    const double tol = blas3_tolerance<T>(g);
+    EXPECT_EQ(cmp.nonfinite, 0u) << g.name() << " on " << ctx.device_names();
+    EXPECT_EQ(cmp.changed_outside, 0u) << g.name() << " on " << ctx.device_names() << ": the other triangle of C was written";
+    EXPECT_LE(cmp.error, tol) << g.name() << " on " << ctx.device_names() << " (" << to_string(dtype_of<T>()) << ")";
+    if (g.alpha != 0 || (!g.solves() && g.beta != 0)) EXPECT_GT(cmp.reference_norm, 0.0) << g.name();
+    if (result != nullptr) result->assign(d.c.data(), d.c.data() + d.c.size());
+    return rep;
+}
+
+/// Every combination of the routine's flags (side, uplo, trans, diag as it has them).
+inline std::vector<blas3_flags> every_flag(blas3_routine r) {
+    std::vector<blas3_flags> out;
+    const bool has_side = r == blas3_routine::symm || r == blas3_routine::trmm || r == blas3_routine::trsm;
+    const bool has_trans = r != blas3_routine::symm;
+    const bool has_diag = r == blas3_routine::trmm || r == blas3_routine::trsm;
+    for (side s : {side::left, side::right}) {
+        if (!has_side && s == side::right) continue;
+        for (uplo u : {uplo::lower, uplo::upper})
+            for (op t : {op::n, op::t}) {
+                if (!has_trans && t == op::t) continue;
+                for (diag dg : {diag::non_unit, diag::unit}) {
+                    if (!has_diag && dg == diag::unit) continue;
+                    out.push_back({s, u, t, dg});
+                }
+            }
+    }
+    return out;
+}
+
+}  // namespace tilestream::testing
