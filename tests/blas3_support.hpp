@@ -198,4 +198,32 @@ inline std::vector<blas3_flags> every_flag(blas3_routine r) {
     return out;
 }
 
+/// Runs every flag combination of the routine with layout combinations (all of them, or about
+/// half) in f64 and f32 on the context: m x n (B or C; syrk family: C n x n, op(A) n x k).
+inline void every_option(context& ctx, blas3_routine r, index_t m, index_t n, index_t k, const blas3_call_options& call,
+                         bool all_layouts, double alpha = 0.75, double beta = 0.5) {
+    int count = 0;
+    for (const blas3_flags& f : every_flag(r))
+        for (layout la : {layout::row_major, layout::col_major})
+            for (layout lc : {layout::row_major, layout::col_major}) {
+                ++count;
+                if (!all_layouts && la != lc && count % 2) continue;
+                blas3_case g;
+                g.routine = r;
+                g.flags = f;
+                g.m = m;
+                g.n = n;
+                g.k = k;
+                g.la = la;
+                g.lb = count % 3 ? la : lc;
+                g.lc = lc;
+                g.alpha = alpha;
+                g.beta = beta;
+                g.seed = std::uint64_t(37 * count + 5);
+                run_and_check<double>(ctx, g, call);
+                g.seed += 1000;
+                run_and_check<float>(ctx, g, call);
+            }
+}
+
 }  // namespace tilestream::testing

@@ -1,5 +1,6 @@
 // Routing of tile operations to a device's kernels, its vendor routine or the host reference.
 #include "core/engine/tile_kernels.hpp"
+#include "core/engine/tile_mapping.hpp"
 
 #include <tilestream/error.hpp>
 
@@ -54,9 +55,19 @@ tile_route route_of(const device& dev, const tile_op& op, bool deterministic) {
         return tile_route::device_kernel;
     }
     if (deterministic) return tile_route::host_reference;
-    if (dev.supports(op.kind, op.type, op.kernel)) return tile_route::device_kernel;
-    if (op.kernel != gemm_kernel::vendor && dev.supports(op.kind, op.type, gemm_kernel::vendor))
+    if (dev.supports(op.kind, op.type, op.kernel)) {
+        // A vendor routine takes one layout; mixed layouts that would need a conjugate without a
+        // transpose go to the reference (the CPU's own vendor path does that itself).
+        if (op.kernel == gemm_kernel::vendor && !dev.host_addressable() && !as_column_major(op).representable)
+            return tile_route::host_reference;
+        return tile_route::device_kernel;
+    }
+    if (op.kernel != gemm_kernel::vendor && dev.supports(op.kind, op.type, gemm_kernel::vendor)) {
+        tile_op v = op;
+        v.kernel = gemm_kernel::vendor;
+        if (!dev.host_addressable() && !as_column_major(v).representable) return tile_route::host_reference;
         return tile_route::device_vendor;
+    }
     return tile_route::host_reference;
 }
 
