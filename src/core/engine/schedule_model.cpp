@@ -36,14 +36,27 @@ public:
         order_.insert({clock_, tile});
         return true;
     }
-    void put(int tile, std::uint32_t version) {
+    bool holds(int tile, std::uint32_t version) const {
+        auto it = entries_.find(tile);
+        return it != entries_.end() && it->second.first == version;
+    }
+    /// The tile's slot now holds `version` (its recency unchanged).
+    void relabel(int tile, std::uint32_t version) {
+        auto it = entries_.find(tile);
+        if (it != entries_.end()) it->second.first = version;
+    }
+    /// Holds (tile, version), evicting the least recently used tile that is not pinned (the
+    /// store's locked slots: the task's outputs and the step's other input).
+    void put(int tile, std::uint32_t version, const std::vector<int>& pinned = {}) {
         auto it = entries_.find(tile);
         if (it != entries_.end()) {
             order_.erase({it->second.second, tile});
         } else if (int(entries_.size()) >= slots_) {
-            const auto victim = *order_.begin();
-            order_.erase(order_.begin());
-            entries_.erase(victim.second);
+            auto v = order_.begin();
+            while (v != order_.end() && std::find(pinned.begin(), pinned.end(), v->second) != pinned.end()) ++v;
+            if (v == order_.end()) v = order_.begin();
+            entries_.erase(v->second);
+            order_.erase(v);
         }
         entries_[tile] = {version, ++clock_};
         order_.insert({clock_, tile});
@@ -103,20 +116,52 @@ model_result model_run(const task_graph& g, const model_settings& m) {
                 pending.pop();
             }
         }
-        const int t = -available.top().second;
-        available.pop();
+        // As the executor picks: among the most urgent (within 10% of the top priority, at most 8)
+        // the one whose tiles the device holds most of (outputs count twice).
+        int t = -available.top().second;
+        if (!m.in_place && available.size() > 1) {
+            std::vector<std::pair<double, int>> window;
+            const double top = available.top().first;
+            while (!available.empty() && window.size() < 8 && available.top().first >= 0.9 * top) {
+                window.push_back(available.top());
+                available.pop();
+            }
+            int best = -1, best_score = -1;
+            for (std::size_t w = 0; w < window.size(); ++w) {
+                const tile_task& cand = g.tasks[std::size_t(-window[w].second)];
+                int score = 0;
+                for (const task_output& o : cand.outputs)
+                    if (o.load && s.cache.holds(o.tile, version[std::size_t(o.tile)])) score += 2;
+                for (int x : cand.inputs)
+                    if (s.cache.holds(x, version[std::size_t(x)])) ++score;
+                if (score > best_score) best_score = score, best = int(w);
+            }
+            t = -window[std::size_t(best)].second;
+            for (std::size_t w = 0; w < window.size(); ++w)
+                if (int(w) != best) available.push(window[w]);
+        } else {
+            available.pop();
+        }
         const tile_task& task = g.tasks[std::size_t(t)];
         double compute = 0, load_bytes = 0, store_bytes = 0;
         double chain = 0;
         for (const task_step& st : task.steps) compute += step_seconds(g, st, r);
         if (!m.in_place) {
+            // As the store does: outputs take their slots first (found, or the least recently
+            // used one, loaded when their value is read), then each step's inputs.
+            std::vector<int> pinned;
             for (const task_output& o : task.outputs) {
+                const bool found = s.cache.hit(o.tile, version[std::size_t(o.tile)]);
+                if (!found) s.cache.put(o.tile, version[std::size_t(o.tile)], pinned);
+                pinned.push_back(o.tile);
                 if (o.load) {
-                    if (s.cache.hit(o.tile, version[std::size_t(o.tile)])) ++res.cache_hits;
+                    if (found) ++res.cache_hits;
                     else load_bytes += double(g.tile_bytes(o.tile)), ++res.loads;
                 }
             }
-            for (const task_step& st : task.steps)
+            const std::size_t outputs = pinned.size();
+            for (const task_step& st : task.steps) {
+                pinned.resize(outputs);
                 for (int x : {st.a, st.b}) {
                     if (x < 0) continue;
                     bool own = false;
@@ -127,9 +172,11 @@ model_result model_run(const task_graph& g, const model_settings& m) {
                     } else {
                         load_bytes += double(g.tile_bytes(x));
                         ++res.loads;
-                        s.cache.put(x, version[std::size_t(x)]);
+                        s.cache.put(x, version[std::size_t(x)], pinned);
                     }
+                    pinned.push_back(x);
                 }
+            }
             for (const task_output& o : task.outputs) store_bytes += double(g.tile_bytes(o.tile));
         }
         res.bytes_h2d += std::size_t(load_bytes);
@@ -159,7 +206,7 @@ model_result model_run(const task_graph& g, const model_settings& m) {
         finish[std::size_t(t)] = end;
         for (const task_output& o : task.outputs) {
             ++version[std::size_t(o.tile)];
-            if (!m.in_place) s.cache.put(o.tile, version[std::size_t(o.tile)]);
+            if (!m.in_place) s.cache.relabel(o.tile, version[std::size_t(o.tile)]);
         }
         chain = path[std::size_t(t)] + compute;
         res.critical_path_seconds = std::max(res.critical_path_seconds, chain);

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 namespace tilestream::detail::engine {
 
@@ -67,10 +68,13 @@ tile_store::tile_store(device& dev, stream& h2d, stream& compute, stream& d2h, i
     if (!dev.host_addressable()) region_stage_ = dev.allocate_host_staging(slot_bytes);
 }
 
-tile_slot& tile_store::victim() {
+tile_slot& tile_store::victim(int tile) {
     tile_slot* v = nullptr;
-    for (auto& s : slots_)
-        if (!s.locked && (v == nullptr || s.last_use < v->last_use)) v = &s;
+    // A slot holding an older version of the tile is reused first: that version is of no more use.
+    if (auto it = index_.find(tile); it != index_.end() && !slots_[it->second].locked) v = &slots_[it->second];
+    if (v == nullptr)
+        for (auto& s : slots_)
+            if (!s.locked && (v == nullptr || s.last_use < v->last_use)) v = &s;
     if (v == nullptr) throw invalid_argument(dev_.id() + ": every tile slot is in use by one task (too few slots)");
     if (v->tile >= 0) {
         auto it = index_.find(v->tile);
@@ -110,7 +114,7 @@ tile_slot& tile_store::input(int tile, std::uint32_t version, const host_rect& r
             return s;
         }
     }
-    tile_slot& s = victim();
+    tile_slot& s = victim(tile);
     load(s, r);
     dev_.wait(compute_, *s.ready);
     s.tile = tile;
@@ -136,7 +140,7 @@ tile_slot& tile_store::output(int tile, std::uint32_t version, bool load_it, con
         dev_.wait(compute_, *s->ready);
         dev_.wait(compute_, *s->written);
     } else {
-        s = &victim();
+        s = &victim(tile);
         if (load_it) {
             load(*s, r);
             dev_.wait(compute_, *s->ready);
@@ -164,11 +168,14 @@ void tile_store::store(tile_slot& s, const host_rect& r, tile_region region) {
     if (fault_injection::d2h_fails(dev_)) {
         // Half of the tile's lines get garbage, as from a copy that broke off.
         const std::string what = dev_.id() + ": copy to the host failed half way (injected fault)";
+        // (Within the region the copy would write: a triangle's copy never reaches the other one.)
+        std::vector<char> garbage(bytes, char(0x7f));
         copy_2d_desc d = packed_copy(nullptr, r, false);
         d.height = (d.height + 1) / 2;
-        dev_.enqueue_host(d2h_, [what, d] {
-            for (std::size_t line = 0; line < d.height; ++line)
-                std::memset(static_cast<char*>(d.dst) + line * d.dst_pitch, 0x7f, d.width_bytes);
+        dev_.enqueue_host(d2h_, [what, d, r, region, garbage = std::move(garbage)] {
+            copy_2d_desc g = d;
+            g.src = garbage.data();
+            copy_region(g, r, region, false);
             throw device_error(what);
         }, "injected fault");
     } else if (region == tile_region::full) {

@@ -69,7 +69,9 @@ public:
     const store_counters& counters() const { return counters_; }
 
 private:
-    tile_slot& victim();
+    /// The slot to overwrite with `tile`: one holding an older version of it, else the least
+    /// recently used unlocked one.
+    tile_slot& victim(int tile);
     void load(tile_slot& s, const host_rect& r);
 
     device& dev_;

@@ -131,8 +131,10 @@ blas3_plan plan_blas3(const blas3_problem& p, std::size_t budget, const device_r
     base.kernel = plan.kernel;
     base.math = opt.math;
     base.in_place = opt.in_place;
-    // Reproducible: the summed dimension goes in k-blocks, whatever the budget or devices.
-    const bool fixed_tile = opt.reproducible && !rk;
+    // Reproducible: the summed dimension goes in k-blocks, whatever the budget or devices; the
+    // SYRK family's C tiles too (a diagonal tile's elements are computed by its rank-k kernel,
+    // the others by GEMM tiles: the tiling must not move an element from one to the other).
+    const bool fixed_tile = opt.reproducible;
     const bool fixed_k = opt.reproducible && rk;
 
     std::vector<build_settings> tilings;
