@@ -9,6 +9,7 @@
 // explain -> execute_blas3. A context does all of it for its devices.
 #pragma once
 
+#include <tilestream/anchor.hpp>
 #include <tilestream/device.hpp>
 #include <tilestream/gemm.hpp>
 #include <tilestream/matrix.hpp>
@@ -180,5 +181,29 @@ blas3_report blas3(device& dev, blas3_routine routine, const blas3_flags& flags,
 /// The sequential reference on host data (accumulating in double): the tests' oracle.
 template <class T>
 void reference_blas3(blas3_routine routine, const blas3_flags& flags, const blas3_operands<T>& ops);
+
+/// A Level 3 result checked in float64 (what the CLI's --check runs).
+struct blas3_check_result {
+    std::string method;            ///< TRSM: the residual; the others: float64 OpenBLAS on upcast operands
+    double error = 0, tolerance = 0;
+    std::size_t changed_outside = 0;  ///< SYRK family: elements of the other triangle that changed
+    std::size_t nonfinite = 0;        ///< elements not finite where the reference is
+    bool passed = false;
+    double seconds = 0;
+    std::string summary() const;
+};
+
+/// Checks `result` against the call on `inputs` (inputs.c holds C's, or B's, values before the
+/// run). TRSM: || op(A) X - alpha B ||_F / (||A||_F ||X||_F) within max(16, 2 order) u; the
+/// others: relative Frobenius error against float64 OpenBLAS within max(16, 8 sqrt(depth)) u, and
+/// the SYRK family's other triangle bitwise unchanged.
+template <class T>
+blas3_check_result check_blas3(blas3_routine routine, const blas3_flags& flags, const blas3_operands<T>& inputs,
+                               host_matrix_view<const T> result);
+
+/// Times the same OpenBLAS routine (all hardware threads) on column-major copies of the operands,
+/// C or B refreshed before each run: the anchor of `--anchor`.
+template <class T>
+blas_anchor time_host_blas3(blas3_routine routine, const blas3_flags& flags, const blas3_operands<T>& inputs, int repeat);
 
 }  // namespace tilestream

@@ -76,7 +76,15 @@ std::optional<candidate> evaluate(const blas3_problem& p, const build_settings& 
     const double steps_estimate = p.routine == blas3_routine::syr2k || p.routine == blas3_routine::her2k
                                       ? nt * nt * nf
                                       : (rank_k(p.routine) ? nt * nt * nf / 2 : nt * nt * nf);
-    if (steps_estimate > double(max_plan_steps) * 2) return std::nullopt;
+    if (steps_estimate > double(max_plan_steps)) return std::nullopt;
+    if (!opt.in_place) {
+        // The largest tile must fit three times (the output and a step's two inputs).
+        const index_t t = std::min(s.tile, std::max<index_t>(tri, 1));
+        const index_t second = rank_k(p.routine) ? std::min(s.tile_k, std::max<index_t>(other, 1))
+                                                 : std::min(s.tile_free, std::max<index_t>(other, 1));
+        const std::size_t largest = std::size_t(t) * std::size_t(std::max(t, second)) * size_of(p.type);
+        if (budget / std::max<std::size_t>(largest, 1) < 3) return std::nullopt;
+    }
     auto g = std::make_shared<task_graph>(detail::routines::build_tasks(p, s));
     if (g->steps > max_plan_steps) return std::nullopt;
     model_settings m;
