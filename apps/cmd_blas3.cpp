@@ -58,7 +58,7 @@ void declare(args& a, blas3_routine r) {
         a.integer_option("m", std::string("rows of ") + (solves(r) ? "B" : "C") + " (random inputs)")
             .integer_option("n", std::string("columns of ") + (solves(r) ? "B" : "C") + " (random inputs)");
     }
-    a.text("dtype", "f32 (default) or f64; file inputs: the files' dtype", "f32|f64")
+    a.text("dtype", "f32 (default), f64, c32 or c64; file inputs: the files' dtype", "f32|f64|c32|c64")
         .integer_option("seed", "seed of the random inputs (default 42)")
         .text("layout", "row (default) or col: layout of the random inputs", "row|col")
         .text("a", "A from a .npy file (C order = row-major, Fortran order = column-major)", "A.npy")
@@ -66,11 +66,16 @@ void declare(args& a, blas3_routine r) {
                              : "B from a .npy file", "B.npy");
     if (!solves(r)) a.text("c", "C's input from a .npy file (read when --beta is not 0)", "C.npy");
     a.text("out", std::string("write the result (") + (solves(r) ? "B" : "C") + ") to a .npy file, atomically", "OUT.npy")
-        .number_option("alpha", "scalar alpha (default 1)");
-    if (!solves(r)) a.number_option("beta", "scalar beta (default 0: C is not read)");
+        .text("alpha", std::string("scalar alpha (default 1") + (r == blas3_routine::herk ? ", real" : ", complex as 1.5-2j") + ")",
+              "ALPHA");
+    if (!solves(r))
+        a.text("beta", std::string("scalar beta (default 0: C is not read") +
+                           (r == blas3_routine::herk || r == blas3_routine::her2k ? ", real" : "") + ")", "BETA");
     if (has_side(r)) a.text("side", "left (default) or right", "left|right");
     a.text("uplo", "lower (default) or upper: the triangle of A (syrk family: of C) stored and used", "lower|upper");
-    if (r != blas3_routine::symm && r != blas3_routine::hemm) a.text("trans", "op(A): n (default) or t", "n|t");
+    if (r != blas3_routine::symm && r != blas3_routine::hemm)
+        a.text("trans", r == blas3_routine::herk || r == blas3_routine::her2k ? "op(A): n (default) or c"
+                        : rank_k(r) ? "op(A): n (default) or t" : "op(A): n (default), t or c", "n|t|c");
     if (solves(r)) a.text("diag", "non-unit (default) or unit", "non-unit|unit");
     a.text("kernel", "GEMM tiles and diagonal blocks: reference, naive, tiled or vendor (default)", "KERNEL")
         .text("devices", "e.g. cpu, cpu:2, cuda:0, opencl:0, cpu@512MiB (default cpu)", "SPEC")
@@ -97,11 +102,30 @@ void declare(args& a, blas3_routine r) {
                 std::string(rk ? ", only the uplo triangle of C is written." : solves(r) ? ", B is overwritten." : "."));
 }
 
+/// Uniform in [-1, 1] (both parts of complex elements).
 template <class T>
 host_matrix<T> random_matrix(index_t rows, index_t cols, layout l, std::uint64_t seed) {
     host_matrix<T> m(rows, cols, l);
-    fill_random(m.view(), seed);
+    if constexpr (is_complex_v<T>) {
+        // (fill_random's complex instantiation comes with the complex types' next milestone.)
+        std::mt19937_64 rng(seed);
+        std::uniform_real_distribution<double> u(-1.0, 1.0);
+        for (index_t i = 0; i < rows; ++i)
+            for (index_t j = 0; j < cols; ++j) m(i, j) = T(real_type_t<T>(u(rng)), real_type_t<T>(u(rng)));
+    } else {
+        fill_random(m.view(), seed);
+    }
     return m;
+}
+
+template <class T>
+void poison(host_matrix_view<T> m) {
+    for (index_t i = 0; i < m.rows(); ++i)
+        for (index_t j = 0; j < m.cols(); ++j) {
+            const real_type_t<T> nan = std::numeric_limits<real_type_t<T>>::quiet_NaN();
+            if constexpr (is_complex_v<T>) m(i, j) = T(nan, nan);
+            else m(i, j) = nan;
+        }
 }
 
 template <class T>
@@ -110,6 +134,17 @@ host_matrix<T> copy_of(host_matrix_view<const T> v) {
     for (index_t i = 0; i < v.rows(); ++i)
         for (index_t j = 0; j < v.cols(); ++j) m(i, j) = v(i, j);
     return m;
+}
+
+/// A file's elements as T (real types; complex files come later).
+template <class T>
+host_matrix_view<const T> file_view(const npy_array& f) {
+    if constexpr (is_complex_v<T>) {
+        (void)f;
+        return {};
+    } else {
+        return f.template view<T>();
+    }
 }
 
 double median_of(std::vector<double> v) {
@@ -126,8 +161,15 @@ int run(const args& a, blas3_routine r, dtype type) {
     if (a.has("uplo")) f.uplo = parse_uplo(*a.get("uplo"));
     if (a.has("trans")) f.trans = parse_op(*a.get("trans"));
     if (a.has("diag")) f.diag = parse_diag(*a.get("diag"));
-    const T alpha = a.scalar<T>("alpha", 1.0);
-    const T beta = solves(r) ? T(0) : a.scalar<T>("beta", 0.0);
+    const auto scalar_option = [&](const char* o, scalar fallback) {
+        const scalar v = a.has(o) ? parse_scalar(*a.get(o)) : fallback;
+        if (!is_complex_v<T> && v.imag() != 0)
+            throw invalid_argument("--" + std::string(o) + " " + *a.get(o) + " is complex but the dtype is " +
+                                   std::string(to_string(type)));
+        return scalar_as<T>(v);
+    };
+    const T alpha = scalar_option("alpha", 1.0);
+    const T beta = solves(r) ? T(0) : scalar_option("beta", 0.0);
     const auto seed = static_cast<std::uint64_t>(a.integer("seed", 42, 0, std::numeric_limits<index_t>::max()));
     const int repeat = static_cast<int>(a.integer("repeat", 1, 1, 100000));
     const bool rk = rank_k(r);
@@ -137,23 +179,29 @@ int run(const args& a, blas3_routine r, dtype type) {
     host_matrix<T> a_own, b_own, start_own, out;
     host_matrix_view<const T> av, bv, start;
     const bool from_files = a.has("a") || a.has("b") || a.has("c");
+    if constexpr (is_complex_v<T>) {
+        // Complex .npy files are read and written once the complex types' .npy support lands.
+        if (from_files || a.has("out"))
+            throw invalid_argument(name + ": " + std::string(to_string(type)) +
+                                   " operands from or to .npy files are not supported yet; use random inputs");
+    }
     if (from_files) {
         for (const char* o : {"m", "n", "k", "layout", "seed"})
             if (a.has(o)) throw invalid_argument(name + ": --" + std::string(o) + " is for random inputs, not with files");
         if (!a.has("a")) throw invalid_argument(name + ": --a is missing (A from a .npy file)");
         if ((solves(r) || has_b_input(r)) && !a.has("b")) throw invalid_argument(name + ": --b is missing (B from a .npy file)");
         files.push_back(read_npy(*a.get("a")));
-        av = files.back().template view<T>();
+        av = file_view<T>(files.back());
         if (a.has("b")) {
             files.push_back(read_npy(*a.get("b")));
-            bv = files.back().template view<T>();
+            bv = file_view<T>(files.back());
         }
         if (solves(r)) {
             start = bv;
             bv = {};
         } else if (a.has("c")) {
             files.push_back(read_npy(*a.get("c")));
-            start = files.back().template view<T>();
+            start = file_view<T>(files.back());
         } else if (beta != T(0)) {
             throw invalid_argument(name + ": --beta is not 0 but no --c file was given");
         }
@@ -183,7 +231,7 @@ int run(const args& a, blas3_routine r, dtype type) {
             // Well conditioned: a dominant diagonal, the other entries divided by the order.
             for (index_t i = 0; i < order; ++i)
                 for (index_t j = 0; j < order; ++j)
-                    a_own(i, j) = i == j ? T(2) + T(0.5) * a_own(i, j) : T(a_own(i, j) / T(order));
+                    a_own(i, j) = i == j ? T(2) + T(0.5) * a_own(i, j) : T(a_own(i, j) / T(real_type_t<T>(order)));
         }
         av = a_own.view();
         if (has_b_input(r)) {
@@ -196,19 +244,19 @@ int run(const args& a, blas3_routine r, dtype type) {
         }
         if (!start.data()) {
             start_own = host_matrix<T>(m, n, l);
-            fill_nan(start_own.view());  // beta = 0: C is not read, so NaN must not survive
+            poison(start_own.view());  // beta = 0: C is not read, so NaN must not survive
             start = start_own.view();
         }
     }
     if (!start.data() && !rk && !solves(r)) {
         // File inputs with beta = 0: C has B's shape (symm).
         start_own = host_matrix<T>(bv.rows(), bv.cols(), bv.layout());
-        fill_nan(start_own.view());
+        poison(start_own.view());
         start = start_own.view();
     } else if (!start.data() && rk) {
         const index_t n = f.trans == op::n ? av.rows() : av.cols();
         start_own = host_matrix<T>(n, n, av.layout());
-        fill_nan(start_own.view());
+        poison(start_own.view());
         start = start_own.view();
     }
     out = copy_of<T>(start);
@@ -285,14 +333,16 @@ int run(const args& a, blas3_routine r, dtype type) {
     if (a.flag("check")) check = check_blas3<T>(r, f, inputs, host_matrix_view<const T>(out.view()));
     std::optional<blas_anchor> anchor;
     if (a.flag("anchor")) anchor = time_host_blas3<T>(r, f, inputs, repeat);
-    if (auto path = a.get("out")) as_runtime_failure([&] { write_npy<T>(*path, host_matrix_view<const T>(out.view())); });
+    if (auto path = a.get("out"))
+        if constexpr (!is_complex_v<T>) as_runtime_failure([&] { write_npy<T>(*path, host_matrix_view<const T>(out.view())); });
     const bool ok = !check || check->passed;
     if (a.flag("json")) {
         using detail::json;
         json o = {{"routine", name}, {"side", std::string(to_string(f.side))}, {"uplo", std::string(to_string(f.uplo))},
                   {"trans", std::string(to_string(f.trans))}, {"diag", std::string(to_string(f.diag))},
                   {"m", problem.m}, {"n", problem.n}, {"k", problem.k}, {"dtype", std::string(to_string(type))},
-                  {"alpha", double(alpha)}, {"beta", double(beta)}, {"kernel", std::string(to_string(plan.kernel))},
+                  {"alpha", format_scalar(as_scalar(alpha))}, {"beta", format_scalar(as_scalar(beta))},
+                  {"kernel", std::string(to_string(plan.kernel))},
                   {"devices", ctx.device_names()}, {"repeat", repeat}, {"seconds", secs}, {"gflops", gflops},
                   {"order", std::string(to_string(plan.order))}, {"tile", plan.tile}, {"tile_free", plan.tile_free},
                   {"tile_k", plan.tile_k}, {"in_place", plan.in_place}, {"reproducible", plan.reproducible},

@@ -182,7 +182,7 @@ int run_gemm(int argc, char** argv, const td::environment& env) {
         n = res.n;
         k = res.k;
     } else {
-        rep = visit_dtype(type, [&]<class T>() {
+        rep = visit_real_dtype(type, "gemm over MPI ranks", [&]<class T>() {
             // Random blocks, each layer-0 rank its own (a timing run: the result is not written);
             // the other layers hold no matrices.
             auto local = [&](index_t rows, index_t cols, int* desc, unsigned seed) {
@@ -324,7 +324,7 @@ int run_jacobi(int argc, char** argv, const td::environment& env) {
     tilestream::context ctx(rank_device_spec(co.devices), oo);
     jo.devices = ctx.devices();
     test_failure_point(env.rank());
-    return visit_dtype(type, [&]<class T>() {
+    return visit_real_dtype(type, "jacobi", [&]<class T>() {
         std::vector<T> field;
         const bool gather = !image.empty() || !out.empty();
         const auto rep = td::distributed_jacobi<T>(MPI_COMM_WORLD, nx, ny, jo, gather ? &field : nullptr);

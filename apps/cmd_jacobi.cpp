@@ -87,7 +87,7 @@ int run_jacobi_command(const args& a, const jacobi_problem& pb, jacobi_options o
             for (index_t i = 0; i < pb.ny; ++i)
                 for (index_t j = 0; j < pb.nx; ++j) field(i, j) = static_cast<T>(v(i, j));
         };
-        visit_dtype(init->type(), copy);
+        visit_real_dtype(init->type(), "jacobi --init", copy);
         as_runtime_failure([&] { init->check_unchanged(); });
     } else {
         fill_jacobi_start<T>(field.view());
@@ -212,7 +212,7 @@ int cmd_jacobi(int argc, char** argv) {
         throw invalid_argument("--tol must be a finite number >= 0, got '" + *a.get("tol") + "'");
     opt.overlap = parse_on_off("overlap", a.get_or("overlap", "on"));
     opt.decomposition = parse_jacobi_decomposition(a.get_or("decomp", "auto"));
-    return visit_dtype(pb.type, [&]<class T>() { return run_jacobi_command<T>(a, pb, opt, init); });
+    return visit_real_dtype(pb.type, "jacobi", [&]<class T>() { return run_jacobi_command<T>(a, pb, opt, init); });
 }
 
 }  // namespace tilestream::cli

@@ -271,7 +271,7 @@ int cmd_scale(int argc, char** argv) {
                                        std::string(to_string(type)));
     }
     const auto sets = device_sets(*a.get("devices"));
-    auto rows = visit_dtype(type, [&]<class T>() { return scale_gemm<T>(a, sets, type); });
+    auto rows = visit_real_dtype(type, "scale gemm", [&]<class T>() { return scale_gemm<T>(a, sets, type); });
     print_scaling(a, rows, "gemm", "GFLOP/s", false, "gemm scaling: " + rows.front().problem);
     return 0;
 }

@@ -585,7 +585,7 @@ int cmd_gemm(int argc, char** argv) {
                                        std::string(ts::to_string(fa.type())));
         type = fa.type();
     }
-    return ts::visit_dtype(type, [&]<class T>() { return run_gemm<T>(a, type); });
+    return ts::visit_real_dtype(type, "gemm", [&]<class T>() { return run_gemm<T>(a, type); });
 }
 
 }  // namespace

@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
     std::printf("%-8s %-4s %6s %12s %12s %12s %8s\n", "kernel", "type", "n", "GFLOP/s", "end-to-end", "OpenBLAS", "ratio");
     for (ts::dtype type : {ts::dtype::f32, ts::dtype::f64}) {
         for (ts::index_t n : sizes) {
-            ts::visit_dtype(type, [&]<class T>() {
+            ts::visit_real_dtype(type, "bench", [&]<class T>() {
                 ts::host_matrix<T> a(n, n), b(n, n), c(n, n);
                 ts::fill_random(a.view(), 1);
                 ts::fill_random(b.view(), 2);

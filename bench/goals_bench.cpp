@@ -121,7 +121,7 @@ int main(int argc, char** argv) {
 
     for (ts::dtype type : {ts::dtype::f32, ts::dtype::f64})
         for (ts::index_t n : sizes)
-            ts::visit_dtype(type, [&]<class T>() {
+            ts::visit_real_dtype(type, "bench", [&]<class T>() {
                 ts::host_matrix<T> a(n, n), b(n, n), c(n, n), c2(n, n);
                 ts::fill_random(a.view(), 1);
                 ts::fill_random(b.view(), 2);
@@ -226,7 +226,7 @@ int main(int argc, char** argv) {
     if (wanted("ooc")) {
         const ts::index_t n = ooc_n;
         for (ts::dtype type : {ts::dtype::f32, ts::dtype::f64})
-            ts::visit_dtype(type, [&]<class T>() {
+            ts::visit_real_dtype(type, "bench", [&]<class T>() {
                 ts::host_matrix<T> a(n, n), b(n, n), c(n, n);
                 ts::fill_random(a.view(), 1);
                 ts::fill_random(b.view(), 2);

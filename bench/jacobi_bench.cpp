@@ -101,7 +101,7 @@ int main(int argc, char** argv) {
                 opt.iters = iters;
                 plans.push_back(ts::plan_jacobi(pb, devs, opt));
             }
-            ts::visit_dtype(type, [&]<class T>() {
+            ts::visit_real_dtype(type, "bench", [&]<class T>() {
                 stencil_copy<T> copy(n, n, threads);
                 ts::host_matrix<T> start(n, n), field(n, n);
                 ts::fill_jacobi_start<T>(start.view());

@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
     std::printf("%-4s %-16s %6s %10s %10s %14s %14s %8s\n", "type", "strategy", "tile", "seconds", "GFLOP/s", "bytes moved",
                 "seed formula", "vs in-core");
     for (ts::dtype type : {ts::dtype::f32, ts::dtype::f64}) {
-        ts::visit_dtype(type, [&]<class T>() {
+        ts::visit_real_dtype(type, "bench", [&]<class T>() {
             ts::host_matrix<T> a(n, n), b(n, n), c(n, n);
             ts::fill_random(a.view(), 1);
             ts::fill_random(b.view(), 2);

@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
     std::vector<figure> figures;
 
     for (ts::dtype type : {ts::dtype::f32, ts::dtype::f64})
-        ts::visit_dtype(type, [&]<class T>() {
+        ts::visit_real_dtype(type, "bench", [&]<class T>() {
             ts::host_matrix<T> a(n, n), b(n, n), c(n, n), c2(n, n);
             ts::fill_random(a.view(), 1);
             ts::fill_random(b.view(), 2);

@@ -38,7 +38,12 @@ struct blas3_case {
         return o.str();
     }
     bool rank_k() const {
-        return routine == blas3_routine::syrk || routine == blas3_routine::syr2k;
+        return routine == blas3_routine::syrk || routine == blas3_routine::syr2k || routine == blas3_routine::herk ||
+               routine == blas3_routine::her2k;
+    }
+    bool two() const { return routine == blas3_routine::syr2k || routine == blas3_routine::her2k; }
+    bool hermitian() const {
+        return routine == blas3_routine::hemm || routine == blas3_routine::herk || routine == blas3_routine::her2k;
     }
     bool solves() const { return routine == blas3_routine::trsm || routine == blas3_routine::trmm; }
     index_t order() const { return rank_k() ? n : (flags.side == side::left ? m : n); }
@@ -47,6 +52,37 @@ struct blas3_case {
 /// The sentinel in the triangle of C a SYRK-family call must leave alone.
 inline constexpr double untouched = 12345.0;
 
+/// A random value of T, uniform in [-1, 1] in each part (complex: both parts non-zero).
+template <class T, class R>
+T random_value(std::uniform_real_distribution<double>& uni, R& rng) {
+    if constexpr (is_complex_v<T>) {
+        const double re = uni(rng), im = uni(rng);
+        return T(real_type_t<T>(re), real_type_t<T>(im));
+    } else {
+        return T(uni(rng));
+    }
+}
+template <class T>
+T nan_value() {
+    const real_type_t<T> nan = std::numeric_limits<real_type_t<T>>::quiet_NaN();
+    if constexpr (is_complex_v<T>) return T(nan, nan);
+    else return nan;
+}
+template <class T>
+bool finite_value(T x) {
+    if constexpr (is_complex_v<T>) return std::isfinite(x.real()) && std::isfinite(x.imag());
+    else return std::isfinite(x);
+}
+template <class T>
+wide_type_t<T> widen(T x) {
+    return wide_type_t<T>(x);
+}
+template <class W>
+double squared(W x) {
+    if constexpr (std::is_same_v<W, double>) return x * x;
+    else return std::norm(x);
+}
+
 template <class T>
 struct blas3_data {
     host_matrix<T> a, b, c, c0;  ///< c: run here; c0: its starting values
@@ -54,6 +90,12 @@ struct blas3_data {
         blas3_operands<T> o;
         o.alpha = T(g.alpha);
         o.beta = T(g.beta);
+        if constexpr (is_complex_v<T>) {
+            // Complex scalars with both parts (HERK's alpha and HERK's, HER2K's beta are real).
+            if (g.routine != blas3_routine::herk) o.alpha = T(real_type_t<T>(g.alpha), real_type_t<T>(g.alpha / 2));
+            if (!g.hermitian() || g.routine == blas3_routine::hemm)
+                o.beta = T(real_type_t<T>(g.beta), real_type_t<T>(-g.beta / 3));
+        }
         o.a = a.view();
         if (b.size() > 0 || !g.solves()) o.b = b.view();
         o.c = c.view();
@@ -68,52 +110,53 @@ template <class T>
 blas3_data<T> make_blas3_data(const blas3_case& g) {
     std::mt19937_64 rng(g.seed);
     std::uniform_real_distribution<double> uni(-1.0, 1.0);
-    const T nan = std::numeric_limits<T>::quiet_NaN();
+    const T nan = nan_value<T>();
     blas3_data<T> d;
     const index_t order = g.order();
     if (g.rank_k()) {
         const bool nop = g.flags.trans == op::n;
         d.a = host_matrix<T>(nop ? g.n : g.k, nop ? g.k : g.n, g.la);
         for (index_t i = 0; i < d.a.rows(); ++i)
-            for (index_t j = 0; j < d.a.cols(); ++j) d.a(i, j) = T(uni(rng));
-        if (g.routine == blas3_routine::syr2k) {
+            for (index_t j = 0; j < d.a.cols(); ++j) d.a(i, j) = random_value<T>(uni, rng);
+        if (g.two()) {
             d.b = host_matrix<T>(d.a.rows(), d.a.cols(), g.lb);
             for (index_t i = 0; i < d.b.rows(); ++i)
-                for (index_t j = 0; j < d.b.cols(); ++j) d.b(i, j) = T(uni(rng));
+                for (index_t j = 0; j < d.b.cols(); ++j) d.b(i, j) = random_value<T>(uni, rng);
         }
         d.c = host_matrix<T>(g.n, g.n, g.lc);
         d.c0 = host_matrix<T>(g.n, g.n, g.lc);
         for (index_t i = 0; i < g.n; ++i)
             for (index_t j = 0; j < g.n; ++j)
-                d.c0(i, j) = !in_triangle(g.flags.uplo, i, j) ? T(untouched) : g.beta == 0 ? nan : T(uni(rng));
+                d.c0(i, j) = !in_triangle(g.flags.uplo, i, j) ? T(untouched) : g.beta == 0 ? nan : random_value<T>(uni, rng);
     } else {
         // A: the stored triangle random (trsm: well conditioned, off-diagonal scaled by 1/order and
         // a dominant diagonal), the other triangle NaN, which BLAS never reads; a unit diagonal NaN too.
         d.a = host_matrix<T>(order, order, g.la);
+        using R = real_type_t<T>;
         for (index_t i = 0; i < order; ++i)
             for (index_t j = 0; j < order; ++j) {
-                double v = uni(rng);
+                T v = random_value<T>(uni, rng);
                 if (!in_triangle(g.flags.uplo, i, j)) {
                     d.a(i, j) = nan;
                     continue;
                 }
-                if (g.routine == blas3_routine::trsm) v = i == j ? 2.0 + 0.5 * v : v / double(order);
+                if (g.routine == blas3_routine::trsm) v = i == j ? T(R(2)) + T(R(0.5)) * v : v / T(R(order));
                 if (g.solves() && i == j && g.flags.diag == diag::unit) {
                     d.a(i, j) = nan;
                     continue;
                 }
-                d.a(i, j) = T(v);
+                d.a(i, j) = v;  // (hemm: a diagonal's imaginary part is never read either)
             }
-        if (g.routine == blas3_routine::symm) {
+        if (g.routine == blas3_routine::symm || g.routine == blas3_routine::hemm) {
             d.b = host_matrix<T>(g.m, g.n, g.lb);
             for (index_t i = 0; i < g.m; ++i)
-                for (index_t j = 0; j < g.n; ++j) d.b(i, j) = T(uni(rng));
+                for (index_t j = 0; j < g.n; ++j) d.b(i, j) = random_value<T>(uni, rng);
         }
         d.c = host_matrix<T>(g.m, g.n, g.lc);
         d.c0 = host_matrix<T>(g.m, g.n, g.lc);
-        const bool poison = g.routine == blas3_routine::symm ? g.beta == 0 : g.alpha == 0;
+        const bool poison = g.solves() ? g.alpha == 0 : g.beta == 0;
         for (index_t i = 0; i < g.m; ++i)
-            for (index_t j = 0; j < g.n; ++j) d.c0(i, j) = poison ? nan : T(uni(rng));
+            for (index_t j = 0; j < g.n; ++j) d.c0(i, j) = poison ? nan : random_value<T>(uni, rng);
     }
     std::memcpy(d.c.data(), d.c0.data(), sizeof(T) * std::size_t(d.c.size()));
     return d;
@@ -132,14 +175,14 @@ blas3_comparison compare_blas3(const blas3_case& g, const blas3_data<T>& d, host
     double diff = 0, norm = 0;
     for (index_t i = 0; i < ref.rows(); ++i)
         for (index_t j = 0; j < ref.cols(); ++j) {
-            const double x = double(d.c(i, j)), y = double(ref(i, j));
+            const auto x = widen(d.c(i, j)), y = widen(ref(i, j));
             if (g.rank_k() && !in_triangle(g.flags.uplo, i, j)) {
                 if (d.c(i, j) != T(untouched)) ++r.changed_outside;
                 continue;
             }
-            if (!std::isfinite(x)) ++r.nonfinite;
-            diff += (x - y) * (x - y);
-            norm += y * y;
+            if (!finite_value(d.c(i, j))) ++r.nonfinite;
+            diff += squared(x - y);
+            norm += squared(y);
         }
     r.reference_norm = std::sqrt(norm);
     r.error = norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
@@ -149,7 +192,7 @@ blas3_comparison compare_blas3(const blas3_case& g, const blas3_data<T>& d, host
 /// The tolerance of a run against the double-accumulating reference: c sqrt(depth) u.
 template <class T>
 double blas3_tolerance(const blas3_case& g) {
-    const double u = std::numeric_limits<T>::epsilon() / 2;
+    const double u = std::ldexp(1.0, -dtype_traits(dtype_of<T>()).mantissa_bits);
     const double depth = double(std::max<index_t>({g.k, g.order(), 1}));
     return (g.routine == blas3_routine::trsm ? 256.0 : 64.0) * std::sqrt(depth) * u;
 }
@@ -178,17 +221,27 @@ blas3_report run_and_check(context& ctx, const blas3_case& g, const blas3_call_o
     return rep;
 }
 
-/// Every combination of the routine's flags (side, uplo, trans, diag as it has them).
-inline std::vector<blas3_flags> every_flag(blas3_routine r) {
+/// Every combination of the routine's flags (side, uplo, trans, diag as it has them) for a real
+/// or complex type (trans c where BLAS allows it; on real data once, as BLAS reads it as t).
+inline std::vector<blas3_flags> every_flag(blas3_routine r, bool complex_type = false) {
     std::vector<blas3_flags> out;
-    const bool has_side = r == blas3_routine::symm || r == blas3_routine::trmm || r == blas3_routine::trsm;
-    const bool has_trans = r != blas3_routine::symm;
+    const bool has_side = r == blas3_routine::symm || r == blas3_routine::hemm || r == blas3_routine::trmm ||
+                          r == blas3_routine::trsm;
+    const bool has_trans = r != blas3_routine::symm && r != blas3_routine::hemm;
     const bool has_diag = r == blas3_routine::trmm || r == blas3_routine::trsm;
+    const bool herm = r == blas3_routine::herk || r == blas3_routine::her2k;
+    const bool symmetric_update = r == blas3_routine::syrk || r == blas3_routine::syr2k;
+    std::vector<op> ops = {op::n};
+    if (has_trans) {
+        if (herm) ops.push_back(op::c);
+        else if (symmetric_update && complex_type) ops.push_back(op::t);
+        else ops.insert(ops.end(), {op::t, op::c});
+    }
     for (side s : {side::left, side::right}) {
         if (!has_side && s == side::right) continue;
         for (uplo u : {uplo::lower, uplo::upper})
-            for (op t : {op::n, op::t}) {
-                if (!has_trans && t == op::t) continue;
+            for (op t : ops) {
+                if (!complex_type && t == op::c && (s == side::right || u == uplo::upper)) continue;  // c = t: once
                 for (diag dg : {diag::non_unit, diag::unit}) {
                     if (!has_diag && dg == diag::unit) continue;
                     out.push_back({s, u, t, dg});
@@ -198,12 +251,30 @@ inline std::vector<blas3_flags> every_flag(blas3_routine r) {
     return out;
 }
 
+template <class T>
+void run_every_option(context& ctx, blas3_routine r, index_t m, index_t n, index_t k, const blas3_call_options& call,
+                      bool all_layouts, double alpha, double beta, std::uint64_t seed);
+
 /// Runs every flag combination of the routine with layout combinations (all of them, or about
 /// half) in f64 and f32 on the context: m x n (B or C; syrk family: C n x n, op(A) n x k).
 inline void every_option(context& ctx, blas3_routine r, index_t m, index_t n, index_t k, const blas3_call_options& call,
                          bool all_layouts, double alpha = 0.75, double beta = 0.5) {
+    run_every_option<double>(ctx, r, m, n, k, call, all_layouts, alpha, beta, 5);
+    run_every_option<float>(ctx, r, m, n, k, call, all_layouts, alpha, beta, 1005);
+}
+
+/// The same for the complex types (complex scalars, both parts of every element non-zero).
+inline void every_complex_option(context& ctx, blas3_routine r, index_t m, index_t n, index_t k,
+                                 const blas3_call_options& call, bool all_layouts, double alpha = 0.75, double beta = 0.5) {
+    run_every_option<std::complex<double>>(ctx, r, m, n, k, call, all_layouts, alpha, beta, 7);
+    run_every_option<std::complex<float>>(ctx, r, m, n, k, call, all_layouts, alpha, beta, 1007);
+}
+
+template <class T>
+void run_every_option(context& ctx, blas3_routine r, index_t m, index_t n, index_t k, const blas3_call_options& call,
+                      bool all_layouts, double alpha, double beta, std::uint64_t seed) {
     int count = 0;
-    for (const blas3_flags& f : every_flag(r))
+    for (const blas3_flags& f : every_flag(r, is_complex_v<T>))
         for (layout la : {layout::row_major, layout::col_major})
             for (layout lc : {layout::row_major, layout::col_major}) {
                 ++count;
@@ -219,10 +290,8 @@ inline void every_option(context& ctx, blas3_routine r, index_t m, index_t n, in
                 g.lc = lc;
                 g.alpha = alpha;
                 g.beta = beta;
-                g.seed = std::uint64_t(37 * count + 5);
-                run_and_check<double>(ctx, g, call);
-                g.seed += 1000;
-                run_and_check<float>(ctx, g, call);
+                g.seed = std::uint64_t(37 * count) + seed;
+                run_and_check<T>(ctx, g, call);
             }
 }
 

@@ -249,7 +249,7 @@ TEST(TileOps, CublasPlanScalesWithoutReadingAWhenAlphaIsZero) {
     const cuda::cublas_tile_work m = cuda::plan_cublas_tile(op, "cuda:0");
     ASSERT_TRUE(m.call.representable);
     EXPECT_EQ(m.call.uplo_, uplo::upper);  // a row-major lower triangle is a column-major upper one
-    EXPECT_EQ(m.call.trans, detail::engine::blas_trans::t);
+    EXPECT_EQ(m.call.trans, blas_trans::trans);
 }
 
 }  // namespace

@@ -217,7 +217,7 @@ TEST_P(CpuIsaGemm, MatchesReferenceOnRaggedShapes) {
     cpu::thread_pool pool(2);
     const std::tuple<index_t, index_t, index_t> shapes[] = {
         {1, 1, 1}, {7, 13, 5}, {131, 67, 257}, {300, 257, 129}, {2, 3, 600}, {65, 1, 33}, {1, 70, 17}};
-    visit_dtype(type(), [&]<class T>() {
+    visit_real_dtype(type(), "test", [&]<class T>() {
         for (const auto& [m, n, k] : shapes)
             for (unsigned combo = 0; combo < 32; ++combo) {
                 // Every op/layout combination on the host's blocking; the two large shapes also on
@@ -234,7 +234,7 @@ TEST_P(CpuIsaGemm, MatchesReferenceOnEveryMicroTileEdge) {
     SKIP_WITHOUT_ISA(set());
     cpu::thread_pool pool(3);
     const cpu::block_sizes bl = cpu::derive_block_sizes(cpu::config_for(set()), type(), tiny_caches);
-    visit_dtype(type(), [&]<class T>() {
+    visit_real_dtype(type(), "test", [&]<class T>() {
         for (const auto& [m, n, k] : micro_tile_edges(bl.mr, bl.nr))
             for (unsigned combo : {0u, 5u, 10u, 19u, 31u}) {
                 const problem<T>& p = shared_problem<T>(m, n, k, combo, 3);
@@ -251,7 +251,7 @@ TEST_P(CpuIsaGemm, MatchesReferenceOnEveryMicroTileEdge) {
 TEST_P(CpuIsaGemm, BetaZeroOverwritesNaNAndAlphaZeroOnlyScales) {
     SKIP_WITHOUT_ISA(set());
     cpu::thread_pool pool(2);
-    visit_dtype(type(), [&]<class T>() {
+    visit_real_dtype(type(), "test", [&]<class T>() {
         problem<T> p = make_problem<T>(29, 37, 19, 6, 4);  // beta == 0: C starts as NaN
         ASSERT_EQ(p.beta, 0.0);
         std::vector<T> c = p.c0;
@@ -274,7 +274,7 @@ TEST_P(CpuIsaGemm, BetaZeroOverwritesNaNAndAlphaZeroOnlyScales) {
 
 TEST_P(CpuIsaGemm, InputsAreNonZero) {
     // Guards the comparisons above against passing on all-zero operands.
-    visit_dtype(type(), [&]<class T>() {
+    visit_real_dtype(type(), "test", [&]<class T>() {
         const problem<T>& p = shared_problem<T>(131, 67, 257, 0, 1);
         double na = 0, nb = 0;
         for (T v : p.a) na += std::isnan(v) ? 0.0 : double(v) * v;
@@ -293,7 +293,7 @@ TEST_P(CpuIsaGemm, RowsAreBitwiseEqualInEverySubProblem) {
     const cache_sizes small_blocks{32 * KiB, 40 * KiB, 256 * KiB};
     ASSERT_EQ(cpu::derive_block_sizes(cpu::config_for(set()), type(), small_blocks).kc,
               cpu::derive_block_sizes(cpu::config_for(set()), type(), zen3_caches).kc);
-    visit_dtype(type(), [&]<class T>() {
+    visit_real_dtype(type(), "test", [&]<class T>() {
         // k spans several KC blocks, so the order in which the blocks reach C is exercised too.
         const index_t m = 97, n = 83, k = 700;
         problem<T> whole = shared_problem<T>(m, n, k, 0, 1);  // row-major A, B, C

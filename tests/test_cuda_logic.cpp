@@ -148,7 +148,7 @@ void check_mapping(const std::vector<index_t>& sizes, index_t pad, mapping_tally
                         }
                         EXPECT_EQ(g.z, got.data()) << name.str();
                         bounded_reader read{{&a.v, &b.v}};
-                        column_major_gemm_on_host(g, call.alpha, call.beta, got, read);
+                        column_major_gemm_on_host(g, call.alpha.real(), call.beta.real(), got, read);
                         double worst = 0;
                         for (std::size_t i = 0; i < got.size(); ++i)
                             worst = std::max(worst, std::abs(got[i] - want[i]));

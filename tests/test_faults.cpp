@@ -151,7 +151,7 @@ TEST_P(device_fault_survived, OtherDevicesFinishAndTheResultIsRight) {
     // The other two devices are slowed a little, so device 1 surely takes units before the run ends.
     gemm_run_options run;
     const fi::slowdown slow({{devs[0]->id(), 0.002}, {devs[2]->id(), 0.002}});
-    visit_dtype(type, [&]<class T>() {
+    visit_real_dtype(type, "test", [&]<class T>() {
         const gemm_outcome out = run_checked<T>(ptrs, g, run);
         ASSERT_FALSE(out.threw) << out.what;
         EXPECT_LE(out.error, out.tolerance);

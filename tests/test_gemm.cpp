@@ -74,7 +74,7 @@ TEST_P(gemm_matches_reference, OddShapesAllOpsAndLayouts) {
     const shape3 shapes[] = {{1, 1, 1}, {7, 13, 5}, {31, 1, 17}, {1, 29, 3}, {17, 19, 1}, {131, 67, 257}, {97, 211, 73}};
     std::uint64_t seed = 1000;
     for (const auto& s : shapes) {
-        visit_dtype(type, [&]<class T>() {
+        visit_real_dtype(type, "test", [&]<class T>() {
             for (auto [alpha, beta] : {std::pair{T(1), T(0)}, std::pair{T(-0.75), T(1.5)}}) {
                 const double err = run_case<T>(dev, kernel, s, la, lb, lc, oa, ob, alpha, beta, seed++);
                 EXPECT_LE(err, gemm_tolerance(type, s.k))
@@ -135,7 +135,7 @@ TEST_P(gemm_large_matches_reference, PrimeShapes) {
     TILESTREAM_SKIP_WITHOUT_GPU(spec);
     auto devs = open_devices(spec);
     if (!devs.front()->supports(kernel)) GTEST_SKIP() << "kernel not on this device";
-    visit_dtype(type, [&]<class T>() {
+    visit_real_dtype(type, "test", [&]<class T>() {
         const double err = run_case<T>(*devs.front(), kernel, {701, 509, 613}, layout::row_major,
                                        layout::col_major, layout::row_major, op::n, op::t, T(1.25), T(-0.5), 7);
         EXPECT_LE(err, gemm_tolerance(type, 613));

@@ -276,7 +276,7 @@ TEST_P(CpuGemm, MatchesReference) {
     const std::vector<gemm_case> cases = gemm_cases();
     for (std::size_t idx = 0; idx < cases.size(); ++idx) {
         SCOPED_TRACE(cases[idx].describe());
-        visit_dtype(type(), [&]<class T>() { check_case<T>(kernel(), pool, idx, cases[idx]); });
+        visit_real_dtype(type(), "test", [&]<class T>() { check_case<T>(kernel(), pool, idx, cases[idx]); });
         if (HasFailure()) break;  // one failing case with its dump is enough to debug
     }
 }
@@ -284,7 +284,7 @@ TEST_P(CpuGemm, MatchesReference) {
 TEST_P(CpuGemm, InputsAreNonZero) {
     // Guards the test above against passing vacuously on all-zero operands.
     const std::vector<gemm_case> cases = gemm_cases();
-    visit_dtype(type(), [&]<class T>() {
+    visit_real_dtype(type(), "test", [&]<class T>() {
         const case_data<T>& d = prepared_case<T>(5, cases[5]);
         double na = 0, nb = 0;
         for (T v : d.a.data) na += std::isnan(v) ? 0.0 : double(v) * v;
@@ -296,7 +296,7 @@ TEST_P(CpuGemm, InputsAreNonZero) {
 
 TEST_P(CpuGemm, AlphaZeroDoesNotReadAOrB) {
     cpu::thread_pool pool(threads());
-    visit_dtype(type(), [&]<class T>() {
+    visit_real_dtype(type(), "test", [&]<class T>() {
         for (double beta : {0.0, 0.5, -3.0}) {
             SCOPED_TRACE("beta=" + std::to_string(beta));
             const index_t m = 37, n = 41, k = 29;
@@ -320,7 +320,7 @@ TEST_P(CpuGemm, AlphaZeroDoesNotReadAOrB) {
 
 TEST_P(CpuGemm, BetaZeroOverwritesNaNInC) {
     cpu::thread_pool pool(threads());
-    visit_dtype(type(), [&]<class T>() {
+    visit_real_dtype(type(), "test", [&]<class T>() {
         const index_t m = 19, n = 45, k = 23;
         std::mt19937_64 rng(11);
         stored_matrix<T> a = random_operand<T>(m, k, layout::col_major, 0, rng);
@@ -337,7 +337,7 @@ TEST_P(CpuGemm, BetaZeroOverwritesNaNInC) {
 
 TEST_P(CpuGemm, EmptyInnerDimensionScalesC) {
     cpu::thread_pool pool(threads());
-    visit_dtype(type(), [&]<class T>() {
+    visit_real_dtype(type(), "test", [&]<class T>() {
         for (double beta : {0.0, -2.0}) {
             const index_t m = 9, n = 14;
             stored_matrix<T> c(m, n, layout::col_major, 2, padding_sentinel<T>);
@@ -370,7 +370,7 @@ TEST_P(CpuGemm, EmptyInnerDimensionScalesC) {
 
 TEST_P(CpuGemm, EmptyOutputTouchesNothing) {
     cpu::thread_pool pool(threads());
-    visit_dtype(type(), [&]<class T>() {
+    visit_real_dtype(type(), "test", [&]<class T>() {
         std::vector<T> sentinel(16, padding_sentinel<T>);
         for (auto [m, n] : {std::pair<index_t, index_t>{0, 5}, {5, 0}, {0, 0}}) {
             gemm_call call;
@@ -420,7 +420,7 @@ TEST_P(CpuJacobi, MatchesReferenceBitwise) {
                               {37, 53, 53, 17, 18, 1, 52}, {37, 53, 53, 1, 36, 26, 27},
                               {3, 3, 3, 1, 2, 1, 2},       {101, 67, 70, 1, 100, 1, 66},
                               {37, 53, 53, 4, 4, 1, 52}};
-    visit_dtype(type, [&]<class T>() {
+    visit_real_dtype(type, "test", [&]<class T>() {
         std::mt19937_64 rng(99);
         for (const region& r : regions) {
             SCOPED_TRACE(std::to_string(r.rows) + "x" + std::to_string(r.cols) + " rows [" +
@@ -464,7 +464,7 @@ TEST_P(CpuJacobi, MatchesReferenceBitwise) {
 TEST_P(CpuJacobi, ResidualIsDeterministic) {
     const auto [type, threads] = GetParam();
     cpu::thread_pool pool(threads);
-    visit_dtype(type, [&]<class T>() {
+    visit_real_dtype(type, "test", [&]<class T>() {
         const index_t rows = 211, cols = 97;
         std::mt19937_64 rng(5);
         std::vector<T> in(static_cast<std::size_t>(rows * cols)), out(in.size());

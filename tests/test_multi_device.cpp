@@ -52,7 +52,7 @@ void check_three_devices(const std::string& spec, const multi_param& param) {
     const layout lb = (layouts & 2) ? layout::col_major : layout::row_major;
     const layout lc = layouts == 1 || layouts == 2 ? layout::col_major : layout::row_major;
     const index_t m = 71, n = 53, k = 47;
-    visit_dtype(type, [&]<class T>() {
+    visit_real_dtype(type, "test", [&]<class T>() {
         host_matrix<T> a(oa == op::n ? m : k, oa == op::n ? k : m, la), b(ob == op::n ? k : n, ob == op::n ? n : k, lb);
         host_matrix<T> c(m, n, lc), c0(m, n, lc);
         fill_random(a.view(), 11);

@@ -419,13 +419,13 @@ TEST_F(npy_test, HugeShapeIsReportedNotOverflowed) {
 
 TEST_F(npy_test, UnsupportedDtypesAreReported) {
     const std::string p = path("dt.npy");
-    for (const std::string descr : {"<i4", ">f8", ">f4", "<f2", "|O", "<c16", "|u1"}) {
+    for (const std::string descr : {"<i4", ">f8", ">f4", "<f2", "|O", ">c16", "<c32", "|u1"}) {
         SCOPED_TRACE(descr);
         write_bytes(
             p, npy_bytes(1, "{'descr': '" + descr + "', 'fortran_order': False, 'shape': (2, 2), }",
                          std::string(64, '\0')));
         EXPECT_FILE_ERROR(read_npy(p), p,
-                          "unsupported dtype '" + descr + "' (tilestream reads '<f4' and '<f8')");
+                          "unsupported dtype '" + descr + "' (tilestream reads '<f4', '<f8', '<c8' and '<c16')");
     }
     write_bytes(
         p,

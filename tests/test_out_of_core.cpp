@@ -104,7 +104,7 @@ void check_ragged_tiles(const std::string& spec, const ooc_param& param) {
     for (transfer_mode t : {transfer_mode::copy_2d, transfer_mode::pack})
         for (const auto& cs : cases) {
             SCOPED_TRACE(::testing::Message() << to_string(t) << " " << cs.m << "x" << cs.n << "x" << cs.k);
-            visit_dtype(type, [&]<class T>() { check_case<T>(strategy, t, cs, oa, ob, la, lb, lc, seed++, spec); });
+            visit_real_dtype(type, "test", [&]<class T>() { check_case<T>(strategy, t, cs, oa, ob, la, lb, lc, seed++, spec); });
         }
 }
 
@@ -149,7 +149,7 @@ TEST_P(out_of_core_on_gpu, LastTilesOfWidthOneMatchReference) {
                     const layout lc = layouts & 4 ? layout::col_major : layout::row_major;
                     SCOPED_TRACE(::testing::Message() << to_string(strategy) << " ops " << ops << " layouts "
                                                       << layouts << " " << cs.m << "x" << cs.n << "x" << cs.k);
-                    visit_dtype(type, [&]<class T>() {
+                    visit_real_dtype(type, "test", [&]<class T>() {
                         check_case<T>(strategy, transfer_mode::copy_2d, cs, ops & 1 ? op::t : op::n,
                                       ops & 2 ? op::t : op::n, la, lb, lc, seed++, spec, kernel);
                     });

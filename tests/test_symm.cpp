@@ -23,6 +23,15 @@ TEST(Symm, TilesOnThreeDevicesMatchReference) {
     every_option(ctx, blas3_routine::symm, 57, 41, 0, call, false, 0.75, 2.0);
 }
 
+TEST(Symm, ComplexInPlaceAndOutOfCoreMatchReference) {
+    for (const char* spec : {"cpu", "cpu:3@64KiB"}) {
+        context ctx(spec);
+        blas3_call_options call;
+        if (std::string(spec) != "cpu") call.tile = 20;
+        testing::every_complex_option(ctx, blas3_routine::symm, 39, 45, 0, call, false, 0.75, 0.0);
+    }
+}
+
 TEST(Symm, OutOfCoreOnThreeDevicesMatchesReference) {
     context ctx("cpu:3", {.memory_budget = std::size_t(40) << 10});
     blas3_call_options call;

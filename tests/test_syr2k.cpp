@@ -23,6 +23,15 @@ TEST(Syr2k, TilesOnThreeDevicesMatchReference) {
     every_option(ctx, blas3_routine::syr2k, 0, 53, 41, call, false, 0.75, 0.5);
 }
 
+TEST(Syr2k, ComplexInPlaceAndOutOfCoreMatchReference) {
+    for (const char* spec : {"cpu", "cpu:3@64KiB"}) {
+        context ctx(spec);
+        blas3_call_options call;
+        if (std::string(spec) != "cpu") call.tile = 20;
+        testing::every_complex_option(ctx, blas3_routine::syr2k, 0, 37, 31, call, false, 0.75, 0.0);
+    }
+}
+
 TEST(Syr2k, OutOfCoreOnThreeDevicesMatchesReference) {
     context ctx("cpu:3", {.memory_budget = std::size_t(40) << 10});
     blas3_call_options call;

@@ -23,6 +23,15 @@ TEST(Syrk, TilesOnThreeDevicesMatchReference) {
     every_option(ctx, blas3_routine::syrk, 0, 57, 43, call, false, 0.75, 0.5);
 }
 
+TEST(Syrk, ComplexInPlaceAndOutOfCoreMatchReference) {
+    for (const char* spec : {"cpu", "cpu:3@64KiB"}) {
+        context ctx(spec);
+        blas3_call_options call;
+        if (std::string(spec) != "cpu") call.tile = 20;
+        testing::every_complex_option(ctx, blas3_routine::syrk, 0, 41, 33, call, false, 0.75, 0.5);
+    }
+}
+
 TEST(Syrk, OutOfCoreOnThreeDevicesMatchesReference) {
     context ctx("cpu:3", {.memory_budget = std::size_t(40) << 10});
     blas3_call_options call;

@@ -21,6 +21,15 @@ TEST(Trmm, TilesOnThreeDevicesMatchReference) {
     every_option(ctx, blas3_routine::trmm, 51, 67, 0, call, false);
 }
 
+TEST(Trmm, ComplexInPlaceAndOutOfCoreMatchReference) {
+    for (const char* spec : {"cpu", "cpu:3@64KiB"}) {
+        context ctx(spec);
+        blas3_call_options call;
+        if (std::string(spec) != "cpu") call.tile = 20;
+        testing::every_complex_option(ctx, blas3_routine::trmm, 43, 37, 0, call, false);
+    }
+}
+
 TEST(Trmm, OutOfCoreOnThreeDevicesMatchesReference) {
     context ctx("cpu:3", {.memory_budget = std::size_t(40) << 10});
     blas3_call_options call;

@@ -47,6 +47,15 @@ TEST(Trsm, TilesOnThreeDevicesInPlaceMatchReference) {
     }
 }
 
+TEST(Trsm, ComplexInPlaceAndOutOfCoreMatchReference) {
+    for (const char* spec : {"cpu", "cpu:3@64KiB"}) {
+        context ctx(spec);
+        blas3_call_options call;
+        if (std::string(spec) != "cpu") call.tile = 20;
+        testing::every_complex_option(ctx, blas3_routine::trsm, 47, 33, 0, call, false);
+    }
+}
+
 TEST(Trsm, OutOfCoreOnThreeDevicesMatchesReference) {
     // 48 KiB per device: a few 24 x 24 f64 tiles at a time.
     context ctx("cpu:3", {.memory_budget = std::size_t(48) << 10});

@@ -56,7 +56,7 @@ TEST_P(zero_copy_matches_reference, PaddedOperandsInPlace) {
     const layout lb = (layouts & 2) ? layout::col_major : layout::row_major;
     const layout lc = layouts == 1 || layouts == 2 ? layout::col_major : layout::row_major;
     const index_t m = 301, n = 267, k = 173;
-    visit_dtype(type, [&]<class T>() {
+    visit_real_dtype(type, "test", [&]<class T>() {
         padded<T> a(oa == op::n ? m : k, oa == op::n ? k : m, la, 3, 21);
         padded<T> b(ob == op::n ? k : n, ob == op::n ? n : k, lb, 5, 22);
         padded<T> c(m, n, lc, 7, 23);

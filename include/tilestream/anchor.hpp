@@ -9,9 +9,9 @@
 namespace tilestream {
 
 struct blas_anchor {
-    std::string name;     ///< e.g. "OpenBLAS cblas_sgemm on the host, 2 threads"
+    std::string name;     ///< e.g. "OpenBLAS cblas_sgemm on the host, 2 threads" (cblas_[sdcz]gemm)
     double seconds = 0;   ///< median over the repeats (after one untimed warm-up)
-    double gflops = 0;    ///< 2 m n k / seconds
+    double gflops = 0;    ///< 2 m n k / seconds (8 m n k for complex types)
     int threads = 0;      ///< OpenBLAS threads used (the host's hardware threads)
     int repeat = 0;
 };

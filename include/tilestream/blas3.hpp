@@ -38,7 +38,8 @@ std::string_view to_string(blas3_routine r) noexcept;
 blas3_routine parse_blas3_routine(std::string_view s);
 
 /// BLAS's options of a call; each routine reads those it has: side (symm, hemm, trmm, trsm),
-/// uplo (all), trans (syrk family: op(A) n or t; trmm, trsm: op(A)), diag (trmm, trsm).
+/// uplo (all), trans (syrk, syr2k: op(A) n or t; herk, her2k: n or c; trmm, trsm: n, t or c; c
+/// is t on real data), diag (trmm, trsm).
 struct blas3_flags {
     tilestream::side side = tilestream::side::left;
     tilestream::uplo uplo = tilestream::uplo::lower;
@@ -70,7 +71,8 @@ struct blas3_problem {
     bool reads_ab = true;       ///< alpha != 0 (and k > 0 for the syrk family)
     bool reads_c = false;       ///< syrk family, symm: beta != 0; trmm, trsm: alpha != 0
     bool quick_return = false;  ///< BLAS returns at once: nothing is read or written
-    double flops() const;
+    double flops() const;  ///< real flops: a complex multiply-add counts 8
+    double multiply_adds2() const;  ///< twice the multiply-adds
     /// "trsm side=left uplo=lower trans=n diag=non-unit: B 300x200, A 300x300, f64".
     std::string describe() const;
 };

@@ -206,6 +206,25 @@ public:
         return blas3<T>(blas3_routine::syr2k, {side::left, u, trans, diag::non_unit}, {alpha, beta, a, b, c}, call);
     }
 
+    /// C <- alpha A B + beta C (left) or alpha B A + beta C (right), A Hermitian (complex T).
+    template <class T>
+    blas3_report hemm(side s, uplo u, T alpha, host_matrix_view<const T> a, host_matrix_view<const T> b, T beta,
+                      host_matrix_view<T> c, const blas3_call_options& call = {}) {
+        return blas3<T>(blas3_routine::hemm, {s, u, op::n, diag::non_unit}, {alpha, beta, a, b, c}, call);
+    }
+    /// C <- alpha op(A) op(A)^H + beta C on the `u` triangle of C (trans n or c; alpha, beta real).
+    template <class T>
+    blas3_report herk(uplo u, op trans, real_type_t<T> alpha, host_matrix_view<const T> a, real_type_t<T> beta,
+                      host_matrix_view<T> c, const blas3_call_options& call = {}) {
+        return blas3<T>(blas3_routine::herk, {side::left, u, trans, diag::non_unit}, {T(alpha), T(beta), a, {}, c}, call);
+    }
+    /// C <- alpha op(A) op(B)^H + conj(alpha) op(B) op(A)^H + beta C on the `u` triangle (beta real).
+    template <class T>
+    blas3_report her2k(uplo u, op trans, T alpha, host_matrix_view<const T> a, host_matrix_view<const T> b,
+                       real_type_t<T> beta, host_matrix_view<T> c, const blas3_call_options& call = {}) {
+        return blas3<T>(blas3_routine::her2k, {side::left, u, trans, diag::non_unit}, {alpha, T(beta), a, b, c}, call);
+    }
+
     /// Keeps `v` (see kept_operand): its tiles survive between calls while the handle lives.
     template <class T>
     kept_operand keep(host_matrix_view<const T> v);

@@ -6,6 +6,7 @@
 #include <tilestream/kernels.hpp>
 #include <tilestream/types.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -45,7 +46,22 @@ struct gemm_problem {
     index_t lda = 0, ldb = 0, ldc = 0;  ///< host leading dimensions (0 = packed)
     bool reads_ab = true;               ///< false when alpha == 0 or k == 0
     bool reads_c = false;               ///< true when beta != 0
-    double flops() const { return 2.0 * double(m) * double(n) * double(k); }
+    /// Real floating-point operations: 2mnk, 8mnk for complex types.
+    double flops() const {
+        return double(dtype_traits(type).flops_per_multiply_add) * double(m) * double(n) * double(k);
+    }
+    /// The host operands as the engine reads them (leading dimension 0 resolved to packed).
+    operand_desc a_desc() const { return host_desc(operand_op(type, op_a), layout_a, lda, m, k); }
+    operand_desc b_desc() const { return host_desc(operand_op(type, op_b), layout_b, ldb, k, n); }
+    operand_desc c_desc() const { return host_desc(op::n, layout_c, ldc, m, n); }
+
+private:
+    static operand_desc host_desc(op o, layout l, index_t ld, index_t rows, index_t cols) {
+        operand_desc d{o, l, ld, rows, cols};
+        if (d.ld <= 0)
+            d.ld = std::max<index_t>(1, l == layout::row_major ? d.stored_cols() : d.stored_rows());
+        return d;
+    }
 };
 
 /// Throughputs the cost model uses (bytes/s, FLOP/s) and a fixed cost per operation (s).
@@ -97,8 +113,9 @@ struct plan_options {
 };
 
 /// The k-block of reproducible plans: the tiled CPU kernel's KC and OpenBLAS's GEMM_Q on
-/// Haswell/Zen (384 for f32, 256 for f64), so a call covers exactly one pass of either kernel.
-index_t reproducible_k_block(dtype t) noexcept;
+/// Haswell/Zen (384 f32, 256 f64, 192 c32, 128 c64; dtype_traits), so a call covers exactly one
+/// pass of either kernel.
+constexpr index_t reproducible_k_block(dtype t) noexcept { return dtype_traits(t).reproducible_k_block; }
 
 /// Kernel calls a plan may make; more (tiny tiles on a large problem) is refused with the tile
 /// counts named, rather than run for hours.

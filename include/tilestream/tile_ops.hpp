@@ -71,8 +71,11 @@ struct tile_op {
     bool reads_ab() const;
     /// Whether it reads C: trmm/trsm when alpha != 0, the others when beta != 0.
     bool reads_c() const;
-    /// Floating-point operations (real multiply-add = 2), for rates and traces.
+    /// Floating-point operations (a real multiply-add 2, a complex one 8), for rates and traces.
     double flops() const;
+
+private:
+    double multiply_adds2(double m, double n, double k) const;  ///< twice the multiply-adds
 };
 
 }  // namespace tilestream

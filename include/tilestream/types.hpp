@@ -1,4 +1,4 @@
-// Basic vocabulary of tilestream: element types, layouts, transpose flags, checked 64-bit sizes.
+// Basic vocabulary of tilestream: element types (dtype_traits.hpp), layouts, ops, checked 64-bit sizes.
 #pragma once
 
 #include <cstddef>
@@ -7,38 +7,23 @@
 #include <string_view>
 #include <type_traits>
 
+#include <tilestream/dtype_traits.hpp>
+
 namespace tilestream {
 
-/// All extents, leading dimensions and element counts are 64-bit signed.
-using index_t = std::int64_t;
-
-enum class dtype { f32, f64 };
 enum class layout { row_major, col_major };
-enum class op { n, t };
+/// What a routine applies to an operand: nothing, a transpose, or a conjugate transpose (BLAS's
+/// 'N', 'T', 'C'). On real data c equals t.
+enum class op { n, t, c };
 
-/// Size of one element of type t in bytes.
-std::size_t size_of(dtype t) noexcept;
-std::string_view to_string(dtype t) noexcept;
+/// Whether o transposes (t or c), and whether it conjugates (c).
+constexpr bool is_transposed(op o) noexcept { return o != op::n; }
+constexpr bool is_conjugated(op o) noexcept { return o == op::c; }
+
 std::string_view to_string(layout l) noexcept;
 std::string_view to_string(op o) noexcept;
-/// Parses "f32"/"float32"/"float" and "f64"/"float64"/"double"; throws invalid_argument otherwise.
-dtype parse_dtype(std::string_view s);
-/// Parses "n"/"t" (case-insensitive); throws invalid_argument otherwise.
+/// Parses "n", "t" or "c" (case-insensitive; BLAS's characters); throws invalid_argument otherwise.
 op parse_op(std::string_view s);
-
-template <class T>
-constexpr dtype dtype_of() {
-    static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
-                  "tilestream supports float and double");
-    return std::is_same_v<T, float> ? dtype::f32 : dtype::f64;
-}
-
-/// Calls f.template operator()<T>() with T = float or double according to t.
-template <class F>
-decltype(auto) visit_dtype(dtype t, F&& f) {
-    if (t == dtype::f32) return f.template operator()<float>();
-    return f.template operator()<double>();
-}
 
 /// a*b, throwing size_overflow naming `what` when the product does not fit in index_t
 /// or either factor is negative.

@@ -11,17 +11,20 @@
 
 namespace tilestream {
 
-/// Fills m with uniform values in [-1, 1] from a seeded generator (deterministic per seed).
+/// Fills m with uniform values in [-1, 1] from a seeded generator (deterministic per seed); both
+/// parts of complex elements, none of them (nearly) zero.
 template <class T>
 void fill_random(host_matrix_view<T> m, std::uint64_t seed);
 
-/// Fills m with a quiet NaN ("poison"), so unwritten elements are caught.
+/// Fills m with a quiet NaN ("poison"; NaN in both parts of complex elements), so unwritten
+/// elements are caught.
 template <class T>
 void fill_nan(host_matrix_view<T> m);
 
-/// ||x - ref||_F / ||ref||_F (ref in double); NaN in x gives +inf; ref of norm 0 gives ||x||_F.
+/// ||x - ref||_F / ||ref||_F (ref in double precision: double, or std::complex<double> for complex
+/// T); NaN in x gives +inf; ref of norm 0 gives ||x||_F.
 template <class T>
-double relative_frobenius_error(host_matrix_view<const T> x, host_matrix_view<const double> ref);
+double relative_frobenius_error(host_matrix_view<const T> x, host_matrix_view<const wide_type_t<T>> ref);
 
 /// The relative Frobenius error of a GEMM result c against alpha*op(A)*op(B) + beta*c0 computed by
 /// the sequential reference in float64 from the same operands (c0 is not read when beta == 0).
@@ -31,7 +34,8 @@ double gemm_relative_error(op op_a, op op_b, T alpha, host_matrix_view<const T> 
                            T beta, host_matrix_view<const T> c0, host_matrix_view<const T> c);
 
 /// Tolerance on the relative Frobenius error of a GEMM with inner dimension k:
-/// 8 * sqrt(k) * unit roundoff (TF32's 2^-11 in tf32 mode), at least 16 units.
+/// 8 * sqrt(k) * unit roundoff (TF32's 2^-11 in tf32 mode), at least 16 units; complex types count
+/// 2k terms (a complex multiply-add adds two real products to each part).
 double gemm_tolerance(dtype t, index_t k, math_mode m = math_mode::strict);
 
 /// How check_gemm compares C with alpha*op(A)*op(B) + beta*C0 (all in float64).
@@ -78,10 +82,11 @@ struct gemm_check_result {
     std::string summary() const;
 };
 
-/// Checks a GEMM result c against alpha*op(A)*op(B) + beta*c0 in float64 with the method
-/// choose_gemm_check picks (c0 is not read when beta == 0; A and B are not read when alpha == 0).
-/// NaN and infinities are compared by position: C must hold NaN exactly where the reference does
-/// and the same infinity where it has one; the error is over the elements finite in both.
+/// Checks a GEMM result c against alpha*op(A)*op(B) + beta*c0 in float64 (complex: complex double)
+/// with the method choose_gemm_check picks (c0 is not read when beta == 0; A and B are not read when
+/// alpha == 0). NaN and infinities are compared by position: C must hold NaN exactly where the
+/// reference does and the same infinity where it has one (each part of a complex element); the
+/// error is over the elements finite in both. Complex Freivalds vectors have entries +-1, +-i.
 template <class T>
 gemm_check_result check_gemm(op op_a, op op_b, T alpha, host_matrix_view<const T> a, host_matrix_view<const T> b,
                              T beta, host_matrix_view<const T> c0, host_matrix_view<const T> c,

@@ -3,6 +3,8 @@
 #include <tilestream/error.hpp>
 #include <tilestream/gemm.hpp>
 
+#include "core/cblas_gemm.hpp"
+
 #include <cblas.h>
 
 #include <algorithm>
@@ -15,46 +17,34 @@
 
 namespace tilestream {
 
-namespace {
-
-// op(x) is stored in x's layout, flipped by a transpose; CBLAS transposes when that differs from C's.
-CBLAS_TRANSPOSE cblas_trans(layout stored, op o, layout order) {
-    const bool op_row_major = (stored == layout::row_major) == (o == op::n);
-    return op_row_major == (order == layout::row_major) ? CblasNoTrans : CblasTrans;
-}
-
-}  // namespace
-
 template <class T>
 blas_anchor time_host_blas_gemm(op op_a, op op_b, T alpha, host_matrix_view<const T> a, host_matrix_view<const T> b,
                                 T beta, host_matrix_view<const T> c0, int repeat) {
     validate_gemm(op_a, op_b, a.rows(), a.cols(), b.rows(), b.cols(), c0.rows(), c0.cols());
-    const index_t m = c0.rows(), n = c0.cols(), k = op_a == op::n ? a.cols() : a.rows();
+    const index_t m = c0.rows(), n = c0.cols(), k = is_transposed(op_a) ? a.rows() : a.cols();
     for (index_t v : {m, n, k, a.ld(), b.ld()})
         if (v > INT_MAX)
             throw invalid_argument("anchor: " + std::to_string(v) + " exceeds CBLAS's 32-bit sizes");
     host_matrix<T> c(m, n, c0.layout());
     const layout order = c0.layout();
     const CBLAS_ORDER cblas_order = order == layout::row_major ? CblasRowMajor : CblasColMajor;
-    const CBLAS_TRANSPOSE ta = cblas_trans(a.layout(), op_a, order), tb = cblas_trans(b.layout(), op_b, order);
+    const dtype type = dtype_of<T>();
+    const detail::cblas_operand oa = detail::cblas_operand_of({operand_op(type, op_a), a.layout(), a.ld(), m, k}, order, "A");
+    const detail::cblas_operand ob = detail::cblas_operand_of({operand_op(type, op_b), b.layout(), b.ld(), k, n}, order, "B");
     const int ldc = int(std::max<index_t>(1, order == layout::row_major ? n : m));
     auto run_once = [&] {
         if (beta != T(0))
             for (index_t i = 0; i < m; ++i)
                 for (index_t j = 0; j < n; ++j) c(i, j) = c0(i, j);
         const auto t0 = std::chrono::steady_clock::now();
-        if constexpr (std::is_same_v<T, float>)
-            cblas_sgemm(cblas_order, ta, tb, int(m), int(n), int(k), alpha, a.data(), int(a.ld()), b.data(),
-                        int(b.ld()), beta, c.data(), ldc);
-        else
-            cblas_dgemm(cblas_order, ta, tb, int(m), int(n), int(k), alpha, a.data(), int(a.ld()), b.data(),
-                        int(b.ld()), beta, c.data(), ldc);
+        detail::cblas_gemm<T>(cblas_order, oa.trans, ob.trans, m, n, k, alpha, a.data(), oa.ld, b.data(), ob.ld, beta,
+                              c.data(), ldc);
         return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     };
     blas_anchor r;
     r.threads = int(std::max(1u, std::thread::hardware_concurrency()));
     r.repeat = std::max(1, repeat);
-    r.name = std::string("OpenBLAS cblas_") + (std::is_same_v<T, float> ? "s" : "d") + "gemm on the host, " +
+    r.name = std::string("OpenBLAS cblas_") + dtype_traits(type).blas_prefix + "gemm on the host, " +
              std::to_string(r.threads) + " threads";
     const int previous = openblas_get_num_threads();
     openblas_set_num_threads(r.threads);
@@ -70,7 +60,8 @@ blas_anchor time_host_blas_gemm(op op_a, op op_b, T alpha, host_matrix_view<cons
     std::sort(seconds.begin(), seconds.end());
     const std::size_t h = seconds.size() / 2;
     r.seconds = seconds.size() % 2 ? seconds[h] : 0.5 * (seconds[h - 1] + seconds[h]);
-    r.gflops = r.seconds > 0 ? 2.0 * double(m) * double(n) * double(k) / r.seconds * 1e-9 : 0.0;
+    const double flops = double(dtype_traits(type).flops_per_multiply_add) * double(m) * double(n) * double(k);
+    r.gflops = r.seconds > 0 ? flops / r.seconds * 1e-9 : 0.0;
     return r;
 }
 

@@ -5,39 +5,27 @@
 
 namespace tilestream {
 
-column_major_operand as_column_major_operand(index_t rows, index_t cols, index_t row_stride,
-                                             index_t col_stride) {
-    // Untransposed: element (i, j) at i + j*ld, which needs unit steps along i (or one row).
-    if (rows <= 1 || row_stride == 1) {
-        // One column: ld never steps, so any value is right and the smallest legal one is taken.
-        return {false, cols <= 1 ? std::max<index_t>(1, rows) : col_stride};
-    }
-    // Otherwise unit steps along j: the stored matrix is the cols x rows transpose, ld apart.
-    // rows > 1 here, so ld = row_stride steps; a valid operand has it >= its cols.
-    return {true, row_stride};
-}
-
 column_major_gemm as_column_major(const gemm_call& call) {
+    // BLAS in C's layout; for a row-major C the column-major call swaps the operands and keeps
+    // each one's flag (CBLAS's row-major interface does the same).
+    const layout order = call.layout_c;
+    const operand_desc::blas_view a = call.a_desc().for_blas(order), b = call.b_desc().for_blas(order);
+    const operand_desc::blas_view c = call.c_desc().for_blas(order);
+    const bool col = order == layout::col_major;
+    const operand_desc::blas_view& x = col ? a : b;
+    const operand_desc::blas_view& y = col ? b : a;
     column_major_gemm g;
     g.k = call.k;
-    column_major_operand x, y, z;
-    if (call.layout_c == layout::col_major) {
-        g.rows = call.m, g.cols = call.n, g.x = call.a, g.y = call.b;
-        x = as_column_major_operand(call.m, call.k, call.a_row_stride(), call.a_col_stride());
-        y = as_column_major_operand(call.k, call.n, call.b_row_stride(), call.b_col_stride());
-        z = as_column_major_operand(call.m, call.n, call.c_row_stride(), call.c_col_stride());
-    } else {
-        // Transposing swaps the strides: X = op(B)^T is n x k, Y = op(A)^T is k x m.
-        g.rows = call.n, g.cols = call.m, g.x = call.b, g.y = call.a;
-        x = as_column_major_operand(call.n, call.k, call.b_col_stride(), call.b_row_stride());
-        y = as_column_major_operand(call.k, call.m, call.a_col_stride(), call.a_row_stride());
-        z = as_column_major_operand(call.n, call.m, call.c_col_stride(), call.c_row_stride());
-    }
+    g.rows = col ? call.m : call.n;
+    g.cols = col ? call.n : call.m;
+    g.x = col ? call.a : call.b;
+    g.y = col ? call.b : call.a;
     g.z = call.c;
-    g.trans_x = x.trans, g.ldx = x.ld;
-    g.trans_y = y.trans, g.ldy = y.ld;
-    // C's contiguous index is Z's first (unit row stride), so Z is never read transposed.
-    g.ldz = z.ld;
+    const auto transposes = [](blas_trans t) { return t == blas_trans::trans || t == blas_trans::conj_trans; };
+    const auto conjugates = [](blas_trans t) { return t == blas_trans::conj_trans || t == blas_trans::conj_none; };
+    g.trans_x = transposes(x.trans), g.conj_x = conjugates(x.trans), g.ldx = x.ld;
+    g.trans_y = transposes(y.trans), g.conj_y = conjugates(y.trans), g.ldy = y.ld;
+    g.ldz = c.ld;  // C is read in its own layout: never transposed
     return g;
 }
 

@@ -20,9 +20,9 @@ gemm_call make_call(op op_a, op op_b, T alpha, host_matrix_view<const T> a, host
     call.op_b = op_b;
     call.m = c.rows();
     call.n = c.cols();
-    call.k = op_a == op::n ? a.cols() : a.rows();
-    call.alpha = alpha;
-    call.beta = beta;
+    call.k = is_transposed(op_a) ? a.rows() : a.cols();
+    call.alpha = as_scalar(alpha);
+    call.beta = as_scalar(beta);
     call.a = a.data();
     call.lda = a.ld();
     call.layout_a = a.layout();
@@ -41,10 +41,10 @@ void validate_gemm(op op_a, op op_b, index_t a_rows, index_t a_cols, index_t b_r
                    index_t c_rows, index_t c_cols) {
     for (index_t v : {a_rows, a_cols, b_rows, b_cols, c_rows, c_cols})
         if (v < 0) throw size_overflow("gemm: negative matrix extent " + std::to_string(v));
-    const index_t m = op_a == op::n ? a_rows : a_cols;
-    const index_t ka = op_a == op::n ? a_cols : a_rows;
-    const index_t kb = op_b == op::n ? b_rows : b_cols;
-    const index_t n = op_b == op::n ? b_cols : b_rows;
+    const index_t m = is_transposed(op_a) ? a_cols : a_rows;
+    const index_t ka = is_transposed(op_a) ? a_rows : a_cols;
+    const index_t kb = is_transposed(op_b) ? b_cols : b_rows;
+    const index_t n = is_transposed(op_b) ? b_rows : b_cols;
     if (ka != kb)
         throw dimension_mismatch("gemm: inner dimensions differ: op(A) is " + shape(m, ka) +
                                  ", op(B) is " + shape(kb, n));

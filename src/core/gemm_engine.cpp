@@ -43,6 +43,13 @@ host_rect rect_of(const V& v, index_t r0, index_t c0, index_t nr, index_t nc) {
     return r;
 }
 
+/// The host rectangle of a stored block of v (a block of op(X) in X's coordinates:
+/// operand_desc::stored_block).
+template <class V>
+host_rect rect_of(const V& v, const operand_desc::stored_rect& s) {
+    return rect_of(v, s.row, s.col, s.rows, s.cols);
+}
+
 /// A tile in some device's slot, for devices that may copy it from there (peer tile cache).
 struct tile_holder {
     device* dev = nullptr;
@@ -101,7 +108,9 @@ public:
                     host_matrix_view<const T> a, host_matrix_view<const T> b, host_matrix_view<T> c, run_state& state,
                     const gemm_run_options& run, int shrink, detail::device_kit* kit, const detail::call_keeps& keeps)
         : dev_(dev), index_(index), count_(count), plan_(plan), alpha_(alpha), beta_(beta), a_(a), b_(b), c_(c),
-          state_(state), run_(run), keeps_(keeps) {
+          a_desc_(plan.problem.a_desc()), b_desc_(plan.problem.b_desc()),
+          flops_per_multiply_add_(dtype_traits(plan.problem.type).flops_per_multiply_add), state_(state), run_(run),
+          keeps_(keeps) {
         slowdown_ = fault_injection::slowdown_seconds(dev);
         const bool pack = plan.transfer == transfer_mode::pack;
         // Slots of a kept kit first (same size; execute_gemm_kept freed the others), tiles they hold
@@ -455,10 +464,8 @@ private:
             if (ab && st.depth > 0) {
                 const index_t i0 = st.a_tile_row * plan_.tile_m, p0 = st.k_block * plan_.tile_k,
                               j0 = st.b_tile_col * plan_.tile_n;
-                const host_rect ar = q.op_a == op::n ? rect_of(a_, i0, p0, st.rows, st.depth)
-                                                     : rect_of(a_, p0, i0, st.depth, st.rows);
-                const host_rect br = q.op_b == op::n ? rect_of(b_, p0, j0, st.depth, st.cols)
-                                                     : rect_of(b_, j0, p0, st.cols, st.depth);
+                const host_rect ar = rect_of(a_, a_desc_.stored_block(i0, p0, st.rows, st.depth));
+                const host_rect br = rect_of(b_, b_desc_.stored_block(p0, j0, st.depth, st.cols));
                 slot& as = acquire(0, a_slots_, {st.a_tile_row, st.k_block}, plan_.reuse_a, ar);
                 slot& bs = acquire(1, b_slots_, {st.k_block, st.b_tile_col}, plan_.reuse_b, br);
                 call.a = as.buf.get();
@@ -478,13 +485,13 @@ private:
                 // alpha == 0 or k == 0: C = beta*C, A and B never read.
                 call.k = 0;
                 call.alpha = 0;
-                call.beta = static_cast<double>(beta_);
+                call.beta = as_scalar(beta_);
                 call.c = c_element(cs, c_rect, st.c_row, st.c_col);
                 call.ldc = std::max<index_t>(1, c_rect.inner());
                 call.layout_c = c_rect.lay;
                 dev_.gemm(*compute_, call);
             }
-            flops_ += 2.0 * double(st.rows) * double(st.cols) * double(st.depth);
+            flops_ += flops_per_multiply_add_ * double(st.rows) * double(st.cols) * double(st.depth);
             if (inject && &st == &u.steps.front()) injected_kernel_failure();
         }
         if (state_.recoverable) {
@@ -528,8 +535,8 @@ private:
         call.m = st.rows;
         call.n = st.cols;
         call.k = st.depth;
-        call.alpha = static_cast<double>(alpha_);
-        call.beta = st.k_block == 0 ? static_cast<double>(beta_) : 1.0;
+        call.alpha = as_scalar(alpha_);
+        call.beta = st.k_block == 0 ? as_scalar(beta_) : scalar(1.0);
         call.kernel = plan_.kernel;
         call.math = plan_.math;
         return call;
@@ -549,20 +556,22 @@ private:
             call.layout_c = c_.layout();
             if (ab && st.depth > 0) {
                 const index_t p0 = st.k_block * plan_.tile_k;
-                call.a = q.op_a == op::n ? &a_(i0, p0) : &a_(p0, i0);
+                const operand_desc::stored_rect ar = a_desc_.stored_block(i0, p0, st.rows, st.depth);
+                const operand_desc::stored_rect br = b_desc_.stored_block(p0, j0, st.depth, st.cols);
+                call.a = &a_(ar.row, ar.col);
                 call.lda = a_.ld();
                 call.layout_a = a_.layout();
-                call.b = q.op_b == op::n ? &b_(p0, j0) : &b_(j0, p0);
+                call.b = &b_(br.row, br.col);
                 call.ldb = b_.ld();
                 call.layout_b = b_.layout();
             } else {
                 call.k = 0;  // alpha == 0 or k == 0: C = beta*C, A and B never read
                 call.alpha = 0;
-                call.beta = static_cast<double>(beta_);
+                call.beta = as_scalar(beta_);
             }
             gemm_by_k_blocks(call);
             slow_down();
-            flops_ += 2.0 * double(st.rows) * double(st.cols) * double(st.depth);
+            flops_ += flops_per_multiply_add_ * double(st.rows) * double(st.cols) * double(st.depth);
             if (inject && &st == &u.steps.front()) injected_kernel_failure();
         }
         dev_.enqueue_host(*compute_, [this, seq] { unit_finished(seq); }, "unit done");
@@ -581,7 +590,7 @@ private:
         for (index_t p0 = 0; p0 < call.k; p0 += kb) {
             gemm_call part = call;
             part.k = std::min(kb, call.k - p0);
-            part.beta = p0 == 0 ? call.beta : 1.0;
+            part.beta = p0 == 0 ? call.beta : scalar(1.0);
             part.a = static_cast<const char*>(call.a) + std::size_t(p0 * call.a_col_stride()) * es;
             part.b = static_cast<const char*>(call.b) + std::size_t(p0 * call.b_row_stride()) * es;
             dev_.gemm(*compute_, part);
@@ -772,6 +781,9 @@ private:
     T alpha_, beta_;
     host_matrix_view<const T> a_, b_;
     host_matrix_view<T> c_;
+    /// op(A) and op(B) as stored on the host: where each step's blocks lie.
+    operand_desc a_desc_, b_desc_;
+    double flops_per_multiply_add_;
     run_state& state_;
     const gemm_run_options& run_;
     detail::call_keeps keeps_;
@@ -827,7 +839,7 @@ gemm_problem describe_gemm(op op_a, op op_b, T alpha, host_matrix_view<const T> 
     p.op_b = op_b;
     p.m = c.rows();
     p.n = c.cols();
-    p.k = op_a == op::n ? a.cols() : a.rows();
+    p.k = is_transposed(op_a) ? a.rows() : a.cols();
     p.layout_a = a.layout();
     p.layout_b = b.layout();
     p.layout_c = c.layout();

@@ -74,33 +74,26 @@ split split_of(index_t total, index_t tile) {
     return s;
 }
 
-/// Whether the host rectangle rows x cols of a stored matrix (stored_rows x stored_cols, ld) is one
-/// contiguous run of memory (then no packing is needed even without 2-D copies).
-bool contiguous(index_t rows, index_t cols, index_t stored_rows, index_t stored_cols, layout l, index_t ld) {
-    const index_t outer = l == layout::row_major ? rows : cols;
-    const index_t inner = l == layout::row_major ? cols : rows;
-    const index_t stored_inner = l == layout::row_major ? stored_cols : stored_rows;
-    return outer <= 1 || (inner == stored_inner && ld == stored_inner);
+/// Whether the stored rectangle r of operand x is one contiguous run of memory (then no packing is
+/// needed even without 2-D copies).
+bool contiguous(const operand_desc::stored_rect& r, const operand_desc& x) {
+    const bool row = x.stored == layout::row_major;
+    const index_t outer = row ? r.rows : r.cols, inner = row ? r.cols : r.rows;
+    const index_t stored_inner = row ? x.stored_cols() : x.stored_rows();
+    return outer <= 1 || (inner == stored_inner && x.ld == stored_inner);
 }
 
-/// Bytes of the non-contiguous tiles when op(X) (rows x cols, op o) is cut into tr x tc tiles.
-std::size_t noncontiguous_bytes(index_t rows, index_t cols, index_t tr, index_t tc, op o, layout l, index_t ld,
-                                std::size_t es) {
-    const split sr = split_of(rows, tr), sc = split_of(cols, tc);
-    const index_t stored_rows = o == op::n ? rows : cols, stored_cols = o == op::n ? cols : rows;
+/// Bytes of the non-contiguous tiles when op(X) is cut into tr x tc tiles.
+std::size_t noncontiguous_bytes(const operand_desc& x, index_t tr, index_t tc, std::size_t es) {
+    const split sr = split_of(x.rows, tr), sc = split_of(x.cols, tc);
     std::size_t total = 0;
     for (auto [rc, r] : {std::pair{sr.full_count, sr.full}, std::pair{index_t(sr.last ? 1 : 0), sr.last}})
         for (auto [cc, c] : {std::pair{sc.full_count, sc.full}, std::pair{index_t(sc.last ? 1 : 0), sc.last}}) {
             if (rc == 0 || cc == 0 || r == 0 || c == 0) continue;
-            const index_t sr_ = o == op::n ? r : c, sc_ = o == op::n ? c : r;
-            if (!contiguous(sr_, sc_, stored_rows, stored_cols, l, ld))
+            if (!contiguous(x.stored_block(0, 0, r, c), x))
                 total += std::size_t(rc) * std::size_t(cc) * std::size_t(r) * std::size_t(c) * es;
         }
     return total;
-}
-
-index_t host_ld(index_t given, index_t rows, index_t cols, layout l) {
-    return given > 0 ? given : std::max<index_t>(1, l == layout::row_major ? cols : rows);
 }
 
 /// Rows of C's block row i and columns of block column j (the last ones may be ragged).
@@ -221,14 +214,11 @@ void cost(gemm_plan& p) {
     p.bytes_d2h = c_bytes;
     p.bytes_packed = 0;
     if (p.transfer == transfer_mode::pack) {
-        const index_t lda = host_ld(q.lda, q.op_a == op::n ? m : k, q.op_a == op::n ? k : m, q.layout_a);
-        const index_t ldb = host_ld(q.ldb, q.op_b == op::n ? k : n, q.op_b == op::n ? n : k, q.layout_b);
-        const index_t ldc = host_ld(q.ldc, m, n, q.layout_c);
         if (ab) {
-            p.bytes_packed += a_loads * noncontiguous_bytes(m, k, tm, tk, q.op_a, q.layout_a, lda, es);
-            p.bytes_packed += b_loads * noncontiguous_bytes(k, n, tk, tn, q.op_b, q.layout_b, ldb, es);
+            p.bytes_packed += a_loads * noncontiguous_bytes(q.a_desc(), tm, tk, es);
+            p.bytes_packed += b_loads * noncontiguous_bytes(q.b_desc(), tk, tn, es);
         }
-        const std::size_t c_nc = noncontiguous_bytes(m, n, c_block_rows, c_block_cols, op::n, q.layout_c, ldc, es);
+        const std::size_t c_nc = noncontiguous_bytes(q.c_desc(), c_block_rows, c_block_cols, es);
         p.bytes_packed += c_nc * (q.reads_c ? 2 : 1);  // gathered in, scattered out
     }
 
@@ -341,8 +331,6 @@ bool better(const gemm_plan& a, const gemm_plan& b) {
 }
 
 }  // namespace
-
-index_t reproducible_k_block(dtype t) noexcept { return t == dtype::f64 ? 256 : 384; }
 
 gemm_plan plan_gemm(const gemm_problem& q, std::size_t budget, const device_rates& rates, const plan_options& opt) {
     if (q.m < 0 || q.n < 0 || q.k < 0) throw size_overflow("plan_gemm: negative extent");

@@ -661,7 +661,7 @@ void fill_jacobi_start(host_matrix_view<T> f) {
 jacobi_measurement measure_jacobi(const jacobi_problem& problem, const std::vector<device*>& devices,
                                   const jacobi_options& options) {
     const jacobi_plan plan = plan_jacobi(problem, devices, options);
-    const jacobi_report rep = visit_dtype(problem.type, [&]<class T>() { return solve_jacobi<T>(plan).report; });
+    const jacobi_report rep = visit_real_dtype(problem.type, "jacobi", [&]<class T>() { return solve_jacobi<T>(plan).report; });
     jacobi_measurement m;
     m.problem = problem;
     m.decomposition = plan.decomposition();

@@ -106,6 +106,9 @@ jacobi_plan plan_jacobi(const jacobi_problem& problem, std::vector<device*> devi
         throw invalid_argument("jacobi: the grid must be at least 3x3 (a boundary around one interior "
                                "point), got nx x ny = " + grid_text(problem.nx, problem.ny));
     checked_bytes(problem.ny, problem.nx, problem.type, "jacobi: field");
+    if (is_complex(problem.type))
+        throw invalid_argument("jacobi: " + std::string(to_string(problem.type)) +
+                               " is complex; the Laplace solve runs in f32 or f64");
     if (devices.empty()) throw invalid_argument("jacobi: no devices to run on");
     for (std::size_t i = 0; i < devices.size(); ++i) {
         if (devices[i] == nullptr) throw invalid_argument("jacobi: device " + std::to_string(i) + " is null");

@@ -1,4 +1,4 @@
-// Reading (memory-mapped) and atomic writing of NumPy .npy files holding 2-D <f4/<f8 arrays.
+// Reading (memory-mapped) and atomic writing of NumPy .npy files holding 2-D <f4/<f8/<c8/<c16 arrays.
 #include <tilestream/error.hpp>
 #include <tilestream/npy.hpp>
 
@@ -43,7 +43,17 @@ std::string errno_text(int err) { return std::strerror(err); }
     throw file_error(path + ": " + what);
 }
 
-std::string_view descr_of(dtype t) { return t == dtype::f32 ? "<f4" : "<f8"; }
+std::string_view descr_of(dtype t) { return dtype_traits(t).npy_descr; }
+
+/// "'<f4', '<f8', '<c8' and '<c16'": the descrs read_npy accepts.
+std::string accepted_descrs() {
+    std::string out;
+    for (std::size_t i = 0; i < std::size(dtype_table); ++i) {
+        if (i > 0) out.append(i + 1 == std::size(dtype_table) ? " and " : ", ");
+        out.append("'").append(dtype_table[i].npy_descr).append("'");
+    }
+    return out;
+}
 
 std::string quote_header(std::string_view header) {
     while (!header.empty() && (header.back() == ' ' || header.back() == '\n'))
@@ -481,14 +491,10 @@ npy_array read_npy(const std::string& path) {
     truncated_now();
 
     dtype type = dtype::f32;
-    if (h.descr_is_string && h.descr == "<f4")
-        type = dtype::f32;
-    else if (h.descr_is_string && h.descr == "<f8")
-        type = dtype::f64;
-    else
+    if (!h.descr_is_string || !dtype_from_npy_descr(h.descr, type))
         fail(path, "unsupported dtype " +
                        (h.descr_is_string ? detail::quote_text(h.descr) : detail::printable_text(h.descr)) +
-                       " (tilestream reads '<f4' and '<f8')");
+                       " (tilestream reads " + accepted_descrs() + ")");
 
     if (h.shape.empty() || h.shape.size() > 2)
         fail(path,

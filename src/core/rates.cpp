@@ -79,10 +79,16 @@ device_rates measure_rates(device& dev, dtype type, gemm_kernel kernel, math_mod
             auto s = dev.create_stream();
             // Non-zero operands: copy a pattern in once.
             auto host = dev.allocate_host_staging(bytes);
-            for (std::size_t i = 0; i < bytes / es; ++i) {
-                if (type == dtype::f32) static_cast<float*>(host.get())[i] = float((i % 7) + 1) * 0.125f;
-                else static_cast<double*>(host.get())[i] = double((i % 7) + 1) * 0.125;
-            }
+            visit_dtype(type, [&]<class T>() {
+                using R = real_type_t<T>;
+                for (std::size_t i = 0; i < bytes / es; ++i) {
+                    const R v = R((i % 7) + 1) * R(0.125);
+                    if constexpr (is_complex_v<T>)
+                        static_cast<T*>(host.get())[i] = T(v, R(0.5) - v);
+                    else
+                        static_cast<T*>(host.get())[i] = v;
+                }
+            });
             dev.copy_to_device(*s, a.get(), host.get(), bytes);
             dev.copy_to_device(*s, b.get(), host.get(), bytes);
             s->synchronize();

@@ -9,6 +9,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <new>
 
@@ -22,25 +23,140 @@ std::string lower(std::string_view s) {
 }
 }  // namespace
 
-std::size_t size_of(dtype t) noexcept { return t == dtype::f32 ? 4 : 8; }
-std::string_view to_string(dtype t) noexcept { return t == dtype::f32 ? "f32" : "f64"; }
+std::string_view to_string(dtype t) noexcept { return dtype_traits(t).name; }
 std::string_view to_string(layout l) noexcept {
     return l == layout::row_major ? "row-major" : "col-major";
 }
-std::string_view to_string(op o) noexcept { return o == op::n ? "n" : "t"; }
+std::string_view to_string(op o) noexcept {
+    switch (o) {
+        case op::n: return "n";
+        case op::t: return "t";
+        case op::c: return "c";
+    }
+    return "?";
+}
+std::string_view to_string(blas_trans t) noexcept {
+    switch (t) {
+        case blas_trans::none: return "none";
+        case blas_trans::trans: return "trans";
+        case blas_trans::conj_trans: return "conj-trans";
+        case blas_trans::conj_none: return "conj-none";
+    }
+    return "?";
+}
 
 dtype parse_dtype(std::string_view s) {
     const std::string v = lower(s);
-    if (v == "f32" || v == "float32" || v == "float") return dtype::f32;
-    if (v == "f64" || v == "float64" || v == "double") return dtype::f64;
-    throw invalid_argument("unknown dtype '" + std::string(s) + "' (expected f32 or f64)");
+    for (const dtype_info& d : dtype_table)
+        if (v == d.name || v == d.numpy_name) return d.type;
+    if (v == "float") return dtype::f32;
+    if (v == "double") return dtype::f64;
+    std::string names;
+    for (const dtype_info& d : dtype_table)
+        names += (names.empty() ? "" : ", ") + std::string(d.name) + "/" + std::string(d.numpy_name);
+    throw invalid_argument("unknown dtype '" + std::string(s) + "' (expected one of " + names + ")");
+}
+
+bool dtype_from_npy_descr(std::string_view descr, dtype& out) noexcept {
+    for (const dtype_info& d : dtype_table)
+        if (descr == d.npy_descr) {
+            out = d.type;
+            return true;
+        }
+    return false;
+}
+
+namespace detail {
+void throw_bad_dtype(dtype t) {
+    throw invalid_argument("bad dtype value " + std::to_string(int(t)));
+}
+void throw_real_only(std::string_view what, dtype t) {
+    throw invalid_argument(std::string(what) + ": " + std::string(to_string(t)) +
+                           " is complex; only f32 and f64 are supported");
+}
+}  // namespace detail
+
+namespace {
+// A number as strtod reads it, the whole text and nothing else (no leading space).
+bool parse_real(std::string_view text, double& out) {
+    if (text.empty() || std::isspace(static_cast<unsigned char>(text.front()))) return false;
+    const std::string t(text);
+    char* end = nullptr;
+    out = std::strtod(t.c_str(), &end);
+    return end == t.c_str() + t.size();
+}
+}  // namespace
+
+scalar parse_scalar(std::string_view text) {
+    const auto bad = [&] {
+        return invalid_argument("'" + std::string(text) +
+                                "' is not a number (examples: 2, -1.5e3, 1.5-2j, 2j, (1+2j))");
+    };
+    std::string_view s = text;
+    if (!s.empty() && s.front() == '(') {
+        if (s.size() < 2 || s.back() != ')') throw bad();
+        s = s.substr(1, s.size() - 2);
+    }
+    if (s.empty()) throw bad();
+    const char last = s.back();
+    if (last != 'j' && last != 'J' && last != 'i' && last != 'I') {
+        double re = 0;
+        if (!parse_real(s, re)) throw bad();
+        return {re, 0.0};
+    }
+    // "a+bj": the imaginary part starts at the last sign that is neither the first character nor
+    // an exponent's.
+    const std::string_view body = s.substr(0, s.size() - 1);
+    std::size_t split = std::string_view::npos;
+    for (std::size_t p = body.size(); p-- > 1;)
+        if ((body[p] == '+' || body[p] == '-') && body[p - 1] != 'e' && body[p - 1] != 'E') {
+            split = p;
+            break;
+        }
+    double re = 0, im = 0;
+    std::string_view imag = body;
+    if (split != std::string_view::npos) {
+        if (!parse_real(body.substr(0, split), re)) throw bad();
+        imag = body.substr(split);
+    }
+    if (imag.empty() || imag == "+") im = 1;
+    else if (imag == "-") im = -1;
+    else if (!parse_real(imag, im)) throw bad();
+    return {re, im};
+}
+
+std::string format_scalar(scalar z) {
+    const auto text = [](double v) {
+        char buf[64];
+        const auto r = std::to_chars(buf, buf + sizeof buf, v);
+        return std::string(buf, r.ptr);
+    };
+    if (z.imag() == 0 && !std::signbit(z.imag())) return text(z.real());
+    const std::string im = text(z.imag());
+    if (z.real() == 0 && !std::signbit(z.real())) return im + "j";
+    return text(z.real()) + (im.front() == '-' ? "" : "+") + im + "j";
 }
 
 op parse_op(std::string_view s) {
     const std::string v = lower(s);
     if (v == "n") return op::n;
     if (v == "t") return op::t;
-    throw invalid_argument("unknown op '" + std::string(s) + "' (expected n or t)");
+    if (v == "c") return op::c;
+    throw invalid_argument("unknown op '" + std::string(s) + "' (expected n, t or c)");
+}
+
+operand_desc::blas_view operand_desc::for_blas(layout order) const noexcept {
+    const bool flip = op_layout() != order;
+    blas_view v;
+    v.trans = flip ? (conjugated() ? blas_trans::conj_trans : blas_trans::trans)
+                   : (conjugated() ? blas_trans::conj_none : blas_trans::none);
+    // The BLAS's matrix (op(X), or its transpose when flipped) lies in `order`: lines of `len`
+    // elements, ld apart. With one line ld never steps, but BLASes still check it.
+    const index_t br = flip ? cols : rows, bc = flip ? rows : cols;
+    const index_t lines = order == layout::row_major ? br : bc, len = order == layout::row_major ? bc : br;
+    v.min_ld = std::max<index_t>(1, len);
+    v.ld = lines <= 1 ? std::max(ld, v.min_ld) : ld;
+    return v;
 }
 
 std::string_view to_string(gemm_kernel k) noexcept {

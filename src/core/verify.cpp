@@ -6,12 +6,16 @@
 #include <tilestream/gemm.hpp>
 #include <tilestream/verify.hpp>
 
+#include "core/cblas_gemm.hpp"
+#include "core/complex_arith.hpp"
+
 #include <cblas.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <complex>
 #include <cstdio>
 #include <exception>
 #include <limits>
@@ -25,43 +29,56 @@ template <class T>
 void fill_random(host_matrix_view<T> m, std::uint64_t seed) {
     std::mt19937_64 gen(seed);
     std::uniform_real_distribution<double> dist(-1.0, 1.0);
+    const auto draw = [&] {
+        const double v = dist(gen);
+        return std::abs(v) < 1e-3 ? (v < 0 ? -0.5 : 0.5) : v;  // never (nearly) zero
+    };
     // Walk in storage order so the values depend only on seed, shape and layout.
     const bool row = m.layout() == layout::row_major;
     const index_t outer = row ? m.rows() : m.cols(), inner = row ? m.cols() : m.rows();
     for (index_t o = 0; o < outer; ++o)
         for (index_t i = 0; i < inner; ++i) {
-            double v = dist(gen);
-            if (std::abs(v) < 1e-3) v = v < 0 ? -0.5 : 0.5;  // never (nearly) zero
-            (row ? m(o, i) : m(i, o)) = static_cast<T>(v);
+            T& e = row ? m(o, i) : m(i, o);
+            if constexpr (is_complex_v<T>) {
+                const double re = draw();
+                e = T(static_cast<real_type_t<T>>(re), static_cast<real_type_t<T>>(draw()));
+            } else {
+                e = static_cast<T>(draw());
+            }
         }
 }
 
 template <class T>
 void fill_nan(host_matrix_view<T> m) {
+    const real_type_t<T> nan = std::numeric_limits<real_type_t<T>>::quiet_NaN();
     for (index_t i = 0; i < m.rows(); ++i)
-        for (index_t j = 0; j < m.cols(); ++j) m(i, j) = std::numeric_limits<T>::quiet_NaN();
+        for (index_t j = 0; j < m.cols(); ++j) {
+            if constexpr (is_complex_v<T>)
+                m(i, j) = T(nan, nan);
+            else
+                m(i, j) = nan;
+        }
 }
 
 template <class T>
-double relative_frobenius_error(host_matrix_view<const T> x, host_matrix_view<const double> ref) {
+double relative_frobenius_error(host_matrix_view<const T> x, host_matrix_view<const wide_type_t<T>> ref) {
     double diff = 0, norm = 0;
     for (index_t i = 0; i < x.rows(); ++i)
         for (index_t j = 0; j < x.cols(); ++j) {
-            const double v = static_cast<double>(x(i, j));
-            if (!std::isfinite(v)) return std::numeric_limits<double>::infinity();
-            const double d = v - ref(i, j);
-            diff += d * d;
-            norm += ref(i, j) * ref(i, j);
+            const wide_type_t<T> v = detail::widen(x(i, j));
+            if (!detail::is_finite(v)) return std::numeric_limits<double>::infinity();
+            diff += detail::norm2(v - ref(i, j));
+            norm += detail::norm2(ref(i, j));
         }
     return norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
 }
 
 namespace {
 template <class T>
-host_matrix<double> to_double(host_matrix_view<const T> v) {
-    host_matrix<double> d(v.rows(), v.cols());
+host_matrix<wide_type_t<T>> to_wide(host_matrix_view<const T> v) {
+    host_matrix<wide_type_t<T>> d(v.rows(), v.cols());
     for (index_t i = 0; i < v.rows(); ++i)
-        for (index_t j = 0; j < v.cols(); ++j) d(i, j) = static_cast<double>(v(i, j));
+        for (index_t j = 0; j < v.cols(); ++j) d(i, j) = detail::widen(v(i, j));
     return d;
 }
 }  // namespace
@@ -69,36 +86,39 @@ host_matrix<double> to_double(host_matrix_view<const T> v) {
 template <class T>
 double gemm_relative_error(op op_a, op op_b, T alpha, host_matrix_view<const T> a, host_matrix_view<const T> b,
                            T beta, host_matrix_view<const T> c0, host_matrix_view<const T> c) {
+    using W = wide_type_t<T>;
     validate_gemm(op_a, op_b, a.rows(), a.cols(), b.rows(), b.cols(), c.rows(), c.cols());
-    const host_matrix<double> ad = to_double(a), bd = to_double(b);
-    host_matrix<double> ref(c.rows(), c.cols());
+    const host_matrix<W> ad = to_wide(a), bd = to_wide(b);
+    host_matrix<W> ref(c.rows(), c.cols());
     if (beta != T(0)) {
         validate_gemm(op_a, op_b, a.rows(), a.cols(), b.rows(), b.cols(), c0.rows(), c0.cols());
-        ref = to_double(c0);
+        ref = to_wide(c0);
     } else {
         fill_nan(ref.view());  // beta = 0: the reference must not read it either
     }
-    reference_gemm<double>(op_a, op_b, double(alpha), ad.view(), bd.view(), double(beta), ref.view());
+    reference_gemm<W>(operand_op(dtype_of<T>(), op_a), operand_op(dtype_of<T>(), op_b), detail::widen(alpha),
+                      ad.view(), bd.view(), detail::widen(beta), ref.view());
     return relative_frobenius_error<T>(c, ref.view());
 }
 
 double gemm_tolerance(dtype t, index_t k, math_mode m) {
-    double u = t == dtype::f32 ? std::ldexp(1.0, -24) : std::ldexp(1.0, -53);
-    if (t == dtype::f32 && m == math_mode::tf32) u = std::ldexp(1.0, -11);
-    return std::max(16.0, 8.0 * std::sqrt(static_cast<double>(std::max<index_t>(k, 1)))) * u;
+    const dtype_info& d = dtype_traits(t);
+    double u = std::ldexp(1.0, -d.mantissa_bits);
+    if (d.real == dtype::f32 && m == math_mode::tf32) u = std::ldexp(1.0, -11);
+    // A complex multiply-add is two real ones per part: the sum over k is one of 2k real terms.
+    const double terms = double(std::max<index_t>(k, 1)) * (d.is_complex ? 2.0 : 1.0);
+    return std::max(16.0, 8.0 * std::sqrt(terms)) * u;
 }
 
-template void fill_random<float>(host_matrix_view<float>, std::uint64_t);
-template void fill_random<double>(host_matrix_view<double>, std::uint64_t);
-template void fill_nan<float>(host_matrix_view<float>);
-template void fill_nan<double>(host_matrix_view<double>);
-template double relative_frobenius_error<float>(host_matrix_view<const float>, host_matrix_view<const double>);
-template double gemm_relative_error<float>(op, op, float, host_matrix_view<const float>, host_matrix_view<const float>,
-                                          float, host_matrix_view<const float>, host_matrix_view<const float>);
-template double gemm_relative_error<double>(op, op, double, host_matrix_view<const double>,
-                                           host_matrix_view<const double>, double, host_matrix_view<const double>,
-                                           host_matrix_view<const double>);
-template double relative_frobenius_error<double>(host_matrix_view<const double>, host_matrix_view<const double>);
+#define TILESTREAM_INSTANTIATE_FILLS(T)                                                                           \
+    template void fill_random<T>(host_matrix_view<T>, std::uint64_t);                                            \
+    template void fill_nan<T>(host_matrix_view<T>);                                                              \
+    template double relative_frobenius_error<T>(host_matrix_view<const T>, host_matrix_view<const wide_type_t<T>>); \
+    template double gemm_relative_error<T>(op, op, T, host_matrix_view<const T>, host_matrix_view<const T>, T,   \
+                                           host_matrix_view<const T>, host_matrix_view<const T>);
+TILESTREAM_INSTANTIATE_FILLS(float)
+TILESTREAM_INSTANTIATE_FILLS(double)
+#undef TILESTREAM_INSTANTIATE_FILLS
 
 // ---- check_gemm ----
 
@@ -146,12 +166,13 @@ std::string gemm_check_result::summary() const {
 
 namespace {
 
-/// op(x) as a view of the same memory (a transpose flips the layout).
+/// op(x) as a view of the same memory: the transpose flips the layout (the conjugation of op::c is
+/// the caller's, check_operands::conj_a and conj_b).
 template <class T>
 host_matrix_view<const T> op_view(host_matrix_view<const T> x, op o) {
-    if (o == op::n) return x;
-    return {x.data(), x.cols(), x.rows(), x.layout() == layout::row_major ? layout::col_major : layout::row_major,
-            x.ld()};
+    const operand_desc d{o, x.layout(), x.ld(), is_transposed(o) ? x.cols() : x.rows(),
+                         is_transposed(o) ? x.rows() : x.cols()};
+    return {x.data(), d.rows, d.cols, d.op_layout(), x.ld()};
 }
 
 template <class T>
@@ -171,35 +192,56 @@ void for_each_stored(host_matrix_view<const T> x, F&& f) {
     }
 }
 
-std::string format_element(index_t i, index_t j, double c, const std::string& ref) {
-    char buf[128];
-    std::snprintf(buf, sizeof buf, "C(%lld, %lld) is %.9g where the reference is ", (long long)i, (long long)j, c);
-    return buf + ref;
+std::string format_value(double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.9g", v);
+    return buf;
+}
+std::string format_value(std::complex<double> v) {
+    return "(" + format_value(v.real()) + ", " + format_value(v.imag()) + ")";
+}
+
+std::string format_element(index_t i, index_t j, const std::string& c, const std::string& ref) {
+    return "C(" + std::to_string(i) + ", " + std::to_string(j) + ") is " + c + " where the reference is " + ref;
+}
+
+/// The class of a real number beside the reference's: both finite, the same NaN/Inf, or not.
+enum class part_match { finite, same_nonfinite, differs };
+template <class R>
+part_match compare_part(R c, double ref) {
+    const R r = static_cast<R>(ref);  // the reference in C's type: beyond its range it is inf
+    const bool cf = std::isfinite(c), rf = std::isfinite(r);
+    if (cf && rf) return part_match::finite;
+    const bool same = (std::isnan(c) && std::isnan(r)) || (std::isinf(c) && std::isinf(r) && (c > 0) == (r > 0));
+    return same ? part_match::same_nonfinite : part_match::differs;
 }
 
 /// Squared differences and norms over elements finite in both, and the positional NaN/Inf count.
+/// A complex element is finite when both parts are; otherwise each part must be in the class of
+/// the reference's part (NaN where it is NaN, the same infinity, finite where it is finite).
 struct error_tally {
     double diff2 = 0, norm2 = 0;
     index_t matched = 0, mismatched = 0;
     std::string first;
 
     template <class T>
-    void add(index_t i, index_t j, T c, double ref) {
-        const T r = static_cast<T>(ref);  // the reference in C's type: beyond its range it is inf
-        const bool cf = std::isfinite(c), rf = std::isfinite(r);
-        if (cf && rf) {
-            const double d = double(c) - ref;
-            diff2 += d * d;
-            norm2 += ref * ref;
-            return;
+    void add(index_t i, index_t j, T c, wide_type_t<T> ref) {
+        part_match m;
+        if constexpr (is_complex_v<T>) {
+            const part_match re = compare_part(c.real(), ref.real()), im = compare_part(c.imag(), ref.imag());
+            m = re == part_match::differs || im == part_match::differs ? part_match::differs
+                : re == part_match::finite && im == part_match::finite ? part_match::finite
+                                                                         : part_match::same_nonfinite;
+        } else {
+            m = compare_part(c, ref);
         }
-        const bool same = (std::isnan(c) && std::isnan(r)) || (std::isinf(c) && std::isinf(r) && (c > 0) == (r > 0));
-        if (same) {
+        if (m == part_match::finite) {
+            diff2 += detail::norm2(detail::widen(c) - ref);
+            norm2 += detail::norm2(ref);
+        } else if (m == part_match::same_nonfinite) {
             ++matched;
         } else if (mismatched++ == 0) {
-            char buf[32];
-            std::snprintf(buf, sizeof buf, "%.9g", ref);
-            first = format_element(i, j, double(c), buf);
+            first = format_element(i, j, format_value(detail::widen(c)), format_value(ref));
         }
     }
     void merge(const error_tally& o) {
@@ -211,19 +253,22 @@ struct error_tally {
     }
 };
 
-/// dst (ri.size() x nc, row-major) = x(ri[r], ci[c]) in float64, reading x in its storage order.
+/// dst (ri.size() x nc, row-major) = x(ri[r], ci[c]) in double precision (conjugated when conj),
+/// reading x in its storage order.
 template <class T>
-void gather(host_matrix_view<const T> x, const index_t* ri, index_t nr, const index_t* ci, index_t nc, double* dst) {
+void gather(host_matrix_view<const T> x, bool conj, const index_t* ri, index_t nr, const index_t* ci, index_t nc,
+            wide_type_t<T>* dst) {
     const T* p = x.data();
+    const auto get = [conj](T v) { return detail::widen(detail::conj_if(v, conj)); };
     if (x.layout() == layout::row_major) {
         for (index_t r = 0; r < nr; ++r) {
             const T* row = p + ri[r] * x.ld();
-            for (index_t c = 0; c < nc; ++c) dst[r * nc + c] = double(row[ci[c]]);
+            for (index_t c = 0; c < nc; ++c) dst[r * nc + c] = get(row[ci[c]]);
         }
     } else {
         for (index_t c = 0; c < nc; ++c) {
             const T* col = p + ci[c] * x.ld();
-            for (index_t r = 0; r < nr; ++r) dst[r * nc + c] = double(col[ri[r]]);
+            for (index_t r = 0; r < nr; ++r) dst[r * nc + c] = get(col[ri[r]]);
         }
     }
 }
@@ -234,26 +279,30 @@ std::vector<index_t> iota_indices(index_t n) {
     return v;
 }
 
-/// The operands of one check, op already applied to A and B.
+/// The operands of one check, op already applied to A and B (transposed views; conj_a/conj_b: the
+/// elements of op(A)/op(B) are the conjugates of what the views hold).
 template <class T>
 struct check_operands {
     host_matrix_view<const T> a, b, c0, c;  // op(A) m x k, op(B) k x n
+    bool conj_a, conj_b;
     T alpha, beta;
     index_t m, n, k;
 };
 
-/// Compares C(rows, cols) with a float64 reference computed by OpenBLAS dgemm on upcast blocks
-/// (mb x kb of op(A), kb x nb of op(B), an mb x nb block of C), C blocks shared among threads.
+/// Compares C(rows, cols) with a double-precision reference computed by OpenBLAS dgemm (zgemm for
+/// complex types) on upcast blocks (mb x kb of op(A), kb x nb of op(B), an mb x nb block of C), C
+/// blocks shared among threads.
 template <class T>
 error_tally compare_with_blas(const check_operands<T>& o, const std::vector<index_t>& rows,
                               const std::vector<index_t>& cols, const detail::gemm_check_options& opt) {
+    using W = wide_type_t<T>;
     const index_t nr = index_t(rows.size()), nc = index_t(cols.size());
     if (nr == 0 || nc == 0) return {};
     const int hw = int(std::max(1u, std::thread::hardware_concurrency()));
     const int want_threads = opt.threads > 0 ? opt.threads : hw;
-    // Per thread 8 * (mb*kb + kb*nb + mb*nb) bytes with mb = nb = s, kb = 256.
+    // Per thread sizeof(W) * (mb*kb + kb*nb + mb*nb) bytes with mb = nb = s, kb = 256.
     const index_t kb = std::clamp<index_t>(o.k, 1, 256);
-    const double per_thread = double(opt.workspace_bytes) / want_threads / 8.0;
+    const double per_thread = double(opt.workspace_bytes) / want_threads / double(sizeof(W));
     index_t s = index_t(std::sqrt(double(kb) * kb + per_thread) - double(kb));
     s = std::clamp<index_t>(s / 64 * 64, 64, 1024);
     const index_t mb = std::min(s, nr), nb = std::min(s, nc);
@@ -261,6 +310,7 @@ error_tally compare_with_blas(const check_operands<T>& o, const std::vector<inde
     const index_t units = grid_m * grid_n;
     const int threads = int(std::min<index_t>(units, want_threads));
     const std::vector<index_t> ks = iota_indices(o.k);
+    const W alpha = detail::widen(o.alpha), beta = detail::widen(o.beta);
 
     // OpenBLAS's own pool is process-wide: the workers here run it single-threaded (as the vendor kernel does).
     const int blas_threads = openblas_get_num_threads();
@@ -270,25 +320,25 @@ error_tally compare_with_blas(const check_operands<T>& o, const std::vector<inde
     std::vector<std::exception_ptr> errors(static_cast<std::size_t>(threads));
     auto work = [&](int t) {
         try {
-            std::vector<double> ab(std::size_t(mb * kb)), bb(std::size_t(kb * nb)), cb(std::size_t(mb * nb));
+            std::vector<W> ab(std::size_t(mb * kb)), bb(std::size_t(kb * nb)), cb(std::size_t(mb * nb));
             for (index_t u = next++; u < units; u = next++) {
                 const index_t i0 = (u / grid_n) * mb, j0 = (u % grid_n) * nb;
                 const index_t bm = std::min(mb, nr - i0), bn = std::min(nb, nc - j0);
                 const index_t* ri = rows.data() + i0;
                 const index_t* ci = cols.data() + j0;
                 if (o.beta != T(0)) {
-                    gather(o.c0, ri, bm, ci, bn, cb.data());
-                    for (index_t e = 0; e < bm * bn; ++e) cb[std::size_t(e)] *= double(o.beta);
+                    gather(o.c0, false, ri, bm, ci, bn, cb.data());
+                    for (index_t e = 0; e < bm * bn; ++e) cb[std::size_t(e)] = detail::mul(cb[std::size_t(e)], beta);
                 } else {
-                    std::fill(cb.begin(), cb.begin() + bm * bn, 0.0);  // beta = 0 never reads C0
+                    std::fill(cb.begin(), cb.begin() + bm * bn, W(0.0));  // beta = 0 never reads C0
                 }
                 if (o.alpha != T(0))  // alpha = 0 never reads A or B
                     for (index_t k0 = 0; k0 < o.k; k0 += kb) {
                         const index_t bk = std::min(kb, o.k - k0);
-                        gather(o.a, ri, bm, ks.data() + k0, bk, ab.data());
-                        gather(o.b, ks.data() + k0, bk, ci, bn, bb.data());
-                        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(bm), int(bn), int(bk),
-                                    double(o.alpha), ab.data(), int(bk), bb.data(), int(bn), 1.0, cb.data(), int(bn));
+                        gather(o.a, o.conj_a, ri, bm, ks.data() + k0, bk, ab.data());
+                        gather(o.b, o.conj_b, ks.data() + k0, bk, ci, bn, bb.data());
+                        detail::cblas_gemm<W>(CblasRowMajor, CblasNoTrans, CblasNoTrans, bm, bn, bk, alpha, ab.data(),
+                                              bk, bb.data(), bn, W(1.0), cb.data(), bn);
                     }
                 error_tally& tally = tallies[std::size_t(t)];
                 for (index_t i = 0; i < bm; ++i)
@@ -314,15 +364,16 @@ error_tally compare_with_blas(const check_operands<T>& o, const std::vector<inde
 /// The sequential reference over all of C (the tests' oracle, for small problems).
 template <class T>
 error_tally compare_with_reference(const check_operands<T>& o) {
+    using W = wide_type_t<T>;
     const std::vector<index_t> mi = iota_indices(o.m), ni = iota_indices(o.n), ki = iota_indices(o.k);
-    host_matrix<double> ad(o.m, o.k), bd(o.k, o.n), ref(o.m, o.n);
-    gather(o.a, mi.data(), o.m, ki.data(), o.k, ad.data());
-    gather(o.b, ki.data(), o.k, ni.data(), o.n, bd.data());
+    host_matrix<W> ad(o.m, o.k), bd(o.k, o.n), ref(o.m, o.n);
+    gather(o.a, o.conj_a, mi.data(), o.m, ki.data(), o.k, ad.data());
+    gather(o.b, o.conj_b, ki.data(), o.k, ni.data(), o.n, bd.data());
     if (o.beta != T(0))
-        gather(o.c0, mi.data(), o.m, ni.data(), o.n, ref.data());
+        gather(o.c0, false, mi.data(), o.m, ni.data(), o.n, ref.data());
     else
         fill_nan(ref.view());  // beta = 0: the reference must not read it either
-    reference_gemm<double>(op::n, op::n, double(o.alpha), ad.view(), bd.view(), double(o.beta), ref.view());
+    reference_gemm<W>(op::n, op::n, detail::widen(o.alpha), ad.view(), bd.view(), detail::widen(o.beta), ref.view());
     error_tally tally;
     for (index_t i = 0; i < o.m; ++i)
         for (index_t j = 0; j < o.n; ++j) tally.add(i, j, o.c(i, j), ref(i, j));
@@ -332,20 +383,22 @@ error_tally compare_with_reference(const check_operands<T>& o) {
 constexpr int freivalds_v = gemm_check_freivalds_vectors;
 
 /// Rows [i0, i1) of y (rows x V) += x_mat (rows x cols) * v (cols x V), both V wide row-major, leaving
-/// out the rows and columns marked in skip_r / skip_c (and, with skip_nonfinite, non-finite elements).
+/// out the rows and columns marked in skip_r / skip_c (and, with skip_nonfinite, non-finite elements);
+/// x's elements are conjugated when conj.
 template <bool skip_nonfinite, class T>
-void apply_vectors_rows(host_matrix_view<const T> x, const double* v, double* y, const std::vector<char>& skip_r,
-                        const std::vector<char>& skip_c, index_t i0, index_t i1) {
+void apply_vectors_rows(host_matrix_view<const T> x, bool conj, const wide_type_t<T>* v, wide_type_t<T>* y,
+                        const std::vector<char>& skip_r, const std::vector<char>& skip_c, index_t i0, index_t i1) {
+    using W = wide_type_t<T>;
     const T* p = x.data();
     if (x.layout() == layout::row_major) {
         for (index_t i = i0; i < i1; ++i) {
             if (skip_r[std::size_t(i)]) continue;
-            double acc[freivalds_v] = {};
+            W acc[freivalds_v] = {};
             const T* row = p + i * x.ld();
             for (index_t j = 0; j < x.cols(); ++j) {
-                const double e = double(row[j]);
-                if (skip_c[std::size_t(j)] || (skip_nonfinite && !std::isfinite(e))) continue;
-                for (int w = 0; w < freivalds_v; ++w) acc[w] += e * v[j * freivalds_v + w];
+                const W e = detail::widen(detail::conj_if(row[j], conj));
+                if (skip_c[std::size_t(j)] || (skip_nonfinite && !detail::is_finite(e))) continue;
+                for (int w = 0; w < freivalds_v; ++w) acc[w] = detail::mul_add(e, v[j * freivalds_v + w], acc[w]);
             }
             for (int w = 0; w < freivalds_v; ++w) y[i * freivalds_v + w] += acc[w];
         }
@@ -353,11 +406,11 @@ void apply_vectors_rows(host_matrix_view<const T> x, const double* v, double* y,
         for (index_t j = 0; j < x.cols(); ++j) {
             if (skip_c[std::size_t(j)]) continue;
             const T* col = p + j * x.ld();
-            const double* vj = v + j * freivalds_v;
+            const W* vj = v + j * freivalds_v;
             for (index_t i = i0; i < i1; ++i) {
-                const double e = double(col[i]);
-                if (skip_r[std::size_t(i)] || (skip_nonfinite && !std::isfinite(e))) continue;
-                for (int w = 0; w < freivalds_v; ++w) y[i * freivalds_v + w] += e * vj[w];
+                const W e = detail::widen(detail::conj_if(col[i], conj));
+                if (skip_r[std::size_t(i)] || (skip_nonfinite && !detail::is_finite(e))) continue;
+                for (int w = 0; w < freivalds_v; ++w) y[i * freivalds_v + w] = detail::mul_add(e, vj[w], y[i * freivalds_v + w]);
             }
         }
     }
@@ -366,8 +419,8 @@ void apply_vectors_rows(host_matrix_view<const T> x, const double* v, double* y,
 /// apply_vectors_rows over all rows, split among `threads` threads (each owns a range of y's rows)
 /// when the matrix is large enough to pay for starting them.
 template <bool skip_nonfinite, class T>
-void apply_vectors(host_matrix_view<const T> x, const double* v, double* y, const std::vector<char>& skip_r,
-                   const std::vector<char>& skip_c, int threads) {
+void apply_vectors(host_matrix_view<const T> x, bool conj, const wide_type_t<T>* v, wide_type_t<T>* y,
+                   const std::vector<char>& skip_r, const std::vector<char>& skip_c, int threads) {
     const index_t rows = x.rows();
     if (double(rows) * double(x.cols()) < 32768.0) threads = 1;
     threads = int(std::clamp<index_t>(rows, 1, threads));
@@ -380,39 +433,54 @@ void apply_vectors(host_matrix_view<const T> x, const double* v, double* y, cons
     } join_all{pool};
     for (int t = 1; t < threads; ++t)
         pool.emplace_back([&, t] {
-            apply_vectors_rows<skip_nonfinite>(x, v, y, skip_r, skip_c, rows * t / threads, rows * (t + 1) / threads);
+            apply_vectors_rows<skip_nonfinite>(x, conj, v, y, skip_r, skip_c, rows * t / threads,
+                                               rows * (t + 1) / threads);
         });
-    apply_vectors_rows<skip_nonfinite>(x, v, y, skip_r, skip_c, 0, rows / threads);
+    apply_vectors_rows<skip_nonfinite>(x, conj, v, y, skip_r, skip_c, 0, rows / threads);
+}
+
+/// A random entry of a Freivalds vector: +-1, or for complex types one of +-1, +-i (E[x conj(x')] is
+/// 1 for the same entry and 0 for two, so E|E x|^2 = ||E||_F^2 for any error E, as with real +-1).
+template <class W>
+W random_unit(std::mt19937_64& gen) {
+    const std::uint64_t r = gen();
+    if constexpr (std::is_same_v<W, double>)
+        return r & 1 ? 1.0 : -1.0;
+    else
+        return (r & 2) ? W(r & 1 ? 1.0 : -1.0, 0.0) : W(0.0, r & 1 ? 1.0 : -1.0);
 }
 
 /// One side of Freivalds: the largest ||c v - alpha a (b v) - beta c0 v||^2 over the vectors, where
 /// rows skip_r of a/c and columns skip_c of b/c are left out (they were checked exactly).
 template <class T>
-double freivalds_side(host_matrix_view<const T> a, host_matrix_view<const T> b, host_matrix_view<const T> c0,
-                      host_matrix_view<const T> c, T alpha, T beta, const std::vector<char>& skip_r,
-                      const std::vector<char>& skip_c, std::mt19937_64& gen, int threads) {
+double freivalds_side(host_matrix_view<const T> a, bool conj_a, host_matrix_view<const T> b, bool conj_b,
+                      host_matrix_view<const T> c0, host_matrix_view<const T> c, T alpha, T beta,
+                      const std::vector<char>& skip_r, const std::vector<char>& skip_c, std::mt19937_64& gen,
+                      int threads) {
+    using W = wide_type_t<T>;
     const index_t m = c.rows(), n = c.cols(), k = a.cols();
-    std::vector<double> v(std::size_t(n * freivalds_v), 0.0);
+    std::vector<W> v(std::size_t(n * freivalds_v), W(0.0));
     for (index_t j = 0; j < n; ++j)
         for (int w = 0; w < freivalds_v; ++w)
-            v[std::size_t(j * freivalds_v + w)] = skip_c[std::size_t(j)] ? 0.0 : (gen() & 1 ? 1.0 : -1.0);
+            v[std::size_t(j * freivalds_v + w)] = skip_c[std::size_t(j)] ? W(0.0) : random_unit<W>(gen);
     const std::vector<char> none_k(std::size_t(k), 0);
-    std::vector<double> bv(std::size_t(k * freivalds_v), 0.0), abv(std::size_t(m * freivalds_v), 0.0),
-        c0v(std::size_t(m * freivalds_v), 0.0), cv(std::size_t(m * freivalds_v), 0.0);
+    std::vector<W> bv(std::size_t(k * freivalds_v), W(0.0)), abv(std::size_t(m * freivalds_v), W(0.0)),
+        c0v(std::size_t(m * freivalds_v), W(0.0)), cv(std::size_t(m * freivalds_v), W(0.0));
     if (alpha != T(0)) {
-        apply_vectors<false>(b, v.data(), bv.data(), none_k, skip_c, threads);
-        apply_vectors<false>(a, bv.data(), abv.data(), skip_r, none_k, threads);
+        apply_vectors<false>(b, conj_b, v.data(), bv.data(), none_k, skip_c, threads);
+        apply_vectors<false>(a, conj_a, bv.data(), abv.data(), skip_r, none_k, threads);
     }
-    if (beta != T(0)) apply_vectors<false>(c0, v.data(), c0v.data(), skip_r, skip_c, threads);
-    apply_vectors<true>(c, v.data(), cv.data(), skip_r, skip_c, threads);
+    if (beta != T(0)) apply_vectors<false>(c0, false, v.data(), c0v.data(), skip_r, skip_c, threads);
+    apply_vectors<true>(c, false, v.data(), cv.data(), skip_r, skip_c, threads);
+    const W wa = detail::widen(alpha), wb = detail::widen(beta);
     double worst = 0;
     for (int w = 0; w < freivalds_v; ++w) {
         double r2 = 0;
         for (index_t i = 0; i < m; ++i) {
             if (skip_r[std::size_t(i)]) continue;
             const std::size_t e = std::size_t(i * freivalds_v + w);
-            const double r = cv[e] - double(alpha) * abv[e] - double(beta) * c0v[e];
-            r2 += r * r;
+            const W r = cv[e] - detail::mul(wa, abv[e]) - detail::mul(wb, c0v[e]);
+            r2 += detail::norm2(r);
         }
         worst = std::max(worst, r2);
     }
@@ -421,17 +489,17 @@ double freivalds_side(host_matrix_view<const T> a, host_matrix_view<const T> b, 
 
 /// Freivalds: rows of op(A) (and of C0) and columns of op(B) holding NaN/Inf are checked exactly
 /// against the blocked reference (their reference elements are NaN/Inf); the rest through random
-/// +-1 projections from both sides, so a wrong row and a wrong column are each measured exactly.
+/// projections from both sides, so a wrong row and a wrong column are each measured exactly.
 template <class T>
 gemm_check_result check_freivalds(const check_operands<T>& o, const detail::gemm_check_options& opt,
                                   gemm_check_result res) {
     std::vector<char> bad_row(std::size_t(o.m), 0), bad_col(std::size_t(o.n), 0);
     if (o.alpha != T(0)) {
-        for_each_stored(o.a, [&](index_t i, index_t, T v) { if (!std::isfinite(v)) bad_row[std::size_t(i)] = 1; });
-        for_each_stored(o.b, [&](index_t, index_t j, T v) { if (!std::isfinite(v)) bad_col[std::size_t(j)] = 1; });
+        for_each_stored(o.a, [&](index_t i, index_t, T v) { if (!detail::is_finite(v)) bad_row[std::size_t(i)] = 1; });
+        for_each_stored(o.b, [&](index_t, index_t j, T v) { if (!detail::is_finite(v)) bad_col[std::size_t(j)] = 1; });
     }
     if (o.beta != T(0))
-        for_each_stored(o.c0, [&](index_t i, index_t, T v) { if (!std::isfinite(v)) bad_row[std::size_t(i)] = 1; });
+        for_each_stored(o.c0, [&](index_t i, index_t, T v) { if (!detail::is_finite(v)) bad_row[std::size_t(i)] = 1; });
     std::vector<index_t> rows_bad, rows_good, cols_bad;
     for (index_t i = 0; i < o.m; ++i) (bad_row[std::size_t(i)] ? rows_bad : rows_good).push_back(i);
     for (index_t j = 0; j < o.n; ++j)
@@ -444,19 +512,21 @@ gemm_check_result check_freivalds(const check_operands<T>& o, const detail::gemm
     error_tally rest;
     for_each_stored(o.c, [&](index_t i, index_t j, T v) {
         if (bad_row[std::size_t(i)] || bad_col[std::size_t(j)]) return;
-        if (std::isfinite(v)) {
-            c_norm2 += double(v) * double(v);
+        if (detail::is_finite(v)) {
+            c_norm2 += detail::norm2(v);
         } else if (rest.mismatched++ == 0) {
-            rest.first = format_element(i, j, double(v), "finite (all its operands are)");
+            rest.first = format_element(i, j, format_value(detail::widen(v)), "finite (all its operands are)");
         }
     });
     exact.merge(rest);
 
     std::mt19937_64 gen(opt.seed);
     const int threads = opt.threads > 0 ? opt.threads : int(std::max(1u, std::thread::hardware_concurrency()));
-    const double right = freivalds_side(o.a, o.b, o.c0, o.c, o.alpha, o.beta, bad_row, bad_col, gen, threads);
-    const double left = freivalds_side(transposed(o.b), transposed(o.a), transposed(o.c0), transposed(o.c), o.alpha,
-                                       o.beta, bad_col, bad_row, gen, threads);
+    const double right = freivalds_side(o.a, o.conj_a, o.b, o.conj_b, o.c0, o.c, o.alpha, o.beta, bad_row, bad_col,
+                                        gen, threads);
+    // y^T C = alpha (y^T op(A)) op(B) + beta y^T C0, as C^T y with the transposed views (no conjugation).
+    const double left = freivalds_side(transposed(o.b), o.conj_b, transposed(o.a), o.conj_a, transposed(o.c0),
+                                       transposed(o.c), o.alpha, o.beta, bad_col, bad_row, gen, threads);
     const double diff2 = exact.diff2 + std::max(right, left), norm2 = exact.norm2 + c_norm2;
     res.error = norm2 > 0 ? std::sqrt(diff2 / norm2) : std::sqrt(diff2);
     res.nonfinite_matched = exact.matched;
@@ -475,12 +545,22 @@ gemm_check_result check_gemm_with(const gemm_check_options& opt, op op_a, op op_
                                   host_matrix_view<const T> c0, host_matrix_view<const T> c, math_mode mode) {
     validate_gemm(op_a, op_b, a.rows(), a.cols(), b.rows(), b.cols(), c.rows(), c.cols());
     if (beta != T(0)) validate_gemm(op_a, op_b, a.rows(), a.cols(), b.rows(), b.cols(), c0.rows(), c0.cols());
-    check_operands<T> o{op_view(a, op_a), op_view(b, op_b), beta != T(0) ? c0 : c, c, alpha, beta,
-                        c.rows(), c.cols(), op_a == op::n ? a.cols() : a.rows()};
+    const dtype type = dtype_of<T>();
+    check_operands<T> o{op_view(a, op_a),
+                        op_view(b, op_b),
+                        beta != T(0) ? c0 : c,
+                        c,
+                        is_conjugated(operand_op(type, op_a)),
+                        is_conjugated(operand_op(type, op_b)),
+                        alpha,
+                        beta,
+                        c.rows(),
+                        c.cols(),
+                        is_transposed(op_a) ? a.rows() : a.cols()};
     const auto t0 = std::chrono::steady_clock::now();
     gemm_check_result res;
     res.method = opt.method ? *opt.method : choose_gemm_check(o.m, o.n, o.k);
-    res.tolerance = gemm_check_tolerance(res.method, dtype_of<T>(), o.n, o.k, mode);
+    res.tolerance = gemm_check_tolerance(res.method, type, o.n, o.k, mode);
     if (res.method == gemm_check_method::freivalds) {
         res = check_freivalds(o, opt, res);
     } else {

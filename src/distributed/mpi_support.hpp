@@ -42,9 +42,16 @@ struct operand_desc {
 operand_desc describe_operand(const char* name, const int* desc, index_t i, index_t j, index_t rows, index_t cols,
                               const process_grid& g);
 
+/// MPI's datatype of T, from the dtype table's tag.
 template <class T>
 MPI_Datatype mpi_type() {
-    return dtype_of<T>() == dtype::f32 ? MPI_FLOAT : MPI_DOUBLE;
+    switch (dtype_traits(dtype_of<T>()).mpi) {
+        case mpi_data_type::float_: return MPI_FLOAT;
+        case mpi_data_type::double_: return MPI_DOUBLE;
+        case mpi_data_type::c_float_complex: return MPI_C_FLOAT_COMPLEX;
+        case mpi_data_type::c_double_complex: return MPI_C_DOUBLE_COMPLEX;
+    }
+    return MPI_DATATYPE_NULL;
 }
 
 /// Throws invalid_argument when a message of `count` elements does not fit MPI's int counts.

@@ -248,7 +248,7 @@ npy_gemm_result npy_gemm(const layered_grid& grid, const npy_gemm_request& r, co
         throw collective_error("gemm: dtypes differ: " + r.a + " is " + name(ha.type) + ", " + r.b + " is " + name(hb.type) +
                                (hc ? ", " + r.c + " is " + name(hc->type) : std::string()));
     try {
-        return visit_dtype(ha.type, [&]<class T>() {
+        return visit_real_dtype(ha.type, "gemm over MPI ranks", [&]<class T>() {
             return npy_gemm_typed<T>(grid, r, ha, hb, hc ? &*hc : nullptr, options);
         });
     } catch (const dimension_mismatch& e) {

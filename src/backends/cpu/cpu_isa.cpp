@@ -186,11 +186,14 @@ const isa_config& config_for(isa s) {
 }
 
 block_sizes derive_block_sizes(const isa_config& cfg, dtype type, const cache_sizes& caches) {
-    const bool single = type == dtype::f32;
-    const index_t e = single ? 4 : 8;
+    // Complex types run the micro-kernel of their parts' type (the 1m method, gemm_tiled.cpp), so
+    // the blocks are sized for that real kernel and then counted in complex elements.
+    const dtype_info& info = dtype_traits(type);
+    const index_t e = index_t(size_of(info.real));
     block_sizes b;
-    b.mr = single ? cfg.mr_f32 : cfg.mr_f64;
-    b.nr = single ? cfg.nr_f32 : cfg.nr_f64;
+    const micro_tile tile = register_tile(cfg, info.real);
+    b.mr = tile.mr;
+    b.nr = tile.nr;
     const auto share = [](std::size_t bytes, double fraction) { return index_t(double(bytes) * fraction); };
     const auto round_down = [](index_t x, index_t unit) { return x / unit * unit; };
     // Floors keep a tiny report working; caps bound the packing buffers when a report is huge.
@@ -199,18 +202,35 @@ block_sizes derive_block_sizes(const isa_config& cfg, dtype type, const cache_si
                                round_down(1024, b.mr));
     b.nc = std::clamp<index_t>(round_down(share(caches.l3, cfg.l3_share) / (b.kc * e), b.nr), b.nr,
                                round_down(8192, b.nr));
+    if (info.is_complex) {
+        // 1m: a complex element of k is two real ones in the packed panels, a complex column of
+        // packed B two real columns (the real NR is even in every entry).
+        b.nr /= 2;
+        b.kc /= 2;
+        b.nc /= 2;
+    }
     return b;
+}
+
+micro_tile register_tile(const isa_config& cfg, dtype real) {
+    switch (real) {
+        case dtype::f32: return {cfg.mr_f32, cfg.nr_f32};
+        case dtype::f64: return {cfg.mr_f64, cfg.nr_f64};
+        case dtype::c32:
+        case dtype::c64: break;
+    }
+    throw invalid_argument("register_tile: " + std::string(to_string(real)) + " is not a real type");
 }
 
 std::string describe_blocking(isa s, const cache_sizes& caches) {
     std::string out;
-    for (dtype type : {dtype::f32, dtype::f64}) {
+    for (dtype type : all_dtypes) {
         const block_sizes b = derive_block_sizes(config_for(s), type, caches);
         out += (out.empty() ? "" : ", ") + std::string(to_string(type)) + " " + std::to_string(b.mr) + "x" +
                std::to_string(b.nr) + " kc=" + std::to_string(b.kc) + " mc=" + std::to_string(b.mc) +
                " nc=" + std::to_string(b.nc);
     }
-    return out;
+    return out + " (complex: the real kernels by the 1m method)";
 }
 
 }  // namespace tilestream::cpu

@@ -8,6 +8,7 @@
 #include <tilestream/kernels.hpp>
 
 #include <cstddef>
+#include <type_traits>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -53,7 +54,7 @@ template <class T>
 using micro_kernel = void (*)(index_t kc, const T* a, const T* b, T* c, index_t rs_c, T alpha,
                               T beta, int mr, int nr);
 
-/// One registry entry: the micro-kernel of each value type with its register tile, and the shares
+/// One registry entry: the micro-kernel of each real value type with its register tile, and the shares
 /// of each cache level the blocks are sized to fill.
 struct isa_config {
     isa set = isa::generic;
@@ -68,9 +69,25 @@ struct isa_config {
 /// The registry entry of an instruction set (compiled on every x86-64 build).
 const isa_config& config_for(isa s);
 
+/// MR x NR of the entry's micro-kernel for a real type (f32 or f64; invalid_argument otherwise).
+struct micro_tile {
+    int mr = 0, nr = 0;
+};
+micro_tile register_tile(const isa_config& cfg, dtype real);
+/// The entry's micro-kernel for real type T.
+template <class T>
+micro_kernel<T> kernel_of(const isa_config& cfg) {
+    if constexpr (std::is_same_v<T, float>)
+        return cfg.kernel_f32;
+    else
+        return cfg.kernel_f64;
+}
+
 /// Block sizes of `cfg` for `type` on a CPU with `caches` (BLIS's analytical model): KC from L1,
 /// MC from L2, NC from L3, each rounded down to whole micro-tiles and kept within a floor (KC 16,
-/// MC MR, NC NR) and a cap (1024, 1024, 8192) so a tiny or absurd report still works.
+/// MC MR, NC NR) and a cap (1024, 1024, 8192) so a tiny or absurd report still works. Complex
+/// types get the blocks of their parts' real kernel counted in complex elements (NR, KC and NC
+/// halved: the 1m method packs a complex element as two reals along k and n).
 block_sizes derive_block_sizes(const isa_config& cfg, dtype type, const cache_sizes& caches);
 
 /// "f32 6x16 kc=256 mc=168 nc=4096, f64 ..." for `devices`.

@@ -1,5 +1,8 @@
-// The naive CPU GEMM: one output element per work item, each a plain dot product in the value type.
+// The naive CPU GEMM: one output element per work item, each a plain dot product in the value type
+// (complex: four real products per term, conjugated operands read with the imaginary part negated).
 #include "cpu_kernels.hpp"
+
+#include "core/complex_arith.hpp"
 
 namespace tilestream::cpu {
 
@@ -10,10 +13,12 @@ void gemm_naive_typed(const gemm_call& call, thread_pool& pool) {
     const T* a = static_cast<const T*>(call.a);
     const T* b = static_cast<const T*>(call.b);
     T* c = static_cast<T*>(call.c);
-    const index_t ars = call.a_row_stride(), acs = call.a_col_stride();
-    const index_t brs = call.b_row_stride(), bcs = call.b_col_stride();
+    const operand_desc da = call.a_desc(), db = call.b_desc();
+    const index_t ars = da.row_stride(), acs = da.col_stride();
+    const index_t brs = db.row_stride(), bcs = db.col_stride();
     const index_t crs = call.c_row_stride(), ccs = call.c_col_stride();
-    const T alpha = static_cast<T>(call.alpha), beta = static_cast<T>(call.beta);
+    const bool conj_a = da.conjugated(), conj_b = db.conjugated();
+    const T alpha = scalar_as<T>(call.alpha), beta = scalar_as<T>(call.beta);
     const bool read_ab = call.alpha != 0.0;  // BLAS: alpha == 0 never reads A or B
     const bool read_c = call.beta != 0.0;    // BLAS: beta == 0 never reads C
     const index_t m = call.m, n = call.n, k = call.k;
@@ -29,10 +34,12 @@ void gemm_naive_typed(const gemm_call& call, thread_pool& pool) {
             const index_t j = row_major_c ? inner_idx : outer_idx;
             T acc = 0;  // accumulating in T on purpose: this is the "first accelerator version"
             if (read_ab)
-                for (index_t p = 0; p < k; ++p) acc += a[i * ars + p * acs] * b[p * brs + j * bcs];
+                for (index_t p = 0; p < k; ++p)
+                    acc = tilestream::detail::mul_add(tilestream::detail::conj_if(a[i * ars + p * acs], conj_a),
+                                          tilestream::detail::conj_if(b[p * brs + j * bcs], conj_b), acc);
             T& cij = c[i * crs + j * ccs];
-            T r = read_ab ? alpha * acc : T(0);
-            if (read_c) r += beta * cij;
+            T r = read_ab ? tilestream::detail::mul(alpha, acc) : T(0);
+            if (read_c) r = tilestream::detail::mul_add(beta, cij, r);
             cij = r;
             if (++inner_idx == inner) {
                 inner_idx = 0;

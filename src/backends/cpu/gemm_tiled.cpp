@@ -1,9 +1,13 @@
 // BLIS-style cache-blocked CPU GEMM: packed op(A) and op(B) panels around the micro-kernel and block
-// sizes of the instruction set chosen at run time (cpu_isa.hpp).
+// sizes of the instruction set chosen at run time (cpu_isa.hpp); complex types by the 1m method on
+// the same real micro-kernels.
 #include "cpu_isa.hpp"
 #include "cpu_kernels.hpp"
 
+#include "core/complex_arith.hpp"
+
 #include <algorithm>
+#include <complex>
 #include <cstddef>
 #include <cstring>
 #include <memory>
@@ -16,14 +20,17 @@ namespace {
 
 constexpr std::size_t vector_bytes = 64;
 
-// Problem in the form the blocked loops use: C(i, j) = c[i * rs_c + j] (unit column stride).
+// Problem in the form the blocked loops use: C(i, j) = c[i * rs_c + j] (unit column stride);
+// conj_a/conj_b: op(A)/op(B) are read conjugated (complex types).
 template <class T>
 struct strided_problem {
     index_t m, n, k;
     const T* a;
     index_t rs_a, cs_a;
+    bool conj_a;
     const T* b;
     index_t rs_b, cs_b;
+    bool conj_b;
     T* c;
     index_t rs_c;
     T alpha, beta;
@@ -144,45 +151,159 @@ void scale_block(const strided_problem<T>& pr, index_t m0, index_t m1, index_t n
         if (pr.beta == T(0))
             for (index_t j = n0; j < n1; ++j) row[j] = T(0);
         else
-            for (index_t j = n0; j < n1; ++j) row[j] *= pr.beta;
+            for (index_t j = n0; j < n1; ++j) row[j] = tilestream::detail::mul(row[j], pr.beta);
+    }
+}
+
+// ---- complex types: the 1m method ----
+//
+// BLIS's 1m method (Van Zee, "Implementing high-performance complex matrix multiplication via the
+// 1m method", SIAM J. Sci. Comput. 2020) runs complex GEMM on the real micro-kernel: C (m x n,
+// row-major, complex) is the real m x 2n matrix C_r of its parts, and C_r = A_r * B_e where A_r
+// (m x 2k) holds each element of op(A) as its two parts side by side and B_e (2k x 2n) expands each
+// element b of op(B) into the 2 x 2 block [[re b, im b], [-im b, re b]]:
+//     C_r(i, 2j)     = sum_p re a re b - im a im b = re c,
+//     C_r(i, 2j + 1) = sum_p re a im b + im a re b = im c.
+// Packing writes A_r and B_e straight into the real kernel's panel formats, so the micro-kernel,
+// its registry entry per instruction set and the run-time ISA choice are the real ones and no
+// flop is wasted (8mnk, like a native complex kernel). We chose it over a native complex
+// micro-kernel (one more kernel per ISA to write, tune and keep bitwise reproducible) and over 3m
+// (fewer flops, but less accurate and not what BLAS users expect), as BLIS does by default.
+
+// Packs the mc x kc block of op(A) as A_r into micro-panels of MR rows: panel r holds part h of
+// element (r*MR + i, p) at [(2p + h)*MR + i]. Rows past mc are zero.
+template <class R>
+void pack_a_1r(index_t mc, index_t kc, const std::complex<R>* a, index_t rs, index_t cs, bool conj,
+               R* __restrict dst, const index_t MR) {
+    const R sign = conj ? R(-1) : R(1);
+    for (index_t ir = 0; ir < mc; ir += MR, dst += 2 * kc * MR) {
+        const index_t rows = std::min<index_t>(MR, mc - ir);
+        const std::complex<R>* src = a + ir * rs;
+        if (cs == 1) {
+            for (index_t i = 0; i < rows; ++i)
+                for (index_t p = 0; p < kc; ++p) {
+                    const std::complex<R> v = src[i * rs + p];
+                    dst[2 * p * MR + i] = v.real();
+                    dst[(2 * p + 1) * MR + i] = sign * v.imag();
+                }
+        } else {
+            for (index_t p = 0; p < kc; ++p)
+                for (index_t i = 0; i < rows; ++i) {
+                    const std::complex<R> v = src[i * rs + p * cs];
+                    dst[2 * p * MR + i] = v.real();
+                    dst[(2 * p + 1) * MR + i] = sign * v.imag();
+                }
+        }
+        for (index_t i = rows; i < MR; ++i)
+            for (index_t p = 0; p < 2 * kc; ++p) dst[p * MR + i] = R(0);
+    }
+}
+
+// Packs the kc x nc block of op(B) (times `scale` when `scaled`) as B_e into micro-panels of NRc
+// complex columns (2 NRc real ones): element (p, r*NRc + j) = b becomes re b at [2p][2j], im b at
+// [2p][2j+1], -im b at [2p+1][2j] and re b at [2p+1][2j+1] of the panel's rows of 2 NRc. Columns
+// past nc are zero.
+template <class R>
+void pack_b_1e(index_t kc, index_t nc, const std::complex<R>* b, index_t rs, index_t cs, bool conj, bool scaled,
+               std::complex<R> scale, R* __restrict dst, const index_t NRc) {
+    const index_t NR = 2 * NRc;
+    const auto element = [&](const std::complex<R>& x) {
+        const std::complex<R> v = tilestream::detail::conj_if(x, conj);
+        return scaled ? tilestream::detail::mul(scale, v) : v;
+    };
+    const auto put = [&](R* d, index_t p, index_t j, std::complex<R> v) {
+        d[2 * p * NR + 2 * j] = v.real();
+        d[2 * p * NR + 2 * j + 1] = v.imag();
+        d[(2 * p + 1) * NR + 2 * j] = -v.imag();
+        d[(2 * p + 1) * NR + 2 * j + 1] = v.real();
+    };
+    for (index_t jr = 0; jr < nc; jr += NRc, dst += 2 * kc * NR) {
+        const index_t cols = std::min<index_t>(NRc, nc - jr);
+        const std::complex<R>* src = b + jr * cs;
+        if (cs == 1) {
+            for (index_t p = 0; p < kc; ++p)
+                for (index_t j = 0; j < cols; ++j) put(dst, p, j, element(src[p * rs + j]));
+        } else {
+            for (index_t j = 0; j < cols; ++j)
+                for (index_t p = 0; p < kc; ++p) put(dst, p, j, element(src[j * cs + p * rs]));
+        }
+        for (index_t p = 0; p < 2 * kc; ++p)
+            for (index_t j = 2 * cols; j < NR; ++j) dst[p * NR + j] = R(0);
+    }
+}
+
+// The blocked algorithm of gemm_block on a complex sub-rectangle, blocks in complex elements
+// (derive_block_sizes), the real micro-kernel over 2 kc. A real alpha is the kernel's alpha; any
+// other is folded into packed B. A real beta is the kernel's beta (0 never reads C); any other is
+// applied to the C block once, before its first k-block, which then adds with beta 1. Every element
+// sees the same operations whatever the sub-rectangle, as in the real kernel.
+template <class R>
+void gemm_block_1m(const strided_problem<std::complex<R>>& pr, const block_sizes& bl, micro_kernel<R> kernel, index_t m0,
+                   index_t m1, index_t n0, index_t n1) {
+    using Z = std::complex<R>;
+    const index_t MR = bl.mr, NRc = bl.nr;
+    const index_t nc_step = even_block(n1 - n0, bl.nc, NRc);
+    const index_t kc_step = even_block(pr.k, bl.kc, 1);
+    R* bp = packing_buffer<R>(0, static_cast<std::size_t>(4 * kc_step * round_up(nc_step, NRc)));
+    R* ap = packing_buffer<R>(1, static_cast<std::size_t>(2 * kc_step * bl.mc));
+    const bool fold_alpha = pr.alpha.imag() != R(0);
+    const R alpha = fold_alpha ? R(1) : pr.alpha.real();
+    const bool real_beta = pr.beta.imag() == R(0);
+
+    for (index_t jc = n0; jc < n1; jc += nc_step) {
+        const index_t nc = std::min<index_t>(nc_step, n1 - jc);
+        if (!real_beta)
+            for (index_t i = m0; i < m1; ++i) {
+                Z* row = pr.c + i * pr.rs_c + jc;
+                for (index_t j = 0; j < nc; ++j) row[j] = tilestream::detail::mul(row[j], pr.beta);
+            }
+        for (index_t pc = 0; pc < pr.k; pc += kc_step) {
+            const index_t kc = std::min<index_t>(kc_step, pr.k - pc);
+            const R beta = pc == 0 && real_beta ? pr.beta.real() : R(1);
+            pack_b_1e<R>(kc, nc, pr.b + pc * pr.rs_b + jc * pr.cs_b, pr.rs_b, pr.cs_b, pr.conj_b, fold_alpha,
+                         pr.alpha, bp, NRc);
+            for (index_t ic = m0; ic < m1; ic += bl.mc) {
+                const index_t mc = std::min<index_t>(bl.mc, m1 - ic);
+                pack_a_1r<R>(mc, kc, pr.a + ic * pr.rs_a + pc * pr.cs_a, pr.rs_a, pr.cs_a, pr.conj_a, ap, MR);
+                for (index_t jr = 0; jr < nc; jr += NRc) {
+                    const int nr = static_cast<int>(2 * std::min<index_t>(NRc, nc - jr));
+                    for (index_t ir = 0; ir < mc; ir += MR) {
+                        const int mr = static_cast<int>(std::min<index_t>(MR, mc - ir));
+                        R* c = reinterpret_cast<R*>(pr.c + (ic + ir) * pr.rs_c + jc + jr);
+                        kernel(2 * kc, ap + ir * 2 * kc, bp + jr * 4 * kc, c, 2 * pr.rs_c, alpha, beta, mr, nr);
+                    }
+                }
+            }
+        }
     }
 }
 
 template <class T>
 void gemm_tiled_typed(const isa_config& cfg, const block_sizes& bl, const gemm_call& call, thread_pool& pool) {
     strided_problem<T> pr{};
-    pr.alpha = static_cast<T>(call.alpha);
-    pr.beta = static_cast<T>(call.beta);
+    pr.alpha = scalar_as<T>(call.alpha);
+    pr.beta = scalar_as<T>(call.beta);
     pr.k = call.k;
-    if (call.layout_c == layout::row_major) {
-        pr.m = call.m;
-        pr.n = call.n;
-        pr.a = static_cast<const T*>(call.a);
-        pr.rs_a = call.a_row_stride();
-        pr.cs_a = call.a_col_stride();
-        pr.b = static_cast<const T*>(call.b);
-        pr.rs_b = call.b_row_stride();
-        pr.cs_b = call.b_col_stride();
-    } else {
-        // A column-major C is a row-major C^T = op(B)^T op(A)^T: swapping the operands keeps the
-        // micro-kernel's vector direction along C's contiguous dimension.
-        pr.m = call.n;
-        pr.n = call.m;
-        pr.a = static_cast<const T*>(call.b);
-        pr.rs_a = call.b_col_stride();
-        pr.cs_a = call.b_row_stride();
-        pr.b = static_cast<const T*>(call.a);
-        pr.rs_b = call.a_col_stride();
-        pr.cs_b = call.a_row_stride();
-    }
+    // A column-major C is a row-major C^T = op(B)^T op(A)^T: swapping the operands keeps the
+    // micro-kernel's vector direction along C's contiguous dimension.
+    const bool row = call.layout_c == layout::row_major;
+    const operand_desc da = call.a_desc(), db = call.b_desc();
+    const operand_desc& x = row ? da : db;
+    const operand_desc& y = row ? db : da;
+    pr.m = row ? call.m : call.n;
+    pr.n = row ? call.n : call.m;
+    pr.a = static_cast<const T*>(row ? call.a : call.b);
+    pr.rs_a = row ? x.row_stride() : x.col_stride();
+    pr.cs_a = row ? x.col_stride() : x.row_stride();
+    pr.conj_a = x.conjugated();
+    pr.b = static_cast<const T*>(row ? call.b : call.a);
+    pr.rs_b = row ? y.row_stride() : y.col_stride();
+    pr.cs_b = row ? y.col_stride() : y.row_stride();
+    pr.conj_b = y.conjugated();
     pr.c = static_cast<T*>(call.c);
     pr.rs_c = call.ldc;
     const bool scale_only = call.alpha == 0.0 || call.k == 0;  // alpha == 0 never reads A or B
 
-    const micro_kernel<T> kernel = [&] {
-        if constexpr (std::is_same_v<T, float>) return cfg.kernel_f32;
-        else return cfg.kernel_f64;
-    }();
     // Each worker runs the whole blocked algorithm on its own slab of C, split along the longer
     // side in whole micro-tiles: no barriers and no shared packing buffers, at the price of each
     // worker packing the operand it shares with the others (a k x n or m x k copy per slab).
@@ -204,8 +325,10 @@ void gemm_tiled_typed(const isa_config& cfg, const block_sizes& bl, const gemm_c
         if (m0 >= m1 || n0 >= n1) return;
         if (scale_only)
             scale_block(pr, m0, m1, n0, n1);
+        else if constexpr (is_complex_v<T>)
+            gemm_block_1m(pr, bl, kernel_of<real_type_t<T>>(cfg), m0, m1, n0, n1);
         else
-            gemm_block(pr, bl, kernel, m0, m1, n0, n1);
+            gemm_block(pr, bl, kernel_of<T>(cfg), m0, m1, n0, n1);
     });
 }
 

@@ -1,7 +1,11 @@
-// The vendor CPU GEMM: OpenBLAS through CBLAS, one single-threaded call per worker on its block of C.
+// The vendor CPU GEMM: OpenBLAS through CBLAS (cblas_[sdcz]gemm), one single-threaded call per worker on
+// its block of C.
 #include "cpu_kernels.hpp"
 
 #include <tilestream/error.hpp>
+
+#include "core/cblas_gemm.hpp"
+#include "core/complex_arith.hpp"
 
 #include <cblas.h>
 
@@ -26,44 +30,7 @@ void set_openblas_threads(int n) {
 
 namespace {
 
-// How one operand is handed to CBLAS: the transpose flag and a leading dimension it accepts.
-struct cblas_operand {
-    CBLAS_TRANSPOSE trans;
-    index_t ld;
-};
-
-// op(X) is rows x cols; CBLAS wants it stored in `order` (NoTrans) or its transpose stored in
-// `order` (Trans). op(X) is stored in layout(X), flipped when X is transposed.
-cblas_operand map_operand(layout stored, op o, index_t ld, index_t rows, index_t cols,
-                          layout order, const char* name) {
-    const bool op_row_major = (stored == layout::row_major) == (o == op::n);
-    const bool order_row_major = order == layout::row_major;
-    const bool no_trans = op_row_major == order_row_major;
-    // op(X) in memory is `lines` lines of `len` elements, ld apart.
-    const index_t lines = op_row_major ? rows : cols, len = op_row_major ? cols : rows;
-    index_t eff = ld;
-    // With a single line the leading dimension is never used, but CBLAS still checks it.
-    if (lines <= 1) eff = std::max<index_t>({ld, len, 1});
-    if (eff < std::max<index_t>(len, 1))
-        throw invalid_argument(std::string("gemm (vendor): leading dimension of ") + name + " is " +
-                               std::to_string(ld) + ", below its " + std::to_string(len) +
-                               "-element lines");
-    return {no_trans ? CblasNoTrans : CblasTrans, eff};
-}
-
 bool fits_int(index_t v) { return v <= INT_MAX; }
-
-template <class T>
-void cblas_gemm(CBLAS_ORDER order, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, index_t m, index_t n,
-                index_t k, T alpha, const T* a, index_t lda, const T* b, index_t ldb, T beta, T* c,
-                index_t ldc) {
-    if constexpr (std::is_same_v<T, float>)
-        cblas_sgemm(order, ta, tb, int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c,
-                    int(ldc));
-    else
-        cblas_dgemm(order, ta, tb, int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c,
-                    int(ldc));
-}
 
 template <class T>
 void gemm_vendor_typed(const gemm_call& call, thread_pool& pool, bool openblas_threads) {
@@ -76,12 +43,12 @@ void gemm_vendor_typed(const gemm_call& call, thread_pool& pool, bool openblas_t
 
     if (call.alpha == 0.0 || k == 0) {
         // C = beta * C done here: A and B must not be read, and beta == 0 must not read C.
-        const T beta = static_cast<T>(call.beta);
+        const T beta = scalar_as<T>(call.beta);
         pool.run(parts, [&](int part) {
             const index_t b0 = extent * part / parts, b1 = extent * (part + 1) / parts;
             const index_t i0 = split_rows ? b0 : 0, i1 = split_rows ? b1 : m;
             const index_t j0 = split_rows ? 0 : b0, j1 = split_rows ? n : b1;
-            auto scale = [&](T& cij) { cij = call.beta == 0.0 ? T(0) : beta * cij; };
+            auto scale = [&](T& cij) { cij = call.beta == 0.0 ? T(0) : tilestream::detail::mul(beta, cij); };
             if (call.layout_c == layout::row_major)
                 for (index_t i = i0; i < i1; ++i)
                     for (index_t j = j0; j < j1; ++j) scale(c[i * crs + j]);
@@ -93,9 +60,9 @@ void gemm_vendor_typed(const gemm_call& call, thread_pool& pool, bool openblas_t
     }
 
     const layout order = call.layout_c;
-    const cblas_operand a = map_operand(call.layout_a, call.op_a, call.lda, m, k, order, "A");
-    const cblas_operand b = map_operand(call.layout_b, call.op_b, call.ldb, k, n, order, "B");
-    const cblas_operand cc = map_operand(call.layout_c, op::n, call.ldc, m, n, order, "C");
+    const tilestream::detail::cblas_operand a = tilestream::detail::cblas_operand_of(call.a_desc(), order, "A");
+    const tilestream::detail::cblas_operand b = tilestream::detail::cblas_operand_of(call.b_desc(), order, "B");
+    const tilestream::detail::cblas_operand cc = tilestream::detail::cblas_operand_of(call.c_desc(), order, "C");
     if (!fits_int(m) || !fits_int(n) || !fits_int(k) || !fits_int(a.ld) || !fits_int(b.ld) ||
         !fits_int(cc.ld)) {
         // CBLAS takes 32-bit sizes; the blocked kernel is 64-bit clean and gives the same result.
@@ -106,9 +73,10 @@ void gemm_vendor_typed(const gemm_call& call, thread_pool& pool, bool openblas_t
     const T* pb = static_cast<const T*>(call.b);
     const index_t ars = call.a_row_stride(), bcs = call.b_col_stride();
     const CBLAS_ORDER cblas_order = order == layout::row_major ? CblasRowMajor : CblasColMajor;
+    const T alpha = scalar_as<T>(call.alpha), beta = scalar_as<T>(call.beta);
     if (openblas_threads && pool.size() > 1) {
         set_openblas_threads(pool.size());
-        cblas_gemm<T>(cblas_order, a.trans, b.trans, m, n, k, T(call.alpha), pa, a.ld, pb, b.ld, T(call.beta), c, cc.ld);
+        tilestream::detail::cblas_gemm<T>(cblas_order, a.trans, b.trans, m, n, k, alpha, pa, a.ld, pb, b.ld, beta, c, cc.ld);
         return;
     }
     set_openblas_threads(1);
@@ -119,11 +87,11 @@ void gemm_vendor_typed(const gemm_call& call, thread_pool& pool, bool openblas_t
         // the same columns of op(B) and all of op(A). With beta == 0 OpenBLAS stores zeros
         // without reading C, so NaN in C does not survive (BetaZeroOverwritesNaNInC checks it).
         if (split_rows)
-            cblas_gemm<T>(cblas_order, a.trans, b.trans, b1 - b0, n, k, T(call.alpha),
-                          pa + b0 * ars, a.ld, pb, b.ld, T(call.beta), c + b0 * crs, cc.ld);
+            tilestream::detail::cblas_gemm<T>(cblas_order, a.trans, b.trans, b1 - b0, n, k, alpha, pa + b0 * ars, a.ld, pb, b.ld,
+                          beta, c + b0 * crs, cc.ld);
         else
-            cblas_gemm<T>(cblas_order, a.trans, b.trans, m, b1 - b0, k, T(call.alpha), pa, a.ld,
-                          pb + b0 * bcs, b.ld, T(call.beta), c + b0 * ccs, cc.ld);
+            tilestream::detail::cblas_gemm<T>(cblas_order, a.trans, b.trans, m, b1 - b0, k, alpha, pa, a.ld, pb + b0 * bcs, b.ld,
+                          beta, c + b0 * ccs, cc.ld);
     });
 }
 

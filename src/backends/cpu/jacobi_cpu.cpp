@@ -78,7 +78,7 @@ void jacobi_typed(const jacobi_call& call, thread_pool& pool) {
 }  // namespace
 
 void jacobi_sweep(const jacobi_call& call, thread_pool& pool) {
-    visit_dtype(call.type, [&]<class T>() { jacobi_typed<T>(call, pool); });
+    visit_real_dtype(call.type, "jacobi", [&]<class T>() { jacobi_typed<T>(call, pool); });
 }
 
 }  // namespace tilestream::cpu

@@ -1,77 +1,105 @@
-// The Level 3 diagonal blocks on CUDA devices through cuBLAS (vendor kernel, real types): trsm,
-// trmm (in place: C passed as both B and its output), symm, syrk, syr2k. cuBLAS does not read C when
-// beta = 0.
+// The Level 3 diagonal blocks on CUDA devices through cuBLAS (vendor kernel, every precision): trsm,
+// trmm (in place: C passed as both B and its output), symm, syrk, syr2k, hemm, herk, her2k. cuBLAS
+// does not read C when beta = 0.
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/cuda_device.hpp"
 
 #include <tilestream/error.hpp>
 
+#include <complex>
+#include <type_traits>
+
 namespace tilestream::cuda {
 
 namespace {
-
-using ::tilestream::detail::engine::blas_trans;
 
 cublasSideMode_t side_of(side s) { return s == side::left ? CUBLAS_SIDE_LEFT : CUBLAS_SIDE_RIGHT; }
 cublasFillMode_t fill_of(uplo u) { return u == uplo::lower ? CUBLAS_FILL_MODE_LOWER : CUBLAS_FILL_MODE_UPPER; }
 cublasDiagType_t diag_of(diag d) { return d == diag::unit ? CUBLAS_DIAG_UNIT : CUBLAS_DIAG_NON_UNIT; }
 cublasOperation_t op_of(blas_trans t) {
-    return t == blas_trans::n ? CUBLAS_OP_N : t == blas_trans::t ? CUBLAS_OP_T : CUBLAS_OP_C;
+    return t == blas_trans::none ? CUBLAS_OP_N : t == blas_trans::trans ? CUBLAS_OP_T : CUBLAS_OP_C;
 }
+
+/// cuBLAS's element type of T (cuComplex and cuDoubleComplex share std::complex's layout).
+template <class T>
+using cu_t = std::conditional_t<std::is_same_v<T, std::complex<float>>, cuComplex,
+                                std::conditional_t<std::is_same_v<T, std::complex<double>>, cuDoubleComplex, T>>;
 
 template <class T>
 void run_typed(cublasHandle_t h, const ::tilestream::detail::engine::column_major_tile& r, const std::string& id) {
-    constexpr bool f = std::is_same_v<T, float>;
-    const T alpha = T(r.alpha.real()), beta = T(r.beta.real());
-    const T* a = static_cast<const T*>(r.a);
-    const T* b = static_cast<const T*>(r.b);
-    T* c = static_cast<T*>(r.c);
+    using C = cu_t<T>;
+    using R = real_type_t<T>;
+    constexpr dtype t = dtype_of<T>();
+    const T alpha_v = scalar_as<T>(r.alpha), beta_v = scalar_as<T>(r.beta);
+    const R alpha_re = R(r.alpha.real()), beta_re = R(r.beta.real());
+    const C* alpha = reinterpret_cast<const C*>(&alpha_v);
+    const C* beta = reinterpret_cast<const C*>(&beta_v);
+    const C* a = static_cast<const C*>(r.a);
+    const C* b = static_cast<const C*>(r.b);
+    C* c = static_cast<C*>(r.c);
     const int m = int(r.m), n = int(r.n), k = int(r.k), lda = int(r.lda), ldb = int(r.ldb), ldc = int(r.ldc);
+    const auto sd = side_of(r.side_);
+    const auto ul = fill_of(r.uplo_);
+    const auto tr = op_of(r.trans);
+    const auto dg = diag_of(r.diag_);
+    // One cuBLAS entry per precision: S, D, C, Z.
+#define TS_CUBLAS(name, ...)                                                                          \
+    do {                                                                                              \
+        if constexpr (t == dtype::f32) TS_CUDA_CHECK(cublasS##name(h, __VA_ARGS__), id);               \
+        else if constexpr (t == dtype::f64) TS_CUDA_CHECK(cublasD##name(h, __VA_ARGS__), id);          \
+        else if constexpr (t == dtype::c32) TS_CUDA_CHECK(cublasC##name(h, __VA_ARGS__), id);          \
+        else TS_CUDA_CHECK(cublasZ##name(h, __VA_ARGS__), id);                                         \
+    } while (0)
     switch (r.kind) {
-        case tile_kind::trsm:
-            if constexpr (f) TS_CUDA_CHECK(cublasStrsm(h, side_of(r.side_), fill_of(r.uplo_), op_of(r.trans), diag_of(r.diag_), m, n, &alpha, a, lda, c, ldc), id);
-            else TS_CUDA_CHECK(cublasDtrsm(h, side_of(r.side_), fill_of(r.uplo_), op_of(r.trans), diag_of(r.diag_), m, n, &alpha, a, lda, c, ldc), id);
+        case tile_kind::trsm: TS_CUBLAS(trsm, sd, ul, tr, dg, m, n, alpha, a, lda, c, ldc); return;
+        // In place: C passed as both B and the output.
+        case tile_kind::trmm: TS_CUBLAS(trmm, sd, ul, tr, dg, m, n, alpha, a, lda, c, ldc, c, ldc); return;
+        case tile_kind::symm: TS_CUBLAS(symm, sd, ul, m, n, alpha, a, lda, b, ldb, beta, c, ldc); return;
+        case tile_kind::syrk: TS_CUBLAS(syrk, ul, tr, n, k, alpha, a, lda, beta, c, ldc); return;
+        case tile_kind::syr2k: TS_CUBLAS(syr2k, ul, tr, n, k, alpha, a, lda, b, ldb, beta, c, ldc); return;
+        case tile_kind::hemm:
+            if constexpr (t == dtype::c32) TS_CUDA_CHECK(cublasChemm(h, sd, ul, m, n, alpha, a, lda, b, ldb, beta, c, ldc), id);
+            else if constexpr (t == dtype::c64) TS_CUDA_CHECK(cublasZhemm(h, sd, ul, m, n, alpha, a, lda, b, ldb, beta, c, ldc), id);
+            else break;
             return;
-        case tile_kind::trmm:
-            if constexpr (f) TS_CUDA_CHECK(cublasStrmm(h, side_of(r.side_), fill_of(r.uplo_), op_of(r.trans), diag_of(r.diag_), m, n, &alpha, a, lda, c, ldc, c, ldc), id);
-            else TS_CUDA_CHECK(cublasDtrmm(h, side_of(r.side_), fill_of(r.uplo_), op_of(r.trans), diag_of(r.diag_), m, n, &alpha, a, lda, c, ldc, c, ldc), id);
+        case tile_kind::herk:
+            if constexpr (t == dtype::c32) TS_CUDA_CHECK(cublasCherk(h, ul, tr, n, k, &alpha_re, a, lda, &beta_re, c, ldc), id);
+            else if constexpr (t == dtype::c64) TS_CUDA_CHECK(cublasZherk(h, ul, tr, n, k, &alpha_re, a, lda, &beta_re, c, ldc), id);
+            else break;
             return;
-        case tile_kind::symm:
-            if constexpr (f) TS_CUDA_CHECK(cublasSsymm(h, side_of(r.side_), fill_of(r.uplo_), m, n, &alpha, a, lda, b, ldb, &beta, c, ldc), id);
-            else TS_CUDA_CHECK(cublasDsymm(h, side_of(r.side_), fill_of(r.uplo_), m, n, &alpha, a, lda, b, ldb, &beta, c, ldc), id);
+        case tile_kind::her2k:
+            if constexpr (t == dtype::c32) TS_CUDA_CHECK(cublasCher2k(h, ul, tr, n, k, alpha, a, lda, b, ldb, &beta_re, c, ldc), id);
+            else if constexpr (t == dtype::c64) TS_CUDA_CHECK(cublasZher2k(h, ul, tr, n, k, alpha, a, lda, b, ldb, &beta_re, c, ldc), id);
+            else break;
             return;
-        case tile_kind::syrk:
-            if constexpr (f) TS_CUDA_CHECK(cublasSsyrk(h, fill_of(r.uplo_), op_of(r.trans), n, k, &alpha, a, lda, &beta, c, ldc), id);
-            else TS_CUDA_CHECK(cublasDsyrk(h, fill_of(r.uplo_), op_of(r.trans), n, k, &alpha, a, lda, &beta, c, ldc), id);
-            return;
-        case tile_kind::syr2k:
-            if constexpr (f) TS_CUDA_CHECK(cublasSsyr2k(h, fill_of(r.uplo_), op_of(r.trans), n, k, &alpha, a, lda, b, ldb, &beta, c, ldc), id);
-            else TS_CUDA_CHECK(cublasDsyr2k(h, fill_of(r.uplo_), op_of(r.trans), n, k, &alpha, a, lda, b, ldb, &beta, c, ldc), id);
-            return;
-        default:
-            throw invalid_argument(id + ": no cuBLAS tile kernel for " + std::string(to_string(r.kind)));
+        case tile_kind::gemm: break;
     }
+#undef TS_CUBLAS
+    throw invalid_argument(id + ": no cuBLAS tile kernel for " + std::string(to_string(r.kind)) + " " +
+                           std::string(to_string(t)));
 }
 
 }  // namespace
 
 void run_cublas_tile(cublasHandle_t h, const ::tilestream::detail::engine::column_major_tile& r, dtype type, const std::string& device_id) {
-    if (type == dtype::f32) run_typed<float>(h, r, device_id);
-    else if (type == dtype::f64) run_typed<double>(h, r, device_id);
-    else throw invalid_argument(device_id + ": no cuBLAS tile kernel for " + std::string(to_string(type)));
+    visit_dtype(type, [&]<class T>() { run_typed<T>(h, r, device_id); });
 }
 
 bool cuda_device::supports(tile_kind kind, dtype type, gemm_kernel k) const {
     if (kind == tile_kind::gemm) return supports(k);
-    const bool real = type == dtype::f32 || type == dtype::f64;
+    if (k != gemm_kernel::vendor) return false;
     switch (kind) {
         case tile_kind::syrk:
         case tile_kind::syr2k:
         case tile_kind::symm:
         case tile_kind::trmm:
-        case tile_kind::trsm: return k == gemm_kernel::vendor && real;
-        default: return false;
+        case tile_kind::trsm: return true;
+        case tile_kind::hemm:
+        case tile_kind::herk:
+        case tile_kind::her2k: return is_complex(type);
+        case tile_kind::gemm: break;
     }
+    return false;
 }
 
 }  // namespace tilestream::cuda

@@ -18,9 +18,25 @@ cublas_tile_work plan_cublas_tile(const tile_op& op, const std::string& device_i
         w.nothing = true;
         return w;
     }
+    const bool herm = op.kind == tile_kind::herk || op.kind == tile_kind::her2k;
     if (!op.reads_ab()) {
-        if (!solves && op.beta == 1.0) {
+        if (!solves && op.beta == scalar(1)) {
             w.nothing = true;
+            return w;
+        }
+        if (herm) {
+            // C <- beta C with the diagonal's imaginary parts zeroed: herk with k = 0 (A, given
+            // as C, is not read).
+            tile_op h = op;
+            h.kind = tile_kind::herk;
+            h.k = 0;
+            h.alpha = 0.0;
+            h.a = op.c;
+            h.trans_a = op::n;
+            w.call = ::tilestream::detail::engine::as_column_major(h);
+            w.call.lda = std::max<index_t>(w.call.ldc, 1);
+            if (!w.call.representable)
+                throw invalid_argument(std::string(to_string(op.kind)) + " on " + device_id + ": " + w.call.why);
             return w;
         }
         w.scale_only = true;

@@ -56,6 +56,12 @@ namespace {
 static_assert(host_register_portable == cudaHostRegisterPortable &&
                   host_register_read_only == cudaHostRegisterReadOnly,
               "cuda_logic.hpp's registration flags carry CUDA's values");
+static_assert(int(cuda_data_type::r_32f) == CUDA_R_32F && int(cuda_data_type::r_64f) == CUDA_R_64F &&
+                  int(cuda_data_type::c_32f) == CUDA_C_32F && int(cuda_data_type::c_64f) == CUDA_C_64F,
+              "dtype_traits.hpp's cuda_data_type carries CUDA's values");
+
+/// cuBLAS's data type of an element, from the dtype table.
+cudaDataType_t cuda_type(dtype t) { return static_cast<cudaDataType_t>(dtype_traits(t).cuda); }
 
 std::string pointer_text(const void* p) {
     std::ostringstream o;
@@ -746,6 +752,8 @@ void cuda_device::copy_2d_peer(stream& s, device& other, const copy_2d_desc& c) 
 
 void cuda_device::gemm(stream& s, const gemm_call& call) {
     cuda_stream& cs = own_stream(s, "gemm");
+    if (is_complex(call.type))  // milestone 1 of issue 25: complex kernels come with milestone 2
+        throw invalid_argument("gemm on " + id() + ": " + std::string(to_string(call.type)) + " is not supported yet");
     const gemm_work work = check_gemm_call(call, id());
     if (work == gemm_work::none) return;
     const bool reads_ab = work == gemm_work::product;
@@ -788,11 +796,13 @@ void cuda_device::gemm_vendor(cuda_stream& cs, const gemm_call& call) {
     const cublasOperation_t op1 = p.trans_x ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t op2 = p.trans_y ? CUBLAS_OP_T : CUBLAS_OP_N;
 
-    const float alpha32 = static_cast<float>(call.alpha), beta32 = static_cast<float>(call.beta);
+    // alpha and beta in the type's own precision (cuBLAS reads them as the data type's scalars).
+    const float alpha32 = static_cast<float>(call.alpha.real()), beta32 = static_cast<float>(call.beta.real());
+    const double alpha64 = call.alpha.real(), beta64 = call.beta.real();
     const bool f32 = call.type == dtype::f32;
-    const void* alpha = f32 ? static_cast<const void*>(&alpha32) : &call.alpha;
-    const void* beta = f32 ? static_cast<const void*>(&beta32) : &call.beta;
-    const cudaDataType_t data = f32 ? CUDA_R_32F : CUDA_R_64F;
+    const void* alpha = f32 ? static_cast<const void*>(&alpha32) : &alpha64;
+    const void* beta = f32 ? static_cast<const void*>(&beta32) : &beta64;
+    const cudaDataType_t data = cuda_type(call.type);
     const cublasComputeType_t compute =
         !f32 ? CUBLAS_COMPUTE_64F
              : (call.math == math_mode::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F);

@@ -33,8 +33,8 @@ gemm_args<T> make_args(const gemm_call& call) {
     return {call.m,
             call.n,
             call.k,
-            static_cast<T>(call.alpha),
-            static_cast<T>(call.beta),
+            static_cast<T>(call.alpha.real()),
+            static_cast<T>(call.beta.real()),
             static_cast<const T*>(call.a),
             call.a_row_stride(),
             call.a_col_stride(),
@@ -387,19 +387,34 @@ cudaError_t launch_scale_c(const gemm_call& call, cudaStream_t stream) {
 }  // namespace
 
 cudaError_t launch_gemm_naive(const gemm_call& call, cudaStream_t stream) {
-    return call.type == dtype::f32 ? launch_naive<float>(call, stream)
-                                   : launch_naive<double>(call, stream);
+    switch (call.type) {
+        case dtype::f32: return launch_naive<float>(call, stream);
+        case dtype::f64: return launch_naive<double>(call, stream);
+        case dtype::c32:
+        case dtype::c64: break;
+    }
+    return cudaErrorNotSupported;
 }
 
 cudaError_t launch_gemm_tiled(const gemm_call& call, const tiled_launch& launch,
                               cudaStream_t stream) {
-    return call.type == dtype::f32 ? launch_tiled<float>(call, launch, stream)
-                                   : launch_tiled<double>(call, launch, stream);
+    switch (call.type) {
+        case dtype::f32: return launch_tiled<float>(call, launch, stream);
+        case dtype::f64: return launch_tiled<double>(call, launch, stream);
+        case dtype::c32:
+        case dtype::c64: break;
+    }
+    return cudaErrorNotSupported;
 }
 
 cudaError_t launch_gemm_scale_c(const gemm_call& call, cudaStream_t stream) {
-    return call.type == dtype::f32 ? launch_scale_c<float>(call, stream)
-                                   : launch_scale_c<double>(call, stream);
+    switch (call.type) {
+        case dtype::f32: return launch_scale_c<float>(call, stream);
+        case dtype::f64: return launch_scale_c<double>(call, stream);
+        case dtype::c32:
+        case dtype::c64: break;
+    }
+    return cudaErrorNotSupported;
 }
 
 }  // namespace tilestream::cuda

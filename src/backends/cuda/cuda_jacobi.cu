@@ -129,8 +129,13 @@ cudaError_t launch(const jacobi_call& call, const jacobi_launch& l, cudaStream_t
 
 cudaError_t launch_jacobi_sweep(const jacobi_call& call, const jacobi_launch& launch_plan,
                                 cudaStream_t stream) {
-    return call.type == dtype::f32 ? launch<float>(call, launch_plan, stream)
-                                   : launch<double>(call, launch_plan, stream);
+    switch (call.type) {
+        case dtype::f32: return launch<float>(call, launch_plan, stream);
+        case dtype::f64: return launch<double>(call, launch_plan, stream);
+        case dtype::c32:
+        case dtype::c64: break;  // Jacobi is real: plan_jacobi refuses complex fields
+    }
+    return cudaErrorNotSupported;
 }
 
 }  // namespace tilestream::cuda

@@ -178,11 +178,9 @@ gemm_work check_gemm_call(const gemm_call& call, const std::string& device_id) {
     const bool reads_ab = call.k > 0 && call.alpha != 0.0;
     check_operand(device_id, "C", call.c, call.m, call.n, call.ldc, call.layout_c);
     if (!reads_ab) return gemm_work::scale_c;
-    const bool ta = call.op_a == op::t, tb = call.op_b == op::t;
-    check_operand(device_id, "A", call.a, ta ? call.k : call.m, ta ? call.m : call.k, call.lda,
-                  call.layout_a);
-    check_operand(device_id, "B", call.b, tb ? call.n : call.k, tb ? call.k : call.n, call.ldb,
-                  call.layout_b);
+    const operand_desc a = call.a_desc(), b = call.b_desc();
+    check_operand(device_id, "A", call.a, a.stored_rows(), a.stored_cols(), call.lda, call.layout_a);
+    check_operand(device_id, "B", call.b, b.stored_rows(), b.stored_cols(), call.ldb, call.layout_b);
     return gemm_work::product;
 }
 

@@ -12,6 +12,7 @@
 #include <tilestream/error.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
@@ -578,13 +579,17 @@ private:
         }
         return {8, 1};
     }
+    // Program options of a value type, from the dtype table: the C type of its parts (REAL),
+    // cl_khr_fp64 for double parts, and COMPLEX for two parts per element.
     std::string real_options(dtype t) const {
-        return t == dtype::f64 ? "-DREAL=double -DTS_FP64" : "-DREAL=float";
+        const dtype_info& d = dtype_traits(t);
+        return "-DREAL=" + std::string(d.c_real_type) + (d.real == dtype::f64 ? " -DTS_FP64" : "") +
+               (d.is_complex ? " -DCOMPLEX" : "");
     }
     void require_fp64(const char* what, dtype t) const {
-        if (t == dtype::f64 && !info_.fp64)
-            throw invalid_argument(std::string(what) + " f64 on " + id() + " (" + info_.name +
-                                   "): the device has no double precision (cl_khr_fp64)");
+        if (dtype_traits(t).real == dtype::f64 && !info_.fp64)
+            throw invalid_argument(std::string(what) + " " + std::string(to_string(t)) + " on " + id() + " (" +
+                                   info_.name + "): the device has no double precision (cl_khr_fp64)");
     }
 
     root_device& root_;
@@ -816,12 +821,11 @@ void ocl_device::gemm(stream& s, const gemm_call& c) {
                                ", vendor" +
 #endif
                                " do)");
-    const index_t rows_a = c.op_a == op::n ? c.m : c.k, cols_a = c.op_a == op::n ? c.k : c.m;
-    const index_t rows_b = c.op_b == op::n ? c.k : c.n, cols_b = c.op_b == op::n ? c.n : c.k;
+    const operand_desc da = c.a_desc(), db = c.b_desc();
     const bool reads_ab = c.alpha != 0.0 && c.k > 0;
     if (reads_ab) {
-        check_operand(id(), "A", c.a, rows_a, cols_a, c.lda, c.layout_a);
-        check_operand(id(), "B", c.b, rows_b, cols_b, c.ldb, c.layout_b);
+        check_operand(id(), "A", c.a, da.stored_rows(), da.stored_cols(), c.lda, c.layout_a);
+        check_operand(id(), "B", c.b, db.stored_rows(), db.stored_cols(), c.ldb, c.layout_b);
     }
     check_operand(id(), "C", c.c, c.m, c.n, c.ldc, c.layout_c);
     if (c.m == 0 || c.n == 0) return;
@@ -843,29 +847,35 @@ void ocl_device::gemm(stream& s, const gemm_call& c) {
     cl_mem a_mem = c_mem, b_mem = c_mem;  // unread placeholders when alpha == 0 or k == 0
     cl_long a_off = 0, b_off = 0;
     if (reads_ab) {
-        std::tie(a_mem, a_off) = locate(c.a, extent_bytes(c.m, c.k, c.a_row_stride(), c.a_col_stride(), es), "A");
-        std::tie(b_mem, b_off) = locate(c.b, extent_bytes(c.k, c.n, c.b_row_stride(), c.b_col_stride(), es), "B");
+        std::tie(a_mem, a_off) = locate(c.a, extent_bytes(c.m, c.k, da.row_stride(), da.col_stride(), es), "A");
+        std::tie(b_mem, b_off) = locate(c.b, extent_bytes(c.k, c.n, db.row_stride(), db.col_stride(), es), "B");
     }
     const std::string name = gemm_span_name(c);
 
     const auto launch = [&](const char* kernel_name, const std::string& options, const std::size_t* global,
-                            const std::size_t* local, bool with_ab, double beta) {
+                            const std::size_t* local, bool with_ab, scalar beta) {
         cl_program prog = program(index_, "gemm", sources::gemm_cl, options);
         auto lock = st.launch_lock();
         cl_kernel k = st.kernel(prog, kernel_name);
         kernel_args args{k, id()};
         args << cl_long(c.m) << cl_long(c.n);
         if (with_ab) args << cl_long(c.k);
-        const auto real = [&](double v) {
-            if (c.type == dtype::f64) args << v;
-            else args << float(v);
+        // A scalar as the kernel's elem: REAL, or REAL2 (real part first) for complex types.
+        const auto value = [&](scalar v) {
+            switch (c.type) {
+                case dtype::f32: args << float(v.real()); break;
+                case dtype::f64: args << v.real(); break;
+                case dtype::c32: args << cl_float2{{float(v.real()), float(v.imag())}}; break;
+                case dtype::c64: args << cl_double2{{v.real(), v.imag()}}; break;
+            }
         };
-        if (with_ab) real(c.alpha);
-        real(beta);
+        if (with_ab) value(c.alpha);
+        value(beta);
         if (with_ab)
-            args << a_mem << a_off << cl_long(c.a_row_stride()) << cl_long(c.a_col_stride()) << b_mem << b_off
-                 << cl_long(c.b_row_stride()) << cl_long(c.b_col_stride());
+            args << a_mem << a_off << cl_long(da.row_stride()) << cl_long(da.col_stride()) << b_mem << b_off
+                 << cl_long(db.row_stride()) << cl_long(db.col_stride());
         args << c_mem << c_off << cl_long(c.c_row_stride()) << cl_long(c.c_col_stride());
+        if (with_ab) args << cl_int(da.conjugated()) << cl_int(db.conjugated());
         cl_event ev = nullptr;
         TS_CL_CHECK(clEnqueueNDRangeKernel(st.queue(), k, 2, nullptr, global, local, 0, nullptr, st.trace_event(ev)),
                     id());
@@ -880,7 +890,7 @@ void ocl_device::gemm(stream& s, const gemm_call& c) {
         launch("gemm_naive", base, global8, small_groups ? nullptr : local8, true, c.beta);
         return;
     }
-    if (c.kernel == gemm_kernel::tiled) {
+    const auto tiled = [&] {
         const tile_shape t = tile_for(c.type);
         const std::size_t rts = std::size_t(t.ts / t.wpt);
         const std::size_t local[2] = {rts, rts};
@@ -889,34 +899,61 @@ void ocl_device::gemm(stream& s, const gemm_call& c) {
         launch("gemm_tiled",
                real_options(c.type) + " -DTS=" + std::to_string(t.ts) + " -DWPT=" + std::to_string(t.wpt), global,
                local, true, c.beta);
-        return;
-    }
+    };
+    if (c.kernel == gemm_kernel::tiled) return tiled();
 #ifdef TILESTREAM_HAVE_CLBLAST
+    // One layout for all three: an operand stored the other way is its transpose in C's layout.
+    const operand_desc::blas_view va = da.for_blas(c.layout_c), vb = db.for_blas(c.layout_c);
+    // CLBlast has no conjugate-without-transpose (a conjugated operand stored in C's other layout):
+    // such a call runs our tiled kernel, which reads any strides and conjugates on load.
+    if (reads_ab && (va.trans == blas_trans::conj_none || vb.trans == blas_trans::conj_none)) return tiled();
     // CLBlast reads C even when beta == 0 (NaN * 0 is NaN) and A, B when alpha == 0: those cases
     // are zeroed or scaled by our own kernel first.
     if (!reads_ab || c.beta == 0.0) launch("gemm_scale_c", base, global8, small_groups ? nullptr : local8, false, c.beta);
     if (!reads_ab) return;
-    // One layout for all three: an operand stored the other way is its transpose in C's layout.
     const CLBlastLayout lay = c.layout_c == layout::row_major ? CLBlastLayoutRowMajor : CLBlastLayoutColMajor;
-    const auto trans = [&](op o, layout l) {
-        return ((o == op::t) != (l != c.layout_c)) ? CLBlastTransposeYes : CLBlastTransposeNo;
+    const auto trans = [](blas_trans t) {
+        switch (t) {
+            case blas_trans::none: return CLBlastTransposeNo;
+            case blas_trans::trans: return CLBlastTransposeYes;
+            case blas_trans::conj_trans:
+            case blas_trans::conj_none: break;  // conj_none ran the tiled kernel above
+        }
+        return CLBlastTransposeConjugate;
     };
+    const CLBlastTranspose ta = trans(va.trans), tb = trans(vb.trans);
+    const std::size_t ldc = std::size_t(c.c_desc().for_blas(c.layout_c).ld);
+    const auto lda = std::size_t(va.ld), ldb = std::size_t(vb.ld);
     cl_command_queue q = st.queue();
     cl_event ev = nullptr;
-    CLBlastStatusCode r;
+    CLBlastStatusCode r = CLBlastSuccess;
     {
         std::lock_guard lock(clblast_mutex());
-        if (c.type == dtype::f32)
-            r = CLBlastSgemm(lay, trans(c.op_a, c.layout_a), trans(c.op_b, c.layout_b), c.m, c.n, c.k,
-                             float(c.alpha), a_mem, a_off, c.lda, b_mem, b_off, c.ldb,
-                             c.beta == 0.0 ? 0.0f : float(c.beta), c_mem, c_off, c.ldc, &q, &ev);
-        else
-            r = CLBlastDgemm(lay, trans(c.op_a, c.layout_a), trans(c.op_b, c.layout_b), c.m, c.n, c.k, c.alpha,
-                             a_mem, a_off, c.lda, b_mem, b_off, c.ldb, c.beta, c_mem, c_off, c.ldc, &q, &ev);
+        // beta == 0: C was zeroed above, and CLBlast multiplies it by exactly 0.
+        const scalar al = c.alpha, be = c.beta;
+        switch (c.type) {
+            case dtype::f32:
+                r = CLBlastSgemm(lay, ta, tb, c.m, c.n, c.k, float(al.real()), a_mem, a_off, lda, b_mem, b_off, ldb,
+                                 float(be.real()), c_mem, c_off, ldc, &q, &ev);
+                break;
+            case dtype::f64:
+                r = CLBlastDgemm(lay, ta, tb, c.m, c.n, c.k, al.real(), a_mem, a_off, lda, b_mem, b_off, ldb, be.real(),
+                                 c_mem, c_off, ldc, &q, &ev);
+                break;
+            case dtype::c32:
+                r = CLBlastCgemm(lay, ta, tb, c.m, c.n, c.k, cl_float2{{float(al.real()), float(al.imag())}}, a_mem,
+                                 a_off, lda, b_mem, b_off, ldb, cl_float2{{float(be.real()), float(be.imag())}}, c_mem,
+                                 c_off, ldc, &q, &ev);
+                break;
+            case dtype::c64:
+                r = CLBlastZgemm(lay, ta, tb, c.m, c.n, c.k, cl_double2{{al.real(), al.imag()}}, a_mem, a_off, lda,
+                                 b_mem, b_off, ldb, cl_double2{{be.real(), be.imag()}}, c_mem, c_off, ldc, &q, &ev);
+                break;
+        }
     }
     if (r != CLBlastSuccess) {
         if (ev) clReleaseEvent(ev);
-        throw device_error(std::string(c.type == dtype::f32 ? "CLBlastSgemm" : "CLBlastDgemm") + " failed on " +
+        throw device_error(std::string("CLBlast") + char(std::toupper(dtype_traits(c.type).blas_prefix)) + "gemm failed on " +
                            id() + ": " + (r > -1000 ? error_name(r) : "CLBlast status " + std::to_string(int(r))) +
                            " (" + name + ")");
     }
@@ -931,15 +968,20 @@ void ocl_device::gemm(stream& s, const gemm_call& c) {
 bool ocl_device::supports(tile_kind kind, dtype type, gemm_kernel k) const {
     if (kind == tile_kind::gemm) return supports(k);
 #ifdef TILESTREAM_HAVE_CLBLAST
-    const bool real = type == dtype::f32 || (type == dtype::f64 && info_.fp64);
+    const bool fp64 = dtype_traits(type).real == dtype::f64;
+    if (k != gemm_kernel::vendor || (fp64 && !info_.fp64)) return false;
     switch (kind) {
         case tile_kind::syrk:
         case tile_kind::syr2k:
         case tile_kind::symm:
         case tile_kind::trmm:
-        case tile_kind::trsm: return k == gemm_kernel::vendor && real;
-        default: return false;
+        case tile_kind::trsm: return true;
+        case tile_kind::hemm:
+        case tile_kind::herk:
+        case tile_kind::her2k: return is_complex(type);
+        case tile_kind::gemm: break;
     }
+    return false;
 #else
     (void)type;
     return false;
@@ -953,14 +995,15 @@ void ocl_device::execute(stream& s, const tile_op& op) {
                                " tile kernel for " + std::string(to_string(op.type)) + " (CLBlast runs the vendor ones)");
 #ifdef TILESTREAM_HAVE_CLBLAST
     ocl_stream& st = own(s, "execute");
-    const bool rank_k = op.kind == tile_kind::syrk || op.kind == tile_kind::syr2k;
+    const bool herm = op.kind == tile_kind::herk || op.kind == tile_kind::her2k;
+    const bool rank_k = op.kind == tile_kind::syrk || op.kind == tile_kind::syr2k || herm;
     const bool solves = op.kind == tile_kind::trmm || op.kind == tile_kind::trsm;
     const index_t rows = rank_k ? op.n : op.m, cols = op.n;
     if (rows == 0 || cols == 0) return;
     // C <- beta C (alpha == 0 or k == 0; trmm/trsm: C <- 0) by our own scaling, A and B never read:
     // CLBlast would read them (and NaN * 0 is NaN). Scaling touches the whole tile: the engine writes
     // a syrk-family diagonal tile back by its triangle only.
-    const auto scale = [&](double beta) {
+    const auto scale = [&](scalar beta) {
         gemm_call z;
         z.type = op.type;
         z.m = rows;
@@ -975,12 +1018,15 @@ void ocl_device::execute(stream& s, const tile_op& op) {
         gemm(s, z);
     };
     if (!op.reads_ab()) {
-        if (!solves && op.beta == 1.0) return;
-        scale(solves ? 0.0 : op.beta.real());
+        if (!solves && op.beta == scalar(1)) return;
+        // (The engine runs a Hermitian tile's scaling, which zeroes its diagonal's imaginary parts,
+        // on the reference.)
+        if (herm) throw invalid_argument(id() + ": " + std::string(to_string(op.kind)) + " scaling runs on the reference");
+        scale(solves ? scalar(0) : op.beta);
         return;
     }
     // CLBlast reads C when beta == 0: overwrite it with zeros first.
-    if (!solves && op.beta == 0.0) scale(0.0);
+    if (!solves && op.beta == scalar(0)) scale(0.0);
     const detail::engine::column_major_tile r = detail::engine::as_column_major(op);
     if (!r.representable) throw invalid_argument(id() + ": " + std::string(to_string(op.kind)) + " tile: " + r.why);
     const std::size_t es = size_of(op.type);
@@ -991,57 +1037,91 @@ void ocl_device::execute(stream& s, const tile_op& op) {
             throw invalid_argument(std::string(to_string(op.kind)) + " on " + id() + ": " + name + " is not aligned");
         return std::make_pair(w.mem, std::size_t(w.offset / es));
     };
-    const bool tn = r.trans == detail::engine::blas_trans::n;
+    const bool tn = r.trans == blas_trans::none;
     const index_t na = r.side_ == side::left ? r.m : r.n;
     const index_t a_cols = rank_k ? (tn ? r.k : r.n) : na;
     cl_mem a_mem = nullptr, b_mem = nullptr, c_mem = nullptr;
     std::size_t a_off = 0, b_off = 0, c_off = 0;
     std::tie(a_mem, a_off) = locate(r.a, r.lda, a_cols, "A");
-    if (op.kind == tile_kind::syr2k) std::tie(b_mem, b_off) = locate(r.b, r.ldb, a_cols, "B");
-    if (op.kind == tile_kind::symm) std::tie(b_mem, b_off) = locate(r.b, r.ldb, r.n, "B");
+    if (op.kind == tile_kind::syr2k || op.kind == tile_kind::her2k) std::tie(b_mem, b_off) = locate(r.b, r.ldb, a_cols, "B");
+    if (op.kind == tile_kind::symm || op.kind == tile_kind::hemm) std::tie(b_mem, b_off) = locate(r.b, r.ldb, r.n, "B");
     std::tie(c_mem, c_off) = locate(r.c, r.ldc, r.n, "C");
     const CLBlastLayout lay = CLBlastLayoutColMajor;
     const CLBlastSide sd = r.side_ == side::left ? CLBlastSideLeft : CLBlastSideRight;
     const CLBlastTriangle tri = r.uplo_ == uplo::lower ? CLBlastTriangleLower : CLBlastTriangleUpper;
-    const CLBlastTranspose tr = tn ? CLBlastTransposeNo : r.trans == detail::engine::blas_trans::t ? CLBlastTransposeYes
-                                                                                                    : CLBlastTransposeConjugate;
+    const CLBlastTranspose tr = tn ? CLBlastTransposeNo : r.trans == blas_trans::trans ? CLBlastTransposeYes
+                                                                                       : CLBlastTransposeConjugate;
     const CLBlastDiagonal dg = r.diag_ == diag::unit ? CLBlastDiagonalUnit : CLBlastDiagonalNonUnit;
-    const bool f32 = op.type == dtype::f32;
-    const double al = r.alpha.real(), be = r.beta.real();
     const std::size_t m = std::size_t(r.m), n = std::size_t(r.n), k = std::size_t(r.k);
     const std::size_t lda = std::size_t(r.lda), ldb = std::size_t(r.ldb), ldc = std::size_t(r.ldc);
     cl_command_queue q = st.queue();
     cl_event ev = nullptr;
     CLBlastStatusCode status = CLBlastSuccess;
+    // One CLBlast entry per precision (S, D, C, Z); complex scalars as cl_float2/cl_double2, HERK's
+    // and HER2K's real ones as float/double.
+    const auto call = [&]<class T>() {
+        using R = real_type_t<T>;
+        using V = std::conditional_t<!is_complex_v<T>, T, std::conditional_t<std::is_same_v<R, float>, cl_float2, cl_double2>>;
+        const auto as_v = [](scalar x) {
+            if constexpr (is_complex_v<T>) return V{{R(x.real()), R(x.imag())}};
+            else return V(x.real());
+        };
+        const V al = as_v(r.alpha), be = as_v(r.beta);
+        const R al_re = R(r.alpha.real()), be_re = R(r.beta.real());
+        constexpr dtype t = dtype_of<T>();
+        if constexpr (!is_complex_v<T>) {
+            switch (op.kind) {
+                case tile_kind::trsm:
+                    return t == dtype::f32 ? CLBlastStrsm(lay, sd, tri, tr, dg, m, n, float(al), a_mem, a_off, lda, c_mem, c_off, ldc, &q, &ev)
+                                           : CLBlastDtrsm(lay, sd, tri, tr, dg, m, n, double(al), a_mem, a_off, lda, c_mem, c_off, ldc, &q, &ev);
+                case tile_kind::trmm:
+                    return t == dtype::f32 ? CLBlastStrmm(lay, sd, tri, tr, dg, m, n, float(al), a_mem, a_off, lda, c_mem, c_off, ldc, &q, &ev)
+                                           : CLBlastDtrmm(lay, sd, tri, tr, dg, m, n, double(al), a_mem, a_off, lda, c_mem, c_off, ldc, &q, &ev);
+                case tile_kind::symm:
+                    return t == dtype::f32 ? CLBlastSsymm(lay, sd, tri, m, n, float(al), a_mem, a_off, lda, b_mem, b_off, ldb, float(be), c_mem, c_off, ldc, &q, &ev)
+                                           : CLBlastDsymm(lay, sd, tri, m, n, double(al), a_mem, a_off, lda, b_mem, b_off, ldb, double(be), c_mem, c_off, ldc, &q, &ev);
+                case tile_kind::syrk:
+                    return t == dtype::f32 ? CLBlastSsyrk(lay, tri, tr, n, k, float(al), a_mem, a_off, lda, float(be), c_mem, c_off, ldc, &q, &ev)
+                                           : CLBlastDsyrk(lay, tri, tr, n, k, double(al), a_mem, a_off, lda, double(be), c_mem, c_off, ldc, &q, &ev);
+                case tile_kind::syr2k:
+                    return t == dtype::f32 ? CLBlastSsyr2k(lay, tri, tr, n, k, float(al), a_mem, a_off, lda, b_mem, b_off, ldb, float(be), c_mem, c_off, ldc, &q, &ev)
+                                           : CLBlastDsyr2k(lay, tri, tr, n, k, double(al), a_mem, a_off, lda, b_mem, b_off, ldb, double(be), c_mem, c_off, ldc, &q, &ev);
+                default: return CLBlastNotImplemented;
+            }
+        } else {
+            constexpr bool c32 = t == dtype::c32;
+            switch (op.kind) {
+                case tile_kind::trsm:
+                    if constexpr (c32) return CLBlastCtrsm(lay, sd, tri, tr, dg, m, n, al, a_mem, a_off, lda, c_mem, c_off, ldc, &q, &ev);
+                    else return CLBlastZtrsm(lay, sd, tri, tr, dg, m, n, al, a_mem, a_off, lda, c_mem, c_off, ldc, &q, &ev);
+                case tile_kind::trmm:
+                    if constexpr (c32) return CLBlastCtrmm(lay, sd, tri, tr, dg, m, n, al, a_mem, a_off, lda, c_mem, c_off, ldc, &q, &ev);
+                    else return CLBlastZtrmm(lay, sd, tri, tr, dg, m, n, al, a_mem, a_off, lda, c_mem, c_off, ldc, &q, &ev);
+                case tile_kind::symm:
+                    if constexpr (c32) return CLBlastCsymm(lay, sd, tri, m, n, al, a_mem, a_off, lda, b_mem, b_off, ldb, be, c_mem, c_off, ldc, &q, &ev);
+                    else return CLBlastZsymm(lay, sd, tri, m, n, al, a_mem, a_off, lda, b_mem, b_off, ldb, be, c_mem, c_off, ldc, &q, &ev);
+                case tile_kind::hemm:
+                    if constexpr (c32) return CLBlastChemm(lay, sd, tri, m, n, al, a_mem, a_off, lda, b_mem, b_off, ldb, be, c_mem, c_off, ldc, &q, &ev);
+                    else return CLBlastZhemm(lay, sd, tri, m, n, al, a_mem, a_off, lda, b_mem, b_off, ldb, be, c_mem, c_off, ldc, &q, &ev);
+                case tile_kind::syrk:
+                    if constexpr (c32) return CLBlastCsyrk(lay, tri, tr, n, k, al, a_mem, a_off, lda, be, c_mem, c_off, ldc, &q, &ev);
+                    else return CLBlastZsyrk(lay, tri, tr, n, k, al, a_mem, a_off, lda, be, c_mem, c_off, ldc, &q, &ev);
+                case tile_kind::herk:
+                    if constexpr (c32) return CLBlastCherk(lay, tri, tr, n, k, al_re, a_mem, a_off, lda, be_re, c_mem, c_off, ldc, &q, &ev);
+                    else return CLBlastZherk(lay, tri, tr, n, k, al_re, a_mem, a_off, lda, be_re, c_mem, c_off, ldc, &q, &ev);
+                case tile_kind::syr2k:
+                    if constexpr (c32) return CLBlastCsyr2k(lay, tri, tr, n, k, al, a_mem, a_off, lda, b_mem, b_off, ldb, be, c_mem, c_off, ldc, &q, &ev);
+                    else return CLBlastZsyr2k(lay, tri, tr, n, k, al, a_mem, a_off, lda, b_mem, b_off, ldb, be, c_mem, c_off, ldc, &q, &ev);
+                case tile_kind::her2k:
+                    if constexpr (c32) return CLBlastCher2k(lay, tri, tr, n, k, al, a_mem, a_off, lda, b_mem, b_off, ldb, be_re, c_mem, c_off, ldc, &q, &ev);
+                    else return CLBlastZher2k(lay, tri, tr, n, k, al, a_mem, a_off, lda, b_mem, b_off, ldb, be_re, c_mem, c_off, ldc, &q, &ev);
+                default: return CLBlastNotImplemented;
+            }
+        }
+    };
     {
         std::lock_guard lock(clblast_mutex());
-        switch (op.kind) {
-            case tile_kind::trsm:
-                status = f32 ? CLBlastStrsm(lay, sd, tri, tr, dg, m, n, float(al), a_mem, a_off, lda, c_mem, c_off, ldc, &q, &ev)
-                             : CLBlastDtrsm(lay, sd, tri, tr, dg, m, n, al, a_mem, a_off, lda, c_mem, c_off, ldc, &q, &ev);
-                break;
-            case tile_kind::trmm:
-                status = f32 ? CLBlastStrmm(lay, sd, tri, tr, dg, m, n, float(al), a_mem, a_off, lda, c_mem, c_off, ldc, &q, &ev)
-                             : CLBlastDtrmm(lay, sd, tri, tr, dg, m, n, al, a_mem, a_off, lda, c_mem, c_off, ldc, &q, &ev);
-                break;
-            case tile_kind::symm:
-                status = f32 ? CLBlastSsymm(lay, sd, tri, m, n, float(al), a_mem, a_off, lda, b_mem, b_off, ldb, float(be),
-                                            c_mem, c_off, ldc, &q, &ev)
-                             : CLBlastDsymm(lay, sd, tri, m, n, al, a_mem, a_off, lda, b_mem, b_off, ldb, be, c_mem, c_off,
-                                            ldc, &q, &ev);
-                break;
-            case tile_kind::syrk:
-                status = f32 ? CLBlastSsyrk(lay, tri, tr, n, k, float(al), a_mem, a_off, lda, float(be), c_mem, c_off, ldc, &q, &ev)
-                             : CLBlastDsyrk(lay, tri, tr, n, k, al, a_mem, a_off, lda, be, c_mem, c_off, ldc, &q, &ev);
-                break;
-            case tile_kind::syr2k:
-                status = f32 ? CLBlastSsyr2k(lay, tri, tr, n, k, float(al), a_mem, a_off, lda, b_mem, b_off, ldb, float(be),
-                                             c_mem, c_off, ldc, &q, &ev)
-                             : CLBlastDsyr2k(lay, tri, tr, n, k, al, a_mem, a_off, lda, b_mem, b_off, ldb, be, c_mem, c_off,
-                                             ldc, &q, &ev);
-                break;
-            default: break;
-        }
+        status = visit_dtype(op.type, call);
     }
     const std::string name = std::string(to_string(op.kind)) + " vendor " + std::string(to_string(op.type)) + " " +
                              std::to_string(rows) + "x" + std::to_string(cols);

@@ -43,8 +43,15 @@ struct view {
     explicit view(const tile_matrix& m)
         : p(static_cast<const T*>(m.data)), rs(m.lay == layout::row_major ? m.ld : 1), cs(m.lay == layout::row_major ? 1 : m.ld) {}
     W operator()(index_t i, index_t j) const { return W(p[i * rs + j * cs]); }
-    /// op(X)(i, j) for op n or t (conjugation comes with op c once complex types exist).
-    W at(op o, index_t i, index_t j) const { return o == op::n ? (*this)(i, j) : (*this)(j, i); }
+    /// op(X)(i, j): X's element, its transpose's, or its conjugate transpose's.
+    W at(op o, index_t i, index_t j) const {
+        switch (o) {
+            case op::n: return (*this)(i, j);
+            case op::t: return (*this)(j, i);
+            case op::c: return conj_of((*this)(j, i));
+        }
+        return W(0);
+    }
 };
 
 template <class T>
@@ -263,13 +270,11 @@ void execute_typed(const tile_op& o) {
 }  // namespace
 
 void execute(const tile_op& o) {
-    const bool complex_kind =
-        o.kind == tile_kind::herk || o.kind == tile_kind::her2k || o.kind == tile_kind::hemm;
-    if (complex_kind)
+    const bool hermitian = o.kind == tile_kind::herk || o.kind == tile_kind::her2k || o.kind == tile_kind::hemm;
+    if (hermitian && !is_complex(o.type))
         throw invalid_argument(std::string(to_string(o.kind)) + ": needs a complex type, got " +
                                std::string(to_string(o.type)));
-    if (o.type == dtype::f32) execute_typed<float>(o);
-    else execute_typed<double>(o);
+    visit_dtype(o.type, [&]<class T>() { execute_typed<T>(o); });
 }
 
 }  // namespace tilestream::reference

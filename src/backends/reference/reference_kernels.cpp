@@ -1,32 +1,36 @@
 // Sequential GEMM and Jacobi sweep on host memory: the oracle every other kernel is tested against.
 #include "reference_kernels.hpp"
 
+#include "core/complex_arith.hpp"
+
 namespace tilestream::reference {
 
 namespace {
 
 template <class T>
 void gemm_typed(const gemm_call& call) {
+    using W = detail::wide_t<T>;  // double, or std::complex<double>
     const T* a = static_cast<const T*>(call.a);
     const T* b = static_cast<const T*>(call.b);
     T* c = static_cast<T*>(call.c);
-    const index_t ars = call.a_row_stride(), acs = call.a_col_stride();
-    const index_t brs = call.b_row_stride(), bcs = call.b_col_stride();
-    const index_t crs = call.c_row_stride(), ccs = call.c_col_stride();
+    const operand_desc da = call.a_desc(), db = call.b_desc(), dc = call.c_desc();
+    const bool conj_a = da.conjugated(), conj_b = db.conjugated();
     // BLAS semantics: alpha == 0 never reads A or B, beta == 0 never reads C, so NaN or
     // uninitialised memory in an operand that does not contribute cannot leak into C.
     const bool read_ab = call.alpha != 0.0;
     const bool read_c = call.beta != 0.0;
+    const W alpha = scalar_as<W>(call.alpha), beta = scalar_as<W>(call.beta);
     for (index_t i = 0; i < call.m; ++i) {
         for (index_t j = 0; j < call.n; ++j) {
-            double acc = 0.0;
+            W acc = 0.0;
             if (read_ab)
                 for (index_t p = 0; p < call.k; ++p)
-                    acc += double(a[i * ars + p * acs]) * double(b[p * brs + j * bcs]);
-            T& cij = c[i * crs + j * ccs];
-            double r = read_ab ? call.alpha * acc : 0.0;
-            if (read_c) r += call.beta * double(cij);
-            cij = static_cast<T>(r);  // the only rounding to T
+                    acc = detail::mul_add(detail::widen(detail::conj_if(a[da.offset(i, p)], conj_a)),
+                                          detail::widen(detail::conj_if(b[db.offset(p, j)], conj_b)), acc);
+            T& cij = c[dc.offset(i, j)];
+            W r = read_ab ? detail::mul(alpha, acc) : W(0.0);
+            if (read_c) r = detail::mul_add(beta, detail::widen(cij), r);
+            cij = detail::narrow<T>(r);  // the only rounding to T
         }
     }
 }
@@ -59,7 +63,7 @@ void gemm(const gemm_call& call) {
 }
 
 void jacobi_sweep(const jacobi_call& call) {
-    visit_dtype(call.type, [&]<class T>() { jacobi_typed<T>(call); });
+    visit_real_dtype(call.type, "jacobi", [&]<class T>() { jacobi_typed<T>(call); });
 }
 
 }  // namespace tilestream::reference

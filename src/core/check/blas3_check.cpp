@@ -20,33 +20,81 @@ namespace tilestream {
 
 namespace {
 
-/// A column-major double copy of a host view (ld = rows).
-struct dmat {
+CBLAS_SIDE cb(side s) { return s == side::left ? CblasLeft : CblasRight; }
+CBLAS_UPLO cb(uplo u) { return u == uplo::lower ? CblasLower : CblasUpper; }
+CBLAS_DIAG cb(diag d) { return d == diag::unit ? CblasUnit : CblasNonUnit; }
+CBLAS_TRANSPOSE cb(op o) { return o == op::n ? CblasNoTrans : o == op::t ? CblasTrans : CblasConjTrans; }
+
+/// A column-major copy of a host view in double precision (W: double or std::complex<double>).
+template <class W>
+struct wmat {
     index_t rows = 0, cols = 0;
-    std::vector<double> v;
-    double& operator()(index_t i, index_t j) { return v[std::size_t(i + j * rows)]; }
-    double operator()(index_t i, index_t j) const { return v[std::size_t(i + j * rows)]; }
+    std::vector<W> v;
+    W& operator()(index_t i, index_t j) { return v[std::size_t(i + j * rows)]; }
+    W operator()(index_t i, index_t j) const { return v[std::size_t(i + j * rows)]; }
     int ld() const { return int(std::max<index_t>(rows, 1)); }
-    double* data() { return v.data(); }
+    W* data() { return v.data(); }
 };
 
 template <class T>
-dmat upcast(host_matrix_view<const T> m) {
-    dmat d;
+wmat<wide_type_t<T>> upcast(host_matrix_view<const T> m) {
+    wmat<wide_type_t<T>> d;
     d.rows = m.rows();
     d.cols = m.cols();
-    d.v.assign(std::size_t(d.rows * d.cols), 0.0);
+    d.v.assign(std::size_t(d.rows * d.cols), wide_type_t<T>(0));
     for (index_t j = 0; j < d.cols; ++j)
-        for (index_t i = 0; i < d.rows; ++i) d(i, j) = double(m(i, j));
+        for (index_t i = 0; i < d.rows; ++i) d(i, j) = wide_type_t<T>(m(i, j));
     return d;
+}
+
+template <class W>
+double sq(W x) {
+    if constexpr (std::is_same_v<W, double>) return x * x;
+    else return std::norm(x);
+}
+template <class W>
+bool finite(W x) {
+    if constexpr (std::is_same_v<W, double>) return std::isfinite(x);
+    else return std::isfinite(x.real()) && std::isfinite(x.imag());
 }
 
 bool in_triangle(uplo u, index_t i, index_t j) { return u == uplo::lower ? i >= j : i <= j; }
 
-CBLAS_SIDE cb(side s) { return s == side::left ? CblasLeft : CblasRight; }
-CBLAS_UPLO cb(uplo u) { return u == uplo::lower ? CblasLower : CblasUpper; }
-CBLAS_TRANSPOSE cb(op o) { return o == op::n ? CblasNoTrans : CblasTrans; }
-CBLAS_DIAG cb(diag d) { return d == diag::unit ? CblasUnit : CblasNonUnit; }
+/// The float64 (or complex128) routines, one entry per kind: cblas_d... or cblas_z...
+template <class W>
+struct wide_blas {
+    static constexpr bool z = !std::is_same_v<W, double>;
+    static void trmm(const blas3_flags& f, int m, int n, W alpha, const W* a, int lda, W* b, int ldb) {
+        if constexpr (z) cblas_ztrmm(CblasColMajor, cb(f.side), cb(f.uplo), cb(f.trans), cb(f.diag), m, n, &alpha, a, lda, b, ldb);
+        else cblas_dtrmm(CblasColMajor, cb(f.side), cb(f.uplo), cb(f.trans), cb(f.diag), m, n, alpha, a, lda, b, ldb);
+    }
+    static void symm(bool herm, const blas3_flags& f, int m, int n, W alpha, const W* a, int lda, const W* b, int ldb, W beta,
+                     W* c, int ldc) {
+        if constexpr (z) {
+            if (herm) cblas_zhemm(CblasColMajor, cb(f.side), cb(f.uplo), m, n, &alpha, a, lda, b, ldb, &beta, c, ldc);
+            else cblas_zsymm(CblasColMajor, cb(f.side), cb(f.uplo), m, n, &alpha, a, lda, b, ldb, &beta, c, ldc);
+        } else {
+            cblas_dsymm(CblasColMajor, cb(f.side), cb(f.uplo), m, n, alpha, a, lda, b, ldb, beta, c, ldc);
+        }
+    }
+    static void rank_k(bool herm, const blas3_flags& f, int n, int k, W alpha, const W* a, int lda, W beta, W* c, int ldc) {
+        if constexpr (z) {
+            if (herm) cblas_zherk(CblasColMajor, cb(f.uplo), cb(f.trans), n, k, alpha.real(), a, lda, beta.real(), c, ldc);
+            else cblas_zsyrk(CblasColMajor, cb(f.uplo), cb(f.trans), n, k, &alpha, a, lda, &beta, c, ldc);
+        } else {
+            cblas_dsyrk(CblasColMajor, cb(f.uplo), cb(f.trans), n, k, alpha, a, lda, beta, c, ldc);
+        }
+    }
+    static void rank_2k(bool herm, const blas3_flags& f, int n, int k, W alpha, const W* a, int lda, const W* b, int ldb,
+                        W beta, W* c, int ldc) {
+        if constexpr (z) {
+            if (herm) cblas_zher2k(CblasColMajor, cb(f.uplo), cb(f.trans), n, k, &alpha, a, lda, b, ldb, beta.real(), c, ldc);
+            else cblas_zsyr2k(CblasColMajor, cb(f.uplo), cb(f.trans), n, k, &alpha, a, lda, b, ldb, &beta, c, ldc);
+        } else {
+            cblas_dsyr2k(CblasColMajor, cb(f.uplo), cb(f.trans), n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        }
+    }
+};
 
 void check_int(const blas3_problem& p) {
     if (std::max({p.m, p.n, p.k}) > INT_MAX)
@@ -71,76 +119,76 @@ blas3_check_result check_blas3(blas3_routine routine, const blas3_flags& f, cons
     const blas3_problem p = describe_blas3<T>(routine, f, inputs);
     check_int(p);
     blas3_check_result r;
-    const double u = std::numeric_limits<T>::epsilon() / 2;
+    const double u = std::ldexp(1.0, -dtype_traits(dtype_of<T>()).mantissa_bits);
     const bool solves = routine == blas3_routine::trsm || routine == blas3_routine::trmm;
-    const bool rank_k = routine == blas3_routine::syrk || routine == blas3_routine::syr2k;
+    const bool rank_k = routine == blas3_routine::syrk || routine == blas3_routine::syr2k ||
+                        routine == blas3_routine::herk || routine == blas3_routine::her2k;
     const index_t order = rank_k ? p.n : (f.side == side::left ? p.m : p.n);
-    dmat c0 = upcast<T>(host_matrix_view<const T>(inputs.c));
-    dmat x = upcast<T>(result);
-    const double alpha = double(inputs.alpha), beta = double(inputs.beta);
+    using W = wide_type_t<T>;
+    using B = wide_blas<W>;
+    const bool herm = routine == blas3_routine::hemm || routine == blas3_routine::herk || routine == blas3_routine::her2k;
+    auto c0 = upcast<T>(host_matrix_view<const T>(inputs.c));
+    auto x = upcast<T>(result);
+    const W alpha = W(inputs.alpha), beta = W(inputs.beta);
+    const blas3_flags& g = p.flags;  // trans normalised (c is t on real data)
     if (routine == blas3_routine::trsm && !p.quick_return && p.reads_ab) {
         // Residual: || op(A) X - alpha B || / (||A|| ||X||), A's referenced triangle.
         r.method = "residual ||op(A)X - alpha B|| / (||A|| ||X||)";
-        dmat a = upcast<T>(inputs.a);
+        auto a = upcast<T>(inputs.a);
         double na = 0;
         for (index_t j = 0; j < order; ++j)
             for (index_t i = 0; i < order; ++i) {
                 if (!in_triangle(f.uplo, i, j)) continue;
-                const double v = i == j && f.diag == diag::unit ? 1.0 : a(i, j);
-                na += v * v;
+                na += i == j && f.diag == diag::unit ? 1.0 : sq(a(i, j));
             }
         double nx = 0;
-        for (double v : x.v) {
-            nx += v * v;
-            if (!std::isfinite(v)) ++r.nonfinite;
+        for (const W& v : x.v) {
+            nx += sq(v);
+            if (!finite(v)) ++r.nonfinite;
         }
-        dmat y = x;
-        cblas_dtrmm(CblasColMajor, cb(f.side), cb(f.uplo), cb(f.trans), cb(f.diag), int(p.m), int(p.n), 1.0, a.data(),
-                    a.ld(), y.data(), y.ld());
+        auto y = x;
+        B::trmm(g, int(p.m), int(p.n), W(1), a.data(), a.ld(), y.data(), y.ld());
         double nr = 0;
-        for (std::size_t i = 0; i < y.v.size(); ++i) {
-            const double d = y.v[i] - alpha * c0.v[i];
-            nr += d * d;
-        }
+        for (std::size_t i = 0; i < y.v.size(); ++i) nr += sq(W(y.v[i] - alpha * c0.v[i]));
         r.error = nr > 0 ? std::sqrt(nr) / std::max(std::sqrt(na) * std::sqrt(nx), std::numeric_limits<double>::min()) : 0;
         r.tolerance = std::max(16.0, 2.0 * double(order)) * u;
     } else {
-        r.method = "float64 OpenBLAS on upcast operands";
-        dmat ref = c0;
+        r.method = std::string(is_complex_v<T> ? "complex128" : "float64") + " OpenBLAS on upcast operands";
+        auto ref = c0;
         if (!p.quick_return) {
-            dmat a = upcast<T>(inputs.a);
-            dmat b = inputs.b.empty() ? dmat{} : upcast<T>(inputs.b);
+            auto a = upcast<T>(inputs.a);
+            decltype(a) b;
+            if (!inputs.b.empty()) b = upcast<T>(inputs.b);
             const int m = int(p.m), n = int(p.n), k = int(p.k);
             switch (routine) {
                 case blas3_routine::trsm:  // alpha == 0: B <- 0
                 case blas3_routine::trmm:
-                    if (p.reads_ab)
-                        cblas_dtrmm(CblasColMajor, cb(f.side), cb(f.uplo), cb(f.trans), cb(f.diag), m, n, alpha, a.data(),
-                                    a.ld(), ref.data(), ref.ld());
-                    else
-                        std::fill(ref.v.begin(), ref.v.end(), 0.0);
+                    if (p.reads_ab) B::trmm(g, m, n, alpha, a.data(), a.ld(), ref.data(), ref.ld());
+                    else std::fill(ref.v.begin(), ref.v.end(), W(0));
                     break;
                 case blas3_routine::symm:
-                    if (p.reads_ab)
-                        cblas_dsymm(CblasColMajor, cb(f.side), cb(f.uplo), m, n, alpha, a.data(), a.ld(), b.data(), b.ld(),
-                                    beta, ref.data(), ref.ld());
-                    else
-                        for (double& v : ref.v) v = beta == 0 ? 0.0 : beta * v;
+                case blas3_routine::hemm:
+                    if (p.reads_ab) B::symm(herm, g, m, n, alpha, a.data(), a.ld(), b.data(), b.ld(), beta, ref.data(), ref.ld());
+                    else for (W& v : ref.v) v = beta == W(0) ? W(0) : W(beta * v);
                     break;
                 case blas3_routine::syrk:
+                case blas3_routine::herk:
                 case blas3_routine::syr2k:
-                    if (p.reads_ab && routine == blas3_routine::syrk)
-                        cblas_dsyrk(CblasColMajor, cb(f.uplo), cb(f.trans), n, k, alpha, a.data(), a.ld(), beta, ref.data(),
-                                    ref.ld());
-                    else if (p.reads_ab)
-                        cblas_dsyr2k(CblasColMajor, cb(f.uplo), cb(f.trans), n, k, alpha, a.data(), a.ld(), b.data(),
-                                     b.ld(), beta, ref.data(), ref.ld());
+                case blas3_routine::her2k: {
+                    const bool two = routine == blas3_routine::syr2k || routine == blas3_routine::her2k;
+                    if (p.reads_ab && !two) B::rank_k(herm, g, n, k, alpha, a.data(), a.ld(), beta, ref.data(), ref.ld());
+                    else if (p.reads_ab) B::rank_2k(herm, g, n, k, alpha, a.data(), a.ld(), b.data(), b.ld(), beta, ref.data(), ref.ld());
                     else
                         for (index_t j = 0; j < n; ++j)
-                            for (index_t i = 0; i < n; ++i)
-                                if (in_triangle(f.uplo, i, j)) ref(i, j) = beta == 0 ? 0.0 : beta * ref(i, j);
+                            for (index_t i = 0; i < n; ++i) {
+                                if (!in_triangle(f.uplo, i, j)) continue;
+                                W v = beta == W(0) ? W(0) : W(beta * ref(i, j));
+                                if constexpr (is_complex_v<T>)
+                                    if (herm && i == j) v = W(v.real());
+                                ref(i, j) = v;
+                            }
                     break;
-                default: throw invalid_argument("check: " + p.describe() + " is not checked yet");
+                }
             }
         }
         double diff = 0, norm = 0;
@@ -148,15 +196,14 @@ blas3_check_result check_blas3(blas3_routine routine, const blas3_flags& f, cons
             for (index_t i = 0; i < ref.rows; ++i) {
                 if (rank_k && !in_triangle(f.uplo, i, j)) {
                     // Bitwise: the element must be what the caller had there.
-                    const double before = c0(i, j), now = x(i, j);
-                    if (!(before == now || (std::isnan(before) && std::isnan(now)))) ++r.changed_outside;
+                    const W before = c0(i, j), now = x(i, j);
+                    if (!(before == now || (!finite(before) && !finite(now)))) ++r.changed_outside;
                     continue;
                 }
-                if (!std::isfinite(x(i, j)) && std::isfinite(ref(i, j))) ++r.nonfinite;
-                if (!std::isfinite(ref(i, j))) continue;
-                const double d = x(i, j) - ref(i, j);
-                diff += d * d;
-                norm += ref(i, j) * ref(i, j);
+                if (!finite(x(i, j)) && finite(ref(i, j))) ++r.nonfinite;
+                if (!finite(ref(i, j))) continue;
+                diff += sq(W(x(i, j) - ref(i, j)));
+                norm += sq(ref(i, j));
             }
         r.error = norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
         const double depth = double(std::max<index_t>(rank_k ? p.k : order, 1));
@@ -172,7 +219,6 @@ template <class T>
 blas_anchor time_host_blas3(blas3_routine routine, const blas3_flags& f, const blas3_operands<T>& inputs, int repeat) {
     const blas3_problem p = describe_blas3<T>(routine, f, inputs);
     check_int(p);
-    constexpr bool single = std::is_same_v<T, float>;
     // Column-major copies of the operands (taken once, outside the clock), C or B refreshed from
     // its input before each run.
     const auto copy = [](host_matrix_view<const T> v) {
@@ -188,33 +234,45 @@ blas_anchor time_host_blas3(blas3_routine routine, const blas3_flags& f, const b
               ldc = int(std::max<index_t>(inputs.c.rows(), 1));
     const int m = int(p.m), n = int(p.n), k = int(p.k);
     const T alpha = inputs.alpha, beta = inputs.beta;
+    const real_type_t<T> alpha_re = real_type_t<T>(as_scalar(alpha).real()), beta_re = real_type_t<T>(as_scalar(beta).real());
+    const blas3_flags& g = p.flags;
     const auto o = CblasColMajor;
+    // Scalars as CBLAS takes them: real ones by value, complex ones by address.
+    const auto sc = [](const T& v) {
+        if constexpr (is_complex_v<T>) return static_cast<const void*>(&v);
+        else return v;
+    };
+    constexpr dtype t = dtype_of<T>();
+#define TS_CBLAS(name, ...)                                                 \
+    do {                                                                    \
+        if constexpr (t == dtype::f32) cblas_s##name(__VA_ARGS__);          \
+        else if constexpr (t == dtype::f64) cblas_d##name(__VA_ARGS__);     \
+        else if constexpr (t == dtype::c32) cblas_c##name(__VA_ARGS__);    \
+        else cblas_z##name(__VA_ARGS__);                                    \
+    } while (0)
     const auto run = [&] {
         if (p.quick_return) return;
         switch (routine) {
-            case blas3_routine::trsm:
-                if constexpr (single) cblas_strsm(o, cb(f.side), cb(f.uplo), cb(f.trans), cb(f.diag), m, n, alpha, a.data(), lda, c.data(), ldc);
-                else cblas_dtrsm(o, cb(f.side), cb(f.uplo), cb(f.trans), cb(f.diag), m, n, alpha, a.data(), lda, c.data(), ldc);
+            case blas3_routine::trsm: TS_CBLAS(trsm, o, cb(g.side), cb(g.uplo), cb(g.trans), cb(g.diag), m, n, sc(alpha), a.data(), lda, c.data(), ldc); break;
+            case blas3_routine::trmm: TS_CBLAS(trmm, o, cb(g.side), cb(g.uplo), cb(g.trans), cb(g.diag), m, n, sc(alpha), a.data(), lda, c.data(), ldc); break;
+            case blas3_routine::symm: TS_CBLAS(symm, o, cb(g.side), cb(g.uplo), m, n, sc(alpha), a.data(), lda, b.data(), ldb, sc(beta), c.data(), ldc); break;
+            case blas3_routine::syrk: TS_CBLAS(syrk, o, cb(g.uplo), cb(g.trans), n, k, sc(alpha), a.data(), lda, sc(beta), c.data(), ldc); break;
+            case blas3_routine::syr2k: TS_CBLAS(syr2k, o, cb(g.uplo), cb(g.trans), n, k, sc(alpha), a.data(), lda, b.data(), ldb, sc(beta), c.data(), ldc); break;
+            case blas3_routine::hemm:
+                if constexpr (t == dtype::c32) cblas_chemm(o, cb(g.side), cb(g.uplo), m, n, &alpha, a.data(), lda, b.data(), ldb, &beta, c.data(), ldc);
+                else if constexpr (t == dtype::c64) cblas_zhemm(o, cb(g.side), cb(g.uplo), m, n, &alpha, a.data(), lda, b.data(), ldb, &beta, c.data(), ldc);
                 break;
-            case blas3_routine::trmm:
-                if constexpr (single) cblas_strmm(o, cb(f.side), cb(f.uplo), cb(f.trans), cb(f.diag), m, n, alpha, a.data(), lda, c.data(), ldc);
-                else cblas_dtrmm(o, cb(f.side), cb(f.uplo), cb(f.trans), cb(f.diag), m, n, alpha, a.data(), lda, c.data(), ldc);
+            case blas3_routine::herk:
+                if constexpr (t == dtype::c32) cblas_cherk(o, cb(g.uplo), cb(g.trans), n, k, alpha_re, a.data(), lda, beta_re, c.data(), ldc);
+                else if constexpr (t == dtype::c64) cblas_zherk(o, cb(g.uplo), cb(g.trans), n, k, alpha_re, a.data(), lda, beta_re, c.data(), ldc);
                 break;
-            case blas3_routine::symm:
-                if constexpr (single) cblas_ssymm(o, cb(f.side), cb(f.uplo), m, n, alpha, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
-                else cblas_dsymm(o, cb(f.side), cb(f.uplo), m, n, alpha, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
+            case blas3_routine::her2k:
+                if constexpr (t == dtype::c32) cblas_cher2k(o, cb(g.uplo), cb(g.trans), n, k, &alpha, a.data(), lda, b.data(), ldb, beta_re, c.data(), ldc);
+                else if constexpr (t == dtype::c64) cblas_zher2k(o, cb(g.uplo), cb(g.trans), n, k, &alpha, a.data(), lda, b.data(), ldb, beta_re, c.data(), ldc);
                 break;
-            case blas3_routine::syrk:
-                if constexpr (single) cblas_ssyrk(o, cb(f.uplo), cb(f.trans), n, k, alpha, a.data(), lda, beta, c.data(), ldc);
-                else cblas_dsyrk(o, cb(f.uplo), cb(f.trans), n, k, alpha, a.data(), lda, beta, c.data(), ldc);
-                break;
-            case blas3_routine::syr2k:
-                if constexpr (single) cblas_ssyr2k(o, cb(f.uplo), cb(f.trans), n, k, alpha, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
-                else cblas_dsyr2k(o, cb(f.uplo), cb(f.trans), n, k, alpha, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
-                break;
-            default: throw invalid_argument("anchor: " + p.describe() + " has no OpenBLAS anchor yet");
         }
     };
+#undef TS_CBLAS
     const int before = openblas_get_num_threads();
     const int threads = int(std::max(1u, std::thread::hardware_concurrency()));
     openblas_set_num_threads(threads);
@@ -229,7 +287,7 @@ blas_anchor time_host_blas3(blas3_routine routine, const blas3_flags& f, const b
     openblas_set_num_threads(before);
     std::sort(times.begin(), times.end());
     blas_anchor out;
-    out.name = "OpenBLAS cblas_" + std::string(single ? "s" : "d") + std::string(to_string(routine)) + " on the host, " +
+    out.name = "OpenBLAS cblas_" + std::string(1, dtype_traits(dtype_of<T>()).blas_prefix) + std::string(to_string(routine)) + " on the host, " +
                std::to_string(threads) + " threads";
     out.seconds = times[times.size() / 2];
     out.gflops = out.seconds > 0 ? p.flops() / out.seconds * 1e-9 : 0;
@@ -244,6 +302,8 @@ blas_anchor time_host_blas3(blas3_routine routine, const blas3_flags& f, const b
     template blas_anchor time_host_blas3<T>(blas3_routine, const blas3_flags&, const blas3_operands<T>&, int);
 TILESTREAM_INSTANTIATE(float)
 TILESTREAM_INSTANTIATE(double)
+TILESTREAM_INSTANTIATE(std::complex<float>)
+TILESTREAM_INSTANTIATE(std::complex<double>)
 #undef TILESTREAM_INSTANTIATE
 
 }  // namespace tilestream

@@ -14,8 +14,8 @@ gemm_call as_gemm_call(const tile_op& op) {
     c.m = op.m;
     c.n = op.n;
     c.k = op.k;
-    c.alpha = op.alpha.real();
-    c.beta = op.beta.real();
+    c.alpha = op.alpha;
+    c.beta = op.beta;
     c.a = op.a.data;
     c.lda = op.a.ld;
     c.layout_a = op.a.lay;
@@ -55,6 +55,10 @@ tile_route route_of(const device& dev, const tile_op& op, bool deterministic) {
         return tile_route::device_kernel;
     }
     if (deterministic) return tile_route::host_reference;
+    // A Hermitian diagonal tile only scaled (alpha = 0 or k = 0) has its diagonal's imaginary parts
+    // zeroed: the CPU's vendor path and the reference do that; GPUs' scaling kernels would not.
+    const bool herm = op.kind == tile_kind::herk || op.kind == tile_kind::her2k;
+    if (herm && !op.reads_ab() && !dev.host_addressable()) return tile_route::host_reference;
     if (dev.supports(op.kind, op.type, op.kernel)) {
         // A vendor routine takes one layout; mixed layouts that would need a conjugate without a
         // transpose go to the reference (the CPU's own vendor path does that itself).

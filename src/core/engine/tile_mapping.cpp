@@ -10,7 +10,14 @@ namespace tilestream::detail::engine {
 
 namespace {
 
-blas_trans from_op(op o) { return o == op::n ? blas_trans::n : blas_trans::t; }
+blas_trans from_op(dtype t, op o) {
+    switch (operand_op(t, o)) {
+        case op::n: return blas_trans::none;
+        case op::t: return blas_trans::trans;
+        case op::c: return blas_trans::conj_trans;
+    }
+    return blas_trans::none;
+}
 
 uplo flip(uplo u) { return u == uplo::lower ? uplo::upper : uplo::lower; }
 side flip(side s) { return s == side::left ? side::right : side::left; }
@@ -20,9 +27,10 @@ side flip(side s) { return s == side::left ? side::right : side::left; }
 bool through_storage(layout stored, blas_trans& t) {
     if (stored == layout::col_major) return true;
     switch (t) {
-        case blas_trans::n: t = blas_trans::t; return true;
-        case blas_trans::t: t = blas_trans::n; return true;
-        case blas_trans::c: return false;  // conj(X_cm)
+        case blas_trans::none: t = blas_trans::trans; return true;
+        case blas_trans::trans: t = blas_trans::none; return true;
+        case blas_trans::conj_trans:
+        case blas_trans::conj_none: return false;  // conj(X_cm)
     }
     return false;
 }
@@ -31,9 +39,10 @@ bool through_storage(layout stored, blas_trans& t) {
 bool transposed_through_storage(layout stored, blas_trans& t) {
     if (stored == layout::row_major) return true;  // op(X)^T = op(X^T) = op(X_cm)
     switch (t) {
-        case blas_trans::n: t = blas_trans::t; return true;
-        case blas_trans::t: t = blas_trans::n; return true;
-        case blas_trans::c: return false;  // conj(X)
+        case blas_trans::none: t = blas_trans::trans; return true;
+        case blas_trans::trans: t = blas_trans::none; return true;
+        case blas_trans::conj_trans:
+        case blas_trans::conj_none: return false;  // conj(X)
     }
     return false;
 }
@@ -57,7 +66,7 @@ column_major_tile as_column_major(const tile_op& o) {
     r.kind = o.kind;
     r.side_ = o.side;
     r.uplo_ = o.uplo;
-    r.trans = from_op(o.trans_a);
+    r.trans = from_op(o.type, o.trans_a);
     r.diag_ = o.diag;
     r.m = o.m;
     r.n = o.n;
@@ -83,16 +92,16 @@ column_major_tile as_column_major(const tile_op& o) {
             // Hermitian: C^T = conj(C), the problem on conj(C) with op(A) -> conj(op(A)).
             if (c_row) r.uplo_ = flip(o.uplo);
             if (!herm) {
-                if (o.a.lay == layout::row_major) r.trans = r.trans == blas_trans::n ? blas_trans::t : blas_trans::n;
+                if (o.a.lay == layout::row_major) r.trans = r.trans == blas_trans::none ? blas_trans::trans : blas_trans::none;
             } else {
-                // (after the complex types: op c) conj(op(A)) through A's storage
+                // conj(op(A)) through A's storage: N <-> C when both are row-major.
                 if ((o.a.lay == layout::row_major) != c_row) return refuse(r, mixed);
                 if (c_row) {
-                    r.trans = r.trans == blas_trans::n ? blas_trans::c : blas_trans::n;
+                    r.trans = r.trans == blas_trans::none ? blas_trans::conj_trans : blas_trans::none;
                     if (o.kind == tile_kind::her2k) r.alpha = std::conj(o.alpha);
                 }
             }
-            const index_t rows = r.trans == blas_trans::n ? o.n : o.k, cols = r.trans == blas_trans::n ? o.k : o.n;
+            const index_t rows = r.trans == blas_trans::none ? o.n : o.k, cols = r.trans == blas_trans::none ? o.k : o.n;
             r.lda = ld_for(o.a.ld, rows, cols);
             r.ldb = two ? ld_for(o.b.ld, rows, cols) : 1;
             r.ldc = ld_for(o.c.ld, o.n, o.n);

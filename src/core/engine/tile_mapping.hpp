@@ -5,6 +5,7 @@
 // (complex types with mixed layouts): the engine runs those on the reference kernel.
 #pragma once
 
+#include <tilestream/kernels.hpp>
 #include <tilestream/tile_ops.hpp>
 
 #include <complex>
@@ -12,16 +13,13 @@
 
 namespace tilestream::detail::engine {
 
-/// BLAS's transpose argument: N, T or C (conjugate transpose).
-enum class blas_trans { n, t, c };
-
 struct column_major_tile {
     bool representable = false;
     std::string why;  ///< when not representable
     tile_kind kind = tile_kind::trsm;
     side side_ = side::left;
     uplo uplo_ = uplo::lower;
-    blas_trans trans = blas_trans::n;
+    blas_trans trans = blas_trans::none;  ///< none, trans or conj_trans (never conj_none)
     diag diag_ = diag::non_unit;
     index_t m = 0, n = 0, k = 0;  ///< BLAS's m, n (and k for the rank-k kinds) after the mapping
     std::complex<double> alpha{1.0}, beta{0.0};

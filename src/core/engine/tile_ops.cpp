@@ -80,8 +80,14 @@ bool tile_op::reads_c() const {
 }
 
 double tile_op::flops() const {
+    // Counted in multiply-adds of two flops; complex ones are four real products and four sums.
+    const double per = double(dtype_traits(type).flops_per_multiply_add) / 2.0;
     const double dm = double(m), dn = double(n), dk = double(k);
     if (!reads_ab()) return 0.0;
+    return per * multiply_adds2(dm, dn, dk);
+}
+
+double tile_op::multiply_adds2(double dm, double dn, double dk) const {
     switch (kind) {
         case tile_kind::gemm: return 2.0 * dm * dn * dk;
         case tile_kind::syrk:

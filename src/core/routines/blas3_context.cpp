@@ -50,6 +50,8 @@ blas3_report context::execute(const blas3_plan& p, const blas3_operands<T>& ops,
     template blas3_report context::execute<T>(const blas3_plan&, const blas3_operands<T>&, const blas3_call_options&);
 TILESTREAM_INSTANTIATE(float)
 TILESTREAM_INSTANTIATE(double)
+TILESTREAM_INSTANTIATE(std::complex<float>)
+TILESTREAM_INSTANTIATE(std::complex<double>)
 #undef TILESTREAM_INSTANTIATE
 
 }  // namespace tilestream

@@ -64,8 +64,8 @@ blas3_report execute_blas3(const blas3_plan& plan, std::span<device* const> devi
     rq.graph = plan.graph.get();
     rq.operands = {host_of(ops.a), in_place_b ? host_of(ops.c) : host_of(ops.b),
                    in_place_b ? detail::engine::host_operand{} : host_of(ops.c)};
-    rq.alpha = double(ops.alpha);
-    rq.beta = double(ops.beta);
+    rq.alpha = as_scalar(ops.alpha);
+    rq.beta = as_scalar(ops.beta);
     rq.in_place = plan.in_place;
     rq.slots = plan.slots;
     rq.slot_bytes = plan.slot_bytes;
@@ -116,6 +116,8 @@ blas3_report blas3(device& dev, blas3_routine routine, const blas3_flags& flags,
                                    const blas3_options&);
 TILESTREAM_INSTANTIATE(float)
 TILESTREAM_INSTANTIATE(double)
+TILESTREAM_INSTANTIATE(std::complex<float>)
+TILESTREAM_INSTANTIATE(std::complex<double>)
 #undef TILESTREAM_INSTANTIATE
 
 }  // namespace tilestream

@@ -75,6 +75,12 @@ blas3_order parse_blas3_order(std::string_view s) {
 
 double blas3_problem::flops() const {
     if (quick_return || !reads_ab) return 0.0;
+    // Multiply-adds of two flops (a complex one is eight real flops: four per the half counted here).
+    const double per = double(dtype_traits(type).flops_per_multiply_add) / 2.0;
+    return per * multiply_adds2();
+}
+
+double blas3_problem::multiply_adds2() const {
     const double dm = double(m), dn = double(n), dk = double(k);
     const bool left = flags.side == side::left;
     switch (routine) {
@@ -119,12 +125,33 @@ std::string blas3_problem::describe() const {
 template <class T>
 blas3_problem describe_blas3(blas3_routine routine, const blas3_flags& flags, const blas3_operands<T>& ops) {
     const std::string name(to_string(routine));
-    if (hermitian(routine))
-        throw invalid_argument(name + ": needs a complex type (c32, c64), got " + std::string(to_string(dtype_of<T>())));
+    constexpr dtype type = dtype_of<T>();
+    if (hermitian(routine) && !is_complex(type))
+        throw invalid_argument(name + ": needs a complex type (c32, c64), got " + std::string(to_string(type)));
     blas3_problem p;
     p.routine = routine;
-    p.type = dtype_of<T>();
+    p.type = type;
     p.flags = flags;
+    // BLAS's rules for trans: op c is op t on real data; herk/her2k take n or c, complex syrk/syr2k n or t.
+    p.flags.trans = operand_op(type, flags.trans);
+    const bool rank = routine == blas3_routine::syrk || routine == blas3_routine::syr2k || hermitian(routine);
+    if (rank && routine != blas3_routine::hemm) {
+        const bool herm = hermitian(routine);
+        if (herm && p.flags.trans == op::t)
+            throw invalid_argument(name + ": trans must be n or c, got t");
+        if (!herm && is_complex(type) && p.flags.trans == op::c)
+            throw invalid_argument(name + ": trans must be n or t for a complex symmetric update, got c (" +
+                                   std::string(routine == blas3_routine::syrk ? "herk" : "her2k") + " takes c)");
+    }
+    // Scalars BLAS declares real.
+    if constexpr (is_complex_v<T>) {
+        const bool real_alpha = routine == blas3_routine::herk;
+        const bool real_beta = routine == blas3_routine::herk || routine == blas3_routine::her2k;
+        if (real_alpha && ops.alpha.imag() != 0)
+            throw invalid_argument(name + ": alpha must be real, got " + format_scalar(as_scalar(ops.alpha)));
+        if (real_beta && ops.beta.imag() != 0)
+            throw invalid_argument(name + ": beta must be real, got " + format_scalar(as_scalar(ops.beta)));
+    }
     const auto& a = ops.a;
     const auto& b = ops.b;
     const auto& c = ops.c;
@@ -204,14 +231,14 @@ void reference_blas3(blas3_routine routine, const blas3_flags& flags, const blas
     op.type = p.type;
     op.side = flags.side;
     op.uplo = flags.uplo;
-    op.trans_a = flags.trans;
-    op.trans_b = flags.trans;
+    op.trans_a = p.flags.trans;
+    op.trans_b = p.flags.trans;
     op.diag = flags.diag;
     op.m = p.m;
     op.n = p.n;
     op.k = p.k;
-    op.alpha = double(ops.alpha);
-    op.beta = double(ops.beta);
+    op.alpha = as_scalar(ops.alpha);
+    op.beta = as_scalar(ops.beta);
     op.a = as_tile(ops.a);
     op.b = as_tile(ops.b);
     op.c = as_tile(ops.c);
@@ -233,6 +260,8 @@ void reference_blas3(blas3_routine routine, const blas3_flags& flags, const blas
     template void reference_blas3<T>(blas3_routine, const blas3_flags&, const blas3_operands<T>&);
 TILESTREAM_INSTANTIATE(float)
 TILESTREAM_INSTANTIATE(double)
+TILESTREAM_INSTANTIATE(std::complex<float>)
+TILESTREAM_INSTANTIATE(std::complex<double>)
 #undef TILESTREAM_INSTANTIATE
 
 }  // namespace tilestream

@@ -35,7 +35,8 @@ task_graph build_symm(const blas3_problem& p, const build_settings& s) {
     // The symmetric matrix's tile (i, q) through the stored triangle.
     const auto sym = [&](index_t i, index_t q) {
         const bool stored = lower ? i > q : i < q;
-        return stored ? tile_ref{g.tile(operand_a, i, q), op::n} : tile_ref{g.tile(operand_a, q, i), op::t};
+        return stored ? tile_ref{g.tile(operand_a, i, q), op::n}
+                      : tile_ref{g.tile(operand_a, q, i), herm ? op::c : op::t};  // A_iq = A_qi^T (^H)
     };
     for (index_t j = 0; j < c.tiles_c(); ++j)
         for (index_t i = 0; i < c.tiles_r(); ++i) {
@@ -56,7 +57,6 @@ task_graph build_symm(const blas3_problem& p, const build_settings& s) {
                     continue;
                 }
                 tile_op op = base_op(tile_kind::gemm, s);
-                // (Hemm: the transposed tile is conjugated, op c, once the complex types exist.)
                 if (left) {
                     const tile_ref a = sym(i, q);
                     op.trans_a = a.trans;

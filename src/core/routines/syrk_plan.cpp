@@ -34,7 +34,10 @@ task_graph build_rank_k(const blas3_problem& p, const build_settings& s, bool tw
     const auto tile_of = [&](int operand, index_t i, index_t q) {
         return n_op ? g.tile(operand, i, q) : g.tile(operand, q, i);
     };
-    const op first_op = n_op ? op::n : op::t, second_op = n_op ? op::t : op::n;
+    // op(A)_iq op(A)_jq^T (^H for herk/her2k): the second factor is the first's tile transposed
+    // (conjugated too for the Hermitian kinds).
+    const op back = herm ? op::c : op::t;
+    const op first_op = n_op ? op::n : back, second_op = n_op ? back : op::n;
     const bool lower = p.flags.uplo == uplo::lower;
     for (index_t j = 0; j < nt; ++j)
         for (index_t i = lower ? j : 0; i < (lower ? nt : j + 1); ++i) {

@@ -36,7 +36,7 @@ task_graph build_trmm(const blas3_problem& p, const build_settings& s) {
     // lower (left: op(A) lower; right: op(A) upper, B_j = sum_p B_p op(A)_pj).
     const bool below = left ? lower : !lower;
     const auto op_a = [&](index_t i, index_t q) {
-        return p.flags.trans == op::n ? tile_ref{g.tile(operand_a, i, q), op::n} : tile_ref{g.tile(operand_a, q, i), op::t};
+        return p.flags.trans == op::n ? tile_ref{g.tile(operand_a, i, q), op::n} : tile_ref{g.tile(operand_a, q, i), p.flags.trans};
     };
     const auto b_tile = [&](index_t tri, index_t f) { return left ? g.tile(operand_b, tri, f) : g.tile(operand_b, f, tri); };
     for (index_t f = 0; f < nf; ++f)

@@ -54,8 +54,13 @@ void add_scaling_tasks(task_graph& g, int operand, const build_settings& s, bool
             if (diagonal) out.region = p.flags.uplo == uplo::lower ? engine::tile_region::lower : engine::tile_region::upper;
             t.outputs.push_back(out);
             // In place a diagonal tile is scaled by its triangle only (a rank-k op with k = 0);
-            // copied tiles are scaled whole and written back by their triangle.
-            tile_op op = base_op(diagonal && s.in_place ? tile_kind::syrk : tile_kind::gemm, s);
+            // copied tiles are scaled whole and written back by their triangle. HERK's and
+            // HER2K's diagonal tiles always go through herk, which zeroes their diagonal's
+            // imaginary parts.
+            const bool herm = p.routine == blas3_routine::herk || p.routine == blas3_routine::her2k;
+            tile_op op = base_op(diagonal && herm ? tile_kind::herk
+                                 : diagonal && s.in_place ? tile_kind::syrk
+                                                          : tile_kind::gemm, s);
             op.uplo = p.flags.uplo;
             t.steps.push_back(make_step(g, op, -1, -1, c, scalar_role::zero, reads_c ? scalar_role::beta : scalar_role::zero));
             g.tasks.push_back(std::move(t));
@@ -86,7 +91,7 @@ task_graph build_trsm(const blas3_problem& p, const build_settings& s) {
     for (index_t q = 0; q < tl.nt; ++q) seq[std::size_t(q)] = forward ? q : tl.nt - 1 - q;
     // op(A)'s tile (i, q) through A's stored tiles.
     const auto op_a = [&](index_t i, index_t q) {
-        return p.flags.trans == op::n ? tile_ref{g.tile(operand_a, i, q), op::n} : tile_ref{g.tile(operand_a, q, i), op::t};
+        return p.flags.trans == op::n ? tile_ref{g.tile(operand_a, i, q), op::n} : tile_ref{g.tile(operand_a, q, i), p.flags.trans};
     };
     const auto b_tile = [&](index_t tri, index_t f) {
         return tl.left ? g.tile(operand_b, tri, f) : g.tile(operand_b, f, tri);
