@@ -34,34 +34,31 @@ double real_of(X x) {
     else return double(x.real());
 }
 
-/// Element access to a tile_matrix of T, widened.
+/// Element access to a tile_matrix of T, widened; strides and conjugation from the operand
+/// descriptor (kernels.hpp), as every kernel derives them.
 template <class T>
 struct view {
     using W = typename wide<T>::type;
     const T* p;
-    index_t rs, cs;
-    explicit view(const tile_matrix& m)
-        : p(static_cast<const T*>(m.data)), rs(m.lay == layout::row_major ? m.ld : 1), cs(m.lay == layout::row_major ? 1 : m.ld) {}
-    W operator()(index_t i, index_t j) const { return W(p[i * rs + j * cs]); }
+    layout lay;
+    index_t ld;
+    explicit view(const tile_matrix& m) : p(static_cast<const T*>(m.data)), lay(m.lay), ld(m.ld) {}
+    W operator()(index_t i, index_t j) const { return at(op::n, i, j); }
     /// op(X)(i, j): X's element, its transpose's, or its conjugate transpose's.
     W at(op o, index_t i, index_t j) const {
-        switch (o) {
-            case op::n: return (*this)(i, j);
-            case op::t: return (*this)(j, i);
-            case op::c: return conj_of((*this)(j, i));
-        }
-        return W(0);
+        const operand_desc d{o, lay, ld, 0, 0};
+        const W x = W(p[d.offset(i, j)]);
+        return d.conjugated() ? conj_of(x) : x;
     }
 };
 
 template <class T>
 struct out_view {
     T* p;
-    index_t rs, cs;
+    operand_desc d;
     explicit out_view(const tile_matrix& m)
-        : p(static_cast<T*>(const_cast<void*>(m.data))), rs(m.lay == layout::row_major ? m.ld : 1),
-          cs(m.lay == layout::row_major ? 1 : m.ld) {}
-    T& operator()(index_t i, index_t j) const { return p[i * rs + j * cs]; }
+        : p(static_cast<T*>(const_cast<void*>(m.data))), d{op::n, m.lay, m.ld, 0, 0} {}
+    T& operator()(index_t i, index_t j) const { return p[d.offset(i, j)]; }
 };
 
 template <class T, class W>

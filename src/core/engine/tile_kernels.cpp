@@ -33,8 +33,8 @@ gemm_call as_gemm_call(const tile_op& op) {
 tile_matrix shifted(const tile_matrix& m, index_t i, index_t j, std::size_t element_bytes) {
     tile_matrix r = m;
     if (m.data == nullptr) return r;
-    const index_t off = m.lay == layout::row_major ? i * m.ld + j : i + j * m.ld;
-    r.data = static_cast<const char*>(m.data) + std::size_t(off) * element_bytes;
+    const operand_desc d{op::n, m.lay, m.ld, 0, 0};
+    r.data = static_cast<const char*>(m.data) + std::size_t(d.offset(i, j)) * element_bytes;
     return r;
 }
 
