@@ -226,6 +226,52 @@ TEST(Blas3Engine, ExplainComparesLeftAndRightLookingTraffic) {
     EXPECT_GT(right.bytes_d2h, left.bytes_d2h) << text;
 }
 
+TEST(Blas3Engine, KeptOperandsTilesAreReusedAcrossCalls) {
+    // A (kept) in a cache large enough for all its tiles: the second solve loads none of them.
+    context ctx("cpu@1MiB");
+    const index_t n = 160;
+    host_matrix<double> a(n, n, layout::col_major);
+    fill_random(a.view(), 1);
+    for (index_t i = 0; i < n; ++i) a(i, i) = 4.0;
+    blas3_call_options call;  // the same tiles (and slot size) for every call below
+    call.tile = 32;
+    call.tile_free = 32;
+    call.tile_k = 32;
+    const auto solve = [&](std::uint64_t seed) {
+        host_matrix<double> b(n, 40, layout::col_major), x(n, 40, layout::col_major);
+        fill_random(b.view(), seed);
+        std::memcpy(x.data(), b.data(), sizeof(double) * std::size_t(b.size()));
+        const blas3_report r = ctx.trsm<double>(side::left, uplo::lower, op::n, diag::non_unit, 1.0, a.view(), x.view(), call);
+        blas3_operands<double> in;
+        in.a = a.view();
+        in.c = b.view();
+        EXPECT_TRUE(check_blas3<double>(blas3_routine::trsm, {}, in, x.view()).passed);
+        return r;
+    };
+    const blas3_report cold = solve(2);
+    EXPECT_EQ(cold.kept_hits, 0u);
+    kept_operand ka = ctx.keep(a.view());
+    solve(3);  // loads A's tiles, from a kept operand now
+    const blas3_report warm = solve(4);
+    EXPECT_GT(warm.kept_hits, 0u);
+    EXPECT_LT(warm.bytes_h2d, cold.bytes_h2d);
+    ka.changed();  // A "written": nothing of it is reused
+    for (index_t i = 0; i < n; ++i) a(i, i) = 5.0;
+    const blas3_report after = solve(5);
+    EXPECT_EQ(after.kept_hits, 0u);
+    // A call writing into a kept operand (as B of trsm) changes it: a later call reading it (as A of
+    // syrk) loads it again, where without that write it would not.
+    ka.reset();
+    host_matrix<double> x(n, 40, layout::col_major), c(n, n, layout::col_major);
+    fill_random(x.view(), 6);
+    kept_operand kx = ctx.keep(x.view());
+    const auto syrk = [&] { return ctx.syrk<double>(uplo::lower, op::n, 1.0, x.view(), 0.0, c.view(), call); };
+    syrk();
+    EXPECT_GT(syrk().kept_hits, 0u);
+    ctx.trsm<double>(side::left, uplo::lower, op::n, diag::non_unit, 1.0, a.view(), x.view(), call);
+    EXPECT_EQ(syrk().kept_hits, 0u) << "tiles of x read before trsm overwrote it were reused";
+}
+
 TEST(TileOps, CublasPlanScalesWithoutReadingAWhenAlphaIsZero) {
     tile_op op;
     op.kind = tile_kind::trsm;

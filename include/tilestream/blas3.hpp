@@ -161,6 +161,9 @@ struct blas3_report {
     double seconds = 0;
     std::size_t bytes_h2d = 0, bytes_d2h = 0, peak_device_bytes = 0;
     std::size_t cache_hits = 0, cache_misses = 0, bytes_saved = 0;
+    /// Tile loads avoided because an earlier call of the same context left the tile on the device
+    /// and the operand is kept unchanged (context::keep).
+    std::size_t kept_hits = 0, kept_bytes_saved = 0;
     std::vector<device_share> devices;  ///< `units` counts tasks
     std::vector<std::string> warnings;
     /// Devices lost during the run; their unfinished tasks were rerun elsewhere from the tiles'

@@ -1176,12 +1176,15 @@ detail::device_kit::~device_kit() {
 
 bool detail::gemm_memory::release(std::size_t i) {
     std::vector<std::unique_ptr<device_kit>> gone;
+    std::vector<std::shared_ptr<engine::tiles_kit>> gone_tiles;  // the Level 3 engine's
     {
         std::lock_guard lock(mutex);
         for (std::size_t j = 0; j < kits.size(); ++j)
             if ((i == std::size_t(-1) || i == j) && kits[j]) gone.push_back(std::move(kits[j]));
+        for (std::size_t j = 0; j < tile_kits.size(); ++j)
+            if ((i == std::size_t(-1) || i == j) && tile_kits[j]) gone_tiles.push_back(std::move(tile_kits[j]));
     }
-    return !gone.empty();  // freed here, outside the lock
+    return !gone.empty() || !gone_tiles.empty();  // freed here, outside the lock
 }
 
 bool computes_in_place(std::span<device* const> devices) {

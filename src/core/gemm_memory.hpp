@@ -15,6 +15,10 @@
 
 namespace tilestream::detail {
 
+namespace engine {
+struct tiles_kit;  // the Level 3 engine's tile store of one device (core/engine/tile_store.hpp)
+}
+
 /// A rectangle of a host matrix in its own storage order.
 struct host_rect {
     char* base = nullptr;  // element (0, 0) of the rectangle
@@ -73,9 +77,19 @@ struct gemm_memory {
     /// Calls on kept operands alternate the unit order, so that each starts with the units whose
     /// tiles the previous one loaded last (still in the slots).
     bool reverse_next = false;
+    /// Per device, the Level 3 engine's tile slots, streams and reservation between its calls
+    /// (shared_ptr: its type is complete in the engine only). Freed with the rest by release().
+    std::vector<std::shared_ptr<engine::tiles_kit>> tile_kits;
     /// Frees what is kept on device i (all devices when i is npos); true when there was something.
     bool release(std::size_t i = std::size_t(-1));
 };
+
+struct keep_registry;
+/// The kept operand of a context's registry that the view lies in (id 0: none).
+operand_keep find_kept(keep_registry& registry, const void* data, index_t rows, index_t cols, index_t ld, layout lay,
+                       dtype type);
+/// A call wrote [data, data + bytes): every kept operand overlapping it has changed.
+void kept_written(keep_registry& registry, const void* data, std::size_t bytes);
 
 /// execute_gemm with buffers, streams and reservations taken from `memory` and given back after a
 /// run that succeeded (a failed or cancelled run frees them), and tiles of kept operands reused.

@@ -68,15 +68,21 @@ struct bound_step {
 class device_worker {
 public:
     device_worker(device& dev, std::size_t index, const run_request& rq, shared_state& st, budget_reservation* from,
-                  std::vector<std::string>& warnings)
+                  std::vector<std::string>& warnings, tiles_kit* kit)
         : dev_(dev), index_(index), rq_(rq), st_(st), g_(*rq.graph) {
         slowdown_ = fault_injection::slowdown_seconds(dev);
-        h2d_ = dev.create_stream();
-        compute_ = dev.create_stream(stream_priority::high);
-        d2h_ = dev.create_stream();
+        if (kit != nullptr) {  // an earlier call's streams
+            h2d_ = std::move(kit->h2d);
+            compute_ = std::move(kit->compute);
+            d2h_ = std::move(kit->d2h);
+        }
+        if (!h2d_) h2d_ = dev.create_stream();
+        if (!compute_) compute_ = dev.create_stream(stream_priority::high);
+        if (!d2h_) d2h_ = dev.create_stream();
         loaded_ = dev.create_event();
         if (!rq.in_place) {
-            store_ = std::make_unique<tile_store>(dev, *h2d_, *compute_, *d2h_, rq.slots, rq.slot_bytes, 3, from);
+            store_ = std::make_unique<tile_store>(dev, *h2d_, *compute_, *d2h_, rq.slots, rq.slot_bytes, 3, from,
+                                                  kit ? &kit->slots : nullptr);
             if (store_->slots() < rq.slots)
                 warnings.push_back(dev.id() + ": ran with " + std::to_string(store_->slots()) + " of " +
                                    std::to_string(rq.slots) + " tile slots (the device refused the others)");
@@ -97,6 +103,14 @@ public:
         h2d_->synchronize();
         compute_->synchronize();
         d2h_->synchronize();
+    }
+
+    /// After a run that succeeded (streams drained): slots and streams for the next call.
+    void give_back(tiles_kit& kit) {
+        if (store_) kit.slots = store_->take_slots();
+        kit.h2d = std::move(h2d_);
+        kit.compute = std::move(compute_);
+        kit.d2h = std::move(d2h_);
     }
 
     std::string drain() {
@@ -168,6 +182,8 @@ public:
             s.cache_hits = c.hits;
             s.cache_misses = c.misses;
             s.bytes_saved = c.bytes_saved;
+            s.kept_hits = c.kept_hits;
+            s.kept_bytes_saved = c.kept_bytes_saved;
         }
         return s;
     }
@@ -344,7 +360,9 @@ private:
             if (tile < 0) return {};
             for (std::size_t i = 0; i < task.outputs.size(); ++i)
                 if (task.outputs[i].tile == tile) return slot_tile(*outs[i], tile);
-            used = &store_->input(tile, committed(tile), rect_of(tile));
+            const std::size_t operand = std::size_t(g_.where(tile).operand);
+            used = &store_->input(tile, committed(tile), rect_of(tile),
+                                  operand < rq_.keeps.size() ? rq_.keeps[operand] : operand_keep{});
             return slot_tile(*used, tile);
         };
         for (const task_step& s : task.steps) {
@@ -540,12 +558,28 @@ run_result run_tasks(const run_request& rq, std::span<device* const> devices) {
     // Each device's share of its budget (taken in one order, by address, so concurrent runs never
     // wait for each other in a cycle).
     std::vector<std::unique_ptr<budget_reservation>> reservations(devices.size());
+    // What a context kept on each device from an earlier call (given back if this one succeeds).
+    std::vector<std::shared_ptr<tiles_kit>> kits(devices.size());
+    if (rq.memory != nullptr) {
+        std::lock_guard lock(rq.memory->mutex);
+        rq.memory->tile_kits.resize(std::max(rq.memory->tile_kits.size(), devices.size()));
+        for (std::size_t i = 0; i < devices.size(); ++i) kits[i] = std::move(rq.memory->tile_kits[i]);
+    }
     if (!rq.in_place) {
         const std::size_t bytes = std::size_t(rq.slots) * rq.slot_bytes;
+        for (std::size_t i = 0; i < devices.size(); ++i)
+            if (kits[i] && kits[i]->reservation && kits[i]->reservation->bytes() >= bytes) {
+                reservations[i] = std::move(kits[i]->reservation);
+                reservations[i]->reset_peak();
+            } else if (kits[i]) {
+                kits[i]->slots.clear();  // its buffers go back before a larger reservation is made
+                kits[i]->reservation.reset();
+            }
         std::vector<std::size_t> order(devices.size());
         for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
         std::sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) { return std::less<device*>()(devices[x], devices[y]); });
-        for (std::size_t i : order) reservations[i] = std::make_unique<budget_reservation>(*devices[i], bytes);
+        for (std::size_t i : order)
+            if (!reservations[i]) reservations[i] = std::make_unique<budget_reservation>(*devices[i], bytes);
     }
     if (rq.run.trace)
         for (device* d : devices) d->set_trace_sink(rq.run.trace);
@@ -586,7 +620,8 @@ run_result run_tasks(const run_request& rq, std::span<device* const> devices) {
         try {
             std::vector<std::string> warnings;
             workers[i] = std::make_unique<device_worker>(*devices[i], i, rq, st,
-                                                         reservations[i] ? reservations[i].get() : nullptr, warnings);
+                                                         reservations[i] ? reservations[i].get() : nullptr, warnings,
+                                                         kits[i].get());
             if (!warnings.empty()) {
                 std::lock_guard lock(st.mutex);
                 for (auto& w : warnings) st.warnings.push_back(std::move(w));
@@ -632,7 +667,23 @@ run_result run_tasks(const run_request& rq, std::span<device* const> devices) {
         res.cache_hits += c.hits;
         res.cache_misses += c.misses;
         res.bytes_saved += c.bytes_saved;
+        res.kept_hits += c.kept_hits;
+        res.kept_bytes_saved += c.kept_bytes_saved;
     }
+    // A run that succeeded on every device leaves its slots (and the tiles in them), streams and
+    // reservations to the next call; after a fault or a cancel they are freed.
+    bool clean = rq.memory != nullptr && st.faults.empty() && st.done == g.tasks.size() && !cancel_requested();
+    for (std::size_t i = 0; i < devices.size(); ++i) clean = clean && !errors[i] && workers[i];
+    if (clean) {
+        for (std::size_t i = 0; i < devices.size(); ++i) {
+            if (!kits[i]) kits[i] = std::make_shared<tiles_kit>();
+            workers[i]->give_back(*kits[i]);
+            kits[i]->reservation = std::move(reservations[i]);
+        }
+        std::lock_guard lock(rq.memory->mutex);
+        for (std::size_t i = 0; i < devices.size(); ++i) rq.memory->tile_kits[i] = std::move(kits[i]);
+    }
+    kits.clear();   // what was not given back, before the reservations its buffers came from
     workers.clear();  // drains streams, frees slots
     reservations.clear();
     res.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();

@@ -9,6 +9,7 @@
 #pragma once
 
 #include "core/engine/task_graph.hpp"
+#include "core/gemm_memory.hpp"
 
 #include <tilestream/blas3.hpp>
 #include <tilestream/device.hpp>
@@ -38,12 +39,19 @@ struct run_request {
     /// Diagonal blocks on the reference (reproducible plans).
     bool deterministic = false;
     blas3_run_options run;
+    /// A context's memory: each device's tile store (reservation, slots, streams) is taken from it
+    /// and given back after a run that succeeded (null: made and freed here).
+    gemm_memory* memory = nullptr;
+    /// By graph operand: the kept operand it lies in (id 0: none; only operands the call does not
+    /// write), so tiles an earlier call left on a device are used without a copy.
+    std::vector<operand_keep> keeps;
 };
 
 struct run_result {
     double seconds = 0;
     std::size_t bytes_h2d = 0, bytes_d2h = 0, peak_device_bytes = 0;
     std::size_t cache_hits = 0, cache_misses = 0, bytes_saved = 0;
+    std::size_t kept_hits = 0, kept_bytes_saved = 0;
     std::vector<device_share> devices;
     std::vector<device_fault> faults;
     std::vector<std::string> warnings;

@@ -48,11 +48,32 @@ void copy_region(const copy_2d_desc& d, const host_rect& r, tile_region region, 
     }
 }
 
+tiles_kit::~tiles_kit() {
+    for (stream* st : {h2d.get(), compute.get(), d2h.get()}) {
+        if (st == nullptr) continue;
+        try {
+            st->synchronize();
+        } catch (...) {
+        }
+    }
+    slots.clear();  // the buffers, then (last member) the reservation they came from
+}
+
 tile_store::tile_store(device& dev, stream& h2d, stream& compute, stream& d2h, int slots, std::size_t slot_bytes,
-                       int least, budget_reservation* from)
+                       int least, budget_reservation* from, std::vector<tile_slot>* kept)
     : dev_(dev), h2d_(h2d), compute_(compute), d2h_(d2h) {
     slots_.reserve(std::size_t(std::max(slots, 0)));
-    for (int i = 0; i < slots; ++i) {
+    // Slots an earlier call left (same size), with the tiles of kept operands they hold.
+    if (kept != nullptr)
+        for (tile_slot& s : *kept) {
+            if (int(slots_.size()) >= slots || s.buf.size() != slot_bytes) continue;
+            s.tile = -1;
+            s.version = 0;
+            s.last_use = 0;
+            s.locked = false;
+            slots_.push_back(std::move(s));
+        }
+    for (int i = int(slots_.size()); i < slots; ++i) {
         tile_slot s;
         try {
             s.buf = dev.allocate(slot_bytes, from);
@@ -72,9 +93,12 @@ tile_slot& tile_store::victim(int tile) {
     tile_slot* v = nullptr;
     // A slot holding an older version of the tile is reused first: that version is of no more use.
     if (auto it = index_.find(tile); it != index_.end() && !slots_[it->second].locked) v = &slots_[it->second];
+    // Least recently used; among the slots this call has not used, those holding a kept operand's
+    // tile from an earlier call (which a later step may take) go last.
+    const auto rank = [](const tile_slot& s) { return std::pair{s.last_use, s.tile < 0 && s.keep.id != 0}; };
     if (v == nullptr)
         for (auto& s : slots_)
-            if (!s.locked && (v == nullptr || s.last_use < v->last_use)) v = &s;
+            if (!s.locked && (v == nullptr || rank(s) < rank(*v))) v = &s;
     if (v == nullptr) throw invalid_argument(dev_.id() + ": every tile slot is in use by one task (too few slots)");
     if (v->tile >= 0) {
         auto it = index_.find(v->tile);
@@ -101,7 +125,7 @@ void tile_store::load(tile_slot& s, const host_rect& r) {
     s.ready->record(h2d_);
 }
 
-tile_slot& tile_store::input(int tile, std::uint32_t version, const host_rect& r) {
+tile_slot& tile_store::input(int tile, std::uint32_t version, const host_rect& r, const operand_keep& keep) {
     ++clock_;
     if (auto it = index_.find(tile); it != index_.end()) {
         tile_slot& s = slots_[it->second];
@@ -114,9 +138,25 @@ tile_slot& tile_store::input(int tile, std::uint32_t version, const host_rect& r
             return s;
         }
     }
+    if (keep.id != 0)
+        for (tile_slot& s : slots_)
+            if (s.tile < 0 && s.keep.id == keep.id && s.keep.generation == keep.generation && s.origin == r) {
+                // Left by an earlier call from the same kept operand, unchanged since.
+                ++counters_.kept_hits;
+                counters_.kept_bytes_saved += r.bytes();
+                dev_.wait(compute_, *s.ready);
+                s.tile = tile;
+                s.version = version;
+                s.last_use = clock_;
+                s.locked = true;
+                index_[tile] = std::size_t(&s - slots_.data());
+                return s;
+            }
     tile_slot& s = victim(tile);
     load(s, r);
     dev_.wait(compute_, *s.ready);
+    s.origin = r;
+    s.keep = keep;
     s.tile = tile;
     s.version = version;
     s.last_use = clock_;
@@ -149,6 +189,8 @@ tile_slot& tile_store::output(int tile, std::uint32_t version, bool load_it, con
             dev_.wait(compute_, *s->written);
         }
     }
+    s->origin = host_rect{};
+    s->keep = operand_keep{};
     s->tile = tile;
     s->version = version + 1;
     s->last_use = clock_;

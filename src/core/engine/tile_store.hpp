@@ -26,12 +26,26 @@ struct tile_slot {
     std::uint32_t version = 0;        ///< which version of it
     std::uint64_t last_use = 0;
     bool locked = false;              ///< in use by the task being issued: not a victim
+    /// The host bytes it holds a copy of and the kept operand (with its generation) they were read
+    /// from: a later call on that operand, unchanged, uses the copy (keep.id 0: never).
+    host_rect origin;
+    operand_keep keep;
+};
+
+/// What a device's store leaves to the next call (context's gemm_memory::tile_kits): its
+/// reservation, slots (with the tiles of kept operands they hold) and streams.
+struct tiles_kit {
+    std::unique_ptr<budget_reservation> reservation;  // first: destroyed after its buffers
+    std::vector<tile_slot> slots;
+    std::unique_ptr<stream> h2d, compute, d2h;
+    ~tiles_kit();
 };
 
 /// Bytes and hits of one device's store.
 struct store_counters {
     std::size_t bytes_h2d = 0, bytes_d2h = 0;
     std::size_t hits = 0, misses = 0, bytes_saved = 0;
+    std::size_t kept_hits = 0, kept_bytes_saved = 0;  ///< tiles of kept operands an earlier call left
 };
 
 /// A 2-D copy between a host rectangle and packed storage (ld = the rectangle's inner extent).
@@ -44,7 +58,7 @@ public:
     /// Allocates up to `slots` buffers of `slot_bytes` from the reservation; fewer when the device
     /// refuses some (at least `least`, else the allocation's error is thrown).
     tile_store(device& dev, stream& h2d, stream& compute, stream& d2h, int slots, std::size_t slot_bytes, int least,
-               budget_reservation* from);
+               budget_reservation* from, std::vector<tile_slot>* kept = nullptr);
     tile_store(const tile_store&) = delete;
     tile_store& operator=(const tile_store&) = delete;
 
@@ -52,7 +66,9 @@ public:
 
     /// The slot holding version `version` of `tile`, for kernels on the compute stream: found, or
     /// loaded into the least recently used unlocked slot (after its readers and write-back).
-    tile_slot& input(int tile, std::uint32_t version, const host_rect& r);
+    /// `keep`: the kept operand the tile is read from (id 0: none): a slot an earlier call filled
+    /// with the same rectangle of it, at the same generation, is used without a copy.
+    tile_slot& input(int tile, std::uint32_t version, const host_rect& r, const operand_keep& keep = {});
     /// A slot the task's kernels write `tile` into, holding `version` first when `load` (found or
     /// loaded); it then holds version + 1 (valid once its ready event, recorded by the caller after
     /// the kernels, is reached).
@@ -67,6 +83,8 @@ public:
         return it != index_.end() && slots_[it->second].version == version;
     }
     const store_counters& counters() const { return counters_; }
+    /// The slots, for the next call (after every stream has drained).
+    std::vector<tile_slot> take_slots() { return std::move(slots_); }
 
 private:
     /// The slot to overwrite with `tile`: one holding an older version of it, else the least

@@ -3,6 +3,7 @@
 #include <tilestream/error.hpp>
 
 #include "core/gemm_memory.hpp"
+#include "core/routines/routines.hpp"
 
 namespace tilestream {
 
@@ -42,8 +43,25 @@ blas3_report context::execute(const blas3_plan& p, const blas3_operands<T>& ops,
         throw invalid_argument("context: the plan is for " + std::to_string(p.devices) + " device(s), this context has " +
                                std::to_string(device_ptrs_.size()) + " (" + names_ + ")");
     const std::lock_guard lock(mutex_);
-    if (!p.in_place) memory_->release();  // GEMM buffers kept from earlier calls make room for the tiles
-    return execute_blas3<T>(p, device_ptrs_, ops, call.run);
+    // Tiles of kept operands the call only reads may come from earlier calls; a kept operand the
+    // call writes into (C, or B of trmm/trsm) has changed once it returns, however it returns.
+    const bool writes_b = p.problem.routine == blas3_routine::trmm || p.problem.routine == blas3_routine::trsm;
+    const auto kept = [&](auto v) {
+        using V = std::remove_const_t<typename decltype(v)::value_type>;
+        return detail::find_kept(*keeps_, v.data(), v.rows(), v.cols(), v.ld(), v.layout(), dtype_of<V>());
+    };
+    std::vector<detail::operand_keep> keeps = {kept(ops.a), writes_b ? detail::operand_keep{} : kept(ops.b), {}};
+    struct written_guard {
+        detail::keep_registry& registry;
+        host_matrix_view<T> c;
+        ~written_guard() {
+            if (c.empty()) return;
+            const index_t outer = c.layout() == layout::row_major ? c.rows() : c.cols();
+            const index_t inner = c.layout() == layout::row_major ? c.cols() : c.rows();
+            detail::kept_written(registry, c.data(), std::size_t((outer - 1) * c.ld() + inner) * sizeof(T));
+        }
+    } written{*keeps_, ops.c};
+    return detail::execute_blas3_kept<T>(p, device_ptrs_, ops, call.run, memory_.get(), keeps);
 }
 
 #define TILESTREAM_INSTANTIATE(T)                                                                          \

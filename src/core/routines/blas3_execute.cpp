@@ -1,6 +1,7 @@
 // Running a Level 3 plan: the call's operands bound to the plan's tasks, handed to the executor.
 #include "core/engine/executor.hpp"
 #include "core/engine/task_graph.hpp"
+#include "core/routines/routines.hpp"
 
 #include <tilestream/blas3.hpp>
 #include <tilestream/error.hpp>
@@ -42,6 +43,13 @@ bool same_call(const blas3_problem& a, const blas3_problem& b) {
 template <class T>
 blas3_report execute_blas3(const blas3_plan& plan, std::span<device* const> devices, const blas3_operands<T>& ops,
                            const blas3_run_options& run) {
+    return detail::execute_blas3_kept<T>(plan, devices, ops, run, nullptr, {});
+}
+
+template <class T>
+blas3_report detail::execute_blas3_kept(const blas3_plan& plan, std::span<device* const> devices,
+                                        const blas3_operands<T>& ops, const blas3_run_options& run, gemm_memory* memory,
+                                        const std::vector<operand_keep>& keeps) {
     const blas3_problem actual = describe_blas3<T>(plan.problem.routine, plan.problem.flags, ops);
     if (!same_call(actual, plan.problem))
         throw invalid_argument("execute_blas3: the operands do not match the problem the plan was made for (" +
@@ -71,6 +79,8 @@ blas3_report execute_blas3(const blas3_plan& plan, std::span<device* const> devi
     rq.slot_bytes = plan.slot_bytes;
     rq.deterministic = plan.reproducible;
     rq.run = run;
+    rq.memory = memory;
+    rq.keeps = keeps;
     // Pinning is set-up, done before the clock (for devices that copy faster from pinned memory).
     pinned_operands pinned;
     if (run.register_host && !plan.in_place)
@@ -86,6 +96,8 @@ blas3_report execute_blas3(const blas3_plan& plan, std::span<device* const> devi
     rep.cache_hits = r.cache_hits;
     rep.cache_misses = r.cache_misses;
     rep.bytes_saved = r.bytes_saved;
+    rep.kept_hits = r.kept_hits;
+    rep.kept_bytes_saved = r.kept_bytes_saved;
     rep.devices = std::move(r.devices);
     rep.faults = std::move(r.faults);
     for (auto& w : r.warnings) rep.warnings.push_back(std::move(w));
@@ -113,7 +125,10 @@ blas3_report blas3(device& dev, blas3_routine routine, const blas3_flags& flags,
     template blas3_report execute_blas3<T>(const blas3_plan&, std::span<device* const>, const blas3_operands<T>&, \
                                            const blas3_run_options&);                                            \
     template blas3_report blas3<T>(device&, blas3_routine, const blas3_flags&, const blas3_operands<T>&,          \
-                                   const blas3_options&);
+                                   const blas3_options&);                                                       \
+    template blas3_report detail::execute_blas3_kept<T>(const blas3_plan&, std::span<device* const>,             \
+                                                        const blas3_operands<T>&, const blas3_run_options&,       \
+                                                        gemm_memory*, const std::vector<operand_keep>&);
 TILESTREAM_INSTANTIATE(float)
 TILESTREAM_INSTANTIATE(double)
 TILESTREAM_INSTANTIATE(std::complex<float>)

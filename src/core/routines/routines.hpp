@@ -4,6 +4,7 @@
 #pragma once
 
 #include "core/engine/task_graph.hpp"
+#include "core/gemm_memory.hpp"
 
 #include <tilestream/blas3.hpp>
 
@@ -52,3 +53,13 @@ void add_scaling_tasks(engine::task_graph& g, int operand, const build_settings&
                        const blas3_problem& p, bool triangle);
 
 }  // namespace tilestream::detail::routines
+
+namespace tilestream::detail {
+
+/// execute_blas3 with each device's tile store taken from a context's memory and given back after
+/// a run that succeeded, and tiles of kept operands (by graph operand: A, B, C) reused across calls.
+template <class T>
+blas3_report execute_blas3_kept(const blas3_plan& plan, std::span<device* const> devices, const blas3_operands<T>& ops,
+                                const blas3_run_options& run, gemm_memory* memory, const std::vector<operand_keep>& keeps);
+
+}  // namespace tilestream::detail
