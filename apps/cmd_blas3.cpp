@@ -147,6 +147,13 @@ host_matrix_view<const T> file_view(const npy_array& f) {
     }
 }
 
+/// A scalar in JSON: a number for real types, numpy's text ("1.5-2j") for complex ones.
+template <class T>
+detail::json scalar_json(T v) {
+    if constexpr (is_complex_v<T>) return format_scalar(as_scalar(v));
+    else return double(v);
+}
+
 double median_of(std::vector<double> v) {
     std::sort(v.begin(), v.end());
     const std::size_t n = v.size();
@@ -341,7 +348,7 @@ int run(const args& a, blas3_routine r, dtype type) {
         json o = {{"routine", name}, {"side", std::string(to_string(f.side))}, {"uplo", std::string(to_string(f.uplo))},
                   {"trans", std::string(to_string(f.trans))}, {"diag", std::string(to_string(f.diag))},
                   {"m", problem.m}, {"n", problem.n}, {"k", problem.k}, {"dtype", std::string(to_string(type))},
-                  {"alpha", format_scalar(as_scalar(alpha))}, {"beta", format_scalar(as_scalar(beta))},
+                  {"alpha", scalar_json(alpha)}, {"beta", scalar_json(beta)},
                   {"kernel", std::string(to_string(plan.kernel))},
                   {"devices", ctx.device_names()}, {"repeat", repeat}, {"seconds", secs}, {"gflops", gflops},
                   {"order", std::string(to_string(plan.order))}, {"tile", plan.tile}, {"tile_free", plan.tile_free},

@@ -7,6 +7,8 @@
 #include <tilestream/gemm.hpp>
 
 #include <cstdint>
+#include <exception>
+#include <string>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -31,6 +33,16 @@ struct host_rect {
     bool contiguous() const { return outer() <= 1 || inner() == ld; }
     bool operator==(const host_rect&) const = default;
 };
+
+/// A 2-D copy between a host rectangle and packed storage (ld = the rectangle's inner extent).
+copy_2d_desc packed_copy(void* packed, const host_rect& r, bool to_packed);
+
+/// Throws the error of a run every device of which was lost: out_of_budget when every cause was
+/// one, else device_error, naming each device's cause ("<what>: every device failed (d of n
+/// <units> done); cpu:0: ...").
+[[noreturn]] void throw_every_device_failed(const std::string& what, std::size_t done, std::size_t total,
+                                            const std::string& units, const std::vector<device_fault>& faults,
+                                            const std::vector<std::exception_ptr>& errors);
 
 /// Which kept operand a call's A or B lies in, and that operand's generation (bumped by
 /// kept_operand::changed); id 0: not kept, its tiles are never reused by another call.

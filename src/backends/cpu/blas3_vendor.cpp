@@ -197,20 +197,7 @@ std::vector<tile_op> band_ops(const tile_op& op, index_t r0, index_t r1) {
 
 }  // namespace
 
-bool tile_vendor_supports(tile_kind kind, dtype type) {
-    switch (kind) {
-        case tile_kind::gemm:
-        case tile_kind::syrk:
-        case tile_kind::syr2k:
-        case tile_kind::symm:
-        case tile_kind::trmm:
-        case tile_kind::trsm: return true;
-        case tile_kind::hemm:
-        case tile_kind::herk:
-        case tile_kind::her2k: return is_complex(type);
-    }
-    return false;
-}
+bool tile_vendor_supports(tile_kind kind, dtype type) { return tilestream::detail::engine::blas_has(kind, type); }
 
 void tile_vendor(const tile_op& op, thread_pool& pool, bool openblas_threads) {
     if (!tile_vendor_supports(op.kind, op.type))

@@ -3,6 +3,7 @@
 // does not read C when beta = 0.
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/cuda_device.hpp"
+#include "core/engine/tile_kernels.hpp"
 
 #include <tilestream/error.hpp>
 
@@ -87,19 +88,7 @@ void run_cublas_tile(cublasHandle_t h, const ::tilestream::detail::engine::colum
 
 bool cuda_device::supports(tile_kind kind, dtype type, gemm_kernel k) const {
     if (kind == tile_kind::gemm) return supports(k);
-    if (k != gemm_kernel::vendor) return false;
-    switch (kind) {
-        case tile_kind::syrk:
-        case tile_kind::syr2k:
-        case tile_kind::symm:
-        case tile_kind::trmm:
-        case tile_kind::trsm: return true;
-        case tile_kind::hemm:
-        case tile_kind::herk:
-        case tile_kind::her2k: return is_complex(type);
-        case tile_kind::gemm: break;
-    }
-    return false;
+    return k == gemm_kernel::vendor && ::tilestream::detail::engine::blas_has(kind, type);
 }
 
 }  // namespace tilestream::cuda

@@ -969,19 +969,7 @@ bool ocl_device::supports(tile_kind kind, dtype type, gemm_kernel k) const {
     if (kind == tile_kind::gemm) return supports(k);
 #ifdef TILESTREAM_HAVE_CLBLAST
     const bool fp64 = dtype_traits(type).real == dtype::f64;
-    if (k != gemm_kernel::vendor || (fp64 && !info_.fp64)) return false;
-    switch (kind) {
-        case tile_kind::syrk:
-        case tile_kind::syr2k:
-        case tile_kind::symm:
-        case tile_kind::trmm:
-        case tile_kind::trsm: return true;
-        case tile_kind::hemm:
-        case tile_kind::herk:
-        case tile_kind::her2k: return is_complex(type);
-        case tile_kind::gemm: break;
-    }
-    return false;
+    return k == gemm_kernel::vendor && (!fp64 || info_.fp64) && detail::engine::blas_has(kind, type);
 #else
     (void)type;
     return false;

@@ -569,6 +569,10 @@ run_result run_tasks(const run_request& rq, std::span<device* const> devices) {
         const std::size_t bytes = std::size_t(rq.slots) * rq.slot_bytes;
         for (std::size_t i = 0; i < devices.size(); ++i)
             if (kits[i] && kits[i]->reservation && kits[i]->reservation->bytes() >= bytes) {
+                // Slots of this run's size are reused (as many as it has), the others freed first:
+                // they hold memory of the reservation the new ones come from.
+                std::erase_if(kits[i]->slots, [&](const tile_slot& x) { return x.buf.size() != rq.slot_bytes; });
+                while (kits[i]->slots.size() > std::size_t(std::max(rq.slots, 0))) kits[i]->slots.pop_back();
                 reservations[i] = std::move(kits[i]->reservation);
                 reservations[i]->reset_peak();
             } else if (kits[i]) {
@@ -694,23 +698,7 @@ run_result run_tasks(const run_request& rq, std::span<device* const> devices) {
         throw cancelled("blas3: cancelled after " + std::to_string(done) + " of " + std::to_string(g.tasks.size()) + " tasks");
     if (st.recoverable) {
         if (done < g.tasks.size()) {
-            std::string all;
-            bool budget = !st.faults.empty();
-            for (std::size_t i = 0; i < devices.size(); ++i) {
-                if (!errors[i]) continue;
-                try {
-                    std::rethrow_exception(errors[i]);
-                } catch (const out_of_budget&) {
-                } catch (...) {
-                    budget = false;
-                }
-            }
-            for (const device_fault& f : st.faults)
-                all += "; " + (f.message.rfind(f.id + ": ", 0) == 0 ? f.message : f.id + ": " + f.message);
-            const std::string text = "blas3: every device failed (" + std::to_string(done) + " of " +
-                                     std::to_string(g.tasks.size()) + " tasks done)" + all;
-            if (budget) throw out_of_budget(text);
-            throw device_error(text);
+            throw_every_device_failed("blas3", done, g.tasks.size(), "tasks", st.faults, errors);
         }
     } else {
         for (auto& e : errors)

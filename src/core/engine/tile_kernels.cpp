@@ -38,6 +38,21 @@ tile_matrix shifted(const tile_matrix& m, index_t i, index_t j, std::size_t elem
     return r;
 }
 
+bool blas_has(tile_kind kind, dtype type) noexcept {
+    switch (kind) {
+        case tile_kind::gemm:
+        case tile_kind::syrk:
+        case tile_kind::syr2k:
+        case tile_kind::symm:
+        case tile_kind::trmm:
+        case tile_kind::trsm: return true;
+        case tile_kind::hemm:
+        case tile_kind::herk:
+        case tile_kind::her2k: return is_complex(type);
+    }
+    return false;
+}
+
 std::string_view to_string(tile_route r) noexcept {
     switch (r) {
         case tile_route::device_kernel: return "device kernel";

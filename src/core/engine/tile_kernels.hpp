@@ -17,6 +17,10 @@ gemm_call as_gemm_call(const tile_op& op);
 /// The operand with its first element moved to (i, j).
 tile_matrix shifted(const tile_matrix& m, index_t i, index_t j, std::size_t element_bytes);
 
+/// Whether BLAS has a routine for the diagonal-block kind in this type (the Hermitian kinds are
+/// complex only): what a vendor library (OpenBLAS, cuBLAS, CLBlast) offers.
+bool blas_has(tile_kind kind, dtype type) noexcept;
+
 enum class tile_route {
     device_kernel,   ///< the device runs op.kernel itself
     device_vendor,   ///< the device's vendor routine (op.kernel has no such operation there)

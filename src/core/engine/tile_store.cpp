@@ -11,25 +11,6 @@
 
 namespace tilestream::detail::engine {
 
-copy_2d_desc packed_copy(void* packed, const host_rect& r, bool to_packed) {
-    copy_2d_desc d;
-    const std::size_t width = std::size_t(r.inner()) * r.es, pitch = std::size_t(r.ld) * r.es;
-    d.width_bytes = width;
-    d.height = std::size_t(r.outer());
-    if (to_packed) {
-        d.dst = packed;
-        d.dst_pitch = width;
-        d.src = r.base;
-        d.src_pitch = pitch;
-    } else {
-        d.dst = r.base;
-        d.dst_pitch = pitch;
-        d.src = packed;
-        d.src_pitch = width;
-    }
-    return d;
-}
-
 void copy_region(const copy_2d_desc& d, const host_rect& r, tile_region region, bool to_packed) {
     (void)to_packed;
     for (std::size_t line = 0; line < d.height; ++line) {

@@ -48,9 +48,7 @@ struct store_counters {
     std::size_t kept_hits = 0, kept_bytes_saved = 0;  ///< tiles of kept operands an earlier call left
 };
 
-/// A 2-D copy between a host rectangle and packed storage (ld = the rectangle's inner extent).
-copy_2d_desc packed_copy(void* packed, const host_rect& r, bool to_packed);
-/// The same on the host, limited to a triangle (diagonal included) of a square tile.
+/// A packed_copy (core/gemm_memory.hpp) run on the host, limited to a triangle (diagonal included) of a square tile.
 void copy_region(const copy_2d_desc& d, const host_rect& r, tile_region region, bool to_packed);
 
 class tile_store {
