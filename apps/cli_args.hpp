@@ -9,7 +9,11 @@
 #include <tilestream/npy.hpp>
 #include <tilestream/types.hpp>
 
+#include "core/output_files.hpp"
+
 #include <CLI/CLI.hpp>
+
+#include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
@@ -24,6 +28,12 @@
 #include <vector>
 
 namespace tilestream::cli {
+
+/// "at least 1", "in [0, 100]": an integer range as a person writes it (no 19-digit bound).
+inline std::string range_text(long long lo, long long hi) {
+    if (hi == std::numeric_limits<long long>::max()) return "at least " + std::to_string(lo);
+    return "in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+}
 
 /// Levenshtein distance, for "did you mean".
 inline std::size_t edit_distance(const std::string& a, const std::string& b) {
@@ -102,6 +112,19 @@ public:
         });
         return *this;
     }
+    /// An option holding a real or complex number, in Python's syntax (2, -1.5e3, 1.5-2j, 2j, (1+2j)).
+    args& scalar_option(const std::string& name, const std::string& help) {
+        add(name, help, "NUMBER", [this, name](const std::string& v) {
+            try {
+                scalars_[name] = parse_scalar(v);
+            } catch (const invalid_argument&) {
+                throw invalid_argument("--" + name + " expects a number, got '" + v +
+                                       "' (a complex one is written 1.5-2j)");
+            }
+            values_[name] = v;
+        });
+        return *this;
+    }
     /// An option without a value.
     args& flag_option(const std::string& name, const std::string& help) {
         app_.add_flag("--" + name, help)->disable_flag_override()->each([this, name](const std::string&) { flags_.insert(name); });
@@ -167,27 +190,59 @@ public:
         auto it = integers_.find(name);
         if (it == integers_.end()) return fallback;
         if (it->second < lo || it->second > hi)
-            throw invalid_argument("--" + name + " must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                                   "], got " + values_.at(name));
+            throw invalid_argument("--" + name + " must be " + range_text(lo, hi) + ", got " + values_.at(name));
         return it->second;
     }
     double real(const std::string& name, double fallback) const {
         auto it = reals_.find(name);
         return it == reals_.end() ? fallback : it->second;
     }
-    /// A real option converted to T; a finite value beyond T's range is an error, not infinity.
+    /// A scalar option (scalar_option) converted to T: an imaginary part for a real T, or a finite
+    /// part beyond T's range, is an error (not dropped, not infinity).
     template <class T>
     T scalar(const std::string& name, double fallback) const {
-        const double v = real(name, fallback);
-        if (std::isfinite(v) && std::fabs(v) > double(std::numeric_limits<T>::max()))
-            throw invalid_argument("--" + name + " " + *get(name) + " is out of range for " +
-                                   std::string(to_string(dtype_of<T>())));
-        return static_cast<T>(v);
+        auto it = scalars_.find(name);
+        const tilestream::scalar v = it == scalars_.end() ? tilestream::scalar(fallback) : it->second;
+        const std::string type(to_string(dtype_of<T>()));
+        if (!is_complex_v<T> && v.imag() != 0)
+            throw invalid_argument("--" + name + " " + *get(name) + " has an imaginary part, but " + type +
+                                   " is real (use --dtype c32 or c64)");
+        const double most = double(std::numeric_limits<real_type_t<T>>::max());
+        for (double part : {v.real(), v.imag()})
+            if (std::isfinite(part) && std::fabs(part) > most)
+                throw invalid_argument("--" + name + " " + *get(name) + " is out of range for " + type);
+        return scalar_as<T>(v);
     }
-    /// Checks, before any work, that each of these options that is given names a writable file.
-    void check_output_paths(std::initializer_list<const char*> names) const {
-        for (const char* n : names)
-            if (auto p = get(n)) check_output_path(*p);
+    /// For fronts that write outputs on their own (gemm and jacobi over MPI ranks): each given output
+    /// resolves (detail::resolve_output's checks), and none names an input or another output (by
+    /// device and inode, or resolved path; a character device such as /dev/null may take several),
+    /// except that --out may name the input `out_may_update` (read before it is replaced). Throws
+    /// invalid_argument naming both options. The one-process commands use run_files, which also
+    /// writes and commits the outputs together.
+    void check_output_paths(std::initializer_list<const char*> outputs, std::initializer_list<const char*> inputs = {},
+                            const char* out_may_update = nullptr) const {
+        struct named {
+            std::string option;
+            detail::file_identity id;
+            bool input;
+        };
+        std::vector<named> seen;
+        for (const char* n : inputs)
+            if (auto p = get(n)) seen.push_back({n, detail::identify(*p), true});
+        for (const char* n : outputs) {
+            auto p = get(n);
+            if (!p) continue;
+            const detail::file_identity id = detail::identify(detail::resolve_output(*p));
+            for (const auto& other : seen) {
+                if (!id.same_file(other.id)) continue;
+                if (other.input && out_may_update && std::string(n) == "out" && other.option == out_may_update) continue;
+                if (!other.input && id.exists && S_ISCHR(id.mode)) continue;
+                throw invalid_argument("--" + std::string(n) + " " + *p + " and --" + other.option + " " +
+                                       *get(other.option) + " name the same file: " +
+                                       (other.input ? "an output may not overwrite an input" : "each output needs its own"));
+            }
+            seen.push_back({n, id, false});
+        }
     }
     const std::vector<std::string>& positional() const { return positional_; }
 
@@ -207,8 +262,24 @@ private:
     std::map<std::string, std::string> values_;
     std::map<std::string, index_t> integers_;
     std::map<std::string, double> reals_;
+    std::map<std::string, tilestream::scalar> scalars_;
     std::vector<std::string> positional_;
 };
+
+/// A CLI11 check for an integer option that must be at least `lo`, with that message (CLI11's
+/// PositiveNumber prints the range of a double: 300 digits).
+inline CLI::Validator at_least(long long lo) {
+    return CLI::Validator(
+        [lo](std::string& v) -> std::string {
+            long long r = 0;
+            const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), r);
+            if (ec == std::errc::result_out_of_range) return v + " does not fit in 64 bits";
+            if (ec != std::errc() || p != v.data() + v.size()) return "expects an integer, got '" + v + "'";
+            if (r < lo) return "must be " + range_text(lo, std::numeric_limits<long long>::max()) + ", got " + v;
+            return {};
+        },
+        "INT >= " + std::to_string(lo), "at least");
+}
 
 /// --memory-budget and --cpu-threads, taken by every command that opens devices.
 inline void declare_device_options(args& a) {
@@ -222,6 +293,21 @@ inline open_options device_options(const args& a) {
     if (auto b = a.get("memory-budget")) o.memory_budget = parse_bytes(*b);
     o.cpu_threads = static_cast<int>(a.integer("cpu-threads", 0, 1, std::numeric_limits<int>::max()));
     return o;
+}
+
+/// Refuses, before any work, a budget above what a device has: the planner would count on memory
+/// that is not there (--memory-budget 4PiB) and the run would fail at its first allocation.
+inline void check_budgets(const std::vector<device*>& devices) {
+    const std::size_t host = std::size_t(::sysconf(_SC_PHYS_PAGES)) * std::size_t(::sysconf(_SC_PAGESIZE));
+    for (const device* d : devices) {
+        const bool cpu = d->info().kind == device_kind::cpu;
+        const std::size_t have = cpu ? host : d->info().memory_bytes;
+        if (have > 0 && d->budget() > have)
+            throw invalid_argument("the memory budget of " + d->id() + ", " + format_bytes(d->budget()) + " (" +
+                                   std::to_string(d->budget()) + " bytes), is more than " +
+                                   (cpu ? std::string("the host's memory (") : "its memory (") + format_bytes(have) +
+                                   "); give a budget it can hold, e.g. --memory-budget " + format_bytes(have / 2));
+    }
 }
 
 /// A failure while running (an output that could not be written, an input that changed), as

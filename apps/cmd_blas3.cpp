@@ -1,8 +1,10 @@
 // `tilestream symm|syrk|syr2k|trmm|trsm ...` (and hemm|herk|her2k with the complex types): one
 // Level 3 routine with BLAS's arguments on random or .npy operands, through a context.
 #include "cli_args.hpp"
+#include "cli_files.hpp"
 #include "commands.hpp"
 #include "core/json_text.hpp"
+#include "core/npy_write.hpp"
 
 #include <tilestream/blas3.hpp>
 #include <tilestream/context.hpp>
@@ -66,11 +68,11 @@ void declare(args& a, blas3_routine r) {
                              : "B from a .npy file", "B.npy");
     if (!solves(r)) a.text("c", "C's input from a .npy file (read when --beta is not 0)", "C.npy");
     a.text("out", std::string("write the result (") + (solves(r) ? "B" : "C") + ") to a .npy file, atomically", "OUT.npy")
-        .text("alpha", std::string("scalar alpha (default 1") + (r == blas3_routine::herk ? ", real" : ", complex as 1.5-2j") + ")",
-              "ALPHA");
+        .scalar_option("alpha", std::string("scalar alpha (default 1") +
+                                    (r == blas3_routine::herk ? ", real" : "; complex types: e.g. 1.5-2j, 2j, (1+2j)") + ")");
     if (!solves(r))
-        a.text("beta", std::string("scalar beta (default 0: C is not read") +
-                           (r == blas3_routine::herk || r == blas3_routine::her2k ? ", real" : "") + ")", "BETA");
+        a.scalar_option("beta", std::string("scalar beta (default 0: C is not read") +
+                                    (r == blas3_routine::herk || r == blas3_routine::her2k ? ", real" : "") + ")");
     if (has_side(r)) a.text("side", "left (default) or right", "left|right");
     a.text("uplo", "lower (default) or upper: the triangle of A (syrk family: of C) stored and used", "lower|upper");
     if (r != blas3_routine::symm && r != blas3_routine::hemm)
@@ -136,15 +138,10 @@ host_matrix<T> copy_of(host_matrix_view<const T> v) {
     return m;
 }
 
-/// A file's elements as T (real types; complex files come later).
+/// A file's elements as T.
 template <class T>
 host_matrix_view<const T> file_view(const npy_array& f) {
-    if constexpr (is_complex_v<T>) {
-        (void)f;
-        return {};
-    } else {
-        return f.template view<T>();
-    }
+    return f.template view<T>();
 }
 
 /// A scalar in JSON: a number for real types, numpy's text ("1.5-2j") for complex ones.
@@ -161,22 +158,15 @@ double median_of(std::vector<double> v) {
 }
 
 template <class T>
-int run(const args& a, blas3_routine r, dtype type) {
+int run(const args& a, blas3_routine r, dtype type, run_files& out_files) {
     const std::string name(to_string(r));
     blas3_flags f;
     if (a.has("side")) f.side = parse_side(*a.get("side"));
     if (a.has("uplo")) f.uplo = parse_uplo(*a.get("uplo"));
     if (a.has("trans")) f.trans = parse_op(*a.get("trans"));
     if (a.has("diag")) f.diag = parse_diag(*a.get("diag"));
-    const auto scalar_option = [&](const char* o, scalar fallback) {
-        const scalar v = a.has(o) ? parse_scalar(*a.get(o)) : fallback;
-        if (!is_complex_v<T> && v.imag() != 0)
-            throw invalid_argument("--" + std::string(o) + " " + *a.get(o) + " is complex but the dtype is " +
-                                   std::string(to_string(type)));
-        return scalar_as<T>(v);
-    };
-    const T alpha = scalar_option("alpha", 1.0);
-    const T beta = solves(r) ? T(0) : scalar_option("beta", 0.0);
+    const T alpha = a.scalar<T>("alpha", 1.0);
+    const T beta = solves(r) ? T(0) : a.scalar<T>("beta", 0.0);
     const auto seed = static_cast<std::uint64_t>(a.integer("seed", 42, 0, std::numeric_limits<index_t>::max()));
     const int repeat = static_cast<int>(a.integer("repeat", 1, 1, 100000));
     const bool rk = rank_k(r);
@@ -186,12 +176,6 @@ int run(const args& a, blas3_routine r, dtype type) {
     host_matrix<T> a_own, b_own, start_own, out;
     host_matrix_view<const T> av, bv, start;
     const bool from_files = a.has("a") || a.has("b") || a.has("c");
-    if constexpr (is_complex_v<T>) {
-        // Complex .npy files are read and written once the complex types' .npy support lands.
-        if (from_files || a.has("out"))
-            throw invalid_argument(name + ": " + std::string(to_string(type)) +
-                                   " operands from or to .npy files are not supported yet; use random inputs");
-    }
     if (from_files) {
         for (const char* o : {"m", "n", "k", "layout", "seed"})
             if (a.has(o)) throw invalid_argument(name + ": --" + std::string(o) + " is for random inputs, not with files");
@@ -327,12 +311,6 @@ int run(const args& a, blas3_routine r, dtype type) {
             std::fprintf(stderr, "  %s: %zu tasks, %.3g GFLOP\n", d.id.c_str(), d.units, d.flops * 1e-9);
         if (faults.empty()) std::fprintf(stderr, "faults: none (no device lost)\n");
     }
-    if (a.has("trace")) as_runtime_failure([&] { recorder.write_chrome(*a.get("trace")); });
-    if (a.has("timeline"))
-        as_runtime_failure([&] {
-            write_text_file_atomically(*a.get("timeline"),
-                                       timeline_svg(recorder.spans(), problem.describe() + " on " + ctx.device_names()));
-        });
     std::optional<blas3_check_result> check;
     blas3_operands<T> inputs = ops;
     host_matrix<T> start_copy = copy_of<T>(start);
@@ -340,9 +318,19 @@ int run(const args& a, blas3_routine r, dtype type) {
     if (a.flag("check")) check = check_blas3<T>(r, f, inputs, host_matrix_view<const T>(out.view()));
     std::optional<blas_anchor> anchor;
     if (a.flag("anchor")) anchor = time_host_blas3<T>(r, f, inputs, repeat);
-    if (auto path = a.get("out"))
-        if constexpr (!is_complex_v<T>) as_runtime_failure([&] { write_npy<T>(*path, host_matrix_view<const T>(out.view())); });
     const bool ok = !check || check->passed;
+    // The outputs: written to their temporaries now (devices and FIFOs at the commit), renamed into
+    // place together after the report. A failed check writes none of them.
+    if (ok) {
+        if (out_files.has("--out")) {
+            const host_matrix_view<const T> result(out.view());
+            out_files.write("--out", [result](detail::output_file& file) { detail::write_npy_to<T>(file, result); });
+        }
+        if (out_files.has("--trace")) out_files.write("--trace", recorder.chrome_json());
+        if (out_files.has("--timeline"))
+            out_files.write("--timeline", timeline_svg(recorder.spans(), problem.describe() + " on " + ctx.device_names()));
+    }
+    std::FILE* report = out_files.report();
     if (a.flag("json")) {
         using detail::json;
         json o = {{"routine", name}, {"side", std::string(to_string(f.side))}, {"uplo", std::string(to_string(f.uplo))},
@@ -382,18 +370,26 @@ int run(const args& a, blas3_routine r, dtype type) {
             o["anchor"] = anchor->name, o["anchor_seconds"] = anchor->seconds, o["anchor_gflops"] = anchor->gflops;
             o["ratio_to_anchor"] = anchor->gflops > 0 ? gflops / anchor->gflops : 0.0;
         }
-        std::cout << detail::json_line(o) << "\n";
+        json written = json::array();
+        if (ok)
+            for (const char* o2 : {"out", "trace", "timeline"})
+                if (a.has(o2)) written.push_back(*a.get(o2));
+        o["files_written"] = written;
+        std::fprintf(report, "%s\n", detail::json_line(o).c_str());
     } else {
-        std::printf("%s on %s: %.4f s (median of %d), %.1f GFLOP/s, %zu tasks (%s, tiles %lld/%lld%s)\n",
+        std::fprintf(report, "%s on %s: %.4f s (median of %d), %.1f GFLOP/s, %zu tasks (%s, tiles %lld/%lld%s)\n",
                     problem.describe().c_str(), ctx.device_names().c_str(), secs, repeat, gflops, plan.tasks,
                     plan.in_place ? "in place" : "staged", (long long)plan.tile, (long long)(rk ? plan.tile_k : plan.tile_free),
                     r == blas3_routine::trsm ? (", " + std::string(to_string(plan.order))).c_str() : "");
         if (anchor)
-            std::printf("anchor: %s: %.4f s (median of %d), %.1f GFLOP/s; this run / anchor = %.2f\n", anchor->name.c_str(),
+            std::fprintf(report, "anchor: %s: %.4f s (median of %d), %.1f GFLOP/s; this run / anchor = %.2f\n", anchor->name.c_str(),
                         anchor->seconds, anchor->repeat, anchor->gflops, anchor->gflops > 0 ? gflops / anchor->gflops : 0.0);
-        if (check) std::printf("check: %s\n", check->summary().c_str());
-        if (auto path = a.get("out")) std::printf("wrote %s\n", path->c_str());
+        if (check) std::fprintf(report, "check: %s\n", check->summary().c_str());
+        for (const char* o2 : {"out", "trace", "timeline"})
+            if (a.has(o2))
+                std::fprintf(report, ok ? "wrote %s\n" : "not written (the check failed): %s\n", a.get(o2)->c_str());
     }
+    out_files.commit();
     return ok ? 0 : 1;
 }
 
@@ -410,7 +406,15 @@ int cmd_blas3(const std::string& cmd, int argc, char** argv) {
     args a(cmd, formula(r) + ", on one or more devices, out of core when the operands do not fit.");
     declare(a, r);
     if (!a.parse(argc, argv, 2)) return 0;
-    a.check_output_paths({"out", "trace", "timeline"});
+    // Every file named, before any work: inputs, then outputs (resolved, and none naming an input
+    // or another output; --out may update the written operand's input in place: --b of trmm and
+    // trsm, --c of the others).
+    run_files files;
+    for (const char* in : {"a", "b", "c"})
+        if (auto p = a.get(in)) files.input(std::string("--") + in, *p);
+    if (auto p = a.get("out")) files.output("--out", *p, file_format::npy, solves(r) ? "--b" : "--c");
+    if (auto p = a.get("trace")) files.output("--trace", *p, file_format::json);
+    if (auto p = a.get("timeline")) files.output("--timeline", *p, file_format::svg);
     dtype type = parse_dtype(a.get_or("dtype", "f32"));
     if (a.has("a")) {
         // The dtype comes from the files and must be one for all of them.
@@ -427,7 +431,7 @@ int cmd_blas3(const std::string& cmd, int argc, char** argv) {
                                    std::string(to_string(fa.type())));
         type = fa.type();
     }
-    return visit_dtype(type, [&]<class T>() { return run<T>(a, r, type); });
+    return visit_dtype(type, [&]<class T>() { return run<T>(a, r, type, files); });
 }
 
 }  // namespace tilestream::cli

@@ -1,8 +1,10 @@
 // The `tilestream jacobi` command: the 2-D Laplace equation by Jacobi iterations on one or many
 // devices, with optional bitwise check against one device, .npy and PNG output, and JSON.
 #include "cli_args.hpp"
+#include "cli_files.hpp"
 #include "commands.hpp"
 #include "core/json_text.hpp"
+#include "core/npy_write.hpp"
 
 #include <tilestream/context.hpp>
 #include <tilestream/devices.hpp>
@@ -10,6 +12,8 @@
 #include <tilestream/image.hpp>
 #include <tilestream/jacobi.hpp>
 #include <tilestream/npy.hpp>
+#include <tilestream/report.hpp>
+#include <tilestream/trace.hpp>
 
 #include <chrono>
 #include <cmath>
@@ -41,10 +45,12 @@ void declare_jacobi_options(args& a) {
         .text("overlap", "strips and halos first, interior meanwhile (default on)", "on|off")
         .text("out", "write the final field", "FIELD.npy")
         .text("image", "write the final field colour-mapped, with a colour bar", "FIELD.png")
+        .text("trace", "write a Chrome trace of every copy and sweep (Perfetto, chrome://tracing)", "run.json")
+        .text("timeline", "draw the sweeps and halo copies per device and stream role (SVG)", "run.svg")
         .flag_option("check", "rerun the same iterations on the first device alone and compare bit for bit; exit 1 "
                               "unless identical. Costs one more solve on one device (about the run's time times the "
                               "number of devices); the output gives its seconds")
-        .flag_option("explain", "print the plan (parts, devices, halo bytes) before running")
+        .flag_option("explain", "print the plan (parts, devices, halo bytes) before running (stderr)")
         .flag_option("json", "print one JSON object")
         .flag_option("quiet", "no progress lines on long runs");
 }
@@ -65,7 +71,7 @@ private:
 
 template <class T>
 int run_jacobi_command(const args& a, const jacobi_problem& pb, jacobi_options opt,
-                       const std::optional<npy_array>& init) {
+                       const std::optional<npy_array>& init, run_files& files) {
     // The field (and its start, for --check) lives in host memory: say so before allocating.
     const std::size_t field_bytes = checked_bytes(pb.ny, pb.nx, pb.type, "jacobi: field");
     check_host_memory(field_bytes * (a.flag("check") ? 2 : 1),
@@ -75,10 +81,18 @@ int run_jacobi_command(const args& a, const jacobi_problem& pb, jacobi_options o
     co.memory_budget = oo.memory_budget;
     co.cpu_threads = oo.cpu_threads;
     context ctx(a.get_or("devices", "cpu"), co);
+    check_budgets(ctx.devices());
     const bool json = a.flag("json");
     if (!json && !a.flag("quiet")) opt.progress = progress_printer{};
+    trace_recorder recorder;
+    if (files.has("--trace") || files.has("--timeline")) opt.trace = &recorder;
     const jacobi_plan plan = ctx.plan_jacobi(pb, opt);
-    if (a.flag("explain") && !json) std::cout << plan.explain();
+    std::FILE* out = files.report();
+    // The plan before the run, on stderr as gemm's (the result, printed at the end, is stdout's).
+    if (a.flag("explain") && !json) std::fputs(plan.explain().c_str(), stderr);
+    // The outputs' sizes are known: reserved on disk now, so a full disk is an error before the work.
+    if (files.has("--out") && !files.in_place("--out"))
+        as_runtime_failure([&] { files.open("--out").reserve(detail::npy_file_bytes(pb.type, pb.ny, pb.nx, layout::row_major)); });
 
     host_matrix<T> field(pb.ny, pb.nx);
     if (init) {
@@ -110,6 +124,7 @@ int run_jacobi_command(const args& a, const jacobi_problem& pb, jacobi_options o
         one.iters = rep.iterations;
         one.tol = 0;
         one.progress = nullptr;
+        one.trace = nullptr;
         const auto t0 = std::chrono::steady_clock::now();
         const jacobi_plan single = plan_jacobi(pb, std::vector<device*>{ctx.devices().front()}, one);
         run_jacobi<T>(single, start->view());
@@ -137,8 +152,21 @@ int run_jacobi_command(const args& a, const jacobi_problem& pb, jacobi_options o
 
     const auto out_path = a.get("out");
     const auto image_path = a.get("image");
-    if (out_path) as_runtime_failure([&] { write_npy<T>(*out_path, host_matrix_view<const T>(field.view())); });
-    if (image_path) as_runtime_failure([&] { write_field_png<T>(*image_path, host_matrix_view<const T>(field.view())); });
+    const bool ok = !check_ok || *check_ok;
+    // Written to temporaries now (devices and FIFOs at the commit), renamed into place together
+    // after the report; a failed check writes none of them.
+    if (ok) {
+        const host_matrix_view<const T> f(field.view());
+        if (out_path) files.write("--out", [f](detail::output_file& o) { detail::write_npy_to<T>(o, f); });
+        if (image_path) files.write("--image", encode_png(render_field<T>(f), *image_path));
+        if (files.has("--trace")) files.write("--trace", recorder.chrome_json());
+        if (files.has("--timeline"))
+            files.write("--timeline", timeline_svg(recorder.spans(), "jacobi " + std::to_string(pb.ny) + "x" +
+                                                                         std::to_string(pb.nx) + " " +
+                                                                         to_string(plan.decomposition()) + " on " +
+                                                                         ctx.device_names()));
+    }
+    const char* written[] = {"out", "image", "trace", "timeline"};
 
     const std::string& ids = ctx.device_names();
     const std::string decomp = to_string(plan.decomposition());
@@ -152,23 +180,29 @@ int run_jacobi_command(const args& a, const jacobi_problem& pb, jacobi_options o
                           {"halo_bytes_per_iteration", plan.halo_bytes_per_iteration()},
                           {"halo_bytes", rep.halo_bytes}};
         if (check_ok) o["check_passed"] = *check_ok, o["check_seconds"] = check_seconds;
-        if (out_path) o["out"] = *out_path;
-        if (image_path) o["image"] = *image_path;
-        std::cout << detail::json_line(o) << "\n";
+        if (ok && out_path) o["out"] = *out_path;
+        if (ok && image_path) o["image"] = *image_path;
+        detail::json list = detail::json::array();
+        if (ok)
+            for (const char* w : written)
+                if (a.has(w)) list.push_back(*a.get(w));
+        o["files_written"] = list;
+        std::fprintf(out, "%s\n", detail::json_line(o).c_str());
     } else {
-        std::printf("jacobi %lldx%lld %s on %s: %s%s, overlap %s\n", (long long)pb.nx, (long long)pb.ny,
-                    std::string(to_string(pb.type)).c_str(), ids.c_str(), decomp.c_str(),
-                    plan.planner_chose() ? " (planner's choice)" : "", opt.overlap ? "on" : "off");
-        std::printf("%lld iterations in %.4f s (%.4f s with copies): %.3f GLUP/s, %.2f GB/s; residual %.6e\n",
-                    (long long)rep.iterations, rep.seconds, rep.total_seconds, rep.glups, rep.gbps, rep.residual);
+        std::fprintf(out, "jacobi %lldx%lld %s on %s: %s%s, overlap %s\n", (long long)pb.nx, (long long)pb.ny,
+                     std::string(to_string(pb.type)).c_str(), ids.c_str(), decomp.c_str(),
+                     plan.planner_chose() ? " (planner's choice)" : "", opt.overlap ? "on" : "off");
+        std::fprintf(out, "%lld iterations in %.4f s (%.4f s with copies): %.3f GLUP/s, %.2f GB/s; residual %.6e\n",
+                     (long long)rep.iterations, rep.seconds, rep.total_seconds, rep.glups, rep.gbps, rep.residual);
         if (rep.converged)
-            std::printf("converged: the residual of iteration %lld was below %g\n", (long long)rep.converged_at,
-                        opt.tol);
-        if (check_ok) std::printf("check: %s\n", check_text.c_str());
-        if (out_path) std::printf("wrote %s\n", out_path->c_str());
-        if (image_path) std::printf("wrote %s\n", image_path->c_str());
+            std::fprintf(out, "converged: the residual of iteration %lld was below %g\n", (long long)rep.converged_at,
+                         opt.tol);
+        if (check_ok) std::fprintf(out, "check: %s\n", check_text.c_str());
+        for (const char* w : written)
+            if (a.has(w)) std::fprintf(out, ok ? "wrote %s\n" : "not written (the check failed): %s\n", a.get(w)->c_str());
     }
-    return !check_ok || *check_ok ? 0 : exit_check_failed;
+    files.commit();
+    return ok ? 0 : exit_check_failed;
 }
 
 }  // namespace
@@ -183,12 +217,21 @@ int cmd_jacobi(int argc, char** argv) {
     args a("jacobi", "2-D Laplace equation by Jacobi iterations across devices.");
     declare_jacobi_options(a);
     if (!a.parse(argc, argv, 2)) return 0;
-    a.check_output_paths({"out", "image"});
+    // Every file named, before any work (--out may update --init in place).
+    run_files files;
+    if (auto p = a.get("init")) files.input("--init", *p);
+    if (auto p = a.get("out")) files.output("--out", *p, file_format::npy, "--init");
+    if (auto p = a.get("image")) files.output("--image", *p, file_format::png);
+    if (auto p = a.get("trace")) files.output("--trace", *p, file_format::json);
+    if (auto p = a.get("timeline")) files.output("--timeline", *p, file_format::svg);
     const index_t big = std::numeric_limits<index_t>::max();
     jacobi_problem pb;
     std::optional<npy_array> init;
     if (auto path = a.get("init")) {
         init = read_npy(*path);
+        if (init->ndim() == 1)
+            throw invalid_argument("jacobi: --init " + *path + " is a 1-D array (shape (" + std::to_string(init->rows()) +
+                                   ",)); the starting field is 2-D, ny x nx");
         pb.ny = init->rows();
         pb.nx = init->cols();
         for (const char* dim : {"nx", "ny"}) {
@@ -212,7 +255,7 @@ int cmd_jacobi(int argc, char** argv) {
         throw invalid_argument("--tol must be a finite number >= 0, got '" + *a.get("tol") + "'");
     opt.overlap = parse_on_off("overlap", a.get_or("overlap", "on"));
     opt.decomposition = parse_jacobi_decomposition(a.get_or("decomp", "auto"));
-    return visit_real_dtype(pb.type, "jacobi", [&]<class T>() { return run_jacobi_command<T>(a, pb, opt, init); });
+    return visit_real_dtype(pb.type, "jacobi", [&]<class T>() { return run_jacobi_command<T>(a, pb, opt, init, files); });
 }
 
 }  // namespace tilestream::cli

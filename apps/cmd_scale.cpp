@@ -1,6 +1,7 @@
 // `tilestream scale gemm|jacobi`: the same problem on each device set of a list, as a table of
 // seconds, rate, speedup and efficiency, with --json and an SVG plot; and `tilestream timeline`.
 #include "cli_args.hpp"
+#include "cli_files.hpp"
 #include "commands.hpp"
 #include "core/json_text.hpp"
 #include "scale_ranks.hpp"
@@ -42,30 +43,37 @@ void declare_scale_options(args& a) {
     a.text("devices", "comma-separated device sets; '+' joins devices within a set, e.g. cpu:1,cpu:2,cuda:0+cpu "
                       "(with --ranks: each rank's devices, one set, default cpu)", "SETS")
         .text("ranks", "strong scaling over MPI ranks instead: mpirun -np R of this tool for each R, e.g. 1,2,4", "R,R")
-        .text("dtype", "f32 (default) or f64", "f32|f64")
+        .text("dtype", "f32 (default), f64; gemm also c32 or c64", "DTYPE")
         .integer_option("repeat", "median of R runs (default 3)")
         .text("plot", "draw the scaling plot (SVG)", "scaling.svg")
         .flag_option("json", "print one JSON object");
 }
 
+/// The --plot output, checked before any work.
+void declare_plot(const args& a, run_files& files) {
+    if (auto p = a.get("plot")) files.output("--plot", *p, file_format::svg);
+}
+
 /// The scaling table, or its JSON, and the plot: the same for device sets and rank counts.
-void print_scaling(const args& a, const std::vector<scaling_row>& rows, const std::string& workload,
+void print_scaling(const args& a, run_files& files, const std::vector<scaling_row>& rows, const std::string& workload,
                    const std::string& unit, bool weak, const std::string& title) {
     detail::json o = {{"workload", workload}};
     if (workload == "jacobi") o["weak"] = weak;
     if (a.has("ranks")) o["over"] = "ranks";
     o["rows"] = detail::json::parse(scaling_json(rows, unit));
+    if (files.has("--plot"))
+        files.write("--plot", scaling_svg(rows, title, unit, a.has("ranks") ? "MPI ranks" : "devices"));
     if (a.flag("json"))
-        std::cout << detail::json_line(o) << "\n";
+        std::fprintf(files.report(), "%s\n", detail::json_line(o).c_str());
     else
-        std::cout << scaling_table(rows, unit);
-    if (auto plot = a.get("plot")) as_runtime_failure([&] { write_text_file_atomically(*plot, scaling_svg(rows, title)); });
+        std::fputs(scaling_table(rows, unit).c_str(), files.report());
+    files.commit();
 }
 
 /// `scale <workload> --ranks`: the rank counts, each rank's devices (one set) and the device
 /// options passed on to every run with the problem's `problem_args`; prints the table.
-int scale_ranks_command(const args& a, const std::string& workload, char** argv, std::vector<std::string> problem_args,
-                        const std::string& problem) {
+int scale_ranks_command(const args& a, run_files& files, const std::string& workload, char** argv,
+                        std::vector<std::string> problem_args, const std::string& problem) {
     const bool gemm = workload == "gemm";
     ranks_study st;
     st.workload = workload;
@@ -84,7 +92,7 @@ int scale_ranks_command(const args& a, const std::string& workload, char** argv,
     for (const char* o : {"memory-budget", "cpu-threads"})
         if (auto v = a.get(o)) st.args.insert(st.args.end(), {std::string("--") + o, *v});
     st.args.insert(st.args.end(), problem_args.begin(), problem_args.end());
-    print_scaling(a, scale_over_ranks(st), workload, gemm ? "GFLOP/s" : "GLUP/s", false,
+    print_scaling(a, files, scale_over_ranks(st), workload, gemm ? "GFLOP/s" : "GLUP/s", false,
                   (gemm ? "gemm strong scaling over ranks: " : "strong scaling over ranks, jacobi ") + problem);
     return 0;
 }
@@ -123,6 +131,7 @@ std::vector<scaling_row> scale_gemm(const args& a, const std::vector<std::string
             ptrs.push_back(d.get());
             budget = std::min(budget, d->budget());
         }
+        check_budgets(ptrs);
         po.devices = int(ptrs.size());
         po.in_place = computes_in_place(ptrs);
         const gemm_problem q = describe_gemm<T>(op::n, op::n, T(1), am.view(), bm.view(), T(0), cm.view());
@@ -167,7 +176,8 @@ int cmd_scale_jacobi(int argc, char** argv) {
     if (!a.parse(argc, argv, 3)) return 0;
     if (!a.has("devices") && !a.has("ranks"))
         throw invalid_argument("scale jacobi: give --devices, e.g. cpu:1,cpu:2 (or --ranks 1,2,4)");
-    a.check_output_paths({"plot"});
+    run_files files;
+    declare_plot(a, files);
     const index_t big = std::numeric_limits<index_t>::max();
     jacobi_problem base;
     base.nx = a.integer("nx", 0, 1, big);
@@ -185,7 +195,7 @@ int cmd_scale_jacobi(int argc, char** argv) {
     if (a.has("ranks")) {
         if (weak) throw invalid_argument("scale jacobi: --ranks measures strong scaling; it does not go with --weak");
         return scale_ranks_command(
-            a, "jacobi", argv,
+            a, files, "jacobi", argv,
             {"--nx", std::to_string(base.nx), "--ny", std::to_string(base.ny), "--dtype", std::string(to_string(base.type)),
              "--iters", std::to_string(jo.iters), "--check-every", std::to_string(jo.check_every), "--overlap", overlap,
              "--decomp", to_string(jo.decomposition)},
@@ -199,6 +209,7 @@ int cmd_scale_jacobi(int argc, char** argv) {
         auto devs = open_devices(set, oo);
         std::vector<device*> ptrs;
         for (auto& d : devs) ptrs.push_back(d.get());
+        check_budgets(ptrs);
         jacobi_problem q = weak ? weak_scaling_problem(base, int(ptrs.size())) : base;
         jacobi_options o = jo;
         if (weak && !a.has("decomp")) o.decomposition = parse_jacobi_decomposition("tiles");
@@ -221,7 +232,7 @@ int cmd_scale_jacobi(int argc, char** argv) {
         std::fprintf(stderr, "  %s: %.4f s\n", set.c_str(), row.seconds);
     }
     compute_scaling(rows, weak);
-    print_scaling(a, rows, "jacobi", "GLUP/s", weak,
+    print_scaling(a, files, rows, "jacobi", "GLUP/s", weak,
                   std::string(weak ? "weak" : "strong") + " scaling, jacobi " + rows.front().problem);
     return 0;
 }
@@ -254,7 +265,8 @@ int cmd_scale(int argc, char** argv) {
     if (!a.parse(argc, argv, 3)) return 0;
     if (!a.has("devices") && !a.has("ranks"))
         throw invalid_argument("scale gemm: give --devices, e.g. cpu:1,cpu:2 (or --ranks 1,2,4)");
-    a.check_output_paths({"plot"});
+    run_files files;
+    declare_plot(a, files);
     const dtype type = parse_dtype(a.get_or("dtype", "f32"));
     if (a.has("ranks")) {
         for (const char* o : {"kernel", "strategy", "tile", "cache", "rates"})
@@ -264,15 +276,15 @@ int cmd_scale(int argc, char** argv) {
         const index_t big = std::numeric_limits<index_t>::max();
         const index_t m = a.integer("m", 0, 1, big), n = a.integer("n", 0, 1, big), k = a.integer("k", 0, 1, big);
         if (!m || !n || !k) throw invalid_argument("scale gemm: give --m, --n and --k");
-        return scale_ranks_command(a, "gemm", argv,
+        return scale_ranks_command(a, files, "gemm", argv,
                                    {"--m", std::to_string(m), "--n", std::to_string(n), "--k", std::to_string(k),
                                     "--dtype", std::string(to_string(type))},
                                    std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + " " +
                                        std::string(to_string(type)));
     }
     const auto sets = device_sets(*a.get("devices"));
-    auto rows = visit_real_dtype(type, "scale gemm", [&]<class T>() { return scale_gemm<T>(a, sets, type); });
-    print_scaling(a, rows, "gemm", "GFLOP/s", false, "gemm scaling: " + rows.front().problem);
+    auto rows = visit_dtype(type, [&]<class T>() { return scale_gemm<T>(a, sets, type); });
+    print_scaling(a, files, rows, "gemm", "GFLOP/s", false, "gemm scaling: " + rows.front().problem);
     return 0;
 }
 
@@ -284,10 +296,15 @@ int cmd_timeline(int argc, char** argv) {
         std::cout << "usage: tilestream timeline run.json run.svg   (a Chrome trace written by --trace)\n";
         return 2;
     }
-    check_output_path(a.positional()[1]);
-    const auto spans = read_chrome_trace(a.positional()[0]);
-    as_runtime_failure([&] { write_text_file_atomically(a.positional()[1], timeline_svg(spans, "timeline of " + a.positional()[0])); });
-    std::printf("wrote %s (%zu spans)\n", a.positional()[1].c_str(), spans.size());
+    const std::string& trace = a.positional()[0];
+    const std::string& picture = a.positional()[1];
+    run_files files;
+    files.input("the trace", trace);
+    files.output("the timeline", picture, file_format::svg);
+    const auto spans = read_chrome_trace(trace);
+    files.write("the timeline", timeline_svg(spans, "timeline of " + trace));
+    std::fprintf(files.report(), "wrote %s (%zu spans)\n", picture.c_str(), spans.size());
+    files.commit();
     return 0;
 }
 

@@ -18,7 +18,12 @@ int cmd_distributed(const std::string& cmd, int argc, char** argv);
 /// The Level 3 commands (symm, hemm, syrk, herk, syr2k, her2k, trmm, trsm; cmd_blas3.cpp).
 bool is_blas3_command(const std::string& cmd);
 int cmd_blas3(const std::string& cmd, int argc, char** argv);
+/// "tilestream 0.1.0 (git abcdef123456)": the version and the commit built (version.cpp).
+std::string version_text();
 /// "on" -> true, "off" -> false; otherwise invalid_argument naming --name (cmd_jacobi.cpp).
 bool parse_on_off(const std::string& name, const std::string& v);
+/// Takes back the OPENBLAS_NUM_THREADS=1 set before OpenBLAS loaded under an address-space limit
+/// (openblas_workers.cpp), so processes the tool starts do not inherit it.
+void restore_openblas_environment();
 
 }  // namespace tilestream::cli

@@ -107,9 +107,22 @@ std::vector<scaling_row> scale_over_ranks(const ranks_study& study) {
         command += r == 1 ? " --grid 1x1 --json" : " --json";
         std::vector<double> secs;
         double work = 0, bytes = 0;
-        std::string grid;
+        std::string grid, per_rank;
         for (int k = 0; k < study.repeat; ++k) {
             const detail::json j = run_json(command);
+            // The per-rank figures of the run (gemm): the fastest and slowest rank and the most sent.
+            if (j.contains("per_rank") && j["per_rank"].is_array() && !j["per_rank"].empty()) {
+                double lo = 1e300, hi = 0, sent = 0;
+                for (const auto& pr : j["per_rank"]) {
+                    lo = std::min(lo, pr.value("seconds", 0.0));
+                    hi = std::max(hi, pr.value("seconds", 0.0));
+                    sent = std::max(sent, pr.value("bytes_sent", 0.0));
+                }
+                char text[160];
+                std::snprintf(text, sizeof text, "; per rank %.4f..%.4f s, at most %s sent", lo, hi,
+                              format_bytes(std::size_t(sent)).c_str());
+                per_rank = text;
+            }
             const double s = j.value("seconds", 0.0);
             if (!(s > 0)) throw runtime_failure("scale --ranks: " + command + " reported " + std::to_string(s) + " seconds");
             secs.push_back(s);
@@ -125,7 +138,7 @@ std::vector<scaling_row> scale_over_ranks(const ranks_study& study) {
         row.bytes_moved = bytes;
         row.problem = study.problem + " grid " + grid;
         rows.push_back(row);
-        std::fprintf(stderr, "  %s: %.4f s\n", row.devices.c_str(), row.seconds);
+        std::fprintf(stderr, "  %s: %.4f s%s\n", row.devices.c_str(), row.seconds, per_rank.c_str());
     }
     compute_scaling(rows, false);
     return rows;

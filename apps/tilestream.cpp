@@ -1,7 +1,10 @@
 // The tilestream command-line tool: parses options, calls the library, prints results.
 #include "cli_args.hpp"
+#include "cli_files.hpp"
 #include "commands.hpp"
 #include "core/json_text.hpp"
+#include "core/message_text.hpp"
+#include "core/npy_write.hpp"
 
 #include <tilestream/anchor.hpp>
 #include <tilestream/context.hpp>
@@ -45,9 +48,11 @@ const char* usage_text =
     "  devices [--json]                 list the devices present\n"
     "  gemm [options]                   C <- alpha*op(A)*op(B) + beta*C on one or more devices\n"
     "  jacobi [options]                 2-D Laplace by Jacobi iteration across devices\n"
-    "  symm|syrk|syr2k|trmm|trsm [options]  the rest of Level 3 BLAS on one or more devices, out of core\n"
+    "  symm|hemm|syrk|herk|syr2k|her2k|trmm|trsm [options]\n"
+    "                                   the rest of Level 3 BLAS on one or more devices, out of core\n"
     "  scale gemm|jacobi [options]      the same problem on several device sets: speedup, efficiency\n"
     "  timeline run.json run.svg        draw a saved trace\n"
+    "  --version                        the version and the git commit built\n"
     "run 'tilestream <command> --help' for the options of a command\n";
 
 /// The gemm command's options, with their help.
@@ -56,7 +61,8 @@ void declare_gemm_options(ts::cli::args& a) {
     a.integer_option("m", "rows of C (random inputs, uniform in [-1, 1])")
         .integer_option("n", "columns of C (random inputs)")
         .integer_option("k", "inner dimension (random inputs)")
-        .text("dtype", "f32 (default) or f64; file inputs: the files' dtype", "f32|f64")
+        .text("dtype", "f32 (default), f64, c32 or c64 (numpy's float32, float64, complex64, complex128 too); "
+                       "file inputs: the files' dtype", "DTYPE")
         .integer_option("seed", "seed of the random inputs (default 42)")
         .text("layout", "row (default) or col: layout of the random inputs", "row|col")
         .text("a", "A from a .npy file (layout from its order; memory-mapped, may exceed memory)", "A.npy")
@@ -64,10 +70,10 @@ void declare_gemm_options(ts::cli::args& a) {
         .text("c", "C's input from a .npy file (read when --beta is not 0)", "C.npy")
         .text("out", "write C (atomically; with file inputs C is written in place through a mapped temporary)",
               "C.npy")
-        .number_option("alpha", "scalar alpha (default 1)")
-        .number_option("beta", "scalar beta (default 0: C is not read)")
-        .text("op-a", "op(A): n (default) or t", "n|t")
-        .text("op-b", "op(B): n (default) or t", "n|t")
+        .scalar_option("alpha", "scalar alpha (default 1; complex types: e.g. 1.5-2j, 2j, (1+2j))")
+        .scalar_option("beta", "scalar beta (default 0: C is not read)")
+        .text("op-a", "op(A): n (default), t, or c (conjugate transpose; on real data the same as t)", "n|t|c")
+        .text("op-b", "op(B): n (default), t or c", "n|t|c")
         .text("kernel", "reference, naive, tiled or vendor (default)", "KERNEL")
         .text("math", "strict (default) or tf32 (f32 on tensor cores, CUDA vendor kernel only)", "strict|tf32")
         .text("devices", "e.g. cpu, cpu:2, cuda:0, cpu@512MiB (default cpu)", "SPEC")
@@ -272,8 +278,50 @@ double median(std::vector<double> v) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/// A 1-D .npy operand is refused: numpy's matmul would take it as a row or a column depending on
+/// its side and drop that dimension from the result, which a 2-D C cannot show.
+void refuse_vector(const ts::npy_array& f, const std::string& option) {
+    if (f.ndim() != 1) return;
+    throw ts::invalid_argument("gemm: " + option + " " + f.path() + " is a 1-D array (shape (" + std::to_string(f.rows()) +
+                               ",)); gemm takes 2-D arrays: save it with the shape you mean, (1, " +
+                               std::to_string(f.rows()) + ") for a row or (" + std::to_string(f.rows()) +
+                               ", 1) for a column (numpy: a.reshape(1, -1) or a.reshape(-1, 1))");
+}
+
+/// --math tf32 runs f32 on tensor cores: only the vendor kernel of CUDA GPUs of compute capability
+/// 8.0 or later has it. Anything else is refused, naming the devices that have it.
+void check_math_mode(ts::math_mode math, ts::dtype type, ts::gemm_kernel kernel, const ts::context& ctx) {
+    if (math != ts::math_mode::tf32) return;
+    if (type != ts::dtype::f32)
+        throw ts::invalid_argument("--math tf32 rounds f32 operands to TF32; this run is " +
+                                   std::string(ts::to_string(type)));
+    std::string with;
+    for (const auto& g : ts::inventory().gpus)
+        if (g.cc_major >= 8) with += (with.empty() ? "" : ", ") + g.id;
+    const std::string have = "; devices here with TF32: " + (with.empty() ? std::string("none") : with);
+    if (kernel != ts::gemm_kernel::vendor)
+        throw ts::invalid_argument("--math tf32 needs the vendor kernel (cuBLAS on tensor cores), not --kernel " +
+                                   std::string(ts::to_string(kernel)) + have);
+    std::string without;
+    for (const ts::device* d : ctx.devices())
+        if (d->info().kind != ts::device_kind::cuda || d->info().cc_major < 8)
+            without += (without.empty() ? "" : ", ") + d->id();
+    if (!without.empty())
+        throw ts::invalid_argument("--math tf32 runs on tensor cores with TF32 (CUDA GPUs of compute capability 8.0 or "
+                                   "later); " + without + " ha" + (without.find(',') == std::string::npos ? "s" : "ve") +
+                                   " none" + have);
+}
+
+/// The tile options given, as the user wrote them ("--tile 64", "--tile-m 32 --tile-k 16").
+std::string tile_options(const ts::cli::args& a) {
+    std::string t;
+    for (const char* o : {"tile", "tile-m", "tile-n", "tile-k"})
+        if (a.has(o)) t += std::string(t.empty() ? "" : " ") + "--" + o + " " + *a.get(o);
+    return t;
+}
+
 template <class T>
-int run_gemm(const ts::cli::args& a, ts::dtype type) {
+int run_gemm(const ts::cli::args& a, ts::dtype type, ts::cli::run_files& files) {
     const ts::op op_a = ts::parse_op(a.get_or("op-a", "n"));
     const ts::op op_b = ts::parse_op(a.get_or("op-b", "n"));
     const T alpha = a.scalar<T>("alpha", 1.0);
@@ -283,6 +331,9 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
     ts::gemm_options opt;
     opt.kernel = ts::parse_gemm_kernel(a.get_or("kernel", "vendor"));
     opt.math = ts::parse_math_mode(a.get_or("math", "strict"));
+    if (a.has("c") && beta == T(0))
+        throw ts::invalid_argument("gemm: --c " + *a.get("c") + " is given but --beta is 0 (the default), so C's input "
+                                   "would not be read: give --beta (--beta 1 adds it), or leave out --c");
 
     gemm_operands<T> ops;
     ts::index_t m, n, k;
@@ -294,6 +345,8 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
             if (a.has(o)) throw ts::invalid_argument(std::string("gemm: --") + o + " is for random inputs, not with --a/--b");
         ops.a_file = ts::read_npy(*a.get("a"));
         ops.b_file = ts::read_npy(*a.get("b"));
+        refuse_vector(ops.a_file, "--a");
+        refuse_vector(ops.b_file, "--b");
         ops.a = ops.a_file.template view<T>();
         ops.b = ops.b_file.template view<T>();
         m = op_a == ts::op::n ? ops.a.rows() : ops.a.cols();
@@ -303,12 +356,14 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
         if (a.has("c")) {
             // C's input stays in its mapping: it is copied into C (in blocks) before each run.
             ops.c_file = ts::read_npy(*a.get("c"));
+            refuse_vector(ops.c_file, "--c");
             ops.c_start = ops.c_file.template view<T>();
             ts::validate_gemm(op_a, op_b, ops.a.rows(), ops.a.cols(), ops.b.rows(), ops.b.cols(), ops.c_start.rows(),
                               ops.c_start.cols());
             c_layout = ops.c_start.layout();
         } else if (beta != T(0)) {
-            throw ts::invalid_argument("gemm: --beta is not 0 but no --c file was given");
+            throw ts::invalid_argument("gemm: --beta is not 0 but no --c file was given (with --a and --b, C's input "
+                                       "comes from --c)");
         }
     } else {
         if (a.has("c")) throw ts::invalid_argument("gemm: --c needs --a and --b");
@@ -343,7 +398,7 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
         }
     }
 
-    std::optional<std::string> out_path = a.get("out");
+    const bool to_out = files.has("--out");
     // The devices, their rates and the planner come from a context, as for every caller of the library.
     ts::context_options co;
     const ts::open_options oo = ts::cli::device_options(a);
@@ -358,6 +413,8 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
     co.reproducible = reproducible == "on";
     if (a.has("rates")) co.rates = ts::parse_rates(*a.get("rates"));
     ts::context ctx(a.get_or("devices", "cpu"), co);
+    ts::cli::check_budgets(ctx.devices());
+    check_math_mode(opt.math, type, opt.kernel, ctx);
     const std::size_t budget = ctx.budget();
     const std::string& dev_names = ctx.device_names();
 
@@ -376,9 +433,13 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
     const std::string transfer = a.get_or("transfer", "2d");
     if (transfer != "2d" && transfer != "pack") throw ts::invalid_argument("--transfer expects 2d or pack, got '" + transfer + "'");
     call.transfer = transfer == "2d" ? ts::transfer_mode::copy_2d : ts::transfer_mode::pack;
+    const std::string peers = a.get_or("peer-tiles", "auto");
+    if (peers != "auto" && peers != "on" && peers != "off")
+        throw ts::invalid_argument("--peer-tiles expects auto, on or off, got '" + peers + "'");
 
-    // C: in memory, or, for file inputs written to --out, the output file itself (mapped), so
-    // that operands larger than memory pass through the devices' budgets without a copy in RAM.
+    // C: in memory, or, for file inputs written to a file --out, the output file itself (mapped),
+    // so that operands larger than memory pass through the devices' budgets without a copy in RAM.
+    // A device or FIFO cannot be mapped: C is then computed in memory and written at the end.
     std::optional<ts::npy_output> c_file_out;
     ts::host_matrix<T> c_mem;
     ts::host_matrix_view<T> c;
@@ -387,20 +448,50 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
         for (const ts::npy_array* f : {&ops.a_file, &ops.b_file, &ops.c_file})
             trim.add([f] { f->release_resident(); });
     }
-    if (from_files && out_path) {
-        ts::cli::as_runtime_failure([&] { c_file_out.emplace(*out_path, type, m, n, c_layout); });
+    if (from_files && to_out && !files.in_place("--out")) {
+        ts::cli::as_runtime_failure([&] { c_file_out.emplace(*a.get("out"), type, m, n, c_layout); });
         c = c_file_out->template view<T>();
         trim.add([&c_file_out] { c_file_out->release_resident(); });
     } else {
+        if (from_files)
+            ts::check_host_memory(ts::checked_bytes(m, n, type, "gemm: C"),
+                                  "gemm: C (" + std::to_string(m) + "x" + std::to_string(n) + ", in memory: " +
+                                      (to_out ? "--out " + *a.get("out") + " is a device or FIFO, which cannot be mapped"
+                                              : std::string("give --out to write it through a mapped file")) +
+                                      ")");
         c_mem = ts::host_matrix<T>(m, n, c_layout);
         c = c_mem.view();
+        // The whole file is reserved on disk now: a full disk is an error before the work.
+        if (to_out && !files.in_place("--out"))
+            ts::cli::as_runtime_failure([&] { files.open("--out").reserve(ts::detail::npy_file_bytes(type, m, n, c_layout)); });
     }
     const ts::gemm_problem problem = ts::describe_gemm<T>(op_a, op_b, alpha, ops.a, ops.b, beta, c);
     const bool explain = a.flag("explain");
     // --explain predicts with measured rates whatever the strategy (the automatic choice measures
     // them anyway; in place nothing is copied, so it needs none).
     if (explain && !co.rates) call.rates = ctx.rates(type, opt.kernel);
-    const ts::gemm_plan plan = ctx.plan(problem, call);
+    const std::string tiles_given = tile_options(a);
+    const ts::gemm_plan plan = [&] {
+        try {
+            return ctx.plan(problem, call);
+        } catch (const ts::out_of_budget& e) {
+            if (tiles_given.empty()) throw;
+            // Say that the tiles given are the reason, and whether the planner's own choice fits.
+            ts::gemm_call_options free = call;
+            free.tile_m = free.tile_n = free.tile_k = 0;
+            std::string advice = "; the tiles given (" + tiles_given + ", cut to the matrices where larger) decide "
+                                 "that: give smaller tiles";
+            try {
+                const ts::gemm_plan p = ctx.plan(problem, free);
+                advice += " or leave them to the planner, whose choice fits (" + std::string(ts::to_string(p.strategy)) +
+                          " with tiles " + std::to_string(p.tile_m) + "x" + std::to_string(p.tile_n) + "x" +
+                          std::to_string(p.tile_k) + ")";
+            } catch (const ts::out_of_budget&) {
+                advice += " (without them no plan fits either)";
+            }
+            throw ts::out_of_budget(e.what() + advice);
+        }
+    }();
     const ts::device_rates& rates = plan.rates;
     if (explain) {
         std::fprintf(stderr, "%s", ctx.explain(plan).c_str());
@@ -409,17 +500,14 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
                                  "default rates (give --rates to declare them)\n",
                          ts::format_bytes(budget).c_str());
     }
-    if ((a.has("tile") || a.has("tile-m") || a.has("tile-n") || a.has("tile-k")) &&
-        call.strategy == ts::gemm_strategy::automatic && plan.strategy == ts::gemm_strategy::in_core)
+    if (!tiles_given.empty() && call.strategy == ts::gemm_strategy::automatic &&
+        plan.strategy == ts::gemm_strategy::in_core)
         std::fprintf(stderr, "tilestream gemm: warning: the tile sizes given are not used: the planner chose "
                              "in-core (the whole problem fits the budget); add --strategy tiles-3d to tile it\n");
 
     ts::trace_recorder recorder;
     ts::gemm_run_options& run = call.run;
-    if (a.has("trace") || a.has("timeline")) run.trace = &recorder;
-    const std::string peers = a.get_or("peer-tiles", "auto");
-    if (peers != "auto" && peers != "on" && peers != "off")
-        throw ts::invalid_argument("--peer-tiles expects auto, on or off, got '" + peers + "'");
+    if (files.has("--trace") || files.has("--timeline")) run.trace = &recorder;
     run.peer_tiles = peers == "on" ? ts::peer_tile_mode::on : peers == "off" ? ts::peer_tile_mode::off : ts::peer_tile_mode::automatic;
     progress_line progress(plan.units * std::size_t(repeat), plan.problem.flops() / double(plan.units ? plan.units : 1),
                            !a.flag("quiet"));
@@ -458,11 +546,12 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
             ops.a_file.check_unchanged();
             ops.b_file.check_unchanged();
             ops.c_file.check_unchanged();
+            if (c_file_out) c_file_out->check_intact();
         });
     }
     progress.finish();
     const double secs = median(seconds);
-    const double flops = 2.0 * double(m) * double(n) * double(k);
+    const double flops = double(ts::dtype_traits(type).flops_per_multiply_add) * double(m) * double(n) * double(k);
     // An empty problem (m, n or k = 0 from files) does no arithmetic: report 0, not 0/0.
     const double gflops = flops > 0 && secs > 0 ? flops / secs * 1e-9 : 0.0;
     if (explain)
@@ -477,13 +566,6 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
             std::fprintf(stderr, "fault: device %s lost, %zu units redone by the other devices: %s\n", f.id.c_str(),
                          f.units_redone, f.message.c_str());
     }
-    if (a.has("trace")) ts::cli::as_runtime_failure([&] { recorder.write_chrome(*a.get("trace")); });
-    if (a.has("timeline"))
-        ts::cli::as_runtime_failure([&] { ts::write_text_file_atomically(*a.get("timeline"),
-                                       ts::timeline_svg(recorder.spans(), "gemm " + std::to_string(m) + "x" + std::to_string(n) +
-                                                                              "x" + std::to_string(k) + " " +
-                                                                              std::string(ts::to_string(plan.strategy)) +
-                                                                              " on " + dev_names)); });
 
     // C0 (the input C) is c_start when beta != 0; with beta == 0 it is not read.
     const ts::host_matrix_view<const T> c0 = beta != T(0) ? ops.c_start : ts::host_matrix_view<const T>(c);
@@ -491,23 +573,37 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
     if (a.flag("check")) check = ts::check_gemm<T>(op_a, op_b, alpha, ops.a, ops.b, beta, c0, c, opt.math);
     std::optional<ts::blas_anchor> anchor;
     if (a.flag("anchor")) anchor = ts::time_host_blas_gemm<T>(op_a, op_b, alpha, ops.a, ops.b, beta, c0, repeat);
-    if (out_path)
-        ts::cli::as_runtime_failure([&] {
-            if (c_file_out) {
-                ts::cli::as_runtime_failure([&] { ops.c_file.check_unchanged(); });
-                c_file_out->commit();
-            } else {
-                ts::write_npy<T>(*out_path, ts::host_matrix_view<const T>(c));
-            }
-        });
-
     const bool ok = !check || check->passed();
+
+    // The outputs: written to their temporaries now (devices and FIFOs at the commit), renamed into
+    // place together after the report. A failed check writes none of them.
+    if (ok) {
+        if (to_out) {
+            if (c_file_out) {
+                ts::cli::as_runtime_failure([&] {
+                    ops.c_file.check_unchanged();
+                    files.adopt(c_file_out->finish());
+                });
+            } else {
+                files.write("--out", [c](ts::detail::output_file& f) { ts::detail::write_npy_to<T>(f, c); });
+            }
+        }
+        if (files.has("--trace")) files.write("--trace", recorder.chrome_json());
+        if (files.has("--timeline"))
+            files.write("--timeline", ts::timeline_svg(recorder.spans(), "gemm " + std::to_string(m) + "x" + std::to_string(n) +
+                                                                             "x" + std::to_string(k) + " " +
+                                                                             std::string(ts::to_string(plan.strategy)) +
+                                                                             " on " + dev_names));
+    }
+
+    std::FILE* out = files.report();
     if (a.flag("json")) {
         using ts::detail::json;
         json o = {{"m", m}, {"n", n}, {"k", k}, {"dtype", std::string(ts::to_string(type))},
                   {"kernel", std::string(ts::to_string(opt.kernel))}, {"math", std::string(ts::to_string(opt.math))},
                   {"devices", dev_names}, {"op_a", std::string(ts::to_string(op_a))},
-                  {"op_b", std::string(ts::to_string(op_b))}, {"alpha", double(alpha)}, {"beta", double(beta)},
+                  {"op_b", std::string(ts::to_string(op_b))}, {"alpha", ts::as_scalar(alpha).real()},
+                  {"beta", ts::as_scalar(beta).real()},
                   {"repeat", repeat}, {"seconds", secs}, {"gflops", gflops},
                   {"strategy", std::string(ts::to_string(plan.strategy))},
                   {"transfer", std::string(ts::to_string(plan.transfer))}, {"tile_m", plan.tile_m},
@@ -518,6 +614,8 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
                   {"predicted_bound", plan.bound}, {"predicted_bytes_h2d", plan.bytes_h2d},
                   {"predicted_bytes_d2h", plan.bytes_d2h}, {"predicted_bytes_packed", plan.bytes_packed},
                   {"predicted_peak_device_bytes", plan.peak_device_bytes}};
+        if constexpr (ts::is_complex_v<T>)
+            o["alpha_imag"] = alpha.imag(), o["beta_imag"] = beta.imag();
         json shares = json::array();
         for (const auto& d : last.devices)
             shares.push_back({{"id", d.id}, {"units", d.units}, {"flops", d.flops}, {"bytes_h2d", d.bytes_h2d},
@@ -542,21 +640,28 @@ int run_gemm(const ts::cli::args& a, ts::dtype type) {
             o["anchor"] = anchor->name, o["anchor_seconds"] = anchor->seconds, o["anchor_gflops"] = anchor->gflops;
             o["ratio_to_anchor"] = anchor->gflops > 0 ? gflops / anchor->gflops : 0.0;
         }
-        std::cout << ts::detail::json_line(o) << "\n";
+        json written = json::array();
+        if (ok)
+            for (const char* o2 : {"out", "trace", "timeline"})
+                if (a.has(o2)) written.push_back(*a.get(o2));
+        o["files_written"] = written;
+        std::fprintf(out, "%s\n", ts::detail::json_line(o).c_str());
     } else {
-        std::printf("gemm %lldx%lldx%lld %s op(A)=%s op(B)=%s kernel=%s strategy=%s on %s: %.4f s (median of %d), "
-                    "%.1f GFLOP/s\n",
-                    (long long)m, (long long)n, (long long)k, std::string(ts::to_string(type)).c_str(),
-                    std::string(ts::to_string(op_a)).c_str(), std::string(ts::to_string(op_b)).c_str(),
-                    std::string(ts::to_string(opt.kernel)).c_str(), std::string(ts::to_string(plan.strategy)).c_str(),
-                    dev_names.c_str(), secs, repeat, gflops);
+        std::fprintf(out, "gemm %lldx%lldx%lld %s op(A)=%s op(B)=%s kernel=%s strategy=%s on %s: %.4f s (median of %d), "
+                          "%.1f GFLOP/s\n",
+                     (long long)m, (long long)n, (long long)k, std::string(ts::to_string(type)).c_str(),
+                     std::string(ts::to_string(op_a)).c_str(), std::string(ts::to_string(op_b)).c_str(),
+                     std::string(ts::to_string(opt.kernel)).c_str(), std::string(ts::to_string(plan.strategy)).c_str(),
+                     dev_names.c_str(), secs, repeat, gflops);
         if (anchor)
-            std::printf("anchor: %s: %.4f s (median of %d), %.1f GFLOP/s; this run / anchor = %.2f\n",
-                        anchor->name.c_str(), anchor->seconds, anchor->repeat, anchor->gflops,
-                        (anchor->gflops > 0 ? gflops / anchor->gflops : 0.0));
-        if (check) std::printf("check: %s\n", check->summary().c_str());
-        if (out_path) std::printf("wrote %s\n", out_path->c_str());
+            std::fprintf(out, "anchor: %s: %.4f s (median of %d), %.1f GFLOP/s; this run / anchor = %.2f\n",
+                         anchor->name.c_str(), anchor->seconds, anchor->repeat, anchor->gflops,
+                         (anchor->gflops > 0 ? gflops / anchor->gflops : 0.0));
+        if (check) std::fprintf(out, "check: %s\n", check->summary().c_str());
+        for (const char* o2 : {"out", "trace", "timeline"})
+            if (a.has(o2)) std::fprintf(out, ok ? "wrote %s\n" : "not written (the check failed): %s\n", a.get(o2)->c_str());
     }
+    files.commit();
     return ok ? 0 : exit_check_failed;
 }
 
@@ -564,7 +669,14 @@ int cmd_gemm(int argc, char** argv) {
     ts::cli::args a("gemm", "C <- alpha op(A) op(B) + beta C on one or more devices.");
     declare_gemm_options(a);
     if (!a.parse(argc, argv, 2)) return 0;
-    a.check_output_paths({"out", "trace", "timeline"});
+    // Every file named, before any work: inputs, then outputs (resolved, and none naming an input
+    // or another output; --out may update --c in place).
+    ts::cli::run_files files;
+    for (const char* in : {"a", "b", "c"})
+        if (auto p = a.get(in)) files.input(std::string("--") + in, *p);
+    if (auto p = a.get("out")) files.output("--out", *p, ts::cli::file_format::npy, "--c");
+    if (auto p = a.get("trace")) files.output("--trace", *p, ts::cli::file_format::json);
+    if (auto p = a.get("timeline")) files.output("--timeline", *p, ts::cli::file_format::svg);
     ts::dtype type = ts::parse_dtype(a.get_or("dtype", "f32"));
     if (a.has("a")) {
         // The dtype comes from the files and must match across them.
@@ -585,52 +697,75 @@ int cmd_gemm(int argc, char** argv) {
                                        std::string(ts::to_string(fa.type())));
         type = fa.type();
     }
-    return ts::visit_real_dtype(type, "gemm", [&]<class T>() { return run_gemm<T>(a, type); });
+    return ts::visit_dtype(type, [&]<class T>() { return run_gemm<T>(a, type, files); });
+}
+
+/// Prints an error message with the bytes that would steer a terminal (escape sequences from a
+/// file name or a device spec) shown as \xNN.
+void print_error(const std::string& cmd, const std::string& what) {
+    std::cerr << "tilestream " << ts::detail::terminal_safe(cmd) << ": error: " << ts::detail::terminal_safe(what) << "\n";
+}
+
+int run_command(int argc, char** argv) {
+    const std::string cmd = argv[1];
+    if ((cmd == "gemm" || cmd == "jacobi") && ts::cli::wants_ranks(argc, argv))
+        return ts::cli::cmd_distributed(cmd, argc, argv);
+    if (cmd == "devices") return cmd_devices(argc, argv);
+    if (cmd == "gemm") return cmd_gemm(argc, argv);
+    if (cmd == "scale") return ts::cli::cmd_scale(argc, argv);
+    if (cmd == "timeline") return ts::cli::cmd_timeline(argc, argv);
+    if (cmd == "jacobi") return ts::cli::cmd_jacobi(argc, argv);
+    if (ts::cli::is_blas3_command(cmd)) return ts::cli::cmd_blas3(cmd, argc, argv);
+    if (cmd == "--help" || cmd == "help" || cmd == "-h") {
+        std::cout << usage_text;
+        return 0;
+    }
+    if (cmd == "--version" || cmd == "version" || cmd == "-V") {
+        std::cout << ts::cli::version_text() << "\n";
+        return 0;
+    }
+    std::cerr << "tilestream: unknown command '" << ts::detail::terminal_safe(cmd) << "'"
+              << ts::cli::did_you_mean(cmd, {"devices", "gemm", "jacobi", "scale", "timeline", "help", "--version",
+                                                                          "symm", "hemm", "syrk", "herk", "syr2k", "her2k",
+                                                                          "trmm", "trsm"})
+              << "\n"
+              << usage_text;
+    return exit_usage;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+    ts::cli::restore_openblas_environment();
     if (argc < 2) {
         std::cerr << usage_text;
         return exit_usage;
     }
     const std::string cmd = argv[1];
     try {
-        if ((cmd == "gemm" || cmd == "jacobi") && ts::cli::wants_ranks(argc, argv))
-            return ts::cli::cmd_distributed(cmd, argc, argv);
-        if (cmd == "devices") return cmd_devices(argc, argv);
-        if (cmd == "gemm") return cmd_gemm(argc, argv);
-        if (cmd == "scale") return ts::cli::cmd_scale(argc, argv);
-        if (cmd == "timeline") return ts::cli::cmd_timeline(argc, argv);
-        if (cmd == "jacobi") return ts::cli::cmd_jacobi(argc, argv);
-        if (ts::cli::is_blas3_command(cmd)) return ts::cli::cmd_blas3(cmd, argc, argv);
-        if (cmd == "--help" || cmd == "help" || cmd == "-h") {
-            std::cout << usage_text;
-            return 0;
-        }
-        std::cerr << "tilestream: unknown command '" << cmd << "'"
-                  << ts::cli::did_you_mean(cmd, {"devices", "gemm", "jacobi", "scale", "timeline", "help", "symm", "syrk",
-                                                  "syr2k", "trmm", "trsm"}) << "\n"
-                  << usage_text;
-        return exit_usage;
+        const int code = run_command(argc, argv);
+        // What a command printed is its result: a full device or a closed pipe fails the run.
+        ts::cli::flush_standard_output();
+        return code;
+    } catch (const ts::cli::quiet_exit& e) {
+        return e.code();
     } catch (const ts::cli::runtime_failure& e) {
-        std::cerr << "tilestream " << cmd << ": error: " << e.what() << "\n";
+        print_error(cmd, e.what());
         return exit_runtime;
     } catch (const ts::invalid_argument& e) {
-        std::cerr << "tilestream " << cmd << ": error: " << e.what() << "\n";
+        print_error(cmd, e.what());
         return exit_usage;
     } catch (const ts::file_error& e) {
-        std::cerr << "tilestream " << cmd << ": error: " << e.what() << "\n";
+        print_error(cmd, e.what());
         return exit_usage;
     } catch (const ts::out_of_budget& e) {
-        std::cerr << "tilestream " << cmd << ": error: " << e.what() << "\n";
+        print_error(cmd, e.what());
         return exit_usage;
     } catch (const std::bad_alloc&) {
-        std::cerr << "tilestream " << cmd << ": error: out of host memory (std::bad_alloc)\n";
+        print_error(cmd, "out of host memory (std::bad_alloc)");
         return exit_runtime;
     } catch (const std::exception& e) {
-        std::cerr << "tilestream " << cmd << ": error: " << e.what() << "\n";
+        print_error(cmd, e.what());
         return exit_runtime;
     }
 }

@@ -1,10 +1,12 @@
 // Benchmarks over MPI ranks (run under mpirun): tilestream's SUMMA pgemm against ScaLAPACK's
-// PDGEMM/PSGEMM on the same grid, descriptors and data (time: median of the slowest rank; bytes
+// PDGEMM/PSGEMM on the same grid (the model's best for the shape), descriptors and data, for
+// square, tall-skinny and offset sub-matrix shapes (time: median of the slowest rank; bytes
 // received per rank, ScaLAPACK's counted by intercepting its MPI point-to-point calls), or the
 // distributed Jacobi solve at this rank count (for strong scaling). JSON by rank 0.
 // With --layers c > 1 tilestream runs 2.5D (c layers of the squarest grid of ranks / c, the
 // matrices on layer 0), ScaLAPACK still on the squarest 2-D grid of all the ranks.
-// usage: mpirun -np 4 mpi_bench gemm --sizes f64:4096,f32:8192 --block 128 --reps 3 [--layers 1] --git-hash H --out FILE
+// usage: mpirun -np 4 mpi_bench gemm --sizes f64:4096,f32:65536x512x512,f64:4096+77 --block 128 --reps 3 [--layers 1]
+//          --git-hash H --out FILE   (PZGEMM/PCGEMM rows come with complex pgemm)
 //        mpirun -np N mpi_bench jacobi --nx 4096 --ny 4096 --iters 200 --git-hash H --out FILE
 #include "bench_common.hpp"
 
@@ -13,6 +15,8 @@
 #include <mpi.h>
 
 #include <atomic>
+#include <cstdio>
+#include <optional>
 #include <random>
 
 extern "C" {
@@ -62,16 +66,6 @@ namespace tb = tilestream::bench;
 
 namespace {
 
-template <class T>
-void scalapack_gemm(int m, int n, int k, T alpha, const T* a, const int* da, const T* b, const int* db, T beta, T* c,
-                    const int* dc) {
-    const int one = 1;
-    if constexpr (std::is_same_v<T, float>)
-        psgemm_("N", "N", &m, &n, &k, &alpha, a, &one, &one, da, b, &one, &one, db, &beta, c, &one, &one, dc);
-    else
-        pdgemm_("N", "N", &m, &n, &k, &alpha, a, &one, &one, da, b, &one, &one, db, &beta, c, &one, &one, dc);
-}
-
 double slowest(double s) {
     double out = 0;
     td::check_mpi(MPI_Allreduce(&s, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce");
@@ -84,37 +78,65 @@ unsigned long long largest(unsigned long long v) {
     return out;
 }
 
+/// This rank's part of a rows x cols block-cyclic matrix (blocks of `block` from process (0, 0)),
+/// random, and its descriptor.
 template <class T>
-ts::detail::json gemm_case(const td::process_grid& grid, int ctxt, const td::layered_grid& lg, int n, int block, int reps) {
-    const int lr = int(td::local_count(n, block, grid.my_row(), 0, grid.rows()));
-    const int lc = int(td::local_count(n, block, grid.my_col(), 0, grid.cols()));
-    const int desc[9] = {1, ctxt, n, n, block, block, 0, 0, std::max(1, lr)};
-    const std::size_t local = std::size_t(std::max(1, lr)) * std::size_t(std::max(1, lc));
-    std::vector<T> a(local), b(local), c(local);
+struct local_matrix {
+    std::vector<T> data;
+    int desc[9] = {};
+    local_matrix(const td::process_grid& g, int ctxt, int rows, int cols, int block, std::mt19937_64& rng) {
+        const int lr = int(td::local_count(rows, block, g.my_row(), 0, g.rows()));
+        const int lc = int(td::local_count(cols, block, g.my_col(), 0, g.cols()));
+        const int d[9] = {1, ctxt, rows, cols, block, block, 0, 0, std::max(1, lr)};
+        std::copy(d, d + 9, desc);
+        data.resize(std::size_t(std::max(1, lr)) * std::size_t(std::max(1, lc)));
+        std::uniform_real_distribution<double> u(-1, 1);
+        for (auto& x : data) x = T(u(rng));
+    }
+};
+
+/// One shape: C(m x n) = A(ia.., ja..) B(ib.., jb..), A and B sub-matrices from offset `off`
+/// (which moves op(A) off C's rows: tilestream redistributes, PBLAS realigns its own way), on the
+/// grid the model picks for the shape (both libraries on it), or tilestream over layers.
+template <class T>
+ts::detail::json gemm_case(int m, int n, int k, int off, int block, int reps, int layers) {
+    int ranks = 1;
+    td::check_mpi(MPI_Comm_size(MPI_COMM_WORLD, &ranks), "MPI_Comm_size");
+    const auto [p, q] = td::choose_gemm_grid(m, n, k, ranks);
+    const td::process_grid grid(MPI_COMM_WORLD, p, q);
+    int ctxt = 0;
+    Cblacs_get(-1, 0, &ctxt);
+    Cblacs_gridinit(&ctxt, "Row", p, q);
     std::mt19937_64 rng(42 + grid.rank());
-    std::uniform_real_distribution<double> u(-1, 1);
-    for (auto* v : {&a, &b}) for (auto& x : *v) x = T(u(rng));
+    local_matrix<T> a(grid, ctxt, m + off, k + off, block, rng), b(grid, ctxt, k + off, n + off, block, rng),
+        c(grid, ctxt, m, n, block, rng);
+    const int ia = off + 1, one = 1;
     ts::context ctx("cpu", {.cpu_threads = 1});
     td::pgemm_options po;
     po.context = &ctx;
-    // tilestream's operands: the same on one layer; over layers, on layer 0's grid (nothing elsewhere).
-    const td::process_grid& lgrid = lg.layer();
-    const bool layered = lg.layers() > 1;
-    const int llr = int(td::local_count(n, block, lgrid.my_row(), 0, lgrid.rows()));
-    const int llc = int(td::local_count(n, block, lgrid.my_col(), 0, lgrid.cols()));
-    const int ldesc[9] = {1, 0, n, n, block, block, 0, 0, std::max(1, llr)};
-    const std::size_t llocal = layered && lg.my_layer() == 0 ? std::size_t(std::max(1, llr)) * std::size_t(std::max(1, llc)) : 0;
-    std::vector<T> la(llocal), lb(llocal), lcm(llocal);
-    for (auto* v : {&la, &lb}) for (auto& x : *v) x = T(u(rng));
+    // Over layers (square shapes without offsets): tilestream 2.5D on the squarest grid of ranks / c.
+    const auto [lp, lq] = td::square_grid(ranks / layers);
+    const td::layered_grid lg(MPI_COMM_WORLD, lp, lq, layers);
+    const bool layered = layers > 1;
+    const td::process_grid& lgrid = layered ? lg.layer() : grid;
+    std::optional<local_matrix<T>> la, lb, lcm;
+    if (layered && lg.my_layer() == 0) {
+        la.emplace(lgrid, 0, m + off, k + off, block, rng);
+        lb.emplace(lgrid, 0, k + off, n + off, block, rng);
+        lcm.emplace(lgrid, 0, m, n, block, rng);
+    }
+    const int ldesc[9] = {1, 0, 0, 0, block, block, 0, 0, 1};
 
     std::vector<double> ours, theirs;
     unsigned long long ours_bytes = 0, theirs_bytes = 0;
     auto run_ours = [&] {
         td::check_mpi(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
-        const auto rep = layered ? td::pgemm<T>(lg, ts::op::n, ts::op::n, n, n, n, T(1), la.data(), 1, 1, ldesc, lb.data(),
-                                                1, 1, ldesc, T(0), lcm.data(), 1, 1, ldesc, po)
-                                 : td::pgemm<T>(grid, ts::op::n, ts::op::n, n, n, n, T(1), a.data(), 1, 1, desc, b.data(), 1,
-                                                1, desc, T(0), c.data(), 1, 1, desc, po);
+        const auto rep =
+            layered ? td::pgemm<T>(lg, ts::op::n, ts::op::n, m, n, k, T(1), la ? la->data.data() : nullptr, ia, ia,
+                                   la ? la->desc : ldesc, lb ? lb->data.data() : nullptr, ia, ia, lb ? lb->desc : ldesc, T(0),
+                                   lcm ? lcm->data.data() : nullptr, 1, 1, lcm ? lcm->desc : ldesc, po)
+                    : td::pgemm<T>(grid, ts::op::n, ts::op::n, m, n, k, T(1), a.data.data(), ia, ia, a.desc, b.data.data(),
+                                   ia, ia, b.desc, T(0), c.data.data(), 1, 1, c.desc, po);
         ours_bytes = rep.bytes_received;
         return slowest(rep.seconds);
     };
@@ -123,7 +145,13 @@ ts::detail::json gemm_case(const td::process_grid& grid, int ctxt, const td::lay
         p2p_bytes_received = 0;
         counting = true;
         const auto t0 = std::chrono::steady_clock::now();
-        scalapack_gemm<T>(n, n, n, T(1), a.data(), desc, b.data(), desc, T(0), c.data(), desc);
+        const T alpha = 1, beta = 0;
+        if constexpr (std::is_same_v<T, float>)
+            psgemm_("N", "N", &m, &n, &k, &alpha, a.data.data(), &ia, &ia, a.desc, b.data.data(), &ia, &ia, b.desc, &beta,
+                    c.data.data(), &one, &one, c.desc);
+        else
+            pdgemm_("N", "N", &m, &n, &k, &alpha, a.data.data(), &ia, &ia, a.desc, b.data.data(), &ia, &ia, b.desc, &beta,
+                    c.data.data(), &one, &one, c.desc);
         const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         counting = false;
         theirs_bytes = p2p_bytes_received;
@@ -135,12 +163,15 @@ ts::detail::json gemm_case(const td::process_grid& grid, int ctxt, const td::lay
         ours.push_back(run_ours());
         theirs.push_back(run_theirs());
     }
+    Cblacs_gridexit(ctxt);
     const double t_ours = tb::median(ours), t_theirs = tb::median(theirs);
-    const double flops = 2.0 * double(n) * double(n) * double(n);
-    const auto model = td::model_pgemm_traffic(ts::op::n, ts::op::n, n, n, n, lgrid.rows(), lgrid.cols(), lg.layers(), block);
+    const double flops = 2.0 * double(m) * double(n) * double(k);
+    const auto model = td::model_pgemm_traffic(ts::op::n, ts::op::n, m, n, k, lgrid.rows(), lgrid.cols(), lg.layers(), block);
     const unsigned long long ours_most = largest(ours_bytes), theirs_most = largest(theirs_bytes);
-    const ts::detail::json o = {{"dtype", std::string(ts::to_string(ts::dtype_of<T>()))}, {"n", n}, {"block", block},
-                                {"grid", std::to_string(grid.rows()) + "x" + std::to_string(grid.cols())}, {"reps", reps},
+    const std::string shape = std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k);
+    const ts::detail::json o = {{"dtype", std::string(ts::to_string(ts::dtype_of<T>()))}, {"m", m}, {"n", n}, {"k", k},
+                                {"shape", shape}, {"offset", off}, {"block", block},
+                                {"grid", std::to_string(p) + "x" + std::to_string(q)}, {"reps", reps},
                                 {"tilestream_grid", std::to_string(lgrid.rows()) + "x" + std::to_string(lgrid.cols())},
                                 {"layers", lg.layers()},
                                 {"tilestream_seconds", t_ours}, {"tilestream_gflops", flops / t_ours * 1e-9},
@@ -152,11 +183,11 @@ ts::detail::json gemm_case(const td::process_grid& grid, int ctxt, const td::lay
                                 {"model_bytes_per_rank", model.words * sizeof(T)},
                                 {"model_busiest_rank_bytes", model.busiest_words * sizeof(T)}};
     if (grid.rank() == 0)
-        std::printf("%s n=%d grid %dx%d (tilestream %dx%d x %d layers): tilestream %.3f s (%.1f GFLOP/s), ScaLAPACK %.3f s (%.1f GFLOP/s); bytes received "
-                    "per rank %llu vs %llu\n",
-                    std::string(ts::to_string(ts::dtype_of<T>())).c_str(), n, grid.rows(), grid.cols(), lgrid.rows(),
-                    lgrid.cols(), lg.layers(), t_ours,
-                    flops / t_ours * 1e-9, t_theirs, flops / t_theirs * 1e-9, ours_most, theirs_most);
+        std::printf("%s %s offset %d grid %dx%d (tilestream %dx%d x %d layers): tilestream %.3f s (%.1f GFLOP/s), ScaLAPACK "
+                    "%.3f s (%.1f GFLOP/s), ratio %.2f; bytes received per rank %llu vs %llu\n",
+                    std::string(ts::to_string(ts::dtype_of<T>())).c_str(), shape.c_str(), off, p, q, lgrid.rows(),
+                    lgrid.cols(), lg.layers(), t_ours, flops / t_ours * 1e-9, t_theirs, flops / t_theirs * 1e-9,
+                    t_theirs / t_ours, ours_most, theirs_most);
     return o;
 }
 
@@ -173,7 +204,9 @@ int main(int argc, char** argv) {
     tb::json_builder top = tb::result_header("mpi_" + mode, hash, "cpu (1 thread) per rank");
     top.add("ranks", env.size());
     if (mode == "gemm") {
-        const std::string sizes = args.get("sizes", "f64:4096,f32:8192");
+        // Shapes: DTYPE:N (square), DTYPE:MxNxK, each with an optional +OFF (A and B sub-matrices
+        // from row and column OFF+1, C from 1: op(A) off C's rows).
+        const std::string sizes = args.get("sizes", "f64:4096,f32:8192,f64:65536x512x512,f32:65536x512x512,f64:4096+77");
         const int block = int(args.number("block", 128)), reps = int(args.number("reps", 3));
         const int layers = int(args.number("layers", 1));
         if (!args.finish()) return 2;
@@ -181,21 +214,18 @@ int main(int argc, char** argv) {
             if (env.rank() == 0) std::fprintf(stderr, "mpi_bench: --layers %d does not divide the %d ranks\n", layers, env.size());
             return 2;
         }
-        const auto [p, q] = td::square_grid(env.size());
-        const td::process_grid grid(MPI_COMM_WORLD, p, q);
-        const auto [lp, lq] = td::square_grid(env.size() / layers);
-        const td::layered_grid lg(MPI_COMM_WORLD, lp, lq, layers);
-        int ctxt = 0;
-        Cblacs_get(-1, 0, &ctxt);
-        Cblacs_gridinit(&ctxt, "Row", p, q);
         ts::detail::json rows = ts::detail::json::array();
         for (const auto& s : tb::split(sizes, ',')) {
-            const auto colon = s.find(':');
-            const int n = std::stoi(s.substr(colon + 1));
-            rows.push_back(s.substr(0, colon) == "f32" ? gemm_case<float>(grid, ctxt, lg, n, block, reps)
-                                                       : gemm_case<double>(grid, ctxt, lg, n, block, reps));
+            const auto colon = s.find(':'), plus = s.find('+');
+            const std::string dims = s.substr(colon + 1, plus == std::string::npos ? std::string::npos : plus - colon - 1);
+            const int off = plus == std::string::npos ? 0 : std::stoi(s.substr(plus + 1));
+            int m = 0, n = 0, k = 0;
+            if (std::sscanf(dims.c_str(), "%dx%dx%d", &m, &n, &k) != 3) m = n = k = std::stoi(dims);
+            // 2.5D only for plain square shapes; the others on the model's 2-D grid.
+            const int c = (m == n && n == k && off == 0) ? layers : 1;
+            rows.push_back(s.substr(0, colon) == "f32" ? gemm_case<float>(m, n, k, off, block, reps, c)
+                                                       : gemm_case<double>(m, n, k, off, block, reps, c));
         }
-        Cblacs_gridexit(ctxt);
         top.add("results", rows);
     } else if (mode == "jacobi") {
         const ts::index_t nx = args.number("nx", 4096), ny = args.number("ny", 4096);

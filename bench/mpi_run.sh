@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# The benchmark over MPI ranks (issue 15): 4 ranks, one OpenBLAS thread each, tilestream's SUMMA
-# against ScaLAPACK's PDGEMM/PSGEMM at the same 2x2 grid (f64 n = 4096, f32 n = 8192), then Jacobi
-# strong scaling over 1, 2 and 4 ranks with the efficiency. JSON under bench/results/. Run it on a
-# quiet machine: it takes every core (4 ranks oversubscribed on 2 cores here).
+# The benchmark over MPI ranks (issues 15, 28): 4 ranks (oversubscribed on 2 cores here) and 1 rank,
+# one OpenBLAS thread each, tilestream's SUMMA against ScaLAPACK's PDGEMM/PSGEMM in the same run on
+# the same grid (the model's best for the shape): square (f64 n = 4096, f32 n = 8192), tall-skinny
+# (m = 65536, n = k = 512, f64 and f32) and sub-matrices at offset 77 (f64 n = 4096), with the
+# bytes each receives per rank; then Jacobi strong scaling over 1, 2 and 4 ranks with the
+# efficiency. JSON under bench/results/. Run it on a quiet machine: it takes every core.
 # LAYERS > 1 runs tilestream's GEMM as 2.5D over that many layers (ScaLAPACK stays on 2x2).
 # usage: bench/mpi_run.sh [BUILD_DIR] [GEMM_SIZES] [JACOBI_N] [LAYERS]
 set -euo pipefail
 build=${1:-build}
-sizes=${2:-f64:4096,f32:8192}
+sizes=${2:-f64:4096,f32:8192,f64:65536x512x512,f32:65536x512x512,f64:4096+77}
 jn=${3:-4096}
 layers=${4:-1}
 cd "$(dirname "$0")/.."
@@ -19,6 +21,9 @@ mkdir -p bench/results
 run=tests/mpi/run_mpi_test.sh  # OpenMPI's root, oversubscribe and single-copy variables; OPENBLAS_NUM_THREADS=1
 "$run" 4 "$build/bench/mpi_bench" gemm --sizes "$sizes" --block 128 --reps 3 --layers "$layers" \
   --git-hash "$hash" --out "bench/results/gemm-mpi-cpu$([ "$layers" = 1 ] || echo "-c$layers")-$host-$date.json"
+# One rank: both libraries on a 1x1 grid (tilestream one local call, ScaLAPACK its local dgemm).
+"$run" 1 "$build/bench/mpi_bench" gemm --sizes "$sizes" --block 128 --reps 3 \
+  --git-hash "$hash" --out "bench/results/gemm-mpi-cpu-np1-$host-$date.json"
 parts=()
 for np in 1 2 4; do
   out="bench/results/.jacobi-mpi-np$np.json"

@@ -38,7 +38,7 @@ if(TILESTREAM_HAVE_MPI)
     add_library(tilestream::scalapack ALIAS tilestream_scalapack)
     target_include_directories(tilestream_scalapack PRIVATE ${PROJECT_SOURCE_DIR}/src)
     # BLACS (inside ScaLAPACK) maps a context to its grid; PDGEMM itself is not used from there.
-    target_link_libraries(tilestream_scalapack PUBLIC tilestream_distributed PRIVATE ${TILESTREAM_SCALAPACK_LIBRARY})
+    target_link_libraries(tilestream_scalapack PUBLIC tilestream_distributed PRIVATE ${TILESTREAM_SCALAPACK_LIBRARY} ${CMAKE_DL_LIBS})
     target_compile_options(tilestream_scalapack PRIVATE -Wall -Wextra)
     set_target_properties(tilestream_scalapack PROPERTIES VERSION ${PROJECT_VERSION} SOVERSION 0)
     install(TARGETS tilestream_scalapack EXPORT tilestreamTargets LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})

@@ -14,10 +14,13 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -71,6 +74,49 @@ ts::host_matrix_view<T> view_of(const py::array& x, const char* name) {
     return ts::host_matrix_view<T>(data, x.shape(0), x.shape(1), where->first, where->second);
 }
 
+/// The runs in flight in this process. os.fork() waits for them (the Python layer registers
+/// fork_prepare / fork_after with os.register_at_fork): a child must not get a copy of a context in
+/// the middle of a run, its locks held by a thread the child does not have. The forking thread holds
+/// the GIL while it waits, so no new run starts; the runs themselves never need the GIL.
+struct runs_in_flight {
+    std::mutex mutex;
+    std::condition_variable none;
+    int count = 0;
+
+    static runs_in_flight& instance() {
+        static auto* r = new runs_in_flight();  // never destroyed: worker threads may outlive exit
+        return *r;
+    }
+    void started() {
+        const std::lock_guard lock(mutex);
+        ++count;
+    }
+    void ended() {
+        {
+            const std::lock_guard lock(mutex);
+            --count;
+        }
+        none.notify_all();
+    }
+    /// Before fork(): waits until no run is in flight and keeps the lock, so that none starts.
+    void fork_prepare() {
+        std::unique_lock lock(mutex);
+        none.wait(lock, [this] { return count == 0; });
+        lock.release();
+    }
+    /// After fork(), in the parent and in the child.
+    void fork_after() { mutex.unlock(); }
+};
+
+/// Work done with the GIL released outside a run (opening devices) counts as a run in flight. Made
+/// after releasing the GIL, so that it ends before the GIL is taken again.
+struct in_flight {
+    in_flight() { runs_in_flight::instance().started(); }
+    ~in_flight() { runs_in_flight::instance().ended(); }
+    in_flight(const in_flight&) = delete;
+    in_flight& operator=(const in_flight&) = delete;
+};
+
 /// One GEMM or Jacobi solve on a worker thread. The Python layer polls wait() (the GIL released
 /// inside), reads progress() between waits, calls cancel() on KeyboardInterrupt and collects
 /// result() (which rethrows the run's error). The handle keeps the context and the arrays alive;
@@ -83,18 +129,25 @@ public:
     /// runs without the GIL: it must hold no Python object.
     background_run(py::object output, std::vector<py::object> keep_alive, body_fn body)
         : output_(std::move(output)), keep_alive_(std::move(keep_alive)) {
-        worker_ = std::thread([this, body = std::move(body)] {
-            try {
-                body(*this);
-            } catch (...) {
-                error_ = std::current_exception();
-            }
-            {
-                const std::lock_guard lock(mutex_);
-                finished_ = true;
-            }
-            finished_cv_.notify_all();
-        });
+        runs_in_flight::instance().started();
+        try {
+            worker_ = std::thread([this, body = std::move(body)] {
+                try {
+                    body(*this);
+                } catch (...) {
+                    error_ = std::current_exception();
+                }
+                {
+                    const std::lock_guard lock(mutex_);
+                    finished_ = true;
+                }
+                finished_cv_.notify_all();
+                runs_in_flight::instance().ended();
+            });
+        } catch (...) {
+            runs_in_flight::instance().ended();
+            throw;
+        }
     }
     background_run(const background_run&) = delete;
     background_run& operator=(const background_run&) = delete;
@@ -214,6 +267,18 @@ struct gemm_args {
     bool plan_only = false;
 };
 
+/// alpha or beta in the run's type; a finite value beyond its range is an error, not an infinity.
+template <class T>
+T scalar_of(double x, const char* name) {
+    if (std::isfinite(x) && std::abs(x) > double(std::numeric_limits<T>::max())) {
+        char text[96];
+        std::snprintf(text, sizeof text, " = %.6g is beyond the range of the result type (largest %.6g)", x,
+                      double(std::numeric_limits<T>::max()));
+        throw ts::invalid_argument(std::string("matmul: ") + name + text);
+    }
+    return T(x);
+}
+
 template <class T>
 std::unique_ptr<background_run> start_gemm(py::object ctx_obj, ts::context& ctx, py::array a, py::array b,
                                            py::array c, const gemm_args& g) {
@@ -231,7 +296,7 @@ std::unique_ptr<background_run> start_gemm(py::object ctx_obj, ts::context& ctx,
     // A transposed numpy view is a column-major view of its base (the same as op = t on the base),
     // so every operand goes in as it lies with op = n.
     const ts::op oa = ts::op::n, ob = ts::op::n;
-    const T alpha = T(g.alpha), beta = T(g.beta);
+    const T alpha = scalar_of<T>(g.alpha, "alpha"), beta = scalar_of<T>(g.beta, "beta");
     const bool plan_only = g.plan_only;
     ts::context* ctxp = &ctx;
     return std::make_unique<background_run>(
@@ -347,6 +412,7 @@ std::unique_ptr<ts::context> make_context(const std::string& spec, std::optional
     o.cache = ts::parse_cache_mode(cache);
     o.reproducible = reproducible;
     py::gil_scoped_release release;  // opening devices may take a while (CUDA contexts, OpenCL programs)
+    const in_flight counted;         // (ends before the GIL is taken again: a fork may be waiting, holding it)
     return std::make_unique<ts::context>(spec, o);
 }
 
@@ -369,6 +435,12 @@ PYBIND11_MODULE(_tilestream, m) {
         }
     });
 
+    m.attr("version") = TILESTREAM_PYTHON_VERSION;
+    m.def("fork_prepare", [] { runs_in_flight::instance().fork_prepare(); },
+          "Waits for the runs in flight and blocks new ones (os.register_at_fork's before).");
+    m.def("fork_after", [] { runs_in_flight::instance().fork_after(); },
+          "Lets runs start again (after_in_parent and after_in_child).");
+
     m.attr("cancel_supported") =
         py::bool_(has_cancel_flag<ts::gemm_run_options> && has_cancel_flag<ts::jacobi_options>);
 
@@ -387,6 +459,7 @@ PYBIND11_MODULE(_tilestream, m) {
         std::vector<std::unique_ptr<ts::device>> devs;
         {
             py::gil_scoped_release release;
+            const in_flight counted;
             devs = ts::open_devices("all");
         }
         py::list out;

@@ -7,8 +7,12 @@ packages=(g++ make cmake ninja-build git libopenblas-dev libgtest-dev zlib1g-dev
           ocl-icd-opencl-dev opencl-c-headers opencl-clhpp-headers pocl-opencl-icd libclblast-dev clinfo
           libcli11-dev nlohmann-json3-dev                        # command line and JSON
           python3-dev python3-numpy python3-pytest pybind11-dev  # the Python module and its tests
+          python3-hypothesis                                     # numpy's own tests need it (run under the BLAS drop-in)
+          python3-mesonpy python3-venv                           # pip install ./python, offline
           octave                                                 # a real client of the BLAS drop-in
-          libopenmpi-dev openmpi-bin libscalapack-openmpi-dev)    # ranks, and ScaLAPACK to compare with
+          libopenmpi-dev openmpi-bin libscalapack-openmpi-dev     # ranks, and ScaLAPACK to compare with
+          scalapack-mpi-test scalapack-test-common)              # ScaLAPACK's PBLAS tester and drivers (.ci/run)
+packages+=(libblas-test python3-scipy python3-typing-extensions)  # foreign suites under the BLAS drop-in (.ci/run)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

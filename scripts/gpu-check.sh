@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Builds tilestream with the CUDA backend for sm_90 (Release, build-gpu/), runs the GPU tests,
+# Builds tilestream with the CUDA backend for sm_90 (Release, build-gpu/), runs the GPU tests (real
+# and complex: every kernel, op c, out of core, two logical devices; ComplexGemmCuda.* and the
+# cuda instances of complex_gemm_on_device),
 # runs them again under compute-sanitizer memcheck and racecheck (reduced filters), runs the GPU
 # benchmark, and writes logs and the benchmark JSON under $OUT (default ./gpu-check-out).
 # Run from the repository root on a machine with an NVIDIA GPU; it ends within about 9 minutes.
@@ -348,12 +350,16 @@ if [ $blas_found = no ]; then
 extern "C" {
 #endif
 typedef enum CBLAS_ORDER { CblasRowMajor = 101, CblasColMajor = 102 } CBLAS_ORDER;
-typedef enum CBLAS_TRANSPOSE { CblasNoTrans = 111, CblasTrans = 112, CblasConjTrans = 113 } CBLAS_TRANSPOSE;
+typedef enum CBLAS_TRANSPOSE { CblasNoTrans = 111, CblasTrans = 112, CblasConjTrans = 113, CblasConjNoTrans = 114 } CBLAS_TRANSPOSE;
 typedef CBLAS_ORDER CBLAS_LAYOUT;
 void cblas_sgemm(CBLAS_ORDER, CBLAS_TRANSPOSE, CBLAS_TRANSPOSE, int, int, int, float, const float*, int,
                  const float*, int, float, float*, int);
 void cblas_dgemm(CBLAS_ORDER, CBLAS_TRANSPOSE, CBLAS_TRANSPOSE, int, int, int, double, const double*, int,
                  const double*, int, double, double*, int);
+void cblas_cgemm(CBLAS_ORDER, CBLAS_TRANSPOSE, CBLAS_TRANSPOSE, int, int, int, const void*, const void*, int,
+                 const void*, int, const void*, void*, int);
+void cblas_zgemm(CBLAS_ORDER, CBLAS_TRANSPOSE, CBLAS_TRANSPOSE, int, int, int, const void*, const void*, int,
+                 const void*, int, const void*, void*, int);
 void openblas_set_num_threads(int);
 int openblas_get_num_threads(void);
 #ifdef __cplusplus
@@ -362,12 +368,16 @@ int openblas_get_num_threads(void);
 EOF
     cat >"$fake/blas.cpp" <<'EOF'
 #include <cblas.h>
+#include <complex>
+template <class T> static T conj_if(T x, bool) { return x; }
+template <class R> static std::complex<R> conj_if(std::complex<R> x, bool c) { return c ? std::conj(x) : x; }
 template <class T>
 static void gemm(CBLAS_ORDER o, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, T alpha,
                  const T* a, int lda, const T* b, int ldb, T beta, T* c, int ldc) {
-    const bool row = o == CblasRowMajor, at = ta != CblasNoTrans, bt = tb != CblasNoTrans;
-    auto A = [&](int i, int p) { return (row != at) ? a[(at ? p : i) * lda + (at ? i : p)] : a[(at ? p : i) + (at ? i : p) * lda]; };
-    auto B = [&](int p, int j) { return (row != bt) ? b[(bt ? j : p) * ldb + (bt ? p : j)] : b[(bt ? j : p) + (bt ? p : j) * ldb]; };
+    const bool row = o == CblasRowMajor, at = ta == CblasTrans || ta == CblasConjTrans, bt = tb == CblasTrans || tb == CblasConjTrans;
+    const bool ac = ta == CblasConjTrans || ta == CblasConjNoTrans, bc = tb == CblasConjTrans || tb == CblasConjNoTrans;
+    auto A = [&](int i, int p) { return conj_if((row != at) ? a[(at ? p : i) * lda + (at ? i : p)] : a[(at ? p : i) + (at ? i : p) * lda], ac); };
+    auto B = [&](int p, int j) { return conj_if((row != bt) ? b[(bt ? j : p) * ldb + (bt ? p : j)] : b[(bt ? j : p) + (bt ? p : j) * ldb], bc); };
     for (int i = 0; i < m; ++i)
         for (int j = 0; j < n; ++j) {
             T acc = 0;
@@ -379,6 +389,8 @@ static void gemm(CBLAS_ORDER o, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, i
 extern "C" {
 void cblas_sgemm(CBLAS_ORDER o, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb, float beta, float* c, int ldc) { gemm(o, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc); }
 void cblas_dgemm(CBLAS_ORDER o, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, double alpha, const double* a, int lda, const double* b, int ldb, double beta, double* c, int ldc) { gemm(o, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc); }
+void cblas_cgemm(CBLAS_ORDER o, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const void* alpha, const void* a, int lda, const void* b, int ldb, const void* beta, void* c, int ldc) { using Z = std::complex<float>; gemm<Z>(o, ta, tb, m, n, k, *static_cast<const Z*>(alpha), static_cast<const Z*>(a), lda, static_cast<const Z*>(b), ldb, *static_cast<const Z*>(beta), static_cast<Z*>(c), ldc); }
+void cblas_zgemm(CBLAS_ORDER o, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const void* alpha, const void* a, int lda, const void* b, int ldb, const void* beta, void* c, int ldc) { using Z = std::complex<double>; gemm<Z>(o, ta, tb, m, n, k, *static_cast<const Z*>(alpha), static_cast<const Z*>(a), lda, static_cast<const Z*>(b), ldb, *static_cast<const Z*>(beta), static_cast<Z*>(c), ldc); }
 void openblas_set_num_threads(int) {}
 int openblas_get_num_threads(void) { return 1; }
 void sgemm_(void) {}  // the symbol CMake's FindBLAS links against
@@ -414,7 +426,8 @@ else
 fi
 
 lib_ok=no
-if [ $configured != no ] && run_step build-library 300 30 "$log_build" ninja -C "$build" -j "$jobs" tilestream; then
+# The CUDA backend is its own library (libtilestream_cuda.so), which libtilestream loads beside it.
+if [ $configured != no ] && run_step build-library 300 30 "$log_build" ninja -C "$build" -j "$jobs" tilestream tilestream_cuda; then
     lib_ok=yes
 fi
 
@@ -424,7 +437,7 @@ if [ $lib_ok = yes ]; then
     if [ $configured = full ] && run_step build-gpu-bench 180 20 "$log_build" ninja -C "$build" -j "$jobs" gpu_bench; then
         bench_bin=$build/bench/gpu/gpu_bench
     elif run_step build-gpu-bench-direct 180 20 "$log_build" nvcc -O3 -std=c++17 -arch=sm_90 \
-        -Iinclude -Isrc bench/gpu/gpu_bench.cu -o "$build/gpu_bench" -L"$build" -ltilestream -lcublas \
+        -Iinclude -Isrc bench/gpu/gpu_bench.cu -o "$build/gpu_bench" -L"$build" -ltilestream -ltilestream_cuda -lcublas \
         -Xlinker -rpath -Xlinker "$build"; then
         bench_bin=$build/gpu_bench
     fi
@@ -467,11 +480,17 @@ if [ -n "$test_bin" ]; then
         # Reduced filters: small shapes, copies, streams, Jacobi; racecheck on tilestream's own
         # kernels (the tiled GEMM's shared tiles, Jacobi's reduction), not on cuBLAS.
         run_step memcheck 150 30 "$out/memcheck.log" "$sanitizer" --tool memcheck --error-exitcode 1 \
-            "$test_bin" "--gtest_filter=CudaGemm.*SmallShapes*:CudaGemm.AlphaAndBeta*:CudaGemm.Empty*:CudaJacobi.*:CudaCopy.*:CudaStream.Host*:CudaStream.Wait*:CudaTrace.*:Blas3Cuda.InCore*"
+            "$test_bin" "--gtest_filter=CudaGemm.*SmallShapes*:CudaGemm.AlphaAndBeta*:CudaGemm.Empty*:CudaJacobi.*:CudaCopy.*:CudaStream.Host*:CudaStream.Wait*:CudaTrace.*:ComplexGemmCuda.SmallShapes*:Blas3Cuda.InCore*"
         run_step racecheck 120 30 "$out/racecheck.log" "$sanitizer" --tool racecheck --error-exitcode 1 \
-            "$test_bin" "--gtest_filter=CudaGemm.TiledSmallShapes*:CudaGemm.NaiveSmallShapes*:CudaJacobi.MatchesReferenceBitwise"
+            "$test_bin" "--gtest_filter=CudaGemm.TiledSmallShapes*:CudaGemm.NaiveSmallShapes*:CudaJacobi.MatchesReferenceBitwise:ComplexGemmCuda.SmallShapes*"
     else
         record "sanitizers" "SKIPPED (no compute-sanitizer)" 0 -
+    fi
+    # With a GPU, discovery keeps the CUDA backend loaded; a CPU run still maps none of it.
+    if [ $configured = full ] && command -v python3 >/dev/null &&
+        run_step build-loading-check 120 10 "$log_build" ninja -C "$build" -j "$jobs" tilestream_cli tilestream_maps_at_exit; then
+        run_step backend-loading 60 10 "$out/backend-loading.log" python3 tests/backend_loading.py \
+            "$build/apps/tilestream" "$build/tests/libtilestream_maps_at_exit.so" "$build/backend-loading"
     fi
 else
     record "gpu-tests" "SKIPPED (nothing built)" 0 build.log

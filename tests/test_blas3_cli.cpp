@@ -5,6 +5,7 @@
 
 #include <tilestream/npy.hpp>
 
+#include <complex>
 #include <filesystem>
 
 namespace tilestream {
@@ -55,6 +56,67 @@ TEST(Blas3Cli, FilesInFileOutMatchTheReference) {
         for (index_t j = 0; j < 45; ++j) worst = std::max(worst, std::abs(xv(i, j) - b(i, j)));
     EXPECT_LT(worst, 1e-12);
     EXPECT_EQ(xv.layout(), layout::row_major);
+}
+
+// Complex operands from and to .npy files (HERK with a complex alpha refused, a real one run), and
+// the outputs registered with the run's files: --out may replace the written operand's input (--b
+// of trsm), never another input, and a failed check leaves every output unwritten.
+TEST(Blas3Cli, ComplexFilesAndOutputsCommittedTogether) {
+    using z = std::complex<double>;
+    testing::temp_dir dir;
+    host_matrix<z> a(23, 31, layout::col_major), c(23, 23, layout::row_major);
+    for (index_t i = 0; i < 23; ++i)
+        for (index_t j = 0; j < 31; ++j) a(i, j) = z(0.01 * double((i * 7 + j * 3) % 19) - 0.09, 0.02 * double((i + 2 * j) % 11) - 0.1);
+    for (index_t i = 0; i < 23; ++i)
+        for (index_t j = 0; j < 23; ++j) c(i, j) = z(0.5 - 0.03 * double(i), 0.25 + 0.01 * double(j));
+    write_npy<z>(dir.file("a.npy"), a.view());
+    write_npy<z>(dir.file("c.npy"), c.view());
+    const std::string files = "herk --a " + dir.file("a.npy") + " --c " + dir.file("c.npy");
+    const auto refused = run_cli(files + " --alpha 1+1j --beta 0.5 --out " + dir.file("x.npy"));
+    EXPECT_EQ(refused.exit_code, 2) << refused.out;
+    EXPECT_FALSE(std::filesystem::exists(dir.file("x.npy")));
+    const auto r = run_cli(files + " --alpha -0.75 --beta 0.5 --uplo upper --out " + dir.file("x.npy") + " --timeline " +
+                           dir.file("t.svg") + " --check");
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_NE(r.out.find("wrote " + dir.file("x.npy")), std::string::npos) << r.out;
+    const npy_array x = read_npy(dir.file("x.npy"));
+    ASSERT_EQ(x.type(), dtype::c64);
+    blas3_operands<z> ops;
+    ops.alpha = -0.75;
+    ops.beta = 0.5;
+    ops.a = a.view();
+    ops.c = c.view();
+    reference_blas3<z>(blas3_routine::herk, {side::left, uplo::upper, op::n, diag::non_unit}, ops);
+    const auto xv = x.view<z>();
+    double worst = 0;
+    for (index_t i = 0; i < 23; ++i)
+        for (index_t j = 0; j < 23; ++j) worst = std::max(worst, std::abs(xv(i, j) - c(i, j)));
+    EXPECT_LT(worst, 1e-12);
+    EXPECT_TRUE(std::filesystem::exists(dir.file("t.svg")));
+
+    // trsm --out may name --b (B is overwritten in place), not --a.
+    host_matrix<double> t(9, 9), b(9, 4);
+    fill_random(t.view(), 3);
+    fill_random(b.view(), 4);
+    for (index_t i = 0; i < 9; ++i) t(i, i) = 3.0 + t(i, i);
+    write_npy<double>(dir.file("t.npy"), t.view());
+    write_npy<double>(dir.file("b.npy"), b.view());
+    const std::string trsm = "trsm --a " + dir.file("t.npy") + " --b " + dir.file("b.npy");
+    const auto onto_a = run_cli(trsm + " --out " + dir.file("t.npy"));
+    EXPECT_EQ(onto_a.exit_code, 2) << onto_a.out;
+    EXPECT_NE(onto_a.out.find("--a"), std::string::npos) << onto_a.out;
+    const auto onto_b = run_cli(trsm + " --out " + dir.file("b.npy") + " --check");
+    ASSERT_EQ(onto_b.exit_code, 0) << onto_b.out;
+    const npy_array solved = read_npy(dir.file("b.npy"));
+    blas3_operands<double> dops;
+    dops.alpha = 1;
+    dops.a = t.view();
+    dops.c = b.view();
+    reference_blas3<double>(blas3_routine::trsm, {side::left, uplo::lower, op::n, diag::non_unit}, dops);
+    double worst_b = 0;
+    for (index_t i = 0; i < 9; ++i)
+        for (index_t j = 0; j < 4; ++j) worst_b = std::max(worst_b, std::abs(solved.view<double>()(i, j) - b(i, j)));
+    EXPECT_LT(worst_b, 1e-12);
 }
 
 TEST(Blas3Cli, JsonExplainAndTimeline) {

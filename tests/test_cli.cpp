@@ -67,7 +67,7 @@ void expect_usage_error(const std::string& args, const std::string& phrase) {
 
 TEST(cli_bad_input, ClearErrorsWithExitCode2) {
     expect_usage_error("gemm --m 10 --n 10", "give --m, --n and --k");
-    expect_usage_error("gemm --m 10 --n 10 --k -3", "--k must be in");
+    expect_usage_error("gemm --m 10 --n 10 --k -3", "--k must be at least 1, got -3");
     expect_usage_error("gemm --m 10 --n 10 --k 99999999999999999999", "does not fit in 64 bits");
     expect_usage_error("gemm --m 4294967296 --n 4294967296 --k 4", "overflows 64 bits");
     expect_usage_error("gemm --m 10 --n 10 --k 10 --devices tpu:0", "devices present: cpu");
@@ -158,7 +158,7 @@ TEST(cli, HelpForEveryCommandAndSuggestions) {
         EXPECT_NE(r.out.find("Usage: tilestream " + cmd), std::string::npos) << r.out;
     }
     auto gemm = run_cli("gemm --help");
-    for (const char* opt : {"--m INT", "--alpha FLOAT", "--memory-budget BYTES", "--strategy", "--check", "Freivalds"})
+    for (const char* opt : {"--m INT", "--alpha NUMBER", "--memory-budget BYTES", "--strategy", "--check", "Freivalds"})
         EXPECT_NE(gemm.out.find(opt), std::string::npos) << opt << " missing in\n" << gemm.out;
     expect_usage_error("gemm --m 8 --n 8 --k 8 --memory-buget 1MiB", "unknown option --memory-buget (did you mean --memory-budget?)");
     expect_usage_error("jacobi --iter 3", "unknown option --iter (did you mean --iters?)");

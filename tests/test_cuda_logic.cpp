@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <complex>
 #include <cstdint>
 #include <functional>
 #include <random>
@@ -198,6 +199,85 @@ TEST(blas_mapping, PaddedLeadingDimensionsArePassedThrough) {
     call.n = 1, call.ldb = 1, call.ldc = 1;
     const column_major_gemm v = as_column_major(call);
     EXPECT_EQ(cublas_refuses(v), "");
+}
+
+// Complex operands with every op (n, t, c) and layout: the mapped call, evaluated as a
+// column-major BLAS applies N, T and C (conjugating where the flag says so), equals the reference;
+// a conjugate that is not transposed (op c on an operand stored in C's other layout), which cuBLAS
+// and CLBlast cannot express, is sent to the tiled kernel instead. On real data op c maps as op t.
+TEST(blas_mapping, ComplexOpsMapToNTOrCAndTheRestRunsTiled) {
+    using z = std::complex<double>;
+    std::mt19937_64 rng(3);
+    std::uniform_real_distribution<double> u(-1, 1);
+    const op ops[] = {op::n, op::t, op::c};
+    int expressible = 0, tiled = 0;
+    for (op oa : ops)
+        for (op ob : ops)
+            for (int lay = 0; lay < 8; ++lay)
+                for (index_t pad : {index_t(0), index_t(3)}) {
+                    const index_t m = 5, n = 3, k = 4;
+                    const layout la = lay & 1 ? layout::col_major : layout::row_major;
+                    const layout lb = lay & 2 ? layout::col_major : layout::row_major;
+                    const layout lc = lay & 4 ? layout::col_major : layout::row_major;
+                    gemm_call call;
+                    call.type = dtype::c64;
+                    call.op_a = oa, call.op_b = ob, call.m = m, call.n = n, call.k = k;
+                    call.alpha = z(1.5, -0.5), call.beta = z(0.25, 1);
+                    call.layout_a = la, call.layout_b = lb, call.layout_c = lc;
+                    const operand_desc da = call.a_desc(), db = call.b_desc();
+                    call.lda = (la == layout::row_major ? da.stored_cols() : da.stored_rows()) + pad;
+                    call.ldb = (lb == layout::row_major ? db.stored_cols() : db.stored_rows()) + pad;
+                    call.ldc = (lc == layout::row_major ? n : m) + pad;
+                    std::vector<z> a(std::size_t(call.lda * 8)), b(std::size_t(call.ldb * 8)), c(std::size_t(call.ldc * 8));
+                    for (auto* v : {&a, &b, &c})
+                        for (z& e : *v) e = z(u(rng), u(rng));
+                    call.a = a.data(), call.b = b.data();
+                    std::vector<z> want = c, got = c;
+                    call.c = want.data();
+                    reference::gemm(call);
+                    call.c = got.data();
+                    call.kernel = gemm_kernel::vendor;
+                    const column_major_gemm g = as_column_major(call);
+                    if (!g.expressible()) {
+                        ++tiled;
+                        EXPECT_EQ(cuda::kernel_for_call(call), gemm_kernel::tiled);
+                        continue;
+                    }
+                    ++expressible;
+                    EXPECT_EQ(cuda::kernel_for_call(call), gemm_kernel::vendor);
+                    EXPECT_EQ(column_major_gemm_violation(g), "");
+                    const auto* x = static_cast<const z*>(g.x);
+                    const auto* y = static_cast<const z*>(g.y);
+                    auto* out = static_cast<z*>(g.z);
+                    for (index_t j = 0; j < g.cols; ++j)
+                        for (index_t i = 0; i < g.rows; ++i) {
+                            z acc = 0;
+                            for (index_t p = 0; p < g.k; ++p) {
+                                z xe = g.trans_x ? x[p + i * g.ldx] : x[i + p * g.ldx];
+                                z ye = g.trans_y ? y[j + p * g.ldy] : y[p + j * g.ldy];
+                                if (g.conj_x) xe = std::conj(xe);
+                                if (g.conj_y) ye = std::conj(ye);
+                                acc += xe * ye;
+                            }
+                            z& e = out[i + j * g.ldz];
+                            e = call.alpha * acc + call.beta * e;
+                        }
+                    for (std::size_t q = 0; q < got.size(); ++q)
+                        ASSERT_LE(std::abs(got[q] - want[q]), 1e-13)
+                            << to_string(oa) << to_string(ob) << " layouts " << lay << " element " << q;
+                }
+    EXPECT_GT(expressible, 0);
+    EXPECT_GT(tiled, 0);
+    // Real data: op c is op t, never a conjugate.
+    gemm_call real;
+    real.type = dtype::f64;
+    real.op_a = real.op_b = op::c;
+    real.m = real.n = real.k = 3;
+    real.lda = real.ldb = real.ldc = 3;
+    real.layout_a = layout::col_major;
+    const column_major_gemm g = as_column_major(real);
+    EXPECT_TRUE(g.expressible());
+    EXPECT_FALSE(g.conj_x || g.conj_y);
 }
 
 TEST(blas_mapping, ViolationsNameTheArgument) {

@@ -674,7 +674,7 @@ TEST(jacobi_cli, BadInputExitsWithCodeTwo) {
         {"--nx 40 --ny 40 --devices cpu:3 --decomp tiles:2x2", "makes 4 parts but 3 devices"},
         {"--init " + dir.file("bad.npy"), dir.file("bad.npy")},
         {"--init " + dir.file("missing.npy"), dir.file("missing.npy")},
-        {"--nx 40 --ny 40 --check-every 0", "--check-every must be in"},
+        {"--nx 40 --ny 40 --check-every 0", "--check-every must be at least 1, got 0"},
         {"--nx 40 --ny 40 --tol -1", "--tol must be"},
     };
     for (const auto& [args, message] : cases) {

@@ -1,4 +1,5 @@
 // Tests of .npy reading and writing: round trips, hand-made files of every version, and errors.
+#include <algorithm>
 #include <tilestream/error.hpp>
 #include <tilestream/matrix.hpp>
 #include <tilestream/npy.hpp>
@@ -23,7 +24,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "core/temp_files.hpp"
+#include "core/output_files.hpp"
 
 namespace fs = std::filesystem;
 using namespace tilestream;
@@ -417,6 +418,14 @@ TEST_F(npy_test, HugeShapeIsReportedNotOverflowed) {
     EXPECT_FILE_ERROR(read_npy(p), p, "does not fit in 64 bits");
 }
 
+TEST_F(npy_test, HeadersLargerThanAnyArrayNeedsAreRefusedUnread) {
+    // A valid header padded to 100 000 bytes (numpy itself stops at 10 000 by default).
+    const std::string p = path("padded.npy");
+    write_bytes(p, npy_bytes(2, "{'descr': '<f8', 'fortran_order': False, 'shape': (1, 1), }" + std::string(100000, ' '),
+                             std::string(8, '\0')));
+    EXPECT_FILE_ERROR(read_npy(p), p, "more than the 65536 tilestream reads");
+}
+
 TEST_F(npy_test, UnsupportedDtypesAreReported) {
     const std::string p = path("dt.npy");
     for (const std::string descr : {"<i4", ">f8", ">f4", "<f2", "|O", ">c16", "<c32", "|u1"}) {
@@ -503,14 +512,23 @@ TEST_F(npy_test, WriteIntoMissingDirectoryLeavesNothing) {
 }
 
 TEST_F(npy_test, FailedRenameRemovesTheTemporary) {
-    // The target is a directory: the temporary is written in full, then rename() fails.
-    const std::string p = path("target");
-    fs::create_directory(p);
+    // A directory is refused before anything is written.
+    const std::string dir_target = path("dir");
+    fs::create_directory(dir_target);
     host_matrix<float> m(3, 3);
     fill_random(m.view(), 11);
-    EXPECT_FILE_ERROR(write_npy<float>(p, m.view()), p, "cannot rename");
-    EXPECT_EQ(listing(), std::vector<std::string>{"target"});
-    EXPECT_TRUE(fs::is_empty(p));
+    EXPECT_FILE_ERROR(write_npy<float>(dir_target, m.view()), dir_target, "it is a directory");
+    // A directory that appears at the target while the temporary is written: rename() fails and
+    // the temporary goes.
+    static std::string target;
+    target = path("target");
+    detail::output_file_write_hook = [](const std::string&) { fs::create_directory(target); };
+    EXPECT_FILE_ERROR(write_npy<float>(target, m.view()), target, "cannot rename");
+    detail::output_file_write_hook = nullptr;
+    auto names = listing();
+    std::sort(names.begin(), names.end());
+    EXPECT_EQ(names, (std::vector<std::string>{"dir", "target"}));
+    EXPECT_TRUE(fs::is_empty(target));
 }
 
 TEST_F(npy_test, WriteIntoReadOnlyDirectoryLeavesNothing) {
@@ -569,7 +587,10 @@ TEST_F(npy_test, DescrWithEscapeCodesIsEscapedAndCut) {
             ADD_FAILURE() << "expected file_error";
         } catch (const file_error& e) {
             const std::string what = e.what();
-            EXPECT_NE(what.find("unsupported dtype"), std::string::npos) << what;
+            // The 1 MiB one is refused for its size before its text is looked at.
+            EXPECT_TRUE(what.find("unsupported dtype") != std::string::npos ||
+                        what.find("more than the 65536 tilestream reads") != std::string::npos)
+                << what;
             EXPECT_EQ(what.find('\x1b'), std::string::npos) << "escape code echoed raw";
             EXPECT_EQ(what.find('\x07'), std::string::npos) << "bell echoed raw";
             EXPECT_LT(what.size(), 400u) << "message not cut";
@@ -583,7 +604,7 @@ TEST_F(npy_test, TerminatingSignalRemovesTheTemporary) {
     const pid_t child = ::fork();
     ASSERT_GE(child, 0);
     if (child == 0) {
-        detail::temp_file_write_hook = [](const std::string&) { ::raise(SIGTERM); };
+        detail::output_file_write_hook = [](const std::string&) { ::raise(SIGTERM); };
         host_matrix<float> m(64, 64);
         fill_random(m.view(), 23);
         write_npy<float>(p, m.view());

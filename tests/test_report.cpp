@@ -56,7 +56,30 @@ TEST(report, TimelineHasOneMarkPerSpan) {
     const std::string svg = timeline_svg(spans, "t & t");
     expect_well_formed_xml(svg);
     EXPECT_EQ(count(svg, "class=\"span\""), 3u);
-    EXPECT_NE(svg.find("cpu:1 stream 0"), std::string::npos);
+    // Lanes are named by what ran on them when the engine named no role (traces of older versions).
+    EXPECT_NE(svg.find("</title>cpu:0 copy in</text>"), std::string::npos) << svg;
+    EXPECT_NE(svg.find("</title>cpu:0 compute</text>"), std::string::npos);
+    EXPECT_NE(svg.find("</title>cpu:1 copy out</text>"), std::string::npos);
+}
+
+TEST(report, StreamRolesNameTheLanesAndTravelInTheTrace) {
+    temp_dir dir;
+    trace_recorder rec;
+    rec.name_stream("cpu:0", 2, "halo out");
+    rec.record("cpu:0", 2, span_kind::copy_d2d, "halo", 64, 0, 1.0, 1.1);
+    rec.record("cpu:0", 3, span_kind::copy_h2d, "h2d", 64, 0, 1.0, 1.1);  // not named: mixed kinds
+    rec.record("cpu:0", 3, span_kind::kernel, "gemm", 0, 1e6, 1.1, 1.2);
+    EXPECT_EQ(rec.spans().front().role, "halo out");
+    rec.write_chrome(dir.file("t.json"));
+    EXPECT_NE(rec.chrome_json().find("\"thread_name\""), std::string::npos);
+    const auto spans = read_chrome_trace(dir.file("t.json"));
+    ASSERT_EQ(spans.size(), 3u);
+    EXPECT_EQ(spans[0].role, "halo out");
+    EXPECT_EQ(spans[1].role, "");
+    const std::string svg = timeline_svg(spans, "roles");
+    expect_well_formed_xml(svg);
+    EXPECT_NE(svg.find("</title>cpu:0 halo out</text>"), std::string::npos) << svg;
+    EXPECT_NE(svg.find("</title>cpu:0 stream 3</text>"), std::string::npos) << svg;
 }
 
 TEST(report, ScalingPlotAndTable) {
@@ -79,6 +102,11 @@ TEST(report, ScalingPlotAndTable) {
     EXPECT_EQ(count(svg, "<circle"), 6u);  // speedup and efficiency per row
     EXPECT_EQ(count(svg, "<polyline"), 2u);
     EXPECT_NE(svg.find("stroke-dasharray"), std::string::npos);  // the ideal line
+    // Axes and legend carry units.
+    const std::string units = scaling_svg(rows, "units", "GFLOP/s", "MPI ranks");
+    for (const char* text : {"MPI ranks (count)", "speedup (x, against the first row)", "efficiency (fraction of ideal)",
+                             "speedup (x)", "rate (GFLOP/s):", "cpu:2: 0.00 GFLOP/s"})
+        EXPECT_NE(units.find(text), std::string::npos) << text;
     const std::string table = scaling_table(rows, "GFLOP/s");
     EXPECT_NE(table.find("62.5%"), std::string::npos) << table;
     // Weak scaling: the rate ratio.

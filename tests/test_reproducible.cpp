@@ -38,18 +38,19 @@ std::string describe(const variant& v, const spec_for& spec) {
 /// last partial block count) run under every variant on the devices spec(count) names: all
 /// outputs must be byte-identical.
 void check_same_bytes(gemm_kernel kernel, dtype type, int layouts, const spec_for& spec) {
-    visit_real_dtype(type, "test", [&]<class T>() {
+    visit_dtype(type, [&]<class T>() {
         const index_t kb = reproducible_k_block(type);
         const index_t m = 83, n = 61, k = 2 * kb + 37;
         const layout la = (layouts & 1) ? layout::col_major : layout::row_major;
         const layout lc = (layouts & 2) ? layout::col_major : layout::row_major;
-        const op oa = (layouts & 1) ? op::t : op::n;
+        const op oa = (layouts & 1) ? op::c : op::n;  // on real data c is t
         host_matrix<T> a(oa == op::n ? m : k, oa == op::n ? k : m, la), b(k, n, lc), c0(m, n, lc), c(m, n, lc),
             first(m, n, lc);
         fill_random(a.view(), 31);
         fill_random(b.view(), 32);
         fill_random(c0.view(), 33);
-        const T alpha = T(0.625), beta = T(-1.5);
+        // Complex alpha and beta for complex types (real types take the real parts).
+        const T alpha = scalar_as<T>({0.625, -0.375}), beta = scalar_as<T>({-1.5, 0.25});
         const std::size_t es = sizeof(T);
         const std::size_t kb_bytes = std::size_t(kb) * es;
         const std::size_t big = std::size_t(8) << 20;  // fits every plan here; the spare goes to the tile cache
@@ -143,6 +144,15 @@ INSTANTIATE_TEST_SUITE_P(opencl, reproducible_gemm_opencl,
                          ::testing::Combine(::testing::Values(gemm_kernel::naive, gemm_kernel::tiled, gemm_kernel::vendor),
                                             ::testing::Values(dtype::f32, dtype::f64), ::testing::Values(0, 3)),
                          reproducible_name);
+// Complex (the 1m tiled kernel and the complex naive kernel), A read with op c, complex scalars.
+INSTANTIATE_TEST_SUITE_P(cpu_complex, reproducible_gemm,
+                         ::testing::Combine(::testing::Values(gemm_kernel::naive, gemm_kernel::tiled),
+                                            ::testing::Values(dtype::c32, dtype::c64), ::testing::Values(3)),
+                         reproducible_name);
+INSTANTIATE_TEST_SUITE_P(opencl_complex, reproducible_gemm_opencl,
+                         ::testing::Combine(::testing::Values(gemm_kernel::naive, gemm_kernel::tiled),
+                                            ::testing::Values(dtype::c32, dtype::c64), ::testing::Values(3)),
+                         reproducible_name);
 
 TEST(reproducible_plan, TileKIsRoundedUpToTheKBlockAndExplainSaysSo) {
     gemm_problem q;
@@ -206,6 +216,7 @@ TEST(lazy_units, PlanUnitMatchesEveryStrategysOrder) {
         po.strategy = s;
         po.tile_m = 16;
         po.tile_n = s == gemm_strategy::tiles_3d ? 16 : 32;
+        if (s == gemm_strategy::tiles_3d) po.tile_k = 16;  // tiles-3d takes one size for all three
         po.cache = cache_mode::on;
         const gemm_plan p = plan_gemm(q, std::size_t(1) << 30, device_rates{}, po);
         // Every C element is covered by exactly one unit, and its k-steps add up to k.

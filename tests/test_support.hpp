@@ -10,6 +10,8 @@
 #include <array>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <random>
 #include <string>
@@ -71,6 +73,15 @@ inline std::string run_cli_raw(const std::string& command) {
     while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
     pclose(p);
     return out;
+}
+
+/// The whole contents of a file ("" when it cannot be read), and a file written with `text`.
+inline std::string read_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+inline void write_file(const std::string& path, const std::string& text) {
+    std::ofstream(path, std::ios::binary) << text;
 }
 
 /// A fresh directory removed at the end of the test.

@@ -4,6 +4,7 @@
 //
 //     tilestream::context ctx("cuda:0,cpu", {.memory_budget = 8ull << 30});
 //     ctx.gemm(op::n, op::n, 1.0, a, b, 0.0, c);     // any shape, out-of-core when needed
+//     ctx.gemm<std::complex<float>>(op::c, op::n, {1, -2}, za, zb, {0, 0}, zc);  // c32: C = (1-2i) A^H B
 //
 // Thread safety: every member may be called from several threads at once. Runs queue: one GEMM or
 // Jacobi solve at a time owns the context's devices (each run already uses all of them), so
@@ -244,6 +245,10 @@ public:
 
 private:
     plan_options plan_options_for(const gemm_problem& problem, const gemm_call_options& call) const;
+    /// Throws device_error in a child made with fork() after the context was opened when it has
+    /// devices other than CPUs (their runtimes do not survive fork; CPU devices start their
+    /// threads again in the child).
+    void check_process() const;
 
     context_options options_;
     std::vector<std::unique_ptr<device>> devices_;
@@ -256,6 +261,7 @@ private:
     std::unique_ptr<detail::gemm_memory> memory_;
     std::vector<std::uint64_t> holders_;
     std::shared_ptr<detail::keep_registry> keeps_;
+    std::uint64_t fork_generation_ = 0;  ///< the process's when opened (see check_process)
 };
 
 }  // namespace tilestream

@@ -59,6 +59,11 @@ public:
     virtual void record(const std::string& device_id, int stream_id, span_kind kind,
                         const std::string& name, std::size_t bytes, double flops, double t0,
                         double t1) = 0;
+    /// The role of a stream in the run ("copy in", "compute", "copy out", "halo out", ...), told by
+    /// the engine that made it, so timelines can name their lanes. Optional.
+    virtual void name_stream(const std::string& device_id, int stream_id, const std::string& role) {
+        (void)device_id, (void)stream_id, (void)role;
+    }
 };
 /// Seconds on the steady clock shared by every backend's spans.
 double trace_clock_seconds();

@@ -34,6 +34,19 @@ public:
     using invalid_argument::invalid_argument;
 };
 
+/// A failure while running that every rank learned of (an output that could not be written, an
+/// input that could not be read by some rank): rank 0 prints it once and every rank exits 3.
+class collective_failure : public error {
+public:
+    using error::error;
+};
+
+/// Every rank of `comm` passes what it found (empty: nothing). When any rank found something,
+/// every rank throws the same exception with the first failing rank's message ("rank R: ..."
+/// when R is not 0): collective_error for bad input (`input` true), collective_failure otherwise.
+/// Lets ranks agree before a collective call that one of them could not make.
+void agree_on_errors(MPI_Comm comm, const std::string& mine, bool input);
+
 /// Throws mpi_error("<call> failed on rank R: <MPI's text>") when rc is not MPI_SUCCESS.
 void check_mpi(int rc, const char* call);
 
@@ -152,6 +165,15 @@ struct pgemm_options {
     /// SUMMA panel width over k when A or B has to be redistributed (0: 256); an operand that
     /// is already aligned with C keeps its own block width.
     index_t panel = 0;
+    /// Each local multiply's plan and run options (strategy, tiles, kernel; run.trace receives
+    /// the devices' spans and a span per wait for a panel broadcast, device "mpi").
+    gemm_call_options call;
+    /// When > 0, k is added in k-blocks of this width from the start of op(A)'s columns, one local
+    /// multiply per k-block in order of k, whatever the grid and the operands' blocks (the pieces
+    /// of a k-block held by different processes are broadcast into one panel first). With a
+    /// context whose reproducible option is set and k_block its plans' k-block, every element of
+    /// C then gets the same operations in the same order on any grid and rank count.
+    index_t k_block = 0;
 };
 
 /// What one rank did in a distributed GEMM.
@@ -168,9 +190,10 @@ struct pgemm_report {
 };
 
 /// C(ic:, jc:) <- alpha*op(A(ia:, ja:))*op(B(ib:, jb:)) + beta*C(ic:, jc:), every matrix 2-D
-/// block-cyclic as ScaLAPACK describes it: desc = {1, ctxt, M, N, MB, NB, RSRC, CSRC, LLD}
-/// (ctxt is not read: `grid` says where each process sits), local arrays column-major with
-/// leading dimension LLD, ia..jc 1-based. SUMMA with two panel broadcasts in flight while the
+/// block-cyclic as ScaLAPACK describes it: desc = {1, ctxt, M, N, MB, NB, RSRC, CSRC, LLD} or
+/// PBLAS's DTYPE 2 {2, ctxt, M, N, IMB, INB, MB, NB, RSRC, CSRC, LLD} (a first block IMB x INB of
+/// its own); ctxt is not read (`grid` says where each process sits), local arrays column-major
+/// with leading dimension LLD, ia..jc 1-based. SUMMA with two panel broadcasts in flight while the
 /// local GEMM runs; an operand not aligned with C (transposed, other block rows) is first
 /// redistributed. Collective over the grid. Throws invalid_argument naming a bad descriptor.
 template <class T>
@@ -241,6 +264,30 @@ pgemm_rank_plan plan_pgemm(op op_a, op op_b, index_t m, index_t n, index_t k, in
                            index_t panel, std::size_t rank_memory_bytes, int layers = 0, int grid_rows = 0,
                            int grid_cols = 0);
 
+/// This rank's blocks of a rows x cols matrix dealt in block x block blocks from process (0, 0)
+/// (ScaLAPACK's descriptor {1, 0, rows, cols, block, block, 0, 0, LLD}), column-major; ranks that
+/// hold no matrix (other layers of a 2.5D grid) keep `local` empty.
+template <class T>
+struct block_cyclic_matrix {
+    index_t rows = 0, cols = 0, block = 1, local_rows = 0, local_cols = 0;
+    int desc[9] = {};
+    std::vector<T> local;  ///< LLD x local_cols, NaN until written
+    T* data() { return local.empty() ? nullptr : local.data(); }
+    const T* data() const { return local.empty() ? nullptr : local.data(); }
+    index_t ld() const { return desc[8]; }
+    /// Throws collective_error for a block below 1 or extents beyond int.
+    static block_cyclic_matrix on(const process_grid& g, index_t rows, index_t cols, index_t block, bool holds = true);
+};
+/// Every rank checks that it can open each path for reading, then the ranks agree: a file one
+/// rank cannot read is a collective_error naming that rank on all (before any collective open).
+void check_inputs_readable(MPI_Comm comm, const std::vector<std::string>& paths);
+/// Reads this rank's blocks of a .npy file (its shape and dtype must be m's) with MPI-IO.
+template <class T>
+void read_npy_blocks(const process_grid& grid, const std::string& path, block_cyclic_matrix<T>& m);
+/// Writes m to `path` as .npy (C order) with MPI-IO, atomically (see npy_gemm below).
+template <class T>
+void write_npy_blocks(const process_grid& grid, const std::string& path, const block_cyclic_matrix<T>& m);
+
 /// GEMM on .npy files: every rank reads only its blocks of A, B (and C when beta != 0) with
 /// MPI-IO, runs pgemm and writes its blocks of C into `out` (header by rank 0, data by all, a
 /// temporary file renamed into place when every rank wrote). Matrices are block-cyclic with
@@ -257,7 +304,13 @@ struct npy_gemm_result {
     pgemm_report report;
 };
 /// Over c layers only layer 0 reads and writes the files (its P x Q grid's blocks); every rank
-/// learns the headers and any error.
+/// learns the headers and any error. Before any collective I/O the ranks agree that each can
+/// read its inputs (an input missing on one rank is an error on all, not a hang) and that each
+/// has the memory its blocks and panels need. The output is a temporary beside `out` (rank 0
+/// reserves its bytes first, so a full file system fails before the run writes), registered for
+/// removal on terminating signals; every MPI-IO write, sync and close status is checked on
+/// every rank, and the ranks agree before rank 0 renames it into place: on any failure it is
+/// removed and `out` keeps what it held (collective_failure).
 npy_gemm_result npy_gemm(const layered_grid& grid, const npy_gemm_request& request, const pgemm_options& options = {});
 
 /// Jacobi over ranks, three levels: the interior of an ny x nx field cut over a P x Q MPI_Cart

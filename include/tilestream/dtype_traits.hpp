@@ -45,8 +45,9 @@ struct dtype_info {
     dtype real;                   ///< the type of the real and imaginary parts (itself when real)
     /// Routine letter of BLAS, CBLAS, cuBLAS and CLBlast: 's', 'd', 'c', 'z' (cblas_zgemm).
     char blas_prefix;
-    /// The k-block of reproducible plans (plan_options::reproducible): the tiled CPU kernel's KC
-    /// and OpenBLAS's GEMM_Q on Haswell/Zen, in elements of this type.
+    /// The k-block of reproducible plans (plan_options::reproducible), in elements of this type:
+    /// for real types the tiled CPU kernel's KC and OpenBLAS's GEMM_Q on Haswell/Zen, for complex
+    /// types half of it (the 1m kernel's KC counted in complex elements).
     index_t reproducible_k_block;
     /// Real floating-point operations of one multiply-add: 2, or 8 for complex (four real
     /// multiplies, four adds). GFLOP/s and the cost model count with it (8mnk for complex GEMM).
@@ -64,7 +65,7 @@ inline constexpr dtype_info dtype_table[] = {
     {dtype::f64, "f64", "float64", "<f8", 8, false, dtype::f64, 'd', 256, 2, 53, cuda_data_type::r_64f,
      mpi_data_type::double_, "double"},
     // Complex k-blocks are half the real ones: the tiled kernel (the 1m method) runs its real
-    // micro-kernel over 2k, and OpenBLAS's CGEMM_Q/ZGEMM_Q on Haswell/Zen are 192/128.
+    // micro-kernel over 2k, so a complex k-block is one real KC.
     {dtype::c32, "c32", "complex64", "<c8", 8, true, dtype::f32, 'c', 192, 8, 24, cuda_data_type::c_32f,
      mpi_data_type::c_float_complex, "float"},
     {dtype::c64, "c64", "complex128", "<c16", 16, true, dtype::f64, 'z', 128, 8, 53, cuda_data_type::c_64f,

@@ -1,5 +1,7 @@
 // GEMM on devices with BLAS semantics: C <- alpha*op(A)*op(B) + beta*C, operands in host memory,
-// planned (in-core or chunked and streamed) and executed with copies overlapped with compute.
+// planned (in-core or chunked and streamed) and executed with copies overlapped with compute. T is
+// float, double, std::complex<float> or std::complex<double> (dtype_traits.hpp); op is n, t or c
+// (conjugate transpose, the same as t on real data).
 #pragma once
 
 #include <tilestream/device.hpp>

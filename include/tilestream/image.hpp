@@ -30,6 +30,8 @@ struct rgb_image {
 /// Writes an 8-bit RGB PNG (deflate through zlib). Written to a temporary file beside `path` and
 /// renamed into place; throws file_error naming the path when it cannot be written.
 void write_png(const std::string& path, const rgb_image& image);
+/// The bytes of that PNG file (`path` only names it in errors).
+std::string encode_png(const rgb_image& image, const std::string& path = "image");
 
 /// The viridis colour map at t in [0, 1] (clamped; NaN gives the low end).
 std::array<std::uint8_t, 3> viridis(double t);

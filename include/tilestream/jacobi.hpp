@@ -88,6 +88,8 @@ struct jacobi_options {
     /// finish, frees its buffers and throws tilestream::cancelled; the field keeps its starting
     /// values. A device that fails stops the solve the same way with a device_error naming it.
     const std::atomic<bool>* cancel = nullptr;
+    /// Receives a span per copy and sweep, with the streams named by role (trace_recorder).
+    trace_sink* trace = nullptr;
 };
 
 /// One part: the interior points [row_begin, row_end) x [col_begin, col_end) of the field (in

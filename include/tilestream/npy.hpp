@@ -14,6 +14,7 @@ namespace tilestream {
 namespace detail {
 struct npy_mapping;
 struct npy_output_state;
+class output_file;
 }
 
 /// A 2-D array read from a .npy file. C order is row-major, Fortran order column-major.
@@ -24,6 +25,8 @@ public:
     index_t rows() const { return rows_; }
     index_t cols() const { return cols_; }
     tilestream::layout layout() const { return layout_; }
+    /// Dimensions of the array in the file: 2, or 1 for a vector (read as a column).
+    int ndim() const { return ndim_; }
     const void* data() const { return data_; }
     const std::string& path() const { return path_; }
 
@@ -56,6 +59,7 @@ private:
     dtype type_ = dtype::f32;
     index_t rows_ = 0, cols_ = 0;
     tilestream::layout layout_ = layout::row_major;
+    int ndim_ = 2;
     std::string path_;
 };
 
@@ -75,10 +79,19 @@ public:
     /// The elements; throws invalid_argument when T is not the file's dtype.
     template <class T>
     host_matrix_view<T> view() const;
+    /// Throws file_error when the temporary was truncated under the mapping (its pages then read
+    /// and write memory that is not the file: tilestream catches the SIGBUS such an access would
+    /// raise). Call between runs writing into view(); finish() and commit() check it too.
+    void check_intact() const;
     /// As npy_array::release_resident; written pages are kept by the page cache until written back.
     void release_resident() const;
-    /// Writes the data back, unmaps, fsyncs and renames over `path`; throws file_error.
+    /// Writes the data back, unmaps, fsyncs and renames over `path` (keeping the mode and owner of
+    /// a file it replaces; a symbolic link is followed and kept); throws file_error, also when the
+    /// temporary was truncated while mapped.
     void commit();
+    /// All of commit() but the rename: for callers that rename several outputs together
+    /// (detail::commit_together, src/core/output_files.hpp). The object is then only destroyed.
+    detail::output_file& finish();
 
 private:
     std::unique_ptr<detail::npy_output_state> s_;
@@ -88,12 +101,15 @@ private:
 npy_array read_npy(const std::string& path);
 
 /// Checks, before any work, that an output file (.npy, trace, image) can be written at `path`:
-/// its directory exists and is writable and `path` is not a directory. Throws file_error naming
+/// its directory exists and is writable and `path` is not a directory, or it is a device or FIFO
+/// that may be written (written in place); symbolic links are followed. Throws file_error naming
 /// the path and the reason.
 void check_output_path(const std::string& path);
 
 /// Writes m as a .npy file (row-major -> C order, column-major -> Fortran order). Writes to a
-/// temporary file beside `path` and renames it, so a failure leaves no partial file.
+/// temporary file beside `path` and renames it, so a failure leaves no partial file; a file it
+/// replaces keeps its mode and owner, a symbolic link is followed and kept, and a device or FIFO
+/// (/dev/null, /dev/stdout) is written in place, as cp does.
 template <class T>
 void write_npy(const std::string& path, host_matrix_view<const T> m);
 

@@ -113,8 +113,8 @@ struct plan_options {
 };
 
 /// The k-block of reproducible plans: the tiled CPU kernel's KC and OpenBLAS's GEMM_Q on
-/// Haswell/Zen (384 f32, 256 f64, 192 c32, 128 c64; dtype_traits), so a call covers exactly one
-/// pass of either kernel.
+/// Haswell/Zen (384 f32, 256 f64; 192 c32 and 128 c64, half of them, the 1m kernel's KC in complex
+/// elements; dtype_traits), so a call covers exactly one pass of the kernel.
 constexpr index_t reproducible_k_block(dtype t) noexcept { return dtype_traits(t).reproducible_k_block; }
 
 /// Kernel calls a plan may make; more (tiny tiles on a large problem) is refused with the tile

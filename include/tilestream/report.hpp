@@ -30,8 +30,10 @@ void compute_scaling(std::vector<scaling_row>& rows, bool weak);
 /// moved and cache hit rate.
 std::string scaling_table(const std::vector<scaling_row>& rows, const std::string& rate_unit);
 std::string scaling_json(const std::vector<scaling_row>& rows, const std::string& rate_unit);
-/// Speedup and efficiency against the device count, with the ideal line (SVG).
-std::string scaling_svg(const std::vector<scaling_row>& rows, const std::string& title);
+/// Speedup (x) and efficiency (fraction of ideal) against the count of devices (or ranks: say so in
+/// `count_label`), with the ideal line (SVG); the legend gives each row's rate in `rate_unit`.
+std::string scaling_svg(const std::vector<scaling_row>& rows, const std::string& title,
+                        const std::string& rate_unit = "", const std::string& count_label = "devices");
 
 /// Copies and kernels per device and stream on a time axis (SVG), so overlap and idle gaps show.
 std::string timeline_svg(const std::vector<trace_span>& spans, const std::string& title);

@@ -85,8 +85,10 @@ struct gemm_check_result {
 /// Checks a GEMM result c against alpha*op(A)*op(B) + beta*c0 in float64 (complex: complex double)
 /// with the method choose_gemm_check picks (c0 is not read when beta == 0; A and B are not read when
 /// alpha == 0). NaN and infinities are compared by position: C must hold NaN exactly where the
-/// reference does and the same infinity where it has one (each part of a complex element); the
-/// error is over the elements finite in both. Complex Freivalds vectors have entries +-1, +-i.
+/// reference does and the same infinity where it has one (a complex element: non-finite exactly
+/// where the reference is; which part is NaN or infinite is the implementation's, as BLAS leaves
+/// it); the error is over the elements finite in both. Complex Freivalds vectors have entries
+/// +-1 and +-i.
 template <class T>
 gemm_check_result check_gemm(op op_a, op op_b, T alpha, host_matrix_view<const T> a, host_matrix_view<const T> b,
                              T beta, host_matrix_view<const T> c0, host_matrix_view<const T> c,

@@ -38,13 +38,11 @@ def test_out_errors_like_numpy(in_place, rng):
     raises(ValueError, "core dimension 0", mm, a, b, np.empty((6, 3)))
     raises(ValueError, "Output operand 0 does not have enough dimensions", mm, a, b, np.empty(15))
     raises(ValueError, "does not broadcast", mm, a, b, np.empty((1, 5, 3)))
-    raises(TypeError, r"Cannot cast ufunc 'matmul' output from dtype\('float64'\) to dtype\('float32'\)", mm, a, b,
-           np.empty((5, 3), np.float32))
-    raises(TypeError, "must have dtype float64", mm, a, b, np.empty((5, 3), np.int64))
+    raises(TypeError, r"Cannot cast ufunc 'matmul' output from dtype\('float64'\) to dtype\('int64'\) with casting "
+                      r"rule 'same_kind'", mm, a, b, np.empty((5, 3), np.int64))
     ro = np.empty((5, 3))
     ro.flags.writeable = False
     raises(ValueError, "output array is read-only", mm, a, b, ro)
-    raises(ValueError, "one axis of out must have unit stride", mm, a, b, np.empty((10, 9))[::2, ::3])
     # the failed calls wrote nothing and the context still works
     out = np.full((5, 3), np.nan)
     check(mm(a, b, out), a, b)

@@ -41,7 +41,7 @@ def test_random_start_matches_numpy_bitwise(three_devices, dtype, decomposition)
 
 def test_default_start_matches_numpy_bitwise_and_the_sine_boundary():
     ny, nx, iters = 41, 29, 12
-    field = tilestream.jacobi(nx, ny, iters=iters, devices="cpu:2", decomposition="rows")
+    field = tilestream.jacobi(nx, ny, dtype=np.float64, iters=iters, devices="cpu:2", decomposition="rows")
     i = np.arange(ny)
     sine = np.sin(2 * np.pi * i / (ny - 1))
     np.testing.assert_allclose(field[:, 0], sine, atol=1e-15)
@@ -60,6 +60,26 @@ def test_field_matches_the_command_line_tool(tmp_path, dtype):
                    stdout=subprocess.DEVNULL)
     tool = np.load(path)
     field = tilestream.jacobi(67, 45, dtype=dtype, iters=30, devices="cpu:2", decomposition="tiles")
+    assert field.dtype == tool.dtype and np.array_equal(field, tool)
+
+
+def test_default_dtype_is_the_clis_or_starts():
+    assert tilestream.jacobi(12, 10, iters=2, devices="cpu").dtype == np.float32  # the CLI's --dtype default
+    for dtype in (np.float32, np.float64):
+        assert tilestream.jacobi(12, 10, iters=2, devices="cpu", start=np.zeros((10, 12), dtype)).dtype == dtype
+    assert tilestream.jacobi(12, 10, iters=2, devices="cpu", dtype="f64", start=np.zeros((10, 12), int)).dtype == \
+        np.float64  # converted when asked
+    with pytest.raises(TypeError, match="start has dtype int64.*pass dtype=np.float32 or np.float64"):
+        tilestream.jacobi(12, 10, iters=2, devices="cpu", start=np.zeros((10, 12), np.int64))
+
+
+@pytest.mark.skipif(not os.environ.get("TILESTREAM_CLI"), reason="TILESTREAM_CLI (the tool's path) not set")
+def test_default_field_is_the_tools_default_field(tmp_path):
+    path = tmp_path / "field.npy"
+    subprocess.run([os.environ["TILESTREAM_CLI"], "jacobi", "--nx", "40", "--ny", "33", "--iters", "25", "--devices",
+                    "cpu", "--out", str(path), "--quiet"], check=True, stdout=subprocess.DEVNULL)
+    tool = np.load(path)
+    field = tilestream.jacobi(40, 33, iters=25, devices="cpu")
     assert field.dtype == tool.dtype and np.array_equal(field, tool)
 
 

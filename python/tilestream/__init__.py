@@ -7,28 +7,75 @@ OpenCL GPUs), including problems larger than a device's memory, from numpy.
     ctx = tilestream.Context("cpu:2", memory_budget="64MiB")  # devices opened once, reused
     field = ctx.jacobi(512, 512, iters=200)
 
-This package translates arguments and errors; the work is tilestream::context's (C++). Operands are
-used where they lie (no copy) when they are BLAS operands: C- or Fortran-ordered arrays, and views
-with one unit-stride axis such as transposes (a column-major view of the base: op = T without a
-copy) and row or column slices. np.memmap operands are read from disk tile by tile, never copied
-whole. A view with no unit-stride axis (a[::2, ::3]), a dtype other than the result's, or an input
-that overlaps `out` is copied first (`explain=True` lists what was copied).
+This package translates arguments and errors; the work is tilestream::context's (C++).
 
-Errors: tilestream's own messages, as the command-line tool prints them. Bad values ->
-ValueError; wrong types (complex, strings, objects) -> TypeError; operands that fit no device
+matmul follows numpy.matmul: the result dtype is numpy's (float16, float32 or float64; float16 is
+summed in float32 as numpy's own loop does), out= is checked as numpy checks it and the result cast
+into it with casting='same_kind', np.matrix inputs give an np.matrix. What tilestream cannot do as
+numpy does raises TypeError saying what to do instead: integer and bool results (numpy's are exact
+integer products), complex, longdouble, masked arrays, objects that override numpy's ufuncs. Stacks
+of matrices (more than 2 dimensions) are refused for now.
+
+Operands are used where they lie (no copy) when they are BLAS operands: C- or Fortran-ordered
+aligned arrays, and views with one unit-stride axis such as transposes (a column-major view of the
+base: op = T without a copy) and row or column slices. np.memmap operands are read from disk tile
+by tile, never copied whole. A view with no unit-stride axis (a[::2, ::3]), an unaligned array, a
+dtype other than the computed one, or an input that overlaps `out` is copied first; an `out` of
+another dtype or with no unit-stride axis gets the result through a temporary (`explain=True` lists
+what was copied).
+
+Errors: tilestream's own messages, as the command-line tool prints them, or one sentence naming
+the argument. Bad values -> ValueError; wrong types -> TypeError; operands that fit no device
 budget -> MemoryError; file errors -> OSError; device failures -> RuntimeError.
+
+Processes: a child made with os.fork() (multiprocessing's 'fork' start method) may use tilestream,
+its module-level calls and the parent's Contexts of CPU devices: the library starts its threads
+again in the child. os.fork() waits for calls in flight on other threads first.
 """
 
-import numbers
-import operator
+import collections
+import os
 import sys
 import threading
 
 import numpy as np
 
-from . import _tilestream as _native
 
-__all__ = ["Context", "matmul", "jacobi", "devices", "parse_bytes", "cancel_supported"]
+def _native_missing(error):
+    """The ImportError to raise when the native part cannot be imported: the reason in words."""
+    import importlib.machinery
+    import pathlib
+
+    here = pathlib.Path(__file__).resolve().parent
+    built = sorted(p.name for p in here.glob("_tilestream*") if p.suffix in (".so", ".pyd"))
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if not built:
+        return ImportError(
+            f"tilestream's native part (_tilestream{suffix}) is not built next to {here}: this looks like the "
+            f"source tree. Build the extension first: `python3 -m pip install --no-build-isolation ./python` "
+            f"(installs it for this Python), or `cmake -S . -B build && cmake --build build` and then "
+            f"PYTHONPATH=build/python (see README.md)")
+    if not any("_tilestream" + s in built for s in importlib.machinery.EXTENSION_SUFFIXES):
+        return ImportError(
+            f"tilestream's native part in {here} ({', '.join(built)}) was built for another Python, not this "
+            f"one ({sys.executable}, Python {version}, which loads _tilestream{suffix}): rebuild it for this "
+            f"interpreter (`{sys.executable} -m pip install --no-build-isolation ./python`, or CMake with "
+            f"-DPython3_EXECUTABLE={sys.executable})")
+    return ImportError(f"tilestream's native part in {here} failed to load: {error}")
+
+
+try:
+    from . import _tilestream as _native
+except ImportError as _error:
+    raise _native_missing(_error) from None
+
+from . import _checks, _numpy_rules  # noqa: E402  (after the native part: its message comes first)
+
+__all__ = ["Context", "matmul", "jacobi", "devices", "parse_bytes", "cancel_supported", "MAX_CONTEXTS"]
+
+#: The version of the library and module (CMake's project version).
+__version__ = _native.version
 
 #: Whether Ctrl-C stops a run at once (this build's library has run cancellation). Without it a
 #: Ctrl-C still raises KeyboardInterrupt, once the run has finished.
@@ -37,12 +84,14 @@ cancel_supported = bool(_native.cancel_supported)
 #: How often the waiting thread wakes to deliver Ctrl-C and progress (seconds).
 POLL_SECONDS = 0.05
 
-_SIGNATURE = "(n?,k),(k,m?)->(n?,m?)"
+#: How many contexts the module-level calls keep open (the most recently used settings); each holds
+#: its devices' threads and buffers. Use a Context to keep one for as long as you like.
+MAX_CONTEXTS = 4
 
 
 def parse_bytes(text):
     """Bytes in '512MiB', '1.5GiB', '64KB' or '4096': the CLI's --memory-budget grammar."""
-    return _native.parse_bytes(text)
+    return _native.parse_bytes(_checks.text(text, "parse_bytes's text", "'512MiB'"))
 
 
 def devices():
@@ -50,75 +99,20 @@ def devices():
     return _native.devices()
 
 
-def _spec(devices):
-    if isinstance(devices, str):
-        return devices
-    if isinstance(devices, (list, tuple)) and devices and all(isinstance(d, str) for d in devices):
-        return ",".join(devices)
-    raise TypeError(f"devices must be a spec string such as 'all', 'cpu:2' or 'cuda:0,cpu' (or a list of "
-                    f"such items), got {type(devices).__name__}")
-
-
 def _budget(memory_budget):
-    if memory_budget is None:
-        return None
-    if isinstance(memory_budget, str):
-        memory_budget = _native.parse_bytes(memory_budget)
-    elif isinstance(memory_budget, (bool, np.bool_)) or not isinstance(memory_budget, numbers.Integral):
-        raise TypeError(f"memory_budget must be a number of bytes (int) or a string such as '8MiB', "
-                        f"got {type(memory_budget).__name__}")
-    if memory_budget < 1:
-        raise ValueError(f"memory_budget must be at least 1 byte, got {memory_budget}")
-    return int(memory_budget)
-
-
-def _real(value, name):
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
-    return float(value)
-
-
-def _integer(value, name):
-    if isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be an integer, got bool")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__}") from None
-
-
-def _check_numeric(x, name):
-    if x.dtype.kind == "c":
-        raise TypeError(f"tilestream: {name} is complex ({x.dtype}); tilestream multiplies real float32 and "
-                        f"float64 matrices")
-    if x.dtype.kind not in "biuf":
-        raise TypeError(f"tilestream: {name} has dtype {x.dtype}, not a real number type")
-
-
-def _result_dtype(a, b):
-    """numpy's promotion of a and b, made a float type tilestream computes in: float32 stays (and
-    float16 becomes float32), float64 stays, integers and bools become float64 (numpy's matmul
-    would keep integers, tilestream multiplies floats), longdouble is refused."""
-    _check_numeric(a, "a")
-    _check_numeric(b, "b")
-    dt = np.result_type(a.dtype, b.dtype)
-    if dt.kind in "biu":
-        return np.dtype(np.float64)
-    if dt.itemsize <= 4:
-        return np.dtype(np.float32)
-    if dt.itemsize == 8:
-        return np.dtype(np.float64)
-    raise TypeError(f"tilestream: {dt} has no tilestream kernel (float32 and float64 only)")
+    return _checks.budget(memory_budget, _native.parse_bytes)
 
 
 def _as_operand(x, dtype, name, copied):
-    """x as a BLAS operand of `dtype`: itself when it is one, else a compact copy (noted)."""
+    """x as a BLAS operand of `dtype`: itself when it is one, else a compact aligned copy (noted)."""
     if x.dtype != dtype:
         copied.append(f"{name}: converted from {x.dtype} to {dtype}")
         x = x.astype(dtype)
     if _native.operand_layout(x) is None:
-        copied.append(f"{name}: strides {x.strides} have no unit-stride axis, copied to C order")
-        x = np.ascontiguousarray(x)
+        why = ("is not aligned to its element size" if not x.flags.aligned
+               else f"strides {x.strides} have no unit-stride axis")
+        copied.append(f"{name}: {why}, copied to C order")
+        x = np.array(x, order="C")  # a new, aligned array
     return x
 
 
@@ -127,24 +121,13 @@ def _same_array(x, y):
             and x.strides == y.strides and x.dtype == y.dtype)
 
 
-def _check_out(out, shape, dtype):
-    if not isinstance(out, np.ndarray):
-        raise TypeError("return arrays must be of ArrayType")
-    if out.ndim < len(shape):
-        raise ValueError(f"matmul: Output operand 0 does not have enough dimensions (has {out.ndim}, gufunc core "
-                         f"with signature {_SIGNATURE} requires {len(shape)})")
-    if out.ndim > len(shape):
-        raise ValueError(f"matmul: Output operand 0 has {out.ndim} dimensions, the result {len(shape)} "
-                         f"(tilestream does not broadcast)")
-    for i, (have, want) in enumerate(zip(out.shape, shape)):
-        if have != want:
-            raise ValueError(f"matmul: Output operand 0 has a mismatch in its core dimension {i}, with gufunc "
-                             f"signature {_SIGNATURE} (size {have} is different from {want})")
-    if out.dtype != dtype:
-        raise TypeError(f"Cannot cast ufunc 'matmul' output from {dtype!r} to {out.dtype!r}: tilestream writes "
-                        f"into out without casting, so out must have dtype {dtype}")
-    if not out.flags.writeable:
-        raise ValueError("output array is read-only")
+def _matrix_view(result, a_ndim, b_ndim):
+    """The result as the m x n matrix the library writes (a view: vectors get their axis back)."""
+    if result.ndim == 2:
+        return result
+    if a_ndim == 1 and b_ndim == 1:
+        return result.reshape(1, 1)
+    return result[np.newaxis, :] if a_ndim == 1 else result[:, np.newaxis]
 
 
 class _ProgressBar:
@@ -165,15 +148,6 @@ class _ProgressBar:
                           f"({done}/{total})" + ("\n" if done >= total else ""))
         self.stream.flush()
 
-
-def _progress_callable(progress, what):
-    if progress is None or progress is False:
-        return None
-    if progress is True:
-        return _ProgressBar(what)
-    if not callable(progress):
-        raise TypeError(f"progress must be a callable (done, total), True or None, got {type(progress).__name__}")
-    return progress
 
 
 def _wait(run, progress):
@@ -245,9 +219,12 @@ class Context:
 
     def __init__(self, devices="all", memory_budget=None, kernel="vendor", *, cpu_threads=0, math="strict",
                  cache="auto", reproducible=False):
-        self._native = _native.Context(_spec(devices), _budget(memory_budget), str(kernel),
-                                       _integer(cpu_threads, "cpu_threads"), str(math), str(cache),
-                                       bool(reproducible))
+        self._native = _native.Context(
+            _checks.spec(devices), _budget(memory_budget),
+            _checks.text(kernel, "kernel", "'vendor', 'tiled', 'naive' or 'reference'"),
+            _checks.integer(cpu_threads, "cpu_threads", _checks.INT_MIN, _checks.INT_MAX),
+            _checks.text(math, "math", "'strict' or 'tf32'"), _checks.text(cache, "cache", "'auto', 'on' or 'off'"),
+            bool(reproducible))
 
     @property
     def devices(self):
@@ -270,39 +247,55 @@ class Context:
     # -- GEMM ------------------------------------------------------------------------------------
 
     def _start_gemm(self, a, b, out, alpha, beta, c, strategy, tile, kernel, plan_only):
-        alpha = _real(alpha, "alpha")
-        beta = _real(beta, "beta")
-        a = np.asarray(a)  # an np.memmap (or any ndarray) stays the same buffer: no copy
-        b = np.asarray(b)
+        """Checks and converts the arguments as numpy.matmul would, starts the run; returns the
+        run, a function giving the call's result once the run has ended, and what was copied."""
+        alpha = _checks.real(alpha, "alpha")
+        beta = _checks.real(beta, "beta")
+        strategy = _checks.text(strategy, "strategy", "'auto', 'in-core' or 'tiles-3d'")
+        if kernel is not None:
+            kernel = _checks.text(kernel, "kernel", "'vendor', 'tiled', 'naive' or 'reference'")
+        if tile is None:
+            tiles = (0, 0, 0)
+        elif isinstance(tile, (tuple, list)) and len(tile) == 3:
+            tiles = tuple(_checks.integer(t, "tile") for t in tile)
+        else:
+            tiles = (_checks.integer(tile, "tile"),) * 3
+        given = (a, b)
+        a = _numpy_rules.operand(a, "a")  # an np.memmap (or any ndarray) stays the same buffer: no copy
+        b = _numpy_rules.operand(b, "b")
         for x, i in ((a, 0), (b, 1)):
             if x.ndim == 0:
                 raise ValueError(f"matmul: Input operand {i} does not have enough dimensions (has 0, gufunc core "
-                                 f"with signature {_SIGNATURE} requires 1)")
+                                 f"with signature {_numpy_rules.SIGNATURE} requires 1)")
             if x.ndim > 2:
                 raise ValueError(f"tilestream.matmul multiplies matrices (and vectors, as numpy does): operand "
-                                 f"{'ab'[i]} has {x.ndim} dimensions {x.shape}; call it per matrix of the stack")
-        dtype = _result_dtype(a, b)
+                                 f"{'ab'[i]} has {x.ndim} dimensions {x.shape}, a stack of matrices, which "
+                                 f"tilestream does not take yet: call it per matrix of the stack, or use "
+                                 f"numpy.matmul")
+        dtype, compute = _numpy_rules.result_dtypes(a, b)
+        _numpy_rules.check_scalar(alpha, "alpha", compute)
+        _numpy_rules.check_scalar(beta, "beta", compute)
         a2 = a[np.newaxis, :] if a.ndim == 1 else a  # numpy's vector rules: (k,) @ B, A @ (k,)
         b2 = b[:, np.newaxis] if b.ndim == 1 else b
         shape = a2.shape[:1] * (a.ndim == 2) + b2.shape[1:] * (b.ndim == 2)
         copied = []
-        if out is None:
-            result = np.empty(shape, dtype)  # C order, like numpy's
-        else:
-            _check_out(out, shape, dtype)
-            result = out
-        # The result as the m x n matrix the library writes (a view: vectors get their axis back).
-        if result.ndim == 2:
-            result2 = result
-        elif a.ndim == 1 and b.ndim == 1:
-            result2 = result.reshape(1, 1)
-        else:
-            result2 = result[np.newaxis, :] if a.ndim == 1 else result[:, np.newaxis]
+        # The array the library writes: out itself where it can (the computed dtype, one unit-stride
+        # axis, aligned), else a C-ordered temporary that the result is then cast and copied from.
+        direct = False
         if out is not None:
-            if _native.operand_layout(result2) is None:
-                raise ValueError(f"output array is not acceptable: tilestream writes the result into out in "
-                                 f"place, so one axis of out must have unit stride (C or Fortran order, or a row "
-                                 f"or column slice of such an array); out has strides {out.strides}")
+            _numpy_rules.check_out(out, shape, dtype)
+            direct = out.dtype == compute and _native.operand_layout(_matrix_view(out, a.ndim, b.ndim)) is not None
+            if not direct:
+                why = (f"dtype {out.dtype}" if out.dtype != compute
+                       else "not aligned" if not out.flags.aligned else f"strides {out.strides}")
+                copied.append(f"out: {why}: the result is computed into a {compute} temporary and copied into out "
+                              f"(casting='same_kind', as numpy does)")
+        elif compute != dtype:
+            copied.append(f"result: computed in {compute}, returned as {dtype} (numpy's {dtype} matmul sums in "
+                          f"{compute} too)")
+        target = out if direct else np.empty(shape, compute)  # C order, like numpy's
+        target2 = _matrix_view(target, a.ndim, b.ndim)
+        if direct:
             for name in ("a", "b"):
                 x2 = a2 if name == "a" else b2
                 if np.may_share_memory(out, x2):  # numpy's semantics: as if the inputs were read first
@@ -311,37 +304,37 @@ class Context:
                         a2 = x2.copy()
                     else:
                         b2 = x2.copy()
-        a2 = _as_operand(a2, dtype, "a", copied)
-        b2 = _as_operand(b2, dtype, "b", copied)
+        a2 = _as_operand(a2, compute, "a", copied)
+        b2 = _as_operand(b2, compute, "b", copied)
         if beta != 0:
             if c is None:
                 raise ValueError(f"matmul: beta is {beta:g} but no c was given (pass c=..., which may be out "
                                  f"itself)")
-            c = np.asarray(c)
-            _check_numeric(c, "c")
-            if not _same_array(c, result) and not plan_only:
-                np.copyto(result, c)  # broadcasts like numpy (a row of biases, a scalar...)
+            c = _numpy_rules.operand(c, "c")
+            _numpy_rules.check_numeric(c, "c")
+            if not (direct and _same_array(c, out)) and not plan_only:
+                np.copyto(target, c)  # broadcasts like numpy (a row of biases, a scalar...)
         elif c is not None:
             raise ValueError("matmul: c was given but beta is 0, so c would not be read; pass beta (beta=1 adds c)")
-        if tile is None:
-            tiles = (0, 0, 0)
-        elif isinstance(tile, (tuple, list)) and len(tile) == 3:
-            tiles = tuple(_integer(t, "tile") for t in tile)
-        else:
-            tiles = (_integer(tile, "tile"),) * 3
-        run = self._native.start_gemm(a2, b2, result2, alpha, beta, str(strategy), *tiles,
-                                      None if kernel is None else str(kernel), plan_only)
-        return run, result, copied
+        run = self._native.start_gemm(a2, b2, target2, alpha, beta, strategy, *tiles, kernel, plan_only)
+
+        def finish():
+            if out is not None:
+                if not direct:
+                    np.copyto(out, target, casting="same_kind")
+                return out
+            return _numpy_rules.wrap(target if compute == dtype else target.astype(dtype), given)
+
+        return run, finish, copied
 
     def matmul(self, a, b, out=None, *, alpha=1, beta=0, c=None, strategy="auto", tile=None, kernel=None,
                explain=False, progress=None):
         """alpha * a @ b + beta * c on all the context's devices, out-of-core when the operands do
         not fit the budget. See tilestream.matmul."""
-        progress = _progress_callable(progress, "matmul")
-        run, result, copied = self._start_gemm(a, b, out, alpha, beta, c, strategy, tile, kernel, False)
+        progress = _checks.progress_callable(progress, lambda: _ProgressBar("matmul"))
+        run, finish, copied = self._start_gemm(a, b, out, alpha, beta, c, strategy, tile, kernel, False)
         report = _wait(run, progress)
-        if out is None and result.ndim == 0:
-            result = result[()]  # vector @ vector: a scalar, as numpy's
+        result = finish()
         if not explain:
             return result
         lines = [report["text"].rstrip("\n")]
@@ -362,7 +355,14 @@ class Context:
         later calls instead of being copied again. Call handle.changed() after writing into `a`;
         handle.release() (or leaving a `with` block) ends the promise. Arrays not kept are copied
         every call."""
-        return Kept(self._native.keep(np.asarray(a)))
+        x = _numpy_rules.operand(a, "a")
+        if x.ndim != 2 or x.dtype not in (np.float32, np.float64):
+            raise TypeError(f"Context.keep: the array must be a 2-D float32 or float64 array (as matmul reads it in "
+                            f"place), got a {x.ndim}-D {x.dtype} one")
+        if not x.flags.aligned:
+            raise ValueError("Context.keep: the array is not aligned to its element size, so matmul copies it every "
+                             "call: keep an aligned copy (np.array(a)) and multiply that copy")
+        return Kept(self._native.keep(x))
 
     def plan(self, a, b, out=None, *, alpha=1, beta=0, c=None, strategy="auto", tile=None, kernel=None):
         """The plan matmul would run, without running it: a dict with 'text' (explain's lines),
@@ -379,37 +379,30 @@ class Context:
 
     # -- Jacobi ----------------------------------------------------------------------------------
 
-    def jacobi(self, nx, ny, *, dtype="float64", iters=1000, tol=0.0, check_every=10, decomposition="auto",
+    def jacobi(self, nx, ny, *, dtype=None, iters=1000, tol=0.0, check_every=10, decomposition="auto",
                overlap=True, start=None, explain=False, progress=None):
         """The 2-D Laplace equation by Jacobi iterations on all the context's devices; returns the
         final field (ny x nx, C order). See tilestream.jacobi."""
-        progress = _progress_callable(progress, "jacobi")
+        progress = _checks.progress_callable(progress, lambda: _ProgressBar("jacobi"))
         args = _native.JacobiArgs()
-        args.nx = _integer(nx, "nx")
-        args.ny = _integer(ny, "ny")
-        if isinstance(dtype, str):
-            args.dtype = dtype
-        else:
-            dt = np.dtype(dtype)
-            if dt.kind == "c":
-                raise TypeError(f"jacobi: dtype {dt} is complex; the field is float32 or float64")
-            args.dtype = dt.name
-        args.iters = _integer(iters, "iters")
-        args.check_every = _integer(check_every, "check_every")
-        args.tol = _real(tol, "tol")
-        if not isinstance(decomposition, str):
-            raise TypeError(f"decomposition must be a string ('auto', 'rows', 'cols', 'tiles' or 'tiles:PxQ'), "
-                            f"got {type(decomposition).__name__}")
-        args.decomposition = decomposition
+        args.nx = _checks.integer(nx, "nx")
+        args.ny = _checks.integer(ny, "ny")
+        args.iters = _checks.integer(iters, "iters")
+        args.check_every = _checks.integer(check_every, "check_every")
+        args.tol = _checks.real(tol, "tol")
+        args.decomposition = _checks.text(decomposition, "decomposition",
+                                          "'auto', 'rows', 'cols', 'tiles' or 'tiles:PxQ'")
         args.overlap = bool(overlap)
         if start is not None:
-            field_dtype = np.float32 if args.dtype in ("f32", "float32", "float") else np.float64
             start = np.asarray(start)
-            _check_numeric(start, "start")
+            _numpy_rules.check_numeric(start, "start")
+        field_dtype = _jacobi_dtype(dtype, start)
+        args.dtype = _JACOBI_DTYPES[field_dtype]
+        if start is not None:
             if start.shape != (args.ny, args.nx):
                 raise ValueError(f"jacobi: start has shape {start.shape}, the field is ({args.ny}, {args.nx}) "
                                  f"(ny, nx)")
-            start = np.ascontiguousarray(start, dtype=field_dtype)
+            start = np.require(start, dtype=field_dtype, requirements=["C", "A"])  # aligned, C order
         run = self._native.start_jacobi(args, start)
         report = _wait(run, progress)
         field = run.output
@@ -424,19 +417,65 @@ class Context:
         return field, text
 
 
-_contexts = {}
+#: The field dtypes of Jacobi, with the library's names for them.
+_JACOBI_DTYPES = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
+
+
+def _jacobi_dtype(dtype, start):
+    """The field's dtype: `dtype` when given, else start's, else float32 (the CLI's and the
+    library's default, a bandwidth-bound sweep moving half the bytes of float64)."""
+    if dtype is None:
+        if start is None:
+            return np.dtype(np.float32)
+        if start.dtype not in _JACOBI_DTYPES:
+            raise TypeError(f"jacobi: start has dtype {start.dtype} and the field is float32 or float64: pass "
+                            f"dtype=np.float32 or np.float64 (start is converted to it)")
+        return start.dtype
+    try:
+        dt = np.dtype({"f32": "float32", "f64": "float64"}.get(dtype, dtype) if isinstance(dtype, str) else dtype)
+    except TypeError:
+        raise TypeError(f"jacobi: dtype must be float32 or float64 (a numpy dtype, type or name), got "
+                        f"{dtype!r}") from None
+    if dt.kind == "c":
+        raise TypeError(f"jacobi: dtype {dt} is complex; the field is float32 or float64")
+    if dt not in _JACOBI_DTYPES:
+        raise ValueError(f"jacobi: dtype {dt} has no Jacobi kernel; the field is float32 (f32) or float64 (f64)")
+    return dt
+
+
+_contexts = collections.OrderedDict()  # settings -> Context, the most recently used last
 _contexts_lock = threading.Lock()
 
 
 def _context(devices, memory_budget, kernel):
-    """The context for these settings, opened on first use and kept for the process."""
-    key = (_spec(devices), _budget(memory_budget), str(kernel))
+    """The context for these settings: one of the MAX_CONTEXTS used last, or opened now (the one
+    used longest ago is then closed once no call uses it)."""
+    key = (_checks.spec(devices), _budget(memory_budget),
+           _checks.text(kernel, "kernel", "'vendor', 'tiled', 'naive' or 'reference'"))
     with _contexts_lock:
         ctx = _contexts.get(key)
-        if ctx is None:
-            ctx = Context(*key)
-            _contexts[key] = ctx
+        if ctx is not None:
+            _contexts.move_to_end(key)
+            return ctx
+    ctx = Context(*key)  # opened outside the lock: opening devices may take a while
+    with _contexts_lock:
+        ctx = _contexts.setdefault(key, ctx)  # another thread may have opened one first
+        _contexts.move_to_end(key)
+        while len(_contexts) > MAX_CONTEXTS:
+            _contexts.popitem(last=False)  # calls still running on it keep it alive until they end
         return ctx
+
+
+def _after_fork_in_child():
+    global _contexts_lock
+    _contexts_lock = threading.Lock()  # another thread of the parent may have held it
+    _native.fork_after()
+
+
+# A fork waits for runs in flight on other threads, so that no context is copied in the middle of
+# one; the library starts its threads again in the child on first use.
+os.register_at_fork(before=_native.fork_prepare, after_in_parent=_native.fork_after,
+                    after_in_child=_after_fork_in_child)
 
 
 def matmul(a, b, out=None, *, alpha=1, beta=0, c=None, devices="all", memory_budget=None, kernel="vendor",
@@ -444,30 +483,38 @@ def matmul(a, b, out=None, *, alpha=1, beta=0, c=None, devices="all", memory_bud
     """alpha * a @ b + beta * c, on `devices` (all of them by default), out-of-core when the
     operands do not fit `memory_budget` (bytes, or a string such as '8MiB').
 
-    a, b: 2-D (or 1-D, as numpy's matmul) arrays, memmaps included. The result dtype is numpy's
-    promotion of a and b, as a float type: float32 x float64 -> float64, integers and bools ->
-    float64, float16 -> float32; complex raises TypeError.
-    out: where to write the result, checked like numpy's (shape, exactly the result dtype, writable,
-    one unit-stride axis); returned. Default: a new C-ordered array.
-    beta, c: beta != 0 adds beta * c (c broadcasts to the result's shape; it may be out itself, the
-    BLAS in-place update). c without beta is an error (it would not be read).
+    a, b: 2-D (or 1-D, as numpy's matmul) arrays, memmaps included. The result dtype is numpy's:
+    float32 x float64 -> float64, int x float32 -> float32 (numpy's promotion), float16 -> float16
+    (summed in float32, as numpy's own loop does). Results numpy would give as integers or bools,
+    complex, longdouble, masked arrays and stacks of matrices (ndim > 2) raise TypeError or
+    ValueError saying what to do. np.matrix operands give an np.matrix, as numpy's.
+    out: where to write the result, checked as numpy checks it (shape, writable) and cast into with
+    casting='same_kind' (a float64 result into a float32 out is fine, into an int out a TypeError);
+    written in place when it has the computed dtype and one unit-stride axis, else through a
+    temporary. Returned. Default: a new C-ordered array.
+    alpha, beta: real numbers that fit the computed dtype (1e39 with float32 operands is an error).
+    beta != 0 adds beta * c (c broadcasts to the result's shape; it may be out itself, the BLAS
+    in-place update). c without beta is an error (it would not be read).
     strategy: 'auto' or a CLI --strategy (in-core, tiles-3d, a-panel, ..., zero-copy).
     explain: True returns (result, text): the plan, the operands copied, measured against predicted.
     progress: a callable (done_units, total_units), called on this thread, or True for a bar on stderr.
 
-    Devices are opened once per (devices, memory_budget, kernel) and kept (see Context). The
-    run releases the GIL; Ctrl-C raises KeyboardInterrupt (cancelling the run where the library
-    supports it, see cancel_supported).
+    Devices are opened once per (devices, memory_budget, kernel) and kept for the MAX_CONTEXTS
+    settings used last (see Context). The run releases the GIL; Ctrl-C raises KeyboardInterrupt
+    (cancelling the run where the library supports it, see cancel_supported).
     """
     return _context(devices, memory_budget, kernel).matmul(a, b, out, alpha=alpha, beta=beta, c=c, strategy=strategy,
                                                            explain=explain, progress=progress)
 
 
-def jacobi(nx, ny, *, dtype="float64", iters=1000, tol=0.0, check_every=10, devices="all", decomposition="auto",
+def jacobi(nx, ny, *, dtype=None, iters=1000, tol=0.0, check_every=10, devices="all", decomposition="auto",
            overlap=True, memory_budget=None, start=None, explain=False, progress=None):
     """The 2-D Laplace equation on an ny x nx grid (boundary included, fixed) by Jacobi iterations,
-    cut over `devices`; returns the final field (ny x nx, C order, `dtype` float32 or float64).
+    cut over `devices`; returns the final field (ny x nx, C order).
 
+    dtype: float32 or float64 (or 'f32', 'f64'). Default: start's dtype when start is given, else
+    float32, as the CLI's --dtype and the C++ library (the sweep is bound by memory bandwidth, and
+    float32 moves half the bytes).
     start: the starting field (ny x nx; its boundary stays fixed). Default: sin(2*pi*i/(ny-1)) on
     columns 0 and nx-1, 0 elsewhere (the CLI's). iters: most iterations; tol: stop once the
     residual norm, examined every check_every iterations, is below it (0: never).

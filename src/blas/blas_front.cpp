@@ -1,12 +1,14 @@
-// libtilestream_blas.so: sgemm_, dgemm_, cblas_sgemm and cblas_dgemm for any BLAS client. Large calls
-// are translated into one tilestream::context call; small ones, and every call tilestream cannot run,
-// go to the system BLAS. The only symbols exported are these four (blas_exports.map).
+// libtilestream_blas.so: the BLAS entry points of blas_routines.hpp for any BLAS client. Large calls
+// are handed to the bridge (libtilestream_blas_context.so, loaded privately on the first such call)
+// to run on a tilestream::context; small ones, and every call tilestream cannot run, go to the system
+// BLAS. This library links neither libtilestream nor any BLAS: preloading it maps nothing else until
+// a call needs it, and adds no symbol but the table's to the program's global scope.
+#include "blas_bridge.hpp"
+#include "blas_routines.hpp"
 #include "settings.hpp"
 #include "system_blas.hpp"
 
-#include <tilestream/context.hpp>
-#include <tilestream/types.hpp>
-
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <unistd.h>
@@ -18,11 +20,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <memory>
 #include <mutex>
-#include <new>
 #include <string>
-#include <type_traits>
 
 #define TILESTREAM_BLAS_EXPORT extern "C" __attribute__((visibility("default"), noinline))
 
@@ -35,8 +34,55 @@ void stderr_line(const std::string& text) {
     std::fwrite(line.data(), 1, line.size(), stderr);
 }
 
-// Process-wide state, made on the first GEMM call and never destroyed (a client may call BLAS from
-// atexit handlers or threads still running at exit).
+// What exit() must wait for. Plain pthread objects and flags: nothing here has a destructor, and
+// all of it works before the front exists.
+//
+// Exit comes in two steps. `stop_routing` is registered with atexit once libtilestream is loaded, so
+// it runs before the static objects created since are destroyed: new calls stay with the system BLAS
+// and exit waits for the routed calls in flight (their devices and OpenBLAS buffers stay intact).
+// `finish` is registered when the drop-in loads, so it runs after every atexit handler and static
+// destructor of the program, just before the libraries' finalizers (OpenBLAS frees its buffers and
+// joins its threads there): from then on a BLAS call from another thread never returns, since the
+// process is ending and no library can be relied on any more.
+pthread_mutex_t flight_mutex = PTHREAD_MUTEX_INITIALIZER;
+pthread_cond_t flight_done = PTHREAD_COND_INITIALIZER;
+int routed_in_flight = 0;  // routed calls in flight, all threads
+bool routing_stopped = false;
+thread_local int routed_on_this_thread = 0;  // an exit handler on such a thread must not wait for itself
+std::atomic<bool> process_finishing{false};
+pthread_t finishing_thread;
+
+void stop_routing() {
+    pthread_mutex_lock(&flight_mutex);
+    routing_stopped = true;
+    while (routed_in_flight != routed_on_this_thread) pthread_cond_wait(&flight_done, &flight_mutex);
+    pthread_mutex_unlock(&flight_mutex);
+}
+
+void finish() {
+    stop_routing();
+    finishing_thread = pthread_self();
+    process_finishing.store(true, std::memory_order_release);
+}
+
+__attribute__((constructor)) void register_finish() {
+    std::atexit(finish);
+    // A child after fork() has only the forking thread: the routed calls of the others are not its.
+    pthread_atfork([] { pthread_mutex_lock(&flight_mutex); }, [] { pthread_mutex_unlock(&flight_mutex); },
+                   [] {
+                       routed_in_flight = routed_on_this_thread;
+                       pthread_mutex_unlock(&flight_mutex);
+                   });
+}
+
+// Every entry point starts here.
+void wait_if_process_finishing() {
+    if (!process_finishing.load(std::memory_order_acquire) || pthread_equal(pthread_self(), finishing_thread)) return;
+    for (;;) ::pause();
+}
+
+// Process-wide state, made on the first call and never destroyed (a client may call BLAS from atexit
+// handlers or threads still running at exit).
 class front {
 public:
     front()
@@ -64,26 +110,40 @@ public:
     const settings& config() const { return config_; }
     const real_blas& libraries() const { return libraries_; }
 
-    /// The context of this process, opened on the first call that needs it; nullptr when it cannot
-    /// be opened (said once on stderr and in the log). A child after fork() opens its own: the
-    /// parent's worker threads did not come along.
-    context* shared_context() {
+    /// True when this process's context is open (opened here on the first call that needs it; in a
+    /// child after fork() again, since the parent's worker threads did not come along). When it
+    /// cannot be opened, says so once on stderr and in the log.
+    bool context_ready() {
         const std::lock_guard lock(context_mutex_);
         const pid_t pid = ::getpid();
-        if (context_pid_ == pid) return context_;
+        if (context_pid_ == pid) return context_ok_;
         context_pid_ = pid;
-        context_ = nullptr;  // a parent's context is left alone (leaked): its threads are not here
-        try {
-            context_options options;
-            options.memory_budget = config_.memory_budget;
-            context_ = new context(config_.devices, options);
-        } catch (const std::exception& e) {
-            const std::string what = std::string("cannot open TILESTREAM_DEVICES '") + config_.devices +
-                                     "': " + e.what() + "; every GEMM goes to the system BLAS";
+        context_ok_ = false;
+        const tilestream_blas_bridge* b = bridge_locked();
+        if (!b) return false;
+        char* text = nullptr;
+        context_ok_ = b->open(config_.devices.c_str(), config_.memory_budget.has_value(),
+                              config_.memory_budget.value_or(0), &text) == 0;
+        if (!context_ok_) {
+            const std::string what = "cannot open TILESTREAM_DEVICES '" + config_.devices +
+                                     "': " + (text ? text : "unknown error") + "; every GEMM goes to the system BLAS";
             stderr_line(what);
             log("error=\"" + what + "\"");
         }
-        return context_;
+        std::free(text);
+        return context_ok_;
+    }
+
+    const tilestream_blas_bridge* bridge() {
+        const std::lock_guard lock(context_mutex_);
+        return bridge_locked();
+    }
+
+    /// The entry of routine `r` of a real library for a call tilestream does not run: the system
+    /// BLAS's, else (it lacks it) the one of the BLAS libtilestream links, loading the bridge.
+    void* real_entry(routine r) {
+        if (void* e = libraries_.system().entry[int(r)]) return e;
+        return bridge() ? libraries_.tilestream().entry[int(r)] : nullptr;
     }
 
     bool logging() const { return log_fd_ >= 0; }
@@ -107,22 +167,59 @@ public:
     std::atomic<long> internal_calls{0};  ///< tilestream's own BLAS calls, forwarded
 
 private:
+    // Loads libtilestream_blas_context.so (beside this library) on first use, privately: its
+    // libtilestream and OpenBLAS never join the global scope. Failures are said once.
+    const tilestream_blas_bridge* bridge_locked() {
+        if (bridge_tried_) return bridge_;
+        bridge_tried_ = true;
+        std::string path = "libtilestream_blas_context.so";
+        Dl_info info{};
+        if (dladdr(reinterpret_cast<const void*>(&stderr_line), &info) && info.dli_fname) {
+            const std::string self = info.dli_fname;
+            const auto slash = self.rfind('/');
+            if (slash != std::string::npos) path = self.substr(0, slash + 1) + path;
+        }
+        void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+        const char* why = handle ? nullptr : dlerror();
+        using entry_fn = const tilestream_blas_bridge* (*)();
+        auto entry = handle ? reinterpret_cast<entry_fn>(dlsym(handle, "tilestream_blas_bridge_entry")) : nullptr;
+        const tilestream_blas_bridge* b = entry ? entry() : nullptr;
+        if (!b || b->abi != TILESTREAM_BLAS_BRIDGE_ABI) {
+            const std::string what = "cannot load " + path + " (" +
+                                     (why ? why : b ? "built from another version of tilestream" : "no entry point") +
+                                     "); every GEMM goes to the system BLAS";
+            stderr_line(what);
+            log("error=\"" + what + "\"");
+            return nullptr;
+        }
+        std::vector<std::string> problems;
+        libraries_.add_tilestream(b->tilestream_library, problems);
+        for (const auto& p : problems) stderr_line(p);
+        // Registered now that libtilestream's static objects exist: exit runs handlers in reverse
+        // order, so this one waits for routed calls before those objects are destroyed.
+        std::atexit(stop_routing);
+        bridge_ = b;
+        return b;
+    }
+
     settings config_;
     real_blas libraries_;
     int log_fd_ = -1;
     std::atomic<int> errors_printed_{0};
-    std::mutex context_mutex_;
-    context* context_ = nullptr;
+    std::mutex context_mutex_;  // the bridge and the context's opening
+    bool bridge_tried_ = false;
+    const tilestream_blas_bridge* bridge_ = nullptr;
+    bool context_ok_ = false;
     pid_t context_pid_ = 0;
 };
 
 // One GEMM as the caller gave it, decoded into tilestream's terms (`valid` false when an argument
-// breaks a BLAS rule: the system BLAS then reports it the way the client expects).
+// breaks a BLAS rule: the system BLAS then reports it through the xerbla_ the program reaches).
 template <class T>
 struct gemm_args {
     const char* routine;
-    layout order;
-    char trans_a, trans_b;  // as written in the log: N or T
+    bool row_major;
+    char trans_a, trans_b;  // as written in the log: N, T or C (conjugate transpose; on real data, T)
     bool valid;
     int m, n, k;
     T alpha;
@@ -135,24 +232,23 @@ struct gemm_args {
     int ldc;
 };
 
-op op_of(char t) { return t == 'N' ? op::n : op::t; }
-
 // N, T or C in either case; anything else is '?'.
 char fortran_trans(const char* t) {
     switch (t ? *t : '?') {
         case 'N': case 'n': return 'N';
-        case 'T': case 't': case 'C': case 'c': return 'T';
+        case 'T': case 't': return 'T';
+        case 'C': case 'c': return 'C';
         default: return '?';
     }
 }
 
-char cblas_trans(int t) { return t == 111 ? 'N' : (t == 112 || t == 113) ? 'T' : '?'; }
+char cblas_trans(int t) { return t == 111 ? 'N' : t == 112 ? 'T' : t == 113 ? 'C' : '?'; }
 
 template <class T>
 bool check_args(gemm_args<T>& g) {
     if (g.trans_a == '?' || g.trans_b == '?' || g.m < 0 || g.n < 0 || g.k < 0) return false;
     // The stored shapes of A, B and C, and the rule ld >= max(1, elements per stored line).
-    auto line = [&](int rows, int cols) { return std::max(1, g.order == layout::row_major ? cols : rows); };
+    auto line = [&](int rows, int cols) { return std::max(1, g.row_major ? cols : rows); };
     const int a_rows = g.trans_a == 'N' ? g.m : g.k, a_cols = g.trans_a == 'N' ? g.k : g.m;
     const int b_rows = g.trans_b == 'N' ? g.k : g.n, b_cols = g.trans_b == 'N' ? g.n : g.k;
     return g.lda >= line(a_rows, a_cols) && g.ldb >= line(b_rows, b_cols) && g.ldc >= line(g.m, g.n);
@@ -160,7 +256,7 @@ bool check_args(gemm_args<T>& g) {
 
 template <class T>
 std::string shape_fields(const gemm_args<T>& g) {
-    return std::string("routine=") + g.routine + " order=" + (g.order == layout::row_major ? "row" : "col") +
+    return std::string("routine=") + g.routine + " order=" + (g.row_major ? "row" : "col") +
            " transa=" + g.trans_a + " transb=" + g.trans_b + " m=" + std::to_string(g.m) + " n=" +
            std::to_string(g.n) + " k=" + std::to_string(g.k) + " lda=" + std::to_string(g.lda) +
            " ldb=" + std::to_string(g.ldb) + " ldc=" + std::to_string(g.ldc);
@@ -173,138 +269,128 @@ std::string seconds_field(std::chrono::steady_clock::time_point start) {
     return text;
 }
 
-// C's m x n elements, line by line (the padding between lines is not C's and is never touched).
 template <class T>
-class saved_c {
-public:
-    bool save(const gemm_args<T>& g) {
-        lines_ = g.order == layout::row_major ? g.m : g.n;
-        len_ = g.order == layout::row_major ? g.n : g.m;
-        data_.reset(new (std::nothrow) T[std::size_t(lines_) * std::size_t(len_)]);
-        if (!data_) return false;
-        for (long i = 0; i < lines_; ++i) std::memcpy(&data_[i * len_], g.c + i * long(g.ldc), len_ * sizeof(T));
-        return true;
-    }
-    void restore(const gemm_args<T>& g) const {
-        for (long i = 0; i < lines_; ++i) std::memcpy(g.c + i * long(g.ldc), &data_[i * len_], len_ * sizeof(T));
-    }
-
-private:
-    std::unique_ptr<T[]> data_;
-    long lines_ = 0, len_ = 0;
-};
-
-// Runs the call on tilestream. Throws what tilestream throws; C is then as it was before the call
-// (restored from a copy when beta != 0, since a run may have written part of it).
-template <class T>
-std::string run_on_tilestream(context& ctx, const gemm_args<T>& g) {
-    const op op_a = op_of(g.trans_a), op_b = op_of(g.trans_b);
-    const host_matrix_view<const T> a(g.a, op_a == op::n ? g.m : g.k, op_a == op::n ? g.k : g.m, g.order, g.lda);
-    const host_matrix_view<const T> b(g.b, op_b == op::n ? g.k : g.n, op_b == op::n ? g.n : g.k, g.order, g.ldb);
-    const host_matrix_view<T> c(g.c, g.m, g.n, g.order, g.ldc);
-    const gemm_plan plan = ctx.plan<T>(op_a, op_b, g.alpha, a, b, g.beta, c);
-    saved_c<T> saved;
-    if (g.beta != T(0) && !saved.save(g))
-        throw out_of_budget("no host memory to keep a copy of C for a fallback to the system BLAS");
-    try {
-        const gemm_report report = ctx.execute<T>(plan, g.alpha, a, b, g.beta, c);
-        std::string fields = " devices=" + ctx.device_names() + " strategy=" + std::string(to_string(plan.strategy));
-        for (const auto& w : report.warnings) fields += " warning=\"" + w + "\"";
-        return fields;
-    } catch (...) {
-        if (g.beta != T(0)) saved.restore(g);
-        throw;
-    }
-}
-
-template <class T>
-void no_blas_at_all(const gemm_args<T>& g, const std::string& why) {
+[[noreturn]] void no_blas_at_all(const gemm_args<T>& g, const std::string& why) {
     stderr_line(std::string(g.routine) + ": " + why + ", and no system BLAS provides " + g.routine +
                 " (set TILESTREAM_BLAS_LIB); stopping rather than returning a wrong C");
     std::abort();
 }
 
-// The one decision: which library computes this call. `forward` calls the same entry point of a
-// real library with the caller's own arguments; `entry` picks that entry from a gemm_entries.
-template <class T, class Entry, class Forward>
-void route(const void* caller, gemm_args<T> g, Entry entry, Forward forward) {
+// A routed call in flight, for exit; `active` false once exit has stopped routing.
+class routed_call {
+public:
+    routed_call() {
+        pthread_mutex_lock(&flight_mutex);
+        active = !routing_stopped;
+        if (active) ++routed_in_flight, ++routed_on_this_thread;
+        pthread_mutex_unlock(&flight_mutex);
+    }
+    ~routed_call() {
+        if (!active) return;
+        pthread_mutex_lock(&flight_mutex);
+        --routed_in_flight, --routed_on_this_thread;
+        pthread_cond_broadcast(&flight_done);
+        pthread_mutex_unlock(&flight_mutex);
+    }
+    routed_call(const routed_call&) = delete;
+    routed_call& operator=(const routed_call&) = delete;
+    bool active;
+};
+
+// The one decision: which library computes this call. `forward` calls an entry of a real library
+// (the same routine) with the caller's own arguments.
+template <class T, class Forward>
+void route(const void* caller, routine r, gemm_args<T> g, Forward forward) {
+    wait_if_process_finishing();
     front& f = front::instance();
-    if (const gemm_entries* lib = f.libraries().internal_target(caller)) {
-        const gemm_entries& target = entry(*lib) ? *lib : f.libraries().system();
-        if (!entry(target)) no_blas_at_all(g, "a call from inside tilestream or the system BLAS");
+    if (const blas_library* lib = f.libraries().internal_target(caller)) {
+        void* target = lib->entry[int(r)] ? lib->entry[int(r)] : f.libraries().system().entry[int(r)];
+        if (!target) no_blas_at_all(g, "a call from inside tilestream or the system BLAS");
         f.internal_calls.fetch_add(1, std::memory_order_relaxed);
         return forward(target);
     }
     const auto start = std::chrono::steady_clock::now();
     g.valid = check_args(g);
     const std::string shape = f.logging() ? shape_fields(g) : std::string();
-    const gemm_entries& system = f.libraries().system();
-    const bool system_has_it = entry(system) != nullptr;
+    void* system = f.libraries().system().entry[int(r)];
+    // Size alone decides for a valid call: at threshold 0 every one runs on tilestream, the BLAS
+    // quick returns (an empty C; alpha == 0 or k == 0, where C = beta C) included.
     const double size = double(g.m) * double(g.n) * double(g.k);
-    const char* reason = !g.valid                                               ? "invalid-arguments"
-                         : g.m == 0 || g.n == 0 || g.k == 0                     ? "empty"
-                         : g.alpha == T(0)                                      ? "alpha-zero"
-                         : size < double(f.config().threshold) && system_has_it ? "below-threshold"
-                                                                                : nullptr;
-    context* ctx = reason ? nullptr : f.shared_context();
-    if (!reason && !ctx) reason = "no-context";
-    if (reason) {
-        if (!system_has_it) no_blas_at_all(g, std::string("this call cannot run on tilestream (") + reason + ")");
-        forward(system);
-        if (f.logging()) f.log(shape + " ran=system-blas reason=" + reason + seconds_field(start));
-        return;
-    }
-    // No exception may reach the client's C or Fortran frames: every one ends in the system BLAS.
-    auto fall_back = [&](std::string what) {
-        if (!system_has_it) no_blas_at_all(g, "tilestream failed (" + what + ")");
-        f.report_error(std::string(g.routine) + " " + std::to_string(g.m) + "x" + std::to_string(g.n) + "x" +
-                       std::to_string(g.k) + " failed on tilestream (" + what + "); computed by the system BLAS (" +
-                       system.path + ") instead");
-        forward(system);
-        for (char& ch : what)
-            if (ch == '"' || ch == '\n') ch = '\'';
-        f.log(shape + " ran=system-blas reason=tilestream-error error=\"" + what + "\"" + seconds_field(start));
+    const char* reason = !g.valid                                        ? "invalid-arguments"
+                         : size < double(f.config().threshold) && system ? "below-threshold"
+                                                                         : nullptr;
+    auto to_real_blas = [&](const char* why) {
+        void* target = system ? system : f.real_entry(r);
+        if (!target) no_blas_at_all(g, std::string("this call cannot run on tilestream (") + why + ")");
+        forward(target);
+        if (f.logging()) f.log(shape + " ran=system-blas reason=" + why + seconds_field(start));
     };
+    if (reason) return to_real_blas(reason);
+    const routed_call in_flight;
+    if (!in_flight.active) return to_real_blas("exiting");
+    if (!f.context_ready()) return to_real_blas("no-context");
     const long internal_before = f.internal_calls.load(std::memory_order_relaxed);
-    try {
-        const std::string fields = run_on_tilestream(*ctx, g);
+    const tilestream_blas_gemm_call call{std::is_same_v<T, double> ? 1 : 0,
+                                         g.row_major ? 1 : 0,
+                                         g.trans_a,
+                                         g.trans_b,
+                                         g.m,
+                                         g.n,
+                                         g.k,
+                                         &g.alpha,
+                                         g.a,
+                                         g.lda,
+                                         g.b,
+                                         g.ldb,
+                                         &g.beta,
+                                         g.c,
+                                         g.ldc};
+    char* text = nullptr;
+    const int failed = f.bridge()->gemm(&call, &text);
+    std::string what = text ? text : "unknown error";
+    std::free(text);
+    if (!failed) {
         if (f.logging())
-            f.log(shape + " ran=tilestream" + fields + " internal_calls=" +
+            f.log(shape + " ran=tilestream" + what + " internal_calls=" +
                   std::to_string(f.internal_calls.load(std::memory_order_relaxed) - internal_before) +
                   seconds_field(start));
-    } catch (const std::exception& e) {
-        fall_back(e.what());
-    } catch (...) {
-        fall_back("an exception that is not a std::exception");
+        return;
     }
+    // No error may reach the client's C or Fortran frames: every one ends in a real BLAS.
+    void* target = f.real_entry(r);
+    if (!target) no_blas_at_all(g, "tilestream failed (" + what + ")");
+    f.report_error(std::string(g.routine) + " " + std::to_string(g.m) + "x" + std::to_string(g.n) + "x" +
+                   std::to_string(g.k) + " failed on tilestream (" + what + "); computed by the system BLAS (" +
+                   f.libraries().system().path + ") instead");
+    forward(target);
+    for (char& ch : what)
+        if (ch == '"' || ch == '\n') ch = '\'';
+    f.log(shape + " ran=system-blas reason=tilestream-error error=\"" + what + "\"" + seconds_field(start));
 }
 
-// The entry points of one precision: decode, route, and forward with the caller's own arguments to
-// the same entry (`entry`) of a real library. The hidden lengths of gfortran's character arguments
-// are not read; forwarded calls pass 1 (a C caller may not have passed any).
-template <class T, class Fn>
-void fortran_gemm(const void* caller, const char* routine, Fn gemm_entries::*entry, const char* transa,
-                  const char* transb, const int* m, const int* n, const int* k, const T* alpha, const T* a,
-                  const int* lda, const T* b, const int* ldb, const T* beta, T* c, const int* ldc) {
-    const gemm_args<T> g{routine, layout::col_major, fortran_trans(transa), fortran_trans(transb), false, *m, *n,
+// The bodies of each family: decode the caller's arguments, route, and forward them unchanged to an
+// entry of a real library. The hidden lengths of gfortran's character arguments are not read;
+// forwarded calls pass 1 (a C caller may not have passed any).
+template <class T>
+void fortran_gemm(const void* caller, routine r, TILESTREAM_BLAS_fortran_gemm_PARAMS(T)) {
+    (void)transa_len, (void)transb_len;
+    using entry_fn = void (*)(TILESTREAM_BLAS_fortran_gemm_PARAMS(T));
+    const gemm_args<T> g{routine_names[int(r)], false, fortran_trans(transa), fortran_trans(transb), false, *m, *n,
                          *k, *alpha, a, *lda, b, *ldb, *beta, c, *ldc};
-    route(caller, g, [entry](const gemm_entries& l) { return l.*entry; },
-          [&](const gemm_entries& l) {
-              (l.*entry)(transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, 1, 1);
-          });
+    route(caller, r, g, [&](void* entry) {
+        reinterpret_cast<entry_fn>(entry)(transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, 1, 1);
+    });
 }
 
-template <class T, class Fn>
-void cblas_gemm(const void* caller, const char* routine, Fn gemm_entries::*entry, int order, int transa, int transb,
-                int m, int n, int k, T alpha, const T* a, int lda, const T* b, int ldb, T beta, T* c, int ldc) {
+template <class T>
+void cblas_gemm(const void* caller, routine r, TILESTREAM_BLAS_cblas_gemm_PARAMS(T)) {
+    using entry_fn = void (*)(TILESTREAM_BLAS_cblas_gemm_PARAMS(T));
     const bool known_order = order == 101 || order == 102;  // CblasRowMajor, CblasColMajor
-    const gemm_args<T> g{routine, order == 101 ? layout::row_major : layout::col_major,
-                         known_order ? cblas_trans(transa) : '?', cblas_trans(transb), false, m, n, k, alpha, a,
-                         lda, b, ldb, beta, c, ldc};
-    route(caller, g, [entry](const gemm_entries& l) { return l.*entry; },
-          [&](const gemm_entries& l) {
-              (l.*entry)(order, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-          });
+    const gemm_args<T> g{routine_names[int(r)], order == 101, known_order ? cblas_trans(transa) : '?',
+                         cblas_trans(transb), false, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc};
+    route(caller, r, g, [&](void* entry) {
+        reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_gemm_ARGS);
+    });
 }
 
 }  // namespace
@@ -313,32 +399,11 @@ void cblas_gemm(const void* caller, const char* routine, Fn gemm_entries::*entry
 
 using namespace tilestream::blas;
 
-// Each export reads its own return address: the caller that route() tells apart.
-TILESTREAM_BLAS_EXPORT void sgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k,
-                                   const float* alpha, const float* a, const int* lda, const float* b, const int* ldb,
-                                   const float* beta, float* c, const int* ldc, std::size_t, std::size_t) {
-    fortran_gemm(__builtin_return_address(0), "sgemm_", &gemm_entries::sgemm, transa, transb, m, n, k, alpha, a, lda,
-                 b, ldb, beta, c, ldc);
-}
-
-TILESTREAM_BLAS_EXPORT void dgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k,
-                                   const double* alpha, const double* a, const int* lda, const double* b,
-                                   const int* ldb, const double* beta, double* c, const int* ldc, std::size_t,
-                                   std::size_t) {
-    fortran_gemm(__builtin_return_address(0), "dgemm_", &gemm_entries::dgemm, transa, transb, m, n, k, alpha, a, lda,
-                 b, ldb, beta, c, ldc);
-}
-
-TILESTREAM_BLAS_EXPORT void cblas_sgemm(int order, int transa, int transb, int m, int n, int k, float alpha,
-                                        const float* a, int lda, const float* b, int ldb, float beta, float* c,
-                                        int ldc) {
-    cblas_gemm(__builtin_return_address(0), "cblas_sgemm", &gemm_entries::cblas_sgemm, order, transa, transb, m, n,
-               k, alpha, a, lda, b, ldb, beta, c, ldc);
-}
-
-TILESTREAM_BLAS_EXPORT void cblas_dgemm(int order, int transa, int transb, int m, int n, int k, double alpha,
-                                        const double* a, int lda, const double* b, int ldb, double beta, double* c,
-                                        int ldc) {
-    cblas_gemm(__builtin_return_address(0), "cblas_dgemm", &gemm_entries::cblas_dgemm, order, transa, transb, m, n,
-               k, alpha, a, lda, b, ldb, beta, c, ldc);
-}
+// One exported function per row of blas_routines.hpp. Each reads its own return address: the caller
+// that route() tells apart.
+#define TILESTREAM_BLAS_DEFINE(name, family, T)                                                         \
+    TILESTREAM_BLAS_EXPORT void name(TILESTREAM_BLAS_##family##_PARAMS(T)) {                             \
+        family<T>(__builtin_return_address(0), routine::name, TILESTREAM_BLAS_##family##_ARGS);          \
+    }
+TILESTREAM_BLAS_ROUTINES(TILESTREAM_BLAS_DEFINE)
+#undef TILESTREAM_BLAS_DEFINE

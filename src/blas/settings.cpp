@@ -3,9 +3,14 @@
 
 #include <tilestream/types.hpp>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <charconv>
 #include <cstdlib>
-#include <fstream>
+#include <cstring>
 #include <string_view>
 
 namespace tilestream::blas {
@@ -65,15 +70,49 @@ void apply(settings& s, std::string_view key, std::string_view value, const std:
     }
 }
 
+// A settings file has a few lines: anything larger, or not a regular file (a FIFO would block the
+// client, /dev/zero never ends), is refused with a message and the defaults stay.
+constexpr std::size_t max_config_bytes = 64 * 1024;
+
 void read_file(settings& s, const std::string& path) {
-    std::ifstream in(path);
-    if (!in) {
-        s.problems.push_back("TILESTREAM_BLAS_CONFIG: cannot read '" + path + "' (ignored)");
-        return;
+    auto refuse = [&](const std::string& why) {
+        s.problems.push_back("TILESTREAM_BLAS_CONFIG '" + path + "' " + why + " (ignored)");
+    };
+    // O_NONBLOCK: opening a FIFO must not wait for a writer.
+    const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) return refuse(std::string("cannot be read: ") + std::strerror(errno));
+    struct stat st {};
+    std::string text;
+    const char* why = nullptr;
+    if (::fstat(fd, &st) != 0) why = "cannot be examined (fstat failed)";
+    else if (!S_ISREG(st.st_mode)) why = S_ISFIFO(st.st_mode) ? "is a FIFO, not a regular file"
+                                        : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "is a device, not a regular file"
+                                                                                     : "is not a regular file";
+    else if (std::uint64_t(st.st_size) > max_config_bytes) why = "is larger than 64 KiB, too large for a settings file";
+    else {
+        // The file may grow while read: at most one byte more than the limit is read.
+        text.resize(max_config_bytes + 1);
+        std::size_t got = 0;
+        while (got < text.size()) {
+            const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
+            if (n < 0 && errno == EINTR) continue;
+            if (n < 0) {
+                why = "cannot be read";
+                break;
+            }
+            if (n == 0) break;
+            got += std::size_t(n);
+        }
+        if (!why && got > max_config_bytes) why = "is larger than 64 KiB, too large for a settings file";
+        text.resize(got);
     }
-    std::string line;
-    for (int number = 1; std::getline(in, line); ++number) {
-        std::string_view l = trim(line);
+    ::close(fd);
+    if (why) return refuse(why);
+    std::string_view rest = text;
+    for (int number = 1; !rest.empty(); ++number) {
+        const auto end = rest.find('\n');
+        std::string_view l = trim(rest.substr(0, end));
+        rest = end == std::string_view::npos ? std::string_view() : rest.substr(end + 1);
         if (l.empty() || l.front() == '#') continue;
         const std::string where = path + ":" + std::to_string(number);
         const auto eq = l.find('=');

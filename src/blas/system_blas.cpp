@@ -1,8 +1,6 @@
 // Opening the real BLAS libraries by path and telling their code and tilestream's apart by address.
 #include "system_blas.hpp"
 
-#include <tilestream/types.hpp>
-
 #include <dlfcn.h>
 #include <link.h>
 
@@ -29,23 +27,19 @@ void* symbol_of(void* handle, const char* name, const void* self) {
     return s;
 }
 
-gemm_entries entries_of(void* handle, std::string path, const void* self) {
-    gemm_entries e;
+blas_library entries_of(void* handle, std::string path, const void* self) {
+    blas_library e;
     e.path = std::move(path);
-    e.sgemm = reinterpret_cast<sgemm_fn>(symbol_of(handle, "sgemm_", self));
-    e.dgemm = reinterpret_cast<dgemm_fn>(symbol_of(handle, "dgemm_", self));
-    e.cblas_sgemm = reinterpret_cast<cblas_sgemm_fn>(symbol_of(handle, "cblas_sgemm", self));
-    e.cblas_dgemm = reinterpret_cast<cblas_dgemm_fn>(symbol_of(handle, "cblas_dgemm", self));
+    for (int r = 0; r < routine_count; ++r) e.entry[r] = symbol_of(handle, routine_names[r], self);
     return e;
 }
 
-// The file the first GEMM entry of `e` lives in (the library that actually answers the calls).
-std::string file_of(const gemm_entries& e) {
-    const void* entry = e.cblas_dgemm   ? reinterpret_cast<const void*>(e.cblas_dgemm)
-                        : e.dgemm       ? reinterpret_cast<const void*>(e.dgemm)
-                                        : nullptr;
-    Dl_info info{};
-    if (entry && dladdr(entry, &info) && info.dli_fname) return info.dli_fname;
+// The file the first entry of `e` lives in (the library that actually answers the calls).
+std::string file_of(const blas_library& e) {
+    for (const void* entry : e.entry) {
+        Dl_info info{};
+        if (entry && dladdr(entry, &info) && info.dli_fname) return info.dli_fname;
+    }
     return e.path;
 }
 
@@ -69,36 +63,27 @@ int collect_code(dl_phdr_info* info, std::size_t, void* data) {
 
 }  // namespace
 
-void real_blas::add_code_of(void* handle, const gemm_entries* target) {
+void real_blas::add_code_of(void* handle, const blas_library* target) {
     link_map* map = nullptr;
     if (dlinfo(handle, RTLD_DI_LINKMAP, &map) != 0 || map == nullptr) return;
     phdr_search search{map, {}};
     dl_iterate_phdr(collect_code, &search);
-    for (const auto& [begin, end] : search.code) ranges_.push_back({begin, end, target});
+    for (const auto& [begin, end] : search.code) {
+        const int n = range_count_.load(std::memory_order_relaxed);
+        if (n == max_ranges) return;
+        ranges_[n] = {begin, end, target};
+        range_count_.store(n + 1, std::memory_order_release);
+    }
 }
 
-real_blas::real_blas(const std::string& requested, const void* self, std::vector<std::string>& problems) {
-    // libtilestream, already loaded as the drop-in's dependency, found from one of its functions.
-    Dl_info info{};
-    void* tilestream_handle = nullptr;
-    if (dladdr(reinterpret_cast<const void*>(&tilestream::parse_bytes), &info) && info.dli_fname)
-        tilestream_handle = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
-    if (tilestream_handle) {
-        tilestream_ = entries_of(tilestream_handle, info.dli_fname, self);
-        tilestream_.path = file_of(tilestream_);
-        add_code_of(tilestream_handle, &tilestream_);
-        // That BLAS's own code too, should it call a GEMM entry through the PLT (its LAPACK may).
-        if (void* blas = dlopen(tilestream_.path.c_str(), RTLD_LAZY | RTLD_NOLOAD)) add_code_of(blas, &tilestream_);
-    } else {
-        problems.push_back("cannot find libtilestream's BLAS (dladdr/dlopen failed)");
-    }
-
+real_blas::real_blas(const std::string& requested, const void* self, std::vector<std::string>& problems)
+    : self_(self) {
     auto open = [&](const std::string& path) -> void* {
         void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
         if (h == nullptr) {
             const char* why = dlerror();
             problems.push_back("cannot open the system BLAS '" + path + "': " + (why ? why : "dlopen failed"));
-        } else if (object_base(reinterpret_cast<const void*>(dlsym(h, "dgemm_"))) == object_base(self)) {
+        } else if (object_base(dlsym(h, "dgemm_")) == object_base(self)) {
             problems.push_back("TILESTREAM_BLAS_LIB '" + path + "' is the tilestream BLAS drop-in itself");
             h = nullptr;
         }
@@ -114,21 +99,33 @@ real_blas::real_blas(const std::string& requested, const void* self, std::vector
         system_ = entries_of(system_handle, path, self);
         add_code_of(system_handle, &system_);
     }
-    // A system BLAS without CBLAS (or none at all) leaves those entries to the one tilestream links.
-    if (!system_.sgemm) system_.sgemm = tilestream_.sgemm;
-    if (!system_.dgemm) system_.dgemm = tilestream_.dgemm;
-    if (!system_.cblas_sgemm) system_.cblas_sgemm = tilestream_.cblas_sgemm;
-    if (!system_.cblas_dgemm) system_.cblas_dgemm = tilestream_.cblas_dgemm;
     system_.path = file_of(system_);
-    if (!system_.sgemm || !system_.dgemm || !system_.cblas_sgemm || !system_.cblas_dgemm)
-        problems.push_back("no real BLAS provides every GEMM entry (sgemm_, dgemm_, cblas_sgemm, cblas_dgemm); "
-                           "calls to a missing one run on tilestream at any size");
+    std::string missing;
+    for (int r = 0; r < routine_count; ++r)
+        if (!system_.entry[r]) missing += std::string(missing.empty() ? "" : ", ") + routine_names[r];
+    if (!missing.empty())
+        problems.push_back("the system BLAS lacks " + missing +
+                           ": such calls run on tilestream at any size (fallbacks on the BLAS it links)");
 }
 
-const gemm_entries* real_blas::internal_target(const void* caller) const {
+void real_blas::add_tilestream(const char* path, std::vector<std::string>& problems) {
+    void* handle = path && *path ? dlopen(path, RTLD_LAZY | RTLD_NOLOAD) : nullptr;
+    if (!handle) {
+        problems.push_back("cannot find the BLAS libtilestream links (dlopen of libtilestream failed)");
+        return;
+    }
+    tilestream_ = entries_of(handle, path, self_);
+    tilestream_.path = file_of(tilestream_);
+    add_code_of(handle, &tilestream_);
+    // That BLAS's own code too, should it call a GEMM entry through the PLT (its LAPACK may).
+    if (void* blas = dlopen(tilestream_.path.c_str(), RTLD_LAZY | RTLD_NOLOAD)) add_code_of(blas, &tilestream_);
+}
+
+const blas_library* real_blas::internal_target(const void* caller) const {
     const auto address = reinterpret_cast<std::uintptr_t>(caller);
-    for (const auto& r : ranges_)
-        if (address >= r.begin && address < r.end) return r.target;
+    const int n = range_count_.load(std::memory_order_acquire);
+    for (int i = 0; i < n; ++i)
+        if (address >= ranges_[i].begin && address < ranges_[i].end) return ranges_[i].target;
     return nullptr;
 }
 

@@ -2,42 +2,30 @@
 // call the drop-in forwards can resolve back to the drop-in itself.
 #pragma once
 
-#include <cstddef>
+#include "blas_routines.hpp"
+
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 namespace tilestream::blas {
 
-using sgemm_fn = void (*)(const char*, const char*, const int*, const int*, const int*, const float*, const float*,
-                          const int*, const float*, const int*, const float*, float*, const int*, std::size_t,
-                          std::size_t);
-using dgemm_fn = void (*)(const char*, const char*, const int*, const int*, const int*, const double*,
-                          const double*, const int*, const double*, const int*, const double*, double*, const int*,
-                          std::size_t, std::size_t);
-using cblas_sgemm_fn = void (*)(int, int, int, int, int, int, float, const float*, int, const float*, int, float,
-                                float*, int);
-using cblas_dgemm_fn = void (*)(int, int, int, int, int, int, double, const double*, int, const double*, int,
-                                double, double*, int);
-
-/// The four GEMM entry points of one real library.
-struct gemm_entries {
+/// The entry points of one real library, by routine (nullptr where it lacks one).
+struct blas_library {
     std::string path;
-    sgemm_fn sgemm = nullptr;
-    dgemm_fn dgemm = nullptr;
-    cblas_sgemm_fn cblas_sgemm = nullptr;
-    cblas_dgemm_fn cblas_dgemm = nullptr;
+    void* entry[routine_count] = {};
 };
 
 /// The libraries a call can be forwarded to, and the code from which calls are forwarded without a
 /// decision.
 ///
-/// Why by caller address: when the drop-in is preloaded, libtilestream's own cblas_?gemm calls (the
-/// CPU vendor kernel, from any of its worker threads or from OpenBLAS's) bind to the drop-in too,
-/// and must not come back into tilestream. A call whose return address lies in libtilestream's code
-/// goes to the BLAS libtilestream itself links (the one whose thread count it sets); a call from
-/// inside a real BLAS (a reference cblas_dgemm calls dgemm_ through the PLT) goes back to it.
-/// No flag to set and clear: it holds on every thread, tilestream's or OpenBLAS's.
+/// Why by caller address: once libtilestream is loaded (privately, by the bridge), its own
+/// cblas_?gemm calls (the CPU vendor kernel, from any of its worker threads or from OpenBLAS's) bind
+/// to the drop-in too, and must not come back into tilestream. A call whose return address lies in
+/// libtilestream's code goes to the BLAS libtilestream itself links (the one whose thread count it
+/// sets); a call from inside a real BLAS (a reference cblas_dgemm calls dgemm_ through the PLT) goes
+/// back to it. No flag to set and clear: it holds on every thread, tilestream's or OpenBLAS's.
 class real_blas {
 public:
     /// Opens `requested` (TILESTREAM_BLAS_LIB), or the system BLAS found at build time when it is
@@ -45,22 +33,31 @@ public:
     /// `self` is any address inside the drop-in (a symbol resolving there is refused).
     real_blas(const std::string& requested, const void* self, std::vector<std::string>& problems);
 
-    /// Where small calls and fallbacks go (entries the system BLAS lacks come from tilestream's).
-    const gemm_entries& system() const { return system_; }
+    /// Where small calls and fallbacks go.
+    const blas_library& system() const { return system_; }
+    /// The BLAS libtilestream links; empty until add_tilestream.
+    const blas_library& tilestream() const { return tilestream_; }
+    /// Called once, when the bridge has loaded libtilestream (file `path`): from then on calls from
+    /// its code, or from the BLAS it links, go to that BLAS.
+    void add_tilestream(const char* path, std::vector<std::string>& problems);
     /// The target for a call made from `caller` when that code is tilestream's or a real BLAS's
     /// own; nullptr for every other caller (the client's calls, routed by size).
-    const gemm_entries* internal_target(const void* caller) const;
+    const blas_library* internal_target(const void* caller) const;
 
 private:
     struct code_range {
         std::uintptr_t begin, end;
-        const gemm_entries* target;
+        const blas_library* target;
     };
-    void add_code_of(void* handle, const gemm_entries* target);
+    void add_code_of(void* handle, const blas_library* target);
 
-    gemm_entries system_;
-    gemm_entries tilestream_;  ///< what libtilestream links (OpenBLAS)
-    std::vector<code_range> ranges_;
+    const void* self_;
+    blas_library system_;
+    blas_library tilestream_;
+    // Appended while other threads read: each range is written before the count that publishes it.
+    static constexpr int max_ranges = 32;
+    code_range ranges_[max_ranges] = {};
+    std::atomic<int> range_count_{0};
 };
 
 }  // namespace tilestream::blas

@@ -1,4 +1,6 @@
 // OpenBLAS timed directly on the host: the anchor `gemm --anchor` prints beside a run.
+#include "backends/cpu/openblas_memory.hpp"
+
 #include <tilestream/anchor.hpp>
 #include <tilestream/error.hpp>
 #include <tilestream/gemm.hpp>
@@ -46,6 +48,7 @@ blas_anchor time_host_blas_gemm(op op_a, op op_b, T alpha, host_matrix_view<cons
     r.repeat = std::max(1, repeat);
     r.name = std::string("OpenBLAS cblas_") + dtype_traits(type).blas_prefix + "gemm on the host, " +
              std::to_string(r.threads) + " threads";
+    const cpu::openblas_call announced(r.threads);
     const int previous = openblas_get_num_threads();
     openblas_set_num_threads(r.threads);
     std::vector<double> seconds;
@@ -65,10 +68,13 @@ blas_anchor time_host_blas_gemm(op op_a, op op_b, T alpha, host_matrix_view<cons
     return r;
 }
 
-template blas_anchor time_host_blas_gemm<float>(op, op, float, host_matrix_view<const float>,
-                                                host_matrix_view<const float>, float, host_matrix_view<const float>, int);
-template blas_anchor time_host_blas_gemm<double>(op, op, double, host_matrix_view<const double>,
-                                                 host_matrix_view<const double>, double, host_matrix_view<const double>,
-                                                 int);
+#define TILESTREAM_INSTANTIATE(T)                                                                            \
+    template blas_anchor time_host_blas_gemm<T>(op, op, T, host_matrix_view<const T>, host_matrix_view<const T>, \
+                                                T, host_matrix_view<const T>, int);
+TILESTREAM_INSTANTIATE(float)
+TILESTREAM_INSTANTIATE(double)
+TILESTREAM_INSTANTIATE(std::complex<float>)
+TILESTREAM_INSTANTIATE(std::complex<double>)
+#undef TILESTREAM_INSTANTIATE
 
 }  // namespace tilestream

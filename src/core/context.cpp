@@ -5,6 +5,7 @@
 #include <tilestream/error.hpp>
 
 #include "core/gemm_memory.hpp"
+#include "core/process_fork.hpp"
 
 #include <algorithm>
 #include <array>
@@ -104,7 +105,8 @@ void kept_operand::changed() {
     if (record_) ++record_->generation;
 }
 
-context::context(std::string_view spec, const context_options& options) : options_(options) {
+context::context(std::string_view spec, const context_options& options)
+    : options_(options), fork_generation_(detail::fork_generation()) {  // before any device starts a thread
     open_options oo;
     oo.memory_budget = options.memory_budget;
     oo.cpu_threads = options.cpu_threads;
@@ -123,6 +125,18 @@ context::context(std::string_view spec, const context_options& options) : option
 }
 
 context::~context() {
+    if (detail::fork_generation() != fork_generation_ &&
+        std::any_of(device_ptrs_.begin(), device_ptrs_.end(), [](device* d) { return d->info().kind != device_kind::cpu; })) {
+        // A forked child's copy of GPU devices: their runtimes' threads are not in this process and
+        // releasing anything there may wait for them forever. Left as they are (the child's memory
+        // goes with the child).
+        const std::lock_guard lock(keeps_->mutex);
+        keeps_->alive = false;
+        new std::map<std::uint64_t, pinned_operands>(std::move(keeps_->pins));  // never unpinned here
+        (void)memory_.release();
+        for (auto& d : devices_) (void)d.release();
+        return;
+    }
     for (std::size_t i = 0; i < holders_.size(); ++i) device_ptrs_[i]->remove_idle_holder(holders_[i]);
     memory_->release();
     std::map<std::uint64_t, pinned_operands> pins;  // unpinned below, outside the lock
@@ -135,6 +149,7 @@ context::~context() {
 
 template <class T>
 kept_operand context::keep(host_matrix_view<const T> v) {
+    check_process();
     auto rec = std::make_shared<detail::keep_record>();
     rec->registry = keeps_;
     rec->base = reinterpret_cast<std::uintptr_t>(v.data());
@@ -159,7 +174,20 @@ std::size_t context::budget() const {
     return budget;
 }
 
+void context::check_process() const {
+    if (detail::fork_generation() == fork_generation_) return;
+    std::string others;
+    for (auto* d : device_ptrs_)
+        if (d->info().kind != device_kind::cpu) others += (others.empty() ? "" : ",") + d->id();
+    if (!others.empty())
+        throw device_error("context " + names_ + ": opened before this process was forked, and its devices " + others +
+                           " cannot be used in the child (the CUDA and OpenCL runtimes do not survive fork()): open "
+                           "GPU devices after forking, or start the child with multiprocessing's 'spawn' or "
+                           "'forkserver' method (CPU devices work in a forked child)");
+}
+
 device_rates context::rates(dtype type, std::optional<gemm_kernel> kernel) {
+    check_process();
     if (options_.rates) return *options_.rates;
     const std::lock_guard lock(mutex_);  // a probe must not share the devices with a run
     return measure_rates(*device_ptrs_.front(), type, kernel.value_or(options_.kernel), options_.math);
@@ -182,6 +210,7 @@ plan_options context::plan_options_for(const gemm_problem&, const gemm_call_opti
 }
 
 gemm_plan context::plan(const gemm_problem& problem, const gemm_call_options& call) {
+    check_process();
     const plan_options po = plan_options_for(problem, call);
     for (auto* d : device_ptrs_)
         if (!d->supports(po.kernel))
@@ -205,6 +234,7 @@ std::string context::explain(const gemm_plan& p) const { return tilestream::expl
 template <class T>
 gemm_report context::execute(const gemm_plan& p, T alpha, host_matrix_view<const T> a, host_matrix_view<const T> b,
                              T beta, host_matrix_view<T> c, const gemm_call_options& call) {
+    check_process();
     if (p.devices != int(device_ptrs_.size()))
         throw invalid_argument("context: the plan is for " + std::to_string(p.devices) + " device(s), this context has " +
                                std::to_string(device_ptrs_.size()) + " (" + names_ + ")");
@@ -258,6 +288,7 @@ gemm_report context::execute(const gemm_plan& p, T alpha, host_matrix_view<const
 }
 
 jacobi_plan context::plan_jacobi(const jacobi_problem& problem, const jacobi_options& options) const {
+    check_process();
     return tilestream::plan_jacobi(problem, device_ptrs_, options);
 }
 
@@ -281,9 +312,16 @@ jacobi_solution<T> context::jacobi(const jacobi_problem& problem, const jacobi_o
     template gemm_report context::execute<T>(const gemm_plan&, T, host_matrix_view<const T>,                    \
                                              host_matrix_view<const T>, T, host_matrix_view<T>,                 \
                                              const gemm_call_options&);                                         \
-    template jacobi_report context::jacobi<T>(const jacobi_problem&, host_matrix_view<T>, const jacobi_options&); \
-    template jacobi_solution<T> context::jacobi<T>(const jacobi_problem&, const jacobi_options&);              \
     template kept_operand context::keep<T>(host_matrix_view<const T>);
+TILESTREAM_INSTANTIATE(float)
+TILESTREAM_INSTANTIATE(double)
+TILESTREAM_INSTANTIATE(std::complex<float>)
+TILESTREAM_INSTANTIATE(std::complex<double>)
+#undef TILESTREAM_INSTANTIATE
+// Jacobi is real.
+#define TILESTREAM_INSTANTIATE(T)                                                                               \
+    template jacobi_report context::jacobi<T>(const jacobi_problem&, host_matrix_view<T>, const jacobi_options&); \
+    template jacobi_solution<T> context::jacobi<T>(const jacobi_problem&, const jacobi_options&);
 TILESTREAM_INSTANTIATE(float)
 TILESTREAM_INSTANTIATE(double)
 #undef TILESTREAM_INSTANTIATE

@@ -1,6 +1,7 @@
 // Device specs, discovery of what is present, and opening the devices a spec names.
 #include "backends/backends.hpp"
 #include "core/device_identity.hpp"
+#include "core/message_text.hpp"
 
 #include <tilestream/devices.hpp>
 #include <tilestream/error.hpp>
@@ -58,6 +59,12 @@ std::vector<device_request> parse_device_spec(std::string_view spec) {
     std::vector<device_request> out;
     const std::string all(spec);
     if (trim(all).empty()) throw invalid_argument("empty device spec (examples: cpu, cpu:2, cuda:0, all)");
+    // Specs are plain ASCII: other bytes (an escape sequence pasted by mistake) are refused at once,
+    // shown as \xNN, and never echoed raw into later messages.
+    for (const char c : all)
+        if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f)
+            throw invalid_argument("bad device spec " + detail::quote_text(all) +
+                                   ": only printable ASCII is allowed (examples: cpu, cpu:2, cuda:0@4GiB, all)");
     std::size_t start = 0;
     while (start <= all.size()) {
         const std::size_t comma = all.find(',', start);
@@ -117,12 +124,12 @@ std::vector<device_request> parse_device_spec(std::string_view spec) {
 
 namespace {
 system_inventory& inventory_storage() {
-    static system_inventory inv;
+    static system_inventory& inv = *new system_inventory;  // never destroyed: read by runs in flight at exit
     return inv;
 }
-/// The CPU and the CUDA GPUs only: what a spec without OpenCL items needs. OpenCL discovery
-/// starts a platform's runtime (PoCL spawns its scheduler threads and loads LLVM: tens of
-/// milliseconds and 60 MiB), so it waits until something asks for OpenCL.
+/// The CPU only: what a spec of CPU items needs. CUDA and OpenCL discovery load their backend
+/// modules and vendor libraries (the CUDA runtime and cuBLAS map hundreds of MiB; PoCL spawns its
+/// scheduler threads and loads LLVM), so each waits until something asks for its devices.
 const system_inventory& host_inventory() {
     static std::once_flag once;
     std::call_once(once, [] {
@@ -132,16 +139,25 @@ const system_inventory& host_inventory() {
         const long pages = sysconf(_SC_PHYS_PAGES);
         const long page = sysconf(_SC_PAGESIZE);
         inv.host_memory = pages > 0 && page > 0 ? std::size_t(pages) * std::size_t(page) : 0;
+    });
+    return inventory_storage();
+}
+
+/// The CPU and the CUDA GPUs.
+const system_inventory& cuda_inventory() {
+    host_inventory();
+    static std::once_flag once;
+    std::call_once(once, [] {
         auto cuda = backends::discover_cuda();
-        inv.gpus = std::move(cuda.gpus);
-        inv.cuda_status = std::move(cuda.status);
+        inventory_storage().gpus = std::move(cuda.gpus);
+        inventory_storage().cuda_status = std::move(cuda.status);
     });
     return inventory_storage();
 }
 }  // namespace
 
 const system_inventory& inventory() {
-    host_inventory();
+    cuda_inventory();
     static std::once_flag once;
     std::call_once(once, [] {
         auto opencl = backends::discover_opencl();
@@ -175,10 +191,14 @@ int max_cpu_threads_per_device() { return std::max(16, 4 * host_inventory().cpu_
 
 std::vector<std::unique_ptr<device>> open_devices(std::string_view spec, const open_options& opt) {
     const auto requests = parse_device_spec(spec);
-    const bool wants_opencl = std::any_of(requests.begin(), requests.end(), [](const device_request& r) {
-        return r.kind == device_request::what::opencl || r.kind == device_request::what::all;
-    });
-    const auto& inv = wants_opencl ? inventory() : host_inventory();
+    const auto wants = [&](device_request::what kind) {
+        return std::any_of(requests.begin(), requests.end(), [&](const device_request& r) {
+            return r.kind == kind || r.kind == device_request::what::all;
+        });
+    };
+    const auto& inv = wants(device_request::what::opencl) ? inventory()
+                      : wants(device_request::what::cuda) ? cuda_inventory()
+                                                          : host_inventory();
     if (opt.cpu_threads < 0) throw invalid_argument("--cpu-threads must be >= 1");
     // More threads or CPU devices than this only oversubscribes the cores (and thousands of
     // threads exhaust memory); the floor keeps multi-device runs possible on small machines.

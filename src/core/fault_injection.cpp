@@ -18,7 +18,7 @@ struct registry {
 };
 
 registry& reg() {
-    static registry r;
+    static registry& r = *new registry;  // never destroyed: runs still in flight at exit read it
     return r;
 }
 

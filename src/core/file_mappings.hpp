@@ -5,15 +5,10 @@
 #pragma once
 
 #include <cstddef>
-#include <utility>
 
 namespace tilestream::detail {
 
 /// Whether any byte of [p, p + n) lies in a live file mapping made by npy_array or npy_output.
 bool in_file_mapping(const void* p, std::size_t n);
-
-/// Records / forgets a mapping of an npy_output (read mappings are known from their SIGBUS guard).
-void add_output_mapping(const void* base, std::size_t size);
-void remove_output_mapping(const void* base);
 
 }  // namespace tilestream::detail

@@ -105,6 +105,8 @@ gemm_report gemm(device& dev, op op_a, op op_b, T alpha, host_matrix_view<const 
                                     host_matrix_view<T>);
 TILESTREAM_INSTANTIATE(float)
 TILESTREAM_INSTANTIATE(double)
+TILESTREAM_INSTANTIATE(std::complex<float>)
+TILESTREAM_INSTANTIATE(std::complex<double>)
 #undef TILESTREAM_INSTANTIATE
 
 }  // namespace tilestream

@@ -149,6 +149,10 @@ public:
         if (!compute_) compute_ = dev.create_stream(stream_priority::high);
         if (!d2h_) d2h_ = dev.create_stream();
         if (!peer_) peer_ = dev.create_stream();
+        if (run.trace != nullptr)  // lanes of a timeline are named by role, not stream number
+            for (const auto& [st, role] : {std::pair{h2d_.get(), "copy in"}, std::pair{compute_.get(), "compute"},
+                                           std::pair{d2h_.get(), "copy out"}, std::pair{peer_.get(), "peer tiles"}})
+                run.trace->name_stream(dev.id(), st->id(), role);
         switch (run.peer_tiles) {
             case peer_tile_mode::on: use_peers_ = plan.cache && count > 1; break;
             case peer_tile_mode::off: use_peers_ = false; break;
@@ -1219,10 +1223,16 @@ bool computes_on_host_cores(std::span<device* const> devices) {
                                                       detail::gemm_memory*, const detail::call_keeps&);
 TILESTREAM_INSTANTIATE(float)
 TILESTREAM_INSTANTIATE(double)
+TILESTREAM_INSTANTIATE(std::complex<float>)
+TILESTREAM_INSTANTIATE(std::complex<double>)
 #undef TILESTREAM_INSTANTIATE
-template pinned_operands::pinned_operands(std::span<device* const>, host_matrix_view<const float>,
-                                          host_matrix_view<const float>, host_matrix_view<float>);
-template pinned_operands::pinned_operands(std::span<device* const>, host_matrix_view<const double>,
-                                          host_matrix_view<const double>, host_matrix_view<double>);
+#define TILESTREAM_INSTANTIATE(T)                                                                            \
+    template pinned_operands::pinned_operands(std::span<device* const>, host_matrix_view<const T>,           \
+                                              host_matrix_view<const T>, host_matrix_view<T>);
+TILESTREAM_INSTANTIATE(float)
+TILESTREAM_INSTANTIATE(double)
+TILESTREAM_INSTANTIATE(std::complex<float>)
+TILESTREAM_INSTANTIATE(std::complex<double>)
+#undef TILESTREAM_INSTANTIATE
 
 }  // namespace tilestream

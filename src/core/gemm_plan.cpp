@@ -368,10 +368,13 @@ gemm_plan plan_gemm(const gemm_problem& q, std::size_t budget, const device_rate
         throw invalid_argument(std::string(to_string(opt.strategy)) + " keeps all of k resident; --tile-k does not apply");
     if (opt.strategy == gemm_strategy::in_core && (opt.tile_m || opt.tile_n || opt.tile_k))
         throw invalid_argument("in-core uses no tiles; --tile does not apply");
-    if (opt.strategy == gemm_strategy::tiles_3d &&
-        ((opt.tile_m && opt.tile_n && opt.tile_m != opt.tile_n) || (opt.tile_m && opt.tile_k && opt.tile_m != opt.tile_k) ||
-         (opt.tile_n && opt.tile_k && opt.tile_n != opt.tile_k)))
-        throw invalid_argument("tiles-3d uses one tile size for m, n and k (use c-block for different sizes)");
+    // tiles-3d has one tile size: it can honour tile sizes given only when all three are given and
+    // equal (--tile T); taking one given size for the others would change them silently.
+    const int tiles_given = (opt.tile_m != 0) + (opt.tile_n != 0) + (opt.tile_k != 0);
+    const bool one_tile_size = tiles_given == 0 || (tiles_given == 3 && opt.tile_m == opt.tile_n && opt.tile_m == opt.tile_k);
+    if (opt.strategy == gemm_strategy::tiles_3d && !one_tile_size)
+        throw invalid_argument("tiles-3d uses one tile size for m, n and k: give it for all three (--tile T); "
+                               "different or partial sizes (--tile-m alone) need c-block or a panel strategy");
 
     const auto fixed_or = [](index_t fixed, index_t dim) {
         return fixed ? std::vector<index_t>{std::min(fixed, std::max<index_t>(dim, 1))} : tile_candidates(dim);
@@ -389,7 +392,7 @@ gemm_plan plan_gemm(const gemm_problem& q, std::size_t budget, const device_rate
         return c;
     };
 
-    // A CPU BLAS adds k in passes of its KC (the k-block: 384 f32, 256 f64) and sweeps its C block
+    // A CPU BLAS adds k in passes of its KC (the k-block: 384 f32, 256 f64, 192 c32, 128 c64) and sweeps its C block
     // once per pass: a k-tile below one KC adds passes, so CPU devices take k-tiles of at least one.
     const index_t min_cpu_k = rates.host_memory && !opt.tile_k ? std::min(k, reproducible_k_block(q.type)) : 0;
     std::optional<gemm_plan> best, smallest, too_many_calls;
@@ -430,7 +433,8 @@ gemm_plan plan_gemm(const gemm_problem& q, std::size_t budget, const device_rate
             switch (s) {
                 case gemm_strategy::in_core: consider(s, m, n, k); break;
                 case gemm_strategy::tiles_3d: {
-                    const index_t fixed = opt.tile_m ? opt.tile_m : (opt.tile_n ? opt.tile_n : opt.tile_k);
+                    if (!one_tile_size) break;  // automatic: only strategies that keep the sizes given
+                    const index_t fixed = opt.tile_m;
                     for (index_t t : fixed ? std::vector<index_t>{fixed} : tile_candidates(std::max({m, n, k})))
                         if (k_tile(t) >= min_k) consider(s, std::min(t, m), std::min(t, n), k_tile(t));
                     break;

@@ -229,6 +229,13 @@ void jacobi_engine::setup() {
         } else {
             p.interior = p.boundary = p.transfer = p.receive = make(stream_priority::normal);
         }
+        if (trace_sink* trace = plan_.options().trace) {  // timeline lanes named by role
+            const auto name = [&](stream* st, const char* role) { trace->name_stream(d.id(), st->id(), role); };
+            name(p.interior, overlap ? "compute (interior)" : "compute and halos");
+            if (p.boundary != p.interior) name(p.boundary, "compute (boundary strips)");
+            if (p.transfer != p.interior) name(p.transfer, "halo out");
+            if (p.receive != p.interior) name(p.receive, "halo in");
+        }
         for (auto& e : p.boundary_done) e = d.create_event();
         for (auto& e : p.sent) e = d.create_event();
         for (auto& e : p.residual_ready) e = d.create_event();
@@ -542,6 +549,19 @@ jacobi_report detail::run_jacobi_part(const jacobi_plan& plan, host_matrix_view<
         rep.total_seconds = seconds_since(t_start);
         return rep;
     }
+    // Spans of every stream operation go to opt.trace while the solve runs.
+    struct trace_attachment {
+        const std::vector<device*>& devices;
+        trace_sink* sink;
+        trace_attachment(const std::vector<device*>& d, trace_sink* t) : devices(d), sink(t) {
+            if (sink)
+                for (device* dev : devices) dev->set_trace_sink(sink);
+        }
+        ~trace_attachment() {
+            if (sink)
+                for (device* dev : devices) dev->set_trace_sink(nullptr);
+        }
+    } attach(plan.devices(), opt.trace);
     jacobi_engine engine(plan, outer);
     const std::size_t pitch = std::size_t(field.ld()) * sizeof(T);
     const index_t n = opt.iters, k = opt.check_every;

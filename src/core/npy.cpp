@@ -4,7 +4,8 @@
 
 #include "core/file_mappings.hpp"
 #include "core/message_text.hpp"
-#include "core/temp_files.hpp"
+#include "core/npy_write.hpp"
+#include "core/output_files.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -36,6 +37,8 @@ constexpr char npy_magic[] = "\x93NUMPY";
 constexpr std::size_t npy_magic_size = 6;
 // Above this many characters a malformed header is cut short in error messages.
 constexpr std::size_t header_quote_limit = 120;
+// The longest header read_npy parses.
+constexpr std::size_t max_header_bytes = std::size_t{1} << 16;
 
 std::string errno_text(int err) { return std::strerror(err); }
 
@@ -274,6 +277,7 @@ constexpr int max_guarded_mappings = 256;
 struct guarded_range {
     std::atomic<std::uintptr_t> begin{0}, end{0};
     std::atomic<bool> faulted{false};
+    std::atomic<bool> writable{false};  // an npy_output's mapping: the run goes on writing into it
 };
 guarded_range guarded[max_guarded_mappings];
 std::mutex guard_mutex;
@@ -287,8 +291,9 @@ void on_sigbus(int sig, siginfo_t* info, void* context) {
         if (b == 0 || addr < b || addr >= e) continue;
         const std::uintptr_t from = addr & ~(page_size - 1);
         // mmap is a plain system call here; MAP_FIXED replaces the file pages in place.
-        if (::mmap(reinterpret_cast<void*>(from), e - from, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
-                   -1, 0) != MAP_FAILED) {
+        const int prot = g.writable.load(std::memory_order_acquire) ? PROT_READ | PROT_WRITE : PROT_READ;
+        if (::mmap(reinterpret_cast<void*>(from), e - from, prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) !=
+            MAP_FAILED) {
             g.faulted.store(true, std::memory_order_release);
             return;
         }
@@ -304,7 +309,8 @@ void on_sigbus(int sig, siginfo_t* info, void* context) {
 }
 
 /// Registers [base, base + size) with the guard; returns the slot, or -1 (then unguarded).
-int guard_mapping(const void* base, std::size_t size) {
+/// `writable`: pages replaced after a truncation may be written (an output's mapping).
+int guard_mapping(const void* base, std::size_t size, bool writable = false) {
     static std::once_flag once;
     std::call_once(once, [] {
         page_size = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
@@ -318,6 +324,7 @@ int guard_mapping(const void* base, std::size_t size) {
     for (int i = 0; i < max_guarded_mappings; ++i) {
         if (guarded[i].begin.load() != 0) continue;
         guarded[i].faulted.store(false);
+        guarded[i].writable.store(writable);
         guarded[i].end.store(reinterpret_cast<std::uintptr_t>(base) + size, std::memory_order_release);
         guarded[i].begin.store(reinterpret_cast<std::uintptr_t>(base), std::memory_order_release);
         return i;
@@ -331,39 +338,28 @@ std::uint32_t read_le(const unsigned char* p, int bytes) {
     return v;
 }
 
+/// Forgets a guarded mapping (before it is unmapped); -1 is ignored.
+void unguard_mapping(int slot) {
+    if (slot < 0) return;
+    std::lock_guard lock(guard_mutex);
+    guarded[slot].begin.store(0);
+    guarded[slot].end.store(0);
+}
+
+bool guard_faulted(int slot) { return slot >= 0 && guarded[slot].faulted.load(std::memory_order_acquire); }
+
 }  // namespace
 
 namespace detail {
 
-namespace {
-std::mutex output_mutex;
-std::vector<std::pair<std::uintptr_t, std::uintptr_t>> output_ranges;  // [begin, end) of npy_output mappings
-}  // namespace
-
-void add_output_mapping(const void* base, std::size_t size) {
-    const std::lock_guard lock(output_mutex);
-    const auto b = reinterpret_cast<std::uintptr_t>(base);
-    output_ranges.emplace_back(b, b + size);
-}
-
-void remove_output_mapping(const void* base) {
-    const std::lock_guard lock(output_mutex);
-    const auto b = reinterpret_cast<std::uintptr_t>(base);
-    std::erase_if(output_ranges, [b](const auto& r) { return r.first == b; });
-}
-
 bool in_file_mapping(const void* p, std::size_t n) {
     if (p == nullptr || n == 0) return false;
     const auto b = reinterpret_cast<std::uintptr_t>(p), e = b + n;
-    const auto overlaps = [&](std::uintptr_t rb, std::uintptr_t re) { return rb != 0 && b < re && rb < e; };
-    {
-        const std::lock_guard lock(guard_mutex);
-        for (const auto& g : guarded)
-            if (overlaps(g.begin.load(), g.end.load())) return true;
+    const std::lock_guard lock(guard_mutex);
+    for (const auto& g : guarded) {
+        const std::uintptr_t rb = g.begin.load(), re = g.end.load();
+        if (rb != 0 && b < re && rb < e) return true;
     }
-    const std::lock_guard lock(output_mutex);
-    for (const auto& [rb, re] : output_ranges)
-        if (overlaps(rb, re)) return true;
     return false;
 }
 
@@ -379,15 +375,11 @@ struct npy_mapping {
     npy_mapping(const npy_mapping&) = delete;
     npy_mapping& operator=(const npy_mapping&) = delete;
     ~npy_mapping() {
-        if (slot >= 0) {
-            std::lock_guard lock(guard_mutex);
-            guarded[slot].begin.store(0);
-            guarded[slot].end.store(0);
-        }
+        unguard_mapping(slot);
         if (base) ::munmap(base, size);
         if (fd >= 0) ::close(fd);
     }
-    bool faulted() const { return slot >= 0 && guarded[slot].faulted.load(std::memory_order_acquire); }
+    bool faulted() const { return guard_faulted(slot); }
     /// Why the file is no longer what was mapped, or empty.
     std::string change() const {
         if (faulted()) return "was truncated while tilestream read it";
@@ -475,6 +467,12 @@ npy_array read_npy(const std::string& path) {
         fail(path, "truncated header: the preamble announces " + std::to_string(header_len) +
                        " header bytes but only " + std::to_string(file_size - header_start) +
                        " follow");
+    // numpy refuses headers over 10000 bytes unless told otherwise; a 2-D <f4/<f8 header is under
+    // 200. A huge one is not parsed (its text would be copied into messages and the descr).
+    if (header_len > max_header_bytes)
+        fail(path, "header of " + std::to_string(header_len) + " bytes: more than the " +
+                       std::to_string(max_header_bytes) + " tilestream reads (a 2-D '<f4' or '<f8' array needs "
+                       "under 200; numpy itself refuses headers over 10000 bytes by default)");
     const std::size_t data_offset = header_start + header_len;
 
     // Version 3 headers are UTF-8, 1 and 2 latin-1; the keys and values we accept are ASCII
@@ -536,6 +534,7 @@ npy_array read_npy(const std::string& path) {
     a.rows_ = rows;
     a.cols_ = cols;
     a.layout_ = h.fortran_order ? layout::col_major : layout::row_major;
+    a.ndim_ = static_cast<int>(h.shape.size());
     a.path_ = path;
     return a;
 }
@@ -551,6 +550,8 @@ host_matrix_view<const T> npy_array::view() const {
 
 template host_matrix_view<const float> npy_array::view<float>() const;
 template host_matrix_view<const double> npy_array::view<double>() const;
+template host_matrix_view<const std::complex<float>> npy_array::view<std::complex<float>>() const;
+template host_matrix_view<const std::complex<double>> npy_array::view<std::complex<double>>() const;
 
 namespace {
 
@@ -582,76 +583,76 @@ std::string npy_preamble(dtype type, bool fortran_order, index_t rows, index_t c
 
 }  // namespace
 
-void check_output_path(const std::string& path) {
-    if (path.empty()) throw file_error("output file: empty file name");
-    struct stat st {};
-    if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
-        fail(path, "cannot write: it is a directory");
-    const auto slash = path.find_last_of('/');
-    const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-    if (::stat(dir.c_str(), &st) != 0) {
-        const int err = errno;
-        fail(path, "cannot write: directory '" + dir + "': " + errno_text(err));
-    }
-    if (!S_ISDIR(st.st_mode)) fail(path, "cannot write: '" + dir + "' is not a directory");
-    // The file is written as a temporary beside it and renamed, so the directory must be writable.
-    if (::access(dir.c_str(), W_OK | X_OK) != 0) {
-        const int err = errno;
-        fail(path, "cannot write in directory '" + dir + "': " + errno_text(err));
-    }
-}
+void check_output_path(const std::string& path) { (void)detail::resolve_output(path); }
+
+namespace detail {
 
 template <class T>
-void write_npy(const std::string& path, host_matrix_view<const T> m) {
-    if (path.empty()) throw file_error("write_npy: empty file name");
+void write_npy_to(output_file& out, host_matrix_view<const T> m) {
     const dtype type = dtype_of<T>();
     const bool col_major = m.layout() == layout::col_major;
     // Total size is checked up front so that a view whose size overflows fails before any I/O.
     checked_bytes(m.rows(), m.cols(), type, "write_npy");
-
-    detail::temp_file out(path);
     const std::string pre = npy_preamble(type, col_major, m.rows(), m.cols());
     out.write(pre.data(), pre.size());
-
-    if (!m.empty()) {
-        // Lines are rows (C order) or columns (Fortran order); each is contiguous in memory.
-        const index_t lines = col_major ? m.cols() : m.rows();
-        const index_t line_len = col_major ? m.rows() : m.cols();
-        const std::size_t line_bytes = static_cast<std::size_t>(line_len) * sizeof(T);
-        if (m.ld() == line_len) {
-            out.write(m.data(), static_cast<std::size_t>(lines) * line_bytes);
-        } else {
-            // Gather strided lines into ~1 MiB chunks so that narrow sections do not become
-            // one system call per line.
-            constexpr std::size_t chunk_bytes = std::size_t{1} << 20;
-            std::vector<char> chunk;
-            chunk.reserve(std::max(chunk_bytes, line_bytes));
-            for (index_t l = 0; l < lines; ++l) {
-                if (chunk.size() + line_bytes > chunk.capacity()) {
-                    out.write(chunk.data(), chunk.size());
-                    chunk.clear();
-                }
-                const auto* src = reinterpret_cast<const char*>(m.data() + l * m.ld());
-                chunk.insert(chunk.end(), src, src + line_bytes);
-            }
-            out.write(chunk.data(), chunk.size());
-        }
+    if (m.empty()) return;
+    // Lines are rows (C order) or columns (Fortran order); each is contiguous in memory.
+    const index_t lines = col_major ? m.cols() : m.rows();
+    const index_t line_len = col_major ? m.rows() : m.cols();
+    const std::size_t line_bytes = static_cast<std::size_t>(line_len) * sizeof(T);
+    if (m.ld() == line_len) {
+        out.write(m.data(), static_cast<std::size_t>(lines) * line_bytes);
+        return;
     }
+    // Gather strided lines into ~1 MiB chunks so that narrow sections do not become one system
+    // call per line.
+    constexpr std::size_t chunk_bytes = std::size_t{1} << 20;
+    std::vector<char> chunk;
+    chunk.reserve(std::max(chunk_bytes, line_bytes));
+    for (index_t l = 0; l < lines; ++l) {
+        if (chunk.size() + line_bytes > chunk.capacity()) {
+            out.write(chunk.data(), chunk.size());
+            chunk.clear();
+        }
+        const auto* src = reinterpret_cast<const char*>(m.data() + l * m.ld());
+        chunk.insert(chunk.end(), src, src + line_bytes);
+    }
+    out.write(chunk.data(), chunk.size());
+}
+
+template void write_npy_to<float>(output_file&, host_matrix_view<const float>);
+template void write_npy_to<double>(output_file&, host_matrix_view<const double>);
+template void write_npy_to<std::complex<float>>(output_file&, host_matrix_view<const std::complex<float>>);
+template void write_npy_to<std::complex<double>>(output_file&, host_matrix_view<const std::complex<double>>);
+
+std::size_t npy_file_bytes(dtype type, index_t rows, index_t cols, tilestream::layout lay) {
+    const std::size_t data = checked_bytes(rows, cols, type, "npy file");
+    return npy_preamble(type, lay == layout::col_major, rows, cols).size() + data;
+}
+
+}  // namespace detail
+
+template <class T>
+void write_npy(const std::string& path, host_matrix_view<const T> m) {
+    if (path.empty()) throw file_error("write_npy: empty file name");
+    checked_bytes(m.rows(), m.cols(), dtype_of<T>(), "write_npy");
+    detail::output_file out(path);
+    detail::write_npy_to<T>(out, m);
     out.commit();
 }
 
 namespace detail {
 struct npy_output_state {
-    explicit npy_output_state(const std::string& path) : file(path) {}
-    ~npy_output_state() {
-        if (base) {
-            remove_output_mapping(base);
-            ::munmap(base, size);
-        }
+    explicit npy_output_state(const output_target& target) : file(target) {}
+    ~npy_output_state() { unmap(); }
+    void unmap() {
+        unguard_mapping(std::exchange(slot, -1));
+        if (base) ::munmap(std::exchange(base, nullptr), size);
     }
-    temp_file file;
+    output_file file;
     std::string path;
     void* base = nullptr;
+    int slot = -1;  // the SIGBUS guard of the mapping
     std::size_t size = 0, data_offset = 0;
     dtype type = dtype::f32;
     index_t rows = 0, cols = 0;
@@ -662,8 +663,12 @@ struct npy_output_state {
 npy_output::npy_output(const std::string& path, dtype type, index_t rows, index_t cols, tilestream::layout lay) {
     if (path.empty()) throw file_error("npy_output: empty file name");
     const std::size_t data_bytes = checked_bytes(rows, cols, type, "npy_output " + path);
+    const detail::output_target target = detail::resolve_output(path);
+    if (target.kind == detail::output_kind::in_place)
+        fail(path, "cannot be written through a memory mapping: it is a device or FIFO (write the result with "
+                   "write_npy instead)");
     const std::string pre = npy_preamble(type, lay == layout::col_major, rows, cols);
-    auto st = std::make_unique<detail::npy_output_state>(path);
+    auto st = std::make_unique<detail::npy_output_state>(target);
     st->path = path;
     st->type = type;
     st->rows = rows;
@@ -680,7 +685,9 @@ npy_output::npy_output(const std::string& path, dtype type, index_t rows, index_
                        " bytes): " + errno_text(err));
     }
     st->base = base;
-    detail::add_output_mapping(base, st->size);
+    // Truncating the temporary under the mapping would end the process with SIGBUS: the guard
+    // puts memory in its place and finish() reports it.
+    st->slot = guard_mapping(base, st->size, true);
     s_ = std::move(st);
 }
 
@@ -699,6 +706,8 @@ host_matrix_view<T> npy_output::view() const {
 
 template host_matrix_view<float> npy_output::view<float>() const;
 template host_matrix_view<double> npy_output::view<double>() const;
+template host_matrix_view<std::complex<float>> npy_output::view<std::complex<float>>() const;
+template host_matrix_view<std::complex<double>> npy_output::view<std::complex<double>>() const;
 
 void npy_output::release_resident() const {
     // For a shared file mapping the page cache keeps what was written (dirty pages are written
@@ -706,19 +715,36 @@ void npy_output::release_resident() const {
     if (s_ && s_->base) ::madvise(s_->base, s_->size, MADV_DONTNEED);
 }
 
-void npy_output::commit() {
-    if (!s_) throw file_error("npy_output: commit after a move or a commit");
-    if (::msync(s_->base, s_->size, MS_SYNC) != 0) {
-        const int err = errno;
-        fail(s_->path, "cannot write '" + s_->file.name() + "': " + errno_text(err));
+void npy_output::check_intact() const {
+    if (!s_ || !s_->base) return;
+    struct stat st {};
+    if (guard_faulted(s_->slot) || (::fstat(s_->file.fd(), &st) == 0 && std::size_t(st.st_size) < s_->size))
+        fail(s_->path, "the temporary '" + s_->file.name() + "' was truncated while the result was written to it");
+}
+
+detail::output_file& npy_output::finish() {
+    if (!s_) throw file_error("npy_output: finish after a move or a commit");
+    if (s_->base) {
+        check_intact();
+        if (::msync(s_->base, s_->size, MS_SYNC) != 0) {
+            const int err = errno;
+            fail(s_->path, "cannot write '" + s_->file.name() + "': " + errno_text(err));
+        }
+        s_->unmap();
     }
-    detail::remove_output_mapping(s_->base);
-    ::munmap(std::exchange(s_->base, nullptr), s_->size);
-    s_->file.commit();
+    s_->file.close();
+    return s_->file;
+}
+
+void npy_output::commit() {
+    detail::output_file& f = finish();
+    f.commit();
     s_.reset();
 }
 
 template void write_npy<float>(const std::string&, host_matrix_view<const float>);
 template void write_npy<double>(const std::string&, host_matrix_view<const double>);
+template void write_npy<std::complex<float>>(const std::string&, host_matrix_view<const std::complex<float>>);
+template void write_npy<std::complex<double>>(const std::string&, host_matrix_view<const std::complex<double>>);
 
 }  // namespace tilestream

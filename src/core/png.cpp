@@ -3,7 +3,7 @@
 #include <tilestream/error.hpp>
 #include <tilestream/image.hpp>
 
-#include "core/temp_files.hpp"
+#include <tilestream/trace.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -23,14 +23,6 @@ namespace {
 
 [[noreturn]] void fail(const std::string& path, const std::string& what) {
     throw file_error("cannot write PNG image '" + path + "': " + what);
-}
-
-/// Writes `data` to a temporary file beside `path`, then renames it over `path`, so readers
-/// never see a partial image and a failure leaves nothing behind (errors name the path).
-void write_atomically(const std::string& path, const std::string& data) {
-    detail::temp_file out(path);
-    out.write(data.data(), data.size());
-    out.commit();
 }
 
 void put_u32(std::string& s, std::uint32_t v) {
@@ -133,7 +125,7 @@ std::array<std::uint8_t, 3> viridis(double t) {
     return c;
 }
 
-void write_png(const std::string& path, const rgb_image& img) {
+std::string encode_png(const rgb_image& img, const std::string& path) {
     if (img.width < 1 || img.height < 1 || img.pixels.size() != 3 * std::size_t(img.width) * std::size_t(img.height))
         throw invalid_argument("write_png: '" + path + "': the image is " + std::to_string(img.width) + "x" +
                                std::to_string(img.height) + " with " + std::to_string(img.pixels.size()) +
@@ -164,7 +156,13 @@ void write_png(const std::string& path, const rgb_image& img) {
     put_chunk(png, "IHDR", ihdr);
     put_chunk(png, "IDAT", z);
     put_chunk(png, "IEND", "");
-    write_atomically(path, png);
+    return png;
+}
+
+void write_png(const std::string& path, const rgb_image& image) {
+    // A temporary beside `path` renamed over it (readers never see a partial image), or a device
+    // or FIFO written in place.
+    write_text_file_atomically(path, encode_png(image, path));
 }
 
 template <class T>

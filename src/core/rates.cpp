@@ -30,7 +30,8 @@ double median_seconds(int reps, F&& fn) {
 
 device_rates measure_rates(device& dev, dtype type, gemm_kernel kernel, math_mode math) {
     static std::mutex mutex;
-    static std::map<std::tuple<std::string, int, int, int, int>, device_rates> cache;
+    // Never destroyed: a run still in flight at exit (a BLAS drop-in client's thread) may read it.
+    static auto& cache = *new std::map<std::tuple<std::string, int, int, int, int>, device_rates>;
     const auto key = std::make_tuple(dev.id(), dev.info().threads, int(type), int(kernel), int(math));
     {
         std::lock_guard lock(mutex);

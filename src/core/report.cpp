@@ -2,13 +2,13 @@
 #include <tilestream/error.hpp>
 #include <tilestream/report.hpp>
 
+#include "core/input_files.hpp"
 #include "core/json_text.hpp"
 #include "core/message_text.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <sstream>
@@ -88,8 +88,9 @@ double nice_step(double range, int ticks) {
 
 }  // namespace
 
-std::string scaling_svg(const std::vector<scaling_row>& rows, const std::string& title) {
-    const int W = 720, H = 440, L = 70, R = 170, T = 50, B = 60;
+std::string scaling_svg(const std::vector<scaling_row>& rows, const std::string& title, const std::string& rate_unit,
+                        const std::string& count_label) {
+    const int W = 760, H = 440, L = 70, R = 210, T = 50, B = 60;
     const int pw = W - L - R, ph = H - T - B;
     int max_dev = 1;
     double max_y = 1.0;
@@ -117,9 +118,10 @@ std::string scaling_svg(const std::vector<scaling_row>& rows, const std::string&
         s << "<text x=\"" << fmt("%.1f", X(d)) << "\" y=\"" << T + ph + 18 << "\" text-anchor=\"middle\">" << d << "</text>\n";
     s << "<line x1=\"" << L << "\" y1=\"" << T + ph << "\" x2=\"" << L + pw << "\" y2=\"" << T + ph << "\" stroke=\"black\"/>\n";
     s << "<line x1=\"" << L << "\" y1=\"" << T << "\" x2=\"" << L << "\" y2=\"" << T + ph << "\" stroke=\"black\"/>\n";
-    s << "<text x=\"" << L + pw / 2 << "\" y=\"" << H - 18 << "\" text-anchor=\"middle\">devices</text>\n";
+    s << "<text x=\"" << L + pw / 2 << "\" y=\"" << H - 18 << "\" text-anchor=\"middle\">" << xml_escape(count_label)
+      << " (count)</text>\n";
     s << "<text x=\"18\" y=\"" << T + ph / 2 << "\" text-anchor=\"middle\" transform=\"rotate(-90 18 " << T + ph / 2
-      << ")\">speedup / efficiency</text>\n";
+      << ")\">speedup (x, against the first row) and efficiency (fraction of ideal)</text>\n";
     // Ideal speedup: device_count / base.
     s << "<line x1=\"" << fmt("%.1f", X(1)) << "\" y1=\"" << fmt("%.1f", Y(1.0 / base_dev)) << "\" x2=\"" << fmt("%.1f", X(max_dev))
       << "\" y2=\"" << fmt("%.1f", Y(max_dev / base_dev)) << "\" stroke=\"#999\" stroke-dasharray=\"6 4\"/>\n";
@@ -136,20 +138,46 @@ std::string scaling_svg(const std::vector<scaling_row>& rows, const std::string&
     series([](const scaling_row& r) { return r.efficiency; }, "#d62728");
     const int lx = L + pw + 20;
     s << "<line x1=\"" << lx << "\" y1=\"" << T + 10 << "\" x2=\"" << lx + 24 << "\" y2=\"" << T + 10 << "\" stroke=\"#1f77b4\" stroke-width=\"2\"/>"
-      << "<text x=\"" << lx + 30 << "\" y=\"" << T + 14 << "\">speedup</text>\n";
+      << "<text x=\"" << lx + 30 << "\" y=\"" << T + 14 << "\">speedup (x)</text>\n";
     s << "<line x1=\"" << lx << "\" y1=\"" << T + 30 << "\" x2=\"" << lx + 24 << "\" y2=\"" << T + 30 << "\" stroke=\"#d62728\" stroke-width=\"2\"/>"
-      << "<text x=\"" << lx + 30 << "\" y=\"" << T + 34 << "\">efficiency</text>\n";
+      << "<text x=\"" << lx + 30 << "\" y=\"" << T + 34 << "\">efficiency (fraction)</text>\n";
     s << "<line x1=\"" << lx << "\" y1=\"" << T + 50 << "\" x2=\"" << lx + 24 << "\" y2=\"" << T + 50 << "\" stroke=\"#999\" stroke-dasharray=\"6 4\"/>"
-      << "<text x=\"" << lx + 30 << "\" y=\"" << T + 54 << "\">ideal speedup</text>\n";
+      << "<text x=\"" << lx + 30 << "\" y=\"" << T + 54 << "\">ideal speedup (x)</text>\n";
     int ly = T + 84;
+    if (!rate_unit.empty()) {
+        s << "<text x=\"" << lx << "\" y=\"" << ly << "\" font-size=\"11\">rate (" << xml_escape(rate_unit) << "):</text>\n";
+        ly += 15;
+    }
     for (const auto& r : rows) {
         s << "<text x=\"" << lx << "\" y=\"" << ly << "\" font-size=\"11\">" << xml_escape(r.devices) << ": "
-          << fmt("%.2f", r.rate) << "</text>\n";
+          << fmt("%.2f", r.rate) << (rate_unit.empty() ? "" : " " + xml_escape(rate_unit)) << "</text>\n";
         ly += 15;
     }
     s << "</svg>\n";
     return s.str();
 }
+
+namespace {
+
+/// A lane's label: the role the engine gave its stream, else one read from what ran on it (traces
+/// of older versions), else its number.
+std::string lane_role(const std::vector<trace_span>& spans, const std::string& device, int stream) {
+    unsigned kinds = 0;
+    for (const auto& sp : spans) {
+        if (sp.device != device || sp.stream != stream) continue;
+        if (!sp.role.empty()) return sp.role;
+        kinds |= 1u << unsigned(sp.kind);
+    }
+    const auto only = [&](span_kind k) { return kinds == 1u << unsigned(k); };
+    if (only(span_kind::copy_h2d)) return "copy in";
+    if (only(span_kind::kernel)) return "compute";
+    if (only(span_kind::copy_d2h)) return "copy out";
+    if (only(span_kind::copy_peer)) return "peer copies";
+    if (only(span_kind::copy_d2d)) return "device copies";
+    return "stream " + std::to_string(stream);
+}
+
+}  // namespace
 
 std::string timeline_svg(const std::vector<trace_span>& spans, const std::string& title) {
     std::map<std::pair<std::string, int>, int> lanes;
@@ -161,7 +189,7 @@ std::string timeline_svg(const std::vector<trace_span>& spans, const std::string
     }
     int next = 0;
     for (auto& [key, lane] : lanes) lane = next++;
-    const int L = 150, R = 20, T = 50, lane_h = 26, W = 1100;
+    const int L = 190, R = 20, T = 50, lane_h = 26, W = 1140;
     const int H = T + std::max(1, next) * lane_h + 70;
     const double span = std::max(t1 - t0, 1e-9);
     const auto X = [&](double t) { return L + (t - t0) / span * (W - L - R); };
@@ -185,8 +213,8 @@ std::string timeline_svg(const std::vector<trace_span>& spans, const std::string
         const int y = T + lane * lane_h;
         s << "<rect x=\"" << L << "\" y=\"" << y << "\" width=\"" << W - L - R << "\" height=\"" << lane_h - 4
           << "\" fill=\"" << (lane % 2 ? "#fafafa" : "#f0f0f0") << "\"/>\n";
-        s << "<text x=\"" << L - 8 << "\" y=\"" << y + 16 << "\" text-anchor=\"end\">" << xml_escape(key.first) << " stream "
-          << key.second << "</text>\n";
+        s << "<text x=\"" << L - 8 << "\" y=\"" << y + 16 << "\" text-anchor=\"end\"><title>stream " << key.second
+          << "</title>" << xml_escape(key.first + " " + lane_role(spans, key.first, key.second)) << "</text>\n";
     }
     for (const auto& sp : spans) {
         const int y = T + lanes[{sp.device, sp.stream}] * lane_h + 2;
@@ -227,10 +255,10 @@ double clamped(double v, double lo, double hi) { return v >= lo ? (v <= hi ? v :
 }  // namespace
 
 std::vector<trace_span> read_chrome_trace(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw file_error(path + ": cannot open");
-    std::string text((std::istreambuf_iterator<char>(in)), {});
-    if (in.bad()) throw file_error(path + ": cannot read");
+    // A run's trace is tens of bytes per copy or kernel; parsing takes several times the text in
+    // memory, so larger files (or /dev/zero) are refused rather than read.
+    constexpr std::size_t max_trace_bytes = std::size_t{1} << 30;
+    const std::string text = detail::read_file_capped(path, max_trace_bytes, "a Chrome trace");
     // nlohmann's parser keeps its own stack (no recursion on deep nesting) and rejects what is
     // not JSON, invalid UTF-8 included, with the line and column.
     detail::json root;
@@ -256,9 +284,14 @@ std::vector<trace_span> read_chrome_trace(const std::string& path) {
         return it != m.end() && it->is_number() ? it->get<double>() : 0.0;
     };
     std::map<double, std::string> names;
-    for (const auto& e : events)
-        if (e.is_object() && str(e, "ph") == "M" && e.contains("args") && e["args"].is_object())
+    std::map<std::pair<double, double>, std::string> roles;
+    for (const auto& e : events) {
+        if (!e.is_object() || str(e, "ph") != "M" || !e.contains("args") || !e["args"].is_object()) continue;
+        if (str(e, "name") == "thread_name")
+            roles[{num(e, "pid"), num(e, "tid")}] = str(e["args"], "name");
+        else
             names[num(e, "pid")] = str(e["args"], "name");
+    }
     std::vector<trace_span> out;
     for (const auto& e : events) {
         if (!e.is_object() || str(e, "ph") != "X") continue;
@@ -267,6 +300,7 @@ std::vector<trace_span> read_chrome_trace(const std::string& path) {
         sp.device = names.count(pid) ? names[pid] : "pid " + fmt("%g", pid);
         sp.stream = int(clamped(num(e, "tid"), 0, double(std::numeric_limits<int>::max())));
         sp.name = str(e, "name");
+        if (const auto it = roles.find({pid, num(e, "tid")}); it != roles.end()) sp.role = it->second;
         const std::string cat = str(e, "cat");
         for (auto k : {span_kind::copy_h2d, span_kind::copy_d2h, span_kind::copy_d2d, span_kind::copy_peer,
                        span_kind::kernel, span_kind::host})

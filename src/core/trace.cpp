@@ -3,7 +3,7 @@
 #include <tilestream/trace.hpp>
 
 #include "core/json_text.hpp"
-#include "core/temp_files.hpp"
+#include "core/output_files.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -23,9 +23,17 @@ void trace_recorder::record(const std::string& device_id, int stream_id, span_ki
     spans_.push_back({device_id, stream_id, kind, name, bytes, flops, t0, t1});
 }
 
+void trace_recorder::name_stream(const std::string& device_id, int stream_id, const std::string& role) {
+    std::lock_guard lock(mutex_);
+    roles_[{device_id, stream_id}] = role;
+}
+
 std::vector<trace_span> trace_recorder::spans() const {
     std::lock_guard lock(mutex_);
-    return spans_;
+    std::vector<trace_span> out = spans_;
+    for (auto& s : out)
+        if (const auto it = roles_.find({s.device, s.stream}); it != roles_.end()) s.role = it->second;
+    return out;
 }
 
 std::string trace_recorder::chrome_json() const {
@@ -39,6 +47,12 @@ std::string trace_recorder::chrome_json() const {
     detail::json events = detail::json::array();
     for (const auto& [name, pid] : pids)
         events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"args", {{"name", name}}}});
+    std::map<std::pair<std::string, int>, std::string> lanes;
+    for (const auto& s : spans) lanes.emplace(std::make_pair(s.device, s.stream), s.role);
+    for (const auto& [key, role] : lanes)
+        if (!role.empty())
+            events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pids[key.first]}, {"tid", key.second},
+                              {"args", {{"name", role}}}});
     for (const auto& s : spans) {
         detail::json args = detail::json::object();
         if (s.bytes) args["bytes"] = s.bytes;
@@ -58,7 +72,7 @@ std::string trace_recorder::chrome_json() const {
 void trace_recorder::write_chrome(const std::string& path) const { write_text_file_atomically(path, chrome_json()); }
 
 void write_text_file_atomically(const std::string& path, const std::string& text) {
-    detail::temp_file out(path);
+    detail::output_file out(path);
     out.write(text.data(), text.size());
     out.commit();
 }

@@ -21,6 +21,24 @@ void check_mpi(int rc, const char* call) {
                     (len > 0 ? std::string(text, std::size_t(len)) : "error " + std::to_string(rc)));
 }
 
+void agree_on_errors(MPI_Comm comm, const std::string& mine, bool input) {
+    int rank = 0, size = 1;
+    check_mpi(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
+    check_mpi(MPI_Comm_size(comm, &size), "MPI_Comm_size");
+    const int first = mine.empty() ? size : rank;
+    int lowest = size;
+    check_mpi(MPI_Allreduce(&first, &lowest, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce (agreeing on errors)");
+    if (lowest == size) return;
+    std::string text = mine;
+    int len = int(text.size());
+    check_mpi(MPI_Bcast(&len, 1, MPI_INT, lowest, comm), "MPI_Bcast (error length)");
+    text.resize(std::size_t(len));
+    check_mpi(MPI_Bcast(text.data(), len, MPI_CHAR, lowest, comm), "MPI_Bcast (error text)");
+    if (lowest != 0) text = "rank " + std::to_string(lowest) + ": " + text;
+    if (input) throw collective_error(text);
+    throw collective_failure(text);
+}
+
 bool launched_with_ranks() {
     for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"})
         if (const char* s = std::getenv(v); s && std::atoi(s) > 1) return true;

@@ -7,28 +7,69 @@
 #include <climits>
 #include <exception>
 #include <string>
+#include <utility>
 
 namespace tilestream::distributed {
 
-/// One dimension of a block-cyclic sub-matrix: sub index g is global index g + offset, dealt in
-/// blocks of nb from process src over nprocs processes.
+/// How many of the global indices [0, n) of a dimension dealt in a first block of `first` and
+/// then blocks of `nb`, from process `src` cyclically over `nprocs`, process `p` holds (PBLAS's
+/// PB_Cnumroc with IA = 0; first = nb is ScaLAPACK's NUMROC). Also the local index of global
+/// index n on its owner.
+inline index_t held_before(index_t n, index_t first, index_t nb, int p, int src, int nprocs) {
+    if (n <= 0) return 0;
+    const int d = (p - src + nprocs) % nprocs;
+    if (n <= first) return d == 0 ? n : 0;
+    const index_t rest = n - first, blocks = rest / nb, rem = rest % nb;
+    // Blocks after the first are numbered 1, 2, ...; block j is held at distance j % nprocs.
+    const index_t whole = d == 0 ? blocks / nprocs : (blocks >= d ? (blocks - d) / nprocs + 1 : 0);
+    return (d == 0 ? first : 0) + whole * nb + ((blocks + 1) % nprocs == d ? rem : 0);
+}
+
+/// One dimension of a block-cyclic sub-matrix: sub index g is global index g + offset, dealt in a
+/// first block of `first` indices (PBLAS's IMB/INB; 0: nb) and then blocks of nb, from process
+/// src over nprocs processes.
 struct dim_map {
     index_t nb = 1;
     int src = 0;
     int nprocs = 1;
     index_t offset = 0;
+    index_t first = 0;
 
-    int owner(index_t g) const { return int(((g + offset) / nb + src) % nprocs); }
+    index_t first_block() const { return first > 0 ? first : nb; }
+    /// The block of global index G (0: the first block).
+    index_t block_of(index_t G) const { return G < first_block() ? 0 : 1 + (G - first_block()) / nb; }
+    int owner(index_t g) const { return int((block_of(g + offset) + src) % nprocs); }
     /// Index in the owner's local array (which holds the whole matrix's local part).
-    index_t local(index_t g) const { return ((g + offset) / (nb * nprocs)) * nb + (g + offset) % nb; }
-    /// Sub indices [0, len) that process p holds: local indices [first_local(p), +owned(len, p)).
-    index_t first_local(int p) const { return local_count(offset, nb, p, src, nprocs); }
-    index_t owned(index_t len, int p) const { return local_count(offset + len, nb, p, src, nprocs) - first_local(p); }
-    /// The sub index where g's block ends.
-    index_t block_end(index_t g) const { return g + nb - (g + offset) % nb; }
-    bool same_as(const dim_map& o) const {
-        return nb == o.nb && src == o.src && nprocs == o.nprocs && offset == o.offset;
+    index_t local(index_t g) const {
+        return held_before(g + offset, first_block(), nb, owner(g), src, nprocs);
     }
+    /// Sub indices [0, len) that process p holds: local indices [first_local(p), +owned(len, p)).
+    index_t first_local(int p) const { return held_before(offset, first_block(), nb, p, src, nprocs); }
+    index_t owned(index_t len, int p) const {
+        return held_before(offset + len, first_block(), nb, p, src, nprocs) - first_local(p);
+    }
+    /// The sub index where g's block ends.
+    index_t block_end(index_t g) const {
+        const index_t G = g + offset, b = block_of(G);
+        return first_block() + b * nb - offset;
+    }
+    bool same_as(const dim_map& o) const {
+        return nb == o.nb && src == o.src && nprocs == o.nprocs && offset == o.offset && first_block() == o.first_block();
+    }
+};
+
+/// A ScaLAPACK array descriptor read from either layout PBLAS accepts: DTYPE 1 (9 entries:
+/// DTYPE, CTXT, M, N, MB, NB, RSRC, CSRC, LLD) or DTYPE 2, BLOCK_CYCLIC_INB_2D (11 entries:
+/// DTYPE, CTXT, M, N, IMB, INB, MB, NB, RSRC, CSRC, LLD; the first block IMB x INB).
+struct block_cyclic_desc {
+    int dtype = 1, ctxt = 0;
+    index_t m = 0, n = 0, imb = 1, inb = 1, mb = 1, nb = 1;
+    int rsrc = 0, csrc = 0;
+    index_t lld = 1;
+    /// Throws invalid_argument naming `name` when DTYPE is neither 1 nor 2.
+    static block_cyclic_desc read(const int* d, const std::string& name);
+    /// The 11 entries of the DTYPE 2 form (what PBLAS converts every descriptor to).
+    void write11(int* out) const;
 };
 
 /// An operand as pgemm sees it: a sub-matrix of a block-cyclic matrix with its descriptor.
@@ -105,6 +146,10 @@ public:
     datatype(const datatype&) = delete;
     datatype& operator=(const datatype&) = delete;
     datatype(datatype&& o) noexcept : t_(o.t_) { o.t_ = MPI_DATATYPE_NULL; }
+    datatype& operator=(datatype&& o) noexcept {
+        std::swap(t_, o.t_);
+        return *this;
+    }
     ~datatype() {
         if (t_ != MPI_DATATYPE_NULL) MPI_Type_free(&t_);
     }

@@ -5,10 +5,18 @@
 #include <tilestream/gemm.hpp>
 #include <tilestream/npy.hpp>
 
+#include "core/output_files.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <fstream>
 #include <limits>
 #include <optional>
@@ -24,16 +32,6 @@ struct npy_header {
     layout order = layout::row_major;
     index_t data_offset = 0;
 };
-
-/// Broadcasts rank 0's error text (empty: none) and throws it on every rank as collective_error.
-void agree(MPI_Comm comm, std::string message) {
-    int len = int(message.size());
-    check_mpi(MPI_Bcast(&len, 1, MPI_INT, 0, comm), "MPI_Bcast (error length)");
-    if (len == 0) return;
-    message.resize(std::size_t(len));
-    check_mpi(MPI_Bcast(message.data(), len, MPI_CHAR, 0, comm), "MPI_Bcast (error text)");
-    throw collective_error(message);
-}
 
 npy_header read_header(MPI_Comm comm, const std::string& path) {
     int rank = 0;
@@ -61,7 +59,7 @@ npy_header read_header(MPI_Comm comm, const std::string& path) {
             message = e.what();
         }
     }
-    agree(comm, message);
+    agree_on_errors(comm, message, true);
     index_t v[5] = {index_t(h.type), h.rows, h.cols, index_t(h.order), h.data_offset};
     check_mpi(MPI_Bcast(v, 5, MPI_INT64_T, 0, comm), "MPI_Bcast (npy header)");
     return {dtype(v[0]), v[1], v[2], layout(v[3]), v[4]};
@@ -86,6 +84,7 @@ public:
     mpi_file(MPI_Comm comm, const std::string& path, int mode) : path_(path) {
         const int rc = MPI_File_open(comm, path.c_str(), mode, MPI_INFO_NULL, &f_);
         if (rc != MPI_SUCCESS) {
+            f_ = MPI_FILE_NULL;
             try {
                 check_mpi(rc, "MPI_File_open");
             } catch (const mpi_error& e) {
@@ -100,14 +99,59 @@ public:
         if (f_ != MPI_FILE_NULL) MPI_File_close(&f_);
     }
     MPI_File get() const { return f_; }
-    void close() { check_mpi(MPI_File_close(&f_), "MPI_File_close"); }
+    void close() {
+        const int rc = MPI_File_close(&f_);
+        f_ = MPI_FILE_NULL;
+        check_mpi(rc, "MPI_File_close");
+    }
 
 private:
     MPI_File f_ = MPI_FILE_NULL;
     std::string path_;
 };
 
+/// Throws file_error when an MPI-IO transfer moved fewer than `count` elements (a short write on
+/// a full file system may return MPI_SUCCESS).
+void check_transferred(const MPI_Status& status, MPI_Datatype type, index_t count, const std::string& what) {
+    int got = 0;
+    check_mpi(MPI_Get_count(&status, type, &got), "MPI_Get_count");
+    if (index_t(got) != count)
+        throw file_error(what + ": " + std::to_string(got) + " of " + std::to_string(count) + " elements transferred");
+}
+
+/// What this rank's own view of an input says before any collective open: it can be opened for
+/// reading and holds at least `bytes` (empty when so).
+std::string local_input_problem(const std::string& path, std::size_t bytes) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return "cannot read " + path + ": " + std::strerror(errno);
+    struct stat st {};
+    const int rc = ::fstat(fd, &st);
+    ::close(fd);
+    if (rc != 0) return "cannot read " + path + ": " + std::strerror(errno);
+    if (!S_ISREG(st.st_mode)) return path + " is not a regular file";
+    if (std::size_t(st.st_size) < bytes)
+        return path + " holds " + std::to_string(st.st_size) + " bytes, fewer than its header says (" +
+               std::to_string(bytes) + ")";
+    return {};
+}
+
+/// Test hook: TILESTREAM_TEST_FAIL_WRITE=R:how makes rank R fail once the output's temporary is
+/// open on every rank: "error" (a write error on that rank alone), "kill" (SIGKILL), "term"
+/// (SIGTERM), "pause" (sleeps 60 s, for a signal sent meanwhile). Returns the error to report.
+std::string write_fault(int rank) {
+    const char* v = std::getenv("TILESTREAM_TEST_FAIL_WRITE");
+    if (!v) return {};
+    const char* colon = std::strchr(v, ':');
+    if (!colon || std::atoi(v) != rank) return {};
+    const std::string how = colon + 1;
+    if (how == "kill") ::raise(SIGKILL);
+    if (how == "term") ::raise(SIGTERM);
+    if (how == "pause") std::this_thread::sleep_for(std::chrono::seconds(60));
+    return how == "error" ? "write failed on purpose (TILESTREAM_TEST_FAIL_WRITE)" : std::string();
+}
+
 /// This rank's blocks of a file into a column-major local array (lr x lc, leading dimension ld).
+/// The ranks have agreed (read_inputs) that each can read the file.
 template <class T>
 void read_blocks(const process_grid& grid, const std::string& path, const npy_header& h, index_t block, T* local,
                  index_t ld) {
@@ -116,11 +160,25 @@ void read_blocks(const process_grid& grid, const std::string& path, const npy_he
     check_count(lr * lc, "npy_gemm: a rank's part of " + path);
     std::vector<T> buffer(std::size_t(std::max<index_t>(1, lr * lc)));
     const datatype view = block_view<T>(grid, h.rows, h.cols, block, h.order);
-    mpi_file f(grid.comm(), path, MPI_MODE_RDONLY);
-    check_mpi(MPI_File_set_view(f.get(), h.data_offset, mpi_type<T>(), view.get(), "native", MPI_INFO_NULL),
-              "MPI_File_set_view");
-    check_mpi(MPI_File_read_all(f.get(), buffer.data(), int(lr * lc), mpi_type<T>(), MPI_STATUS_IGNORE),
-              "MPI_File_read_all");
+    std::string problem;
+    {
+        mpi_file f(grid.comm(), path, MPI_MODE_RDONLY);
+        try {
+            check_mpi(MPI_File_set_view(f.get(), h.data_offset, mpi_type<T>(), view.get(), "native", MPI_INFO_NULL),
+                      "MPI_File_set_view");
+        } catch (const std::exception& e) {
+            problem = path + ": " + e.what();
+        }
+        agree_on_errors(grid.comm(), problem, false);
+        MPI_Status status{};
+        try {
+            check_mpi(MPI_File_read_all(f.get(), buffer.data(), int(lr * lc), mpi_type<T>(), &status), "MPI_File_read_all");
+            check_transferred(status, mpi_type<T>(), lr * lc, "cannot read " + path);
+        } catch (const std::exception& e) {
+            problem = path + ": " + e.what();
+        }
+        agree_on_errors(grid.comm(), problem, false);
+    }
     // The darray's local part is in the file's order: row-major for C order.
     for (index_t j = 0; j < lc; ++j)
         for (index_t i = 0; i < lr; ++i)
@@ -143,42 +201,115 @@ std::string npy_header_text(dtype t, index_t rows, index_t cols) {
     return h + dict;
 }
 
-/// Writes this rank's blocks of the rows x cols matrix (C order) beside `path`, then rank 0
-/// renames the file into place once every rank has written.
+/// The output's temporary: registered on every rank for removal by a terminating signal, and
+/// removed by rank 0 unless renamed into place.
+class output_temporary {
+public:
+    output_temporary(MPI_Comm comm, std::string name) : comm_(comm), name_(std::move(name)) {
+        check_mpi(MPI_Comm_rank(comm, &rank_), "MPI_Comm_rank");
+        slot_ = detail::register_temporary(name_);
+    }
+    output_temporary(const output_temporary&) = delete;
+    output_temporary& operator=(const output_temporary&) = delete;
+    ~output_temporary() {
+        if (!renamed_ && rank_ == 0) ::unlink(name_.c_str());
+        detail::unregister_temporary(slot_);
+    }
+    const std::string& name() const { return name_; }
+    void renamed() { renamed_ = true; }
+
+private:
+    MPI_Comm comm_;
+    std::string name_;
+    int rank_ = 0, slot_ = -1;
+    bool renamed_ = false;
+};
+
+/// Writes this rank's blocks of the rows x cols matrix (C order) into a temporary beside `path`;
+/// rank 0 renames it into place once every rank has written, synced and closed it.
 template <class T>
 void write_blocks(const process_grid& grid, const std::string& path, index_t rows, index_t cols, index_t block,
                   const T* local, index_t ld) {
+    const MPI_Comm comm = grid.comm();
     const index_t lr = local_count(rows, block, grid.my_row(), 0, grid.rows());
     const index_t lc = local_count(cols, block, grid.my_col(), 0, grid.cols());
     std::vector<T> buffer(std::size_t(std::max<index_t>(1, lr * lc)));
     for (index_t i = 0; i < lr; ++i)
         for (index_t j = 0; j < lc; ++j) buffer[std::size_t(i * lc + j)] = local[i + j * ld];
-    // The temporary name comes from rank 0 so every rank opens the same file.
-    std::string tmp = path + ".partial-" + std::to_string(::getpid());
-    int len = int(tmp.size());
-    check_mpi(MPI_Bcast(&len, 1, MPI_INT, 0, grid.comm()), "MPI_Bcast (file name)");
-    tmp.resize(std::size_t(len));
-    check_mpi(MPI_Bcast(tmp.data(), len, MPI_CHAR, 0, grid.comm()), "MPI_Bcast (file name)");
     const std::string header = npy_header_text(dtype_of<T>(), rows, cols);
+    const std::size_t total = header.size() + std::size_t(rows) * std::size_t(cols) * sizeof(T);
+    // Rank 0 creates the temporary and reserves every byte, so a full file system or a file size
+    // limit fails here, before anything is written; the name goes to every rank.
+    std::string tmp = path + ".partial-" + std::to_string(::getpid()), problem;
+    if (grid.rank() == 0) {
+        const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (fd < 0) {
+            problem = "cannot create " + tmp + ": " + std::strerror(errno);
+        } else {
+            const int rc = ::posix_fallocate(fd, 0, off_t(total));
+            if (rc != 0)
+                problem = "cannot write " + path + ": " + std::strerror(rc) + " (reserving " + std::to_string(total) + " bytes)";
+            if (::close(fd) != 0 && problem.empty()) problem = "cannot write " + path + ": " + std::strerror(errno);
+            if (!problem.empty()) ::unlink(tmp.c_str());
+        }
+    }
+    int len = int(tmp.size());
+    check_mpi(MPI_Bcast(&len, 1, MPI_INT, 0, comm), "MPI_Bcast (file name)");
+    tmp.resize(std::size_t(len));
+    check_mpi(MPI_Bcast(tmp.data(), len, MPI_CHAR, 0, comm), "MPI_Bcast (file name)");
+    agree_on_errors(comm, problem, false);
+    output_temporary temporary(comm, tmp);
     {
-        mpi_file f(grid.comm(), tmp, MPI_MODE_CREATE | MPI_MODE_WRONLY);
-        if (grid.rank() == 0)
-            check_mpi(MPI_File_write_at(f.get(), 0, header.data(), int(header.size()), MPI_CHAR, MPI_STATUS_IGNORE),
-                      "MPI_File_write_at (npy header)");
-        const datatype view = block_view<T>(grid, rows, cols, block, layout::row_major);
-        check_mpi(MPI_File_set_view(f.get(), MPI_Offset(header.size()), mpi_type<T>(), view.get(), "native", MPI_INFO_NULL),
-                  "MPI_File_set_view");
-        check_mpi(MPI_File_write_all(f.get(), buffer.data(), int(lr * lc), mpi_type<T>(), MPI_STATUS_IGNORE),
-                  "MPI_File_write_all");
-        f.close();
+        std::optional<mpi_file> f;
+        try {
+            f.emplace(comm, tmp, MPI_MODE_WRONLY);
+        } catch (const std::exception& e) {
+            problem = e.what();
+        }
+        agree_on_errors(comm, problem, false);  // (the file is closed on every rank as they unwind)
+        try {
+            if (grid.rank() == 0) {
+                MPI_Status status{};
+                check_mpi(MPI_File_write_at(f->get(), 0, header.data(), int(header.size()), MPI_CHAR, &status),
+                          "MPI_File_write_at (npy header)");
+                check_transferred(status, MPI_CHAR, index_t(header.size()), "cannot write " + path + " (header)");
+            }
+            const datatype view = block_view<T>(grid, rows, cols, block, layout::row_major);
+            check_mpi(MPI_File_set_view(f->get(), MPI_Offset(header.size()), mpi_type<T>(), view.get(), "native", MPI_INFO_NULL),
+                      "MPI_File_set_view");
+        } catch (const std::exception& e) {
+            problem = std::string(e.what());
+        }
+        if (problem.empty()) problem = write_fault(grid.rank());
+        agree_on_errors(comm, problem, false);
+        try {
+            MPI_Status status{};
+            check_mpi(MPI_File_write_all(f->get(), buffer.data(), int(lr * lc), mpi_type<T>(), &status), "MPI_File_write_all");
+            check_transferred(status, mpi_type<T>(), lr * lc, "cannot write " + path);
+        } catch (const std::exception& e) {
+            problem = e.what();
+        }
+        agree_on_errors(comm, problem, false);
+        try {
+            check_mpi(MPI_File_sync(f->get()), "MPI_File_sync");
+        } catch (const std::exception& e) {
+            problem = "cannot write " + path + ": " + e.what();
+        }
+        agree_on_errors(comm, problem, false);
+        try {
+            f->close();
+        } catch (const std::exception& e) {
+            problem = "cannot write " + path + ": " + e.what();
+        }
+        agree_on_errors(comm, problem, false);
     }
-    check_mpi(MPI_Barrier(grid.comm()), "MPI_Barrier");
-    std::string message;
-    if (grid.rank() == 0 && std::rename(tmp.c_str(), path.c_str()) != 0) {
-        message = "cannot rename " + tmp + " to " + path + ": " + std::strerror(errno);
-        std::remove(tmp.c_str());
+    if (grid.rank() == 0) {
+        if (std::rename(tmp.c_str(), path.c_str()) != 0)
+            problem = "cannot rename " + tmp + " to " + path + ": " + std::strerror(errno);
+        else
+            temporary.renamed();
     }
-    agree(grid.comm(), message);
+    agree_on_errors(comm, problem, false);
 }
 
 template <class T>
@@ -193,37 +324,30 @@ npy_gemm_result npy_gemm_typed(const layered_grid& lg, const npy_gemm_request& r
     res.k = na ? ha.cols : ha.rows;
     res.n = nb ? hb.cols : hb.rows;
     validate_gemm(r.op_a, r.op_b, ha.rows, ha.cols, hb.rows, hb.cols, hc ? hc->rows : res.m, hc ? hc->cols : res.n);
-    const index_t bs = r.block;
-    auto make = [&](index_t rows, index_t cols, int* desc) {
-        const index_t lr = local_count(rows, bs, grid.my_row(), 0, grid.rows());
-        const index_t lc = local_count(cols, bs, grid.my_col(), 0, grid.cols());
-        const int d[9] = {1, 0, int(rows), int(cols), int(bs), int(bs), 0, 0, int(std::max<index_t>(1, lr))};
-        std::memcpy(desc, d, sizeof d);
-        return std::vector<T>(files ? std::size_t(std::max<index_t>(1, lr) * std::max<index_t>(1, lc)) : 0,
-                              std::numeric_limits<T>::quiet_NaN());
-    };
-    int da[9], db[9], dc[9];
-    auto a = make(ha.rows, ha.cols, da);
-    auto b = make(hb.rows, hb.cols, db);
-    auto c = make(res.m, res.n, dc);
+    std::vector<std::string> inputs{r.a, r.b};
+    if (hc) inputs.push_back(r.c);
+    check_inputs_readable(lg.comm(), files ? inputs : std::vector<std::string>{});
+    auto a = block_cyclic_matrix<T>::on(grid, ha.rows, ha.cols, r.block, files);
+    auto b = block_cyclic_matrix<T>::on(grid, hb.rows, hb.cols, r.block, files);
+    auto c = block_cyclic_matrix<T>::on(grid, res.m, res.n, r.block, files);
     if (files) {
-        read_blocks<T>(grid, r.a, ha, bs, a.data(), da[8]);
-        read_blocks<T>(grid, r.b, hb, bs, b.data(), db[8]);
-        if (hc) read_blocks<T>(grid, r.c, *hc, bs, c.data(), dc[8]);
+        read_npy_blocks<T>(grid, r.a, a);
+        read_npy_blocks<T>(grid, r.b, b);
+        if (hc) read_npy_blocks<T>(grid, r.c, c);
     }
-    res.report = pgemm<T>(lg, r.op_a, r.op_b, res.m, res.n, res.k, T(r.alpha), a.data(), 1, 1, da, b.data(), 1, 1, db,
-                          T(r.beta), c.data(), 1, 1, dc, options);
+    res.report = pgemm<T>(lg, r.op_a, r.op_b, res.m, res.n, res.k, T(r.alpha), a.data(), 1, 1, a.desc, b.data(), 1, 1,
+                          b.desc, T(r.beta), c.data(), 1, 1, c.desc, options);
     // Layer 0 writes; every layer learns whether it could (rank 0 is on layer 0).
     std::string message;
     if (files) {
         try {
-            write_blocks<T>(grid, r.out, res.m, res.n, bs, c.data(), dc[8]);
-        } catch (const collective_error& e) {
+            write_npy_blocks<T>(grid, r.out, c);
+        } catch (const error& e) {
+            if (lg.layers() == 1) throw;
             message = e.what();
         }
     }
-    if (lg.layers() > 1) agree(lg.comm(), message);
-    else if (!message.empty()) throw collective_error(message);
+    if (lg.layers() > 1) agree_on_errors(lg.comm(), message, false);
     return res;
 }
 
@@ -235,6 +359,57 @@ std::pair<index_t, index_t> npy_shape(MPI_Comm comm, const std::string& path) {
 }
 
 dtype npy_dtype(MPI_Comm comm, const std::string& path) { return read_header(comm, path).type; }
+
+void check_inputs_readable(MPI_Comm comm, const std::vector<std::string>& paths) {
+    std::string problem;
+    for (const auto& p : paths)
+        if (problem.empty()) problem = local_input_problem(p, 0);
+    agree_on_errors(comm, problem, true);
+}
+
+template <class T>
+block_cyclic_matrix<T> block_cyclic_matrix<T>::on(const process_grid& g, index_t rows, index_t cols, index_t block,
+                                                  bool holds) {
+    if (block < 1) throw collective_error("block must be at least 1, got " + std::to_string(block));
+    if (rows > INT_MAX || cols > INT_MAX)
+        throw collective_error(std::to_string(rows) + "x" + std::to_string(cols) + " is beyond ScaLAPACK's int extents");
+    block_cyclic_matrix<T> m;
+    m.rows = rows;
+    m.cols = cols;
+    m.block = block;
+    m.local_rows = local_count(rows, block, g.my_row(), 0, g.rows());
+    m.local_cols = local_count(cols, block, g.my_col(), 0, g.cols());
+    const int d[9] = {1, 0, int(rows), int(cols), int(block), int(block), 0, 0, int(std::max<index_t>(1, m.local_rows))};
+    std::memcpy(m.desc, d, sizeof d);
+    if (holds)
+        m.local.assign(std::size_t(std::max<index_t>(1, m.local_rows) * std::max<index_t>(1, m.local_cols)),
+                       std::numeric_limits<T>::quiet_NaN());
+    return m;
+}
+
+template <class T>
+void read_npy_blocks(const process_grid& grid, const std::string& path, block_cyclic_matrix<T>& m) {
+    const npy_header h = read_header(grid.comm(), path);
+    if (h.type != dtype_of<T>() || h.rows != m.rows || h.cols != m.cols)
+        throw collective_error(path + " holds " + std::to_string(h.rows) + "x" + std::to_string(h.cols) + " " +
+                               std::string(to_string(h.type)) + ", expected " + std::to_string(m.rows) + "x" +
+                               std::to_string(m.cols) + " " + std::string(to_string(dtype_of<T>())));
+    std::string problem = local_input_problem(path, std::size_t(h.data_offset) + std::size_t(h.rows) * std::size_t(h.cols) * sizeof(T));
+    agree_on_errors(grid.comm(), problem, true);
+    read_blocks<T>(grid, path, h, m.block, m.data(), m.desc[8]);
+}
+
+template <class T>
+void write_npy_blocks(const process_grid& grid, const std::string& path, const block_cyclic_matrix<T>& m) {
+    write_blocks<T>(grid, path, m.rows, m.cols, m.block, m.data(), m.desc[8]);
+}
+
+template struct block_cyclic_matrix<float>;
+template struct block_cyclic_matrix<double>;
+template void read_npy_blocks<float>(const process_grid&, const std::string&, block_cyclic_matrix<float>&);
+template void read_npy_blocks<double>(const process_grid&, const std::string&, block_cyclic_matrix<double>&);
+template void write_npy_blocks<float>(const process_grid&, const std::string&, const block_cyclic_matrix<float>&);
+template void write_npy_blocks<double>(const process_grid&, const std::string&, const block_cyclic_matrix<double>&);
 
 npy_gemm_result npy_gemm(const layered_grid& grid, const npy_gemm_request& r, const pgemm_options& options) {
     if (r.block < 1) throw collective_error("npy_gemm: block must be at least 1, got " + std::to_string(r.block));

@@ -19,6 +19,7 @@ namespace {
 struct window_dim {
     index_t global = 0;       ///< size of the window's matrix in this dimension
     int src = 0;              ///< process holding its first block
+    index_t first = 1;        ///< size of the window's first block (the rest of g0's block)
     index_t sub = 1;          ///< 1-based start of [g0, g0 + len) in the window
     index_t local_begin = 0;  ///< where the window starts in the original local array (this process)
     index_t local_count = 0;  ///< local indices of the window on this process
@@ -26,30 +27,36 @@ struct window_dim {
     index_t need_count = 0;   ///< local indices of [g0, g0 + len) on this process
 };
 
-window_dim cut(index_t g0, index_t len, index_t nb, int src, int nprocs, int me) {
-    const index_t b = g0 / nb * nb;
+window_dim cut(index_t g0, index_t len, index_t first, index_t nb, int src, int nprocs, int me) {
+    const dim_map map{nb, src, nprocs, 0, first};
+    const index_t blk = map.block_of(g0);
+    const index_t b = blk == 0 ? 0 : map.first_block() + (blk - 1) * nb;  // where g0's block starts
     window_dim w;
     w.global = g0 + len - b;
-    w.src = int((g0 / nb + src) % nprocs);
+    w.src = map.owner(g0);
+    w.first = map.block_end(g0) - b;
     w.sub = g0 - b + 1;
-    w.local_begin = local_count(b, nb, me, src, nprocs);
-    const index_t first = local_count(g0, nb, me, src, nprocs), end = local_count(g0 + len, nb, me, src, nprocs);
+    w.local_begin = held_before(b, map.first_block(), nb, me, src, nprocs);
+    const index_t start = held_before(g0, map.first_block(), nb, me, src, nprocs);
+    const index_t end = held_before(g0 + len, map.first_block(), nb, me, src, nprocs);
     w.local_count = end - w.local_begin;
-    w.need_begin = first - w.local_begin;
-    w.need_count = end - first;
+    w.need_begin = start - w.local_begin;
+    w.need_count = end - start;
     return w;
 }
 
 /// Rows [r0, r0 + nr) x columns [c0, c0 + nc) of a block-cyclic matrix as a window of its own.
 struct window {
     window_dim r, c;
-    const int* desc = nullptr;  ///< the original's
+    block_cyclic_desc desc;  ///< the original's
 
-    window(const int* d, index_t r0, index_t nr, index_t c0, index_t nc, const process_grid& g)
-        : r(cut(r0, nr, d[4], d[6], g.rows(), g.my_row())), c(cut(c0, nc, d[5], d[7], g.cols(), g.my_col())), desc(d) {}
-    /// The window's descriptor with leading dimension ld.
-    std::array<int, 9> descriptor(index_t ld) const {
-        return {1, desc[1], int(r.global), int(c.global), desc[4], desc[5], r.src, c.src, int(ld)};
+    window(const block_cyclic_desc& d, index_t r0, index_t nr, index_t c0, index_t nc, const process_grid& g)
+        : r(cut(r0, nr, d.imb, d.mb, d.rsrc, g.rows(), g.my_row())),
+          c(cut(c0, nc, d.inb, d.nb, d.csrc, g.cols(), g.my_col())), desc(d) {}
+    /// The window's descriptor (DTYPE 2: its first block is the rest of the original's block).
+    std::array<int, 11> descriptor(index_t ld) const {
+        return {2, desc.ctxt, int(r.global), int(c.global), int(r.first), int(c.first), int(desc.mb), int(desc.nb),
+                r.src, c.src, int(ld)};
     }
     index_t needed() const { return r.need_count * c.need_count; }
     index_t compact_ld() const { return std::max<index_t>(1, r.local_count); }
@@ -73,7 +80,7 @@ template <class T>
 struct layer_operand {
     std::vector<T> owned;
     const T* data = nullptr;
-    std::array<int, 9> desc{};
+    std::array<int, 11> desc{};
     index_t i = 1, j = 1;
 };
 
@@ -161,21 +168,23 @@ pgemm_report pgemm(const layered_grid& lg, op op_a, op op_b, index_t m, index_t 
     pgemm_report moved;  // the scatter and the reduction
     // Layer l multiplies k in [layer_k_begin(l), layer_k_begin(l + 1)).
     auto slice = [&](int l) { return std::pair{layer_k_begin(k, l, layers), layer_k_begin(k, l + 1, layers) - layer_k_begin(k, l, layers)}; };
-    const layer_operand<T> la = scatter_slices<T>(lg, a, desca[8], [&](int l) {
+    const block_cyclic_desc d_a = block_cyclic_desc::read(desca, "A"), d_b = block_cyclic_desc::read(descb, "B"),
+                            d_c = block_cyclic_desc::read(descc, "C");
+    const layer_operand<T> la = scatter_slices<T>(lg, a, d_a.lld, [&](int l) {
         const auto [k0, w] = slice(l);
-        return na ? window(desca, ia - 1, m, ja - 1 + k0, w, g) : window(desca, ia - 1 + k0, w, ja - 1, m, g);
+        return na ? window(d_a, ia - 1, m, ja - 1 + k0, w, g) : window(d_a, ia - 1 + k0, w, ja - 1, m, g);
     }, moved);
-    const layer_operand<T> lb = scatter_slices<T>(lg, b, descb[8], [&](int l) {
+    const layer_operand<T> lb = scatter_slices<T>(lg, b, d_b.lld, [&](int l) {
         const auto [k0, w] = slice(l);
-        return nb_ ? window(descb, ib - 1 + k0, w, jb - 1, n, g) : window(descb, ib - 1, n, jb - 1 + k0, w, g);
+        return nb_ ? window(d_b, ib - 1 + k0, w, jb - 1, n, g) : window(d_b, ib - 1, n, jb - 1 + k0, w, g);
     }, moved);
 
     // C: layer 0 its own with beta, the others a window of the same shape with beta = 0, which
     // starts as NaN so that an element their SUMMA left unwritten would show in the sum.
-    const window wc(descc, ic - 1, m, jc - 1, n, g);
+    const window wc(d_c, ic - 1, m, jc - 1, n, g);
     std::vector<T> c_owned;
     T* c_data = c;
-    index_t ldc = descc[8];
+    index_t ldc = d_c.lld;
     if (me == 0) {
         if (c && (wc.r.local_begin > 0 || wc.c.local_begin > 0)) c_data = c + wc.r.local_begin + wc.c.local_begin * ldc;
     } else {
@@ -226,8 +235,8 @@ pgemm_traffic model_pgemm_traffic(op op_a, op op_b, index_t m, index_t n, index_
     t.reduce_words = (c - 1) * dm * dn / ranks;
     // A transposed operand is moved onto C's rows or columns inside each layer (what stays on its
     // rank is not sent: about one part in P*Q).
-    if (op_a == op::t) t.redistribute_words += dm * dk * (1 - 1 / per_layer) / ranks;
-    if (op_b == op::t) t.redistribute_words += dk * dn * (1 - 1 / per_layer) / ranks;
+    if (is_transposed(op_a)) t.redistribute_words += dm * dk * (1 - 1 / per_layer) / ranks;
+    if (is_transposed(op_b)) t.redistribute_words += dk * dn * (1 - 1 / per_layer) / ranks;
     t.words = t.summa_words + t.replicate_words + t.reduce_words + t.redistribute_words;
     // The busiest rank, SUMMA's panels taken as even over the ranks of a layer: a layer-0 rank
     // sends the other layers' slices of its A and B and receives the partial sums of its C; a rank
@@ -243,15 +252,15 @@ pgemm_traffic model_pgemm_traffic(op op_a, op op_b, index_t m, index_t n, index_
     if (layers <= 1) {
         t.pdgemm_words = t.summa_words;
         // PBLAS transposes a transposed operand across the grid first (each rank sends its share once).
-        if (op_a == op::t && ranks > 1) t.pdgemm_words += dm * dk / ranks;
-        if (op_b == op::t && ranks > 1) t.pdgemm_words += dk * dn / ranks;
+        if (is_transposed(op_a) && ranks > 1) t.pdgemm_words += dm * dk / ranks;
+        if (is_transposed(op_b) && ranks > 1) t.pdgemm_words += dk * dn / ranks;
     }
     // A layer-0 rank: its A, B and C, three panels of each operand, a redistributed slice, and
     // with layers the packed slices it scatters and its packed part of C for the reduction.
     const double w = double(std::max<index_t>(1, std::min(panel, std::max<index_t>(1, k))));
     t.memory_words = held + 3 * w * (std::ceil(dm / P) + std::ceil(dn / Q));
-    if (op_a == op::t) t.memory_words += dm * dk / ranks;
-    if (op_b == op::t) t.memory_words += dk * dn / ranks;
+    if (is_transposed(op_a)) t.memory_words += dm * dk / ranks;
+    if (is_transposed(op_b)) t.memory_words += dk * dn / ranks;
     if (c > 1) t.memory_words += std::max(dm, dn) * dk * (c - 1) / c / per_layer + dm * dn / per_layer;
     return t;
 }

@@ -14,9 +14,33 @@ def client_calls(stdout):
     calls = []
     for line in stdout.splitlines():
         if line.startswith('call '):
-            _, routine, order, ta, tb, m, n, k = line.split()
-            calls.append(dict(routine=routine, order=order, transa=ta, transb=tb, m=m, n=n, k=k))
+            _, routine, order, ta, tb, m, n, k, alpha = line.split()
+            calls.append(dict(routine=routine, order=order, transa=ta, transb=tb, m=m, n=n, k=k, alpha=alpha))
     return calls
+
+
+def quick_return(call):
+    """A call the BLAS answers without a multiply: an empty C, k == 0 or alpha == 0."""
+    return int(call['m']) * int(call['n']) * int(call['k']) == 0 or float(call['alpha']) == 0
+
+
+def config_special(client, shim, system_blas, work, log):
+    """Each is refused with a message naming it, and the client runs with the defaults: no hang on
+    the FIFO (nobody writes it), no endless read of /dev/zero, no 1 GiB read into memory."""
+    fifo, huge = os.path.join(work, 'settings.fifo'), os.path.join(work, 'settings-huge.conf')
+    for path in (fifo, huge):
+        if os.path.lexists(path):
+            os.remove(path)
+    os.mkfifo(fifo)
+    with open(huge, 'wb') as f:
+        f.truncate(1 << 30)  # sparse
+    for path, said in ((fifo, 'is a FIFO'), ('/dev/zero', 'is a device'), (huge, 'larger than 64 KiB')):
+        p = run([client, system_blas, '1'], {'TILESTREAM_BLAS_CONFIG': path}, shim, log, timeout=60)
+        check(p.returncode == 0, 'the client failed with TILESTREAM_BLAS_CONFIG=' + path)
+        check(said in p.stderr and '(ignored)' in p.stderr,
+              'TILESTREAM_BLAS_CONFIG=%s: stderr does not say %r: %s' % (path, said, p.stderr))
+    os.remove(huge)
+    print('config-special: a FIFO, /dev/zero and a 1 GiB file as the settings file refused, defaults kept')
 
 
 def main():
@@ -45,6 +69,10 @@ def main():
         env = {'TILESTREAM_MEMORY_BUDGET': '1KiB', 'TILESTREAM_BLAS_THRESHOLD': '1'}
     elif setting == 'threads':  # three client threads at once, from the context's lazy opening on
         env = {'TILESTREAM_BLAS_THRESHOLD': '1'}
+    elif setting == 'zero-threshold':  # every call on tilestream, the quick returns included
+        env = {'TILESTREAM_BLAS_THRESHOLD': '0'}
+    elif setting == 'config-special':  # a FIFO, a device and a huge file as the settings file
+        return config_special(client, shim, system_blas, work, log)
     elif setting == 'bad-devices':  # the context cannot open: every call stays with the system BLAS,
         # which is the build's own since the one asked for does not exist
         env = {'TILESTREAM_DEVICES': 'cuda:7', 'TILESTREAM_BLAS_THRESHOLD': '1',
@@ -53,37 +81,46 @@ def main():
         check(False, 'unknown setting ' + setting)
 
     threads = 3 if setting == 'threads' else 1
-    p = run([client, system_blas, str(threads)], env, shim, log)
+    p = run([client, system_blas, str(threads)] + (['strict'] if setting == 'zero-threshold' else []), env, shim, log)
     check(p.returncode == 0, 'the client failed (exit %d) with the drop-in preloaded' % p.returncode)
     calls = client_calls(p.stdout)
     settings, logged = parse(log)
     check(settings is not None, 'no settings line in the log')
+    cases = len(calls) // threads
+    check(('all %d calls match' % len(calls)) in p.stdout and cases >= 20,
+          'the client made %d calls: %s' % (len(calls), p.stdout[-300:]))
     if setting == 'threads':  # the calls of the threads interleave: compare them as sets
         def key(c):
             return tuple(c[k] for k in ('routine', 'order', 'transa', 'transb', 'm', 'n', 'k'))
-        check(len(calls) == 60 and sorted(map(key, calls)) == sorted(map(key, logged)),
+        check(sorted(map(key, calls)) == sorted(map(key, logged)),
               '%d calls, %d log lines, or they differ' % (len(calls), len(logged)))
-        check(all(l['ran'] == 'tilestream' for l in logged), 'not every call ran on tilestream')
-        print('threads: 3 x 20 calls at once, all on tilestream, results as the system BLAS')
+        for call, line in zip(sorted(calls, key=key), sorted(logged, key=key)):
+            size = int(call['m']) * int(call['n']) * int(call['k'])
+            check(line['ran'] == ('tilestream' if size >= 1 else 'system-blas'), 'ran where? %s' % line)
+        print('threads: 3 x %d calls at once, all but the empty ones on tilestream, results as the system BLAS'
+              % cases)
         return
-    check(len(calls) == 20, 'the client made %d calls, expected 20' % len(calls))
     check(len(logged) == len(calls), '%d calls, %d log lines (each call must be logged exactly once)'
           % (len(calls), len(logged)))
     threshold = int(settings['threshold'])
     for call, line in zip(calls, logged):
         for key in call:
-            check(line[key] == call[key], 'log line %s does not describe call %s' % (line, call))
+            check(key == 'alpha' or line[key] == call[key], 'log line %s does not describe call %s' % (line, call))
         size = int(call['m']) * int(call['n']) * int(call['k'])
         where = line['ran']
-        if setting in ('threshold', 'pool-threads', 'config-file'):
+        if setting in ('threshold', 'pool-threads', 'config-file', 'zero-threshold'):
             want = 'tilestream' if size >= threshold else 'system-blas'
             check(where == want, '%s ran on %s, expected %s (threshold %d)' % (call, where, want, threshold))
-            if where == 'tilestream' and all(d.startswith('cpu') for d in line['devices'].split(',')):
+            if where == 'tilestream' and quick_return(call):
+                pass  # C = beta C or nothing: no multiply, on any device
+            elif where == 'tilestream' and all(d.startswith('cpu') for d in line['devices'].split(',')):
                 # tilestream's own OpenBLAS calls came back through the drop-in and went straight on
                 # (on a machine with a GPU, `all` may run a call without any)
                 check(int(line['internal_calls']) >= 1, 'no forwarded tilestream BLAS call in ' + str(line))
             else:
                 check(line['reason'] == 'below-threshold', str(line))
+        elif size == 0:  # below the threshold of 1
+            check(where == 'system-blas' and line['reason'] == 'below-threshold', str(line))
         elif setting == 'fallback':
             check(where == 'system-blas' and line['reason'] == 'tilestream-error' and 'budget' in line['error'],
                   str(line))
@@ -93,8 +130,11 @@ def main():
     if setting == 'threshold':
         check(threshold == 512 ** 3, 'default threshold %d (src/blas/settings.hpp says 512^3)' % threshold)
         check(any(l['ran'] == 'tilestream' for l in logged), 'no call reached tilestream')
+    if setting == 'zero-threshold':
+        check(all(l['ran'] == 'tilestream' for l in logged), 'not every call ran on tilestream')
+        check(sum(map(quick_return, calls)) >= 7, 'the client made fewer quick-return calls than it has')
     if setting == 'pool-threads':
-        check(all(l['devices'] == 'cpu:0,cpu:1' for l in logged), 'not on two devices')
+        check(all(l['devices'] == 'cpu:0,cpu:1' for l in logged if l['ran'] == 'tilestream'), 'not on two devices')
         # The large calls are cut into several units, whose OpenBLAS calls come from the devices'
         # threads (a small one may be a single unit on one device).
         large = [l for l in logged if int(l['m']) * int(l['n']) * int(l['k']) >= 512 ** 3]

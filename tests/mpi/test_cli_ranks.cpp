@@ -16,6 +16,11 @@
 #include <sstream>
 #include <string>
 #include <vector>
+#include <csignal>
+#include <cstring>
+#include <set>
+#include <dirent.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -285,6 +290,9 @@ void test_scale() {
     if (table.status != 0 || table.out.find("1 rank x cpu ") == std::string::npos ||
         table.out.find("2 ranks x cpu ") == std::string::npos)
         fail("scale gemm --ranks 1,2 table:\n" + table.out);
+    // ... with the per-rank figures of each run (fastest and slowest rank, most bytes sent).
+    if (table.err.find("2 ranks x cpu: ") == std::string::npos || table.err.find("; per rank ") == std::string::npos)
+        fail("scale gemm --ranks 1,2 without per-rank figures:\n" + table.err);
     const outcome none = run(0, "scale jacobi --nx 66 --ny 50 --ranks 1,2", "PATH=/nonexistent");
     if (none.status != 2 || none.err.find("mpirun was not found on PATH") == std::string::npos)
         fail("scale --ranks without mpirun: exit " + std::to_string(none.status) + ":\n" + none.err);
@@ -370,7 +378,7 @@ void test_layers() {
     // A bad --layers: rank 0 says so once, every rank exits 2.
     const std::pair<const char*, const char*> bad[] = {
         {" --layers 3", "--layers 3 does not divide the 2 ranks"},
-        {" --layers 0", "--layers must be at least 1, got 0"},
+        {" --layers 0", "--layers must be in [1, 1048576], got 0"},
         {" --layers 2 --grid 2x1", "--grid 2x1 with --layers 2 has 4 processes but 2 ranks were started"}};
     for (const auto& [args, expected] : bad) {
         const outcome r = run(2, std::string("gemm --m 10 --n 10 --k 10") + args);
@@ -379,6 +387,190 @@ void test_layers() {
             fail(std::string("gemm") + args + ": expected exit 2 and the error once, got " + std::to_string(r.status) +
                  ":\n" + r.err);
     }
+}
+
+
+/// How many times `what` occurs in `text`.
+int occurrences(const std::string& text, const std::string& what) {
+    int n = 0;
+    for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+}
+
+/// Names in `where` (default: the test's folder) containing ".partial-" (temporaries left behind).
+std::vector<std::string> partials(const std::string& where = dir) {
+    std::vector<std::string> out;
+    if (DIR* d = ::opendir(where.c_str())) {
+        while (dirent* e = ::readdir(d))
+            if (std::strstr(e->d_name, ".partial-")) out.push_back(e->d_name);
+        ::closedir(d);
+    }
+    return out;
+}
+
+/// Part `usage`: bad usage over ranks is one message from rank 0 and exit 2, as in one process:
+/// a misspelt option gets the one-process "did you mean", a bad value names its option; a memory
+/// need beyond the node is refused with the numbers before allocating; "1 rank", not "1 ranks".
+void test_usage() {
+    const std::pair<std::string, std::string> bad[] = {
+        {"gemm --m 10 --n 10 --k 10 --chekc", "unknown option --chekc (did you mean --check?)"},
+        {"gemm --m 10 --n 10 --k 10 --kernel fast", "'fast'"},
+        {"gemm --m 10 --n 10 --k 10 --repeat 0", "--repeat must be in [1, 100000], got 0"},
+        {"gemm --m 10 --n 10 --k 10 --reproducible yes", "--reproducible expects on or off, got 'yes'"},
+        {"jacobi --nx 10 --ny 10 --iter 5", "unknown option --iter (did you mean --iters?)"},
+        {"gemm --m 1000000 --n 1000000 --k 1000000", "of host memory (its blocks of A, B and C and SUMMA's panels) but only"},
+    };
+    for (const auto& [args, expected] : bad) {
+        const outcome r = run(2, args);
+        if (r.status != 2 || occurrences(r.err, expected) != 1 || occurrences(r.err, "error:") != 1 ||
+            r.err.find("MPI_Abort") != std::string::npos)
+            fail(args + ": expected exit 2 and once '" + expected + "', got " + std::to_string(r.status) + ":\n" + r.err);
+    }
+    const outcome one = run(1, "gemm --m 20 --n 10 --k 5 --grid 1x1");
+    if (one.status != 0 || one.out.find("on 1 rank (grid 1x1") == std::string::npos) fail("one rank:\n" + one.out + one.err);
+}
+
+/// Part `parity`: the one-process report fields and options over ranks: --check (Freivalds over
+/// the ranks) passes on random and file inputs, --anchor times ScaLAPACK's PDGEMM on the same
+/// grid, --repeat, --kernel, --strategy/--tile for the local plans, --json with per-rank figures,
+/// --explain bytes per rank, --trace and --timeline with one lane group per rank.
+void test_parity() {
+    const std::string common = " --check --json --repeat 3 --beta 0.5 --dtype f64";
+    const outcome r = run(4, "gemm --m 301 --n 203 --k 157 --kernel tiled --strategy tiles-3d --tile 64 --anchor --explain "
+                             "--trace " + dir + "/run.json --timeline " + dir + "/run.svg" + common);
+    if (r.status != 0) return fail("gemm --check --anchor over 4 ranks: exit " + std::to_string(r.status) + "\n" + r.err);
+    for (const char* key : {"\"check_passed\": true", "\"check_method\": \"freivalds\"", "\"anchor\": \"ScaLAPACK PDGEMM\"",
+                            "\"repeat\": 3", "\"kernel\": \"tiled\"", "\"strategy\": \"tiles-3d\"", "\"tile_m\": 64",
+                            "\"ratio_to_anchor\": ", "\"per_rank\": [", "\"rank\": 3", "\"peak_rss_bytes\": ",
+                            "\"seconds\": ", "\"gflops\": ", "\"max_bytes_sent_per_rank\": "})
+        if (r.out.find(key) == std::string::npos) fail(std::string("gemm --json over ranks lacks ") + key + ":\n" + r.out);
+    if (json_number(r.out, "rel_error") > json_number(r.out, "tolerance") || !(json_number(r.out, "anchor_gflops") > 0))
+        fail("check or anchor figures:\n" + r.out);
+    if (r.err.find("bytes per rank: sent ") == std::string::npos || r.err.find("  rank 3 (layer 0): C block") == std::string::npos)
+        fail("--explain lacks the bytes per rank:\n" + r.err);
+    const std::string svg = slurp(dir + "/run.svg"), trace = slurp(dir + "/run.json");
+    for (int k = 0; k < 4; ++k) {
+        const std::string lane = "rank " + std::to_string(k) + ": ";
+        if (svg.find(lane + "cpu:0") == std::string::npos || svg.find(lane + "mpi") == std::string::npos ||
+            trace.find(lane + "cpu:0") == std::string::npos)
+            fail("--timeline/--trace lack the lanes of rank " + std::to_string(k));
+    }
+    // File inputs, f32, op t: the check reads the same blocks.
+    const outcome f = gemm_case<float>(3, "1x3", ts::op::t, ts::op::n, 67, 45, 39, 1.5, 0.5, 8, ts::layout::row_major, 900,
+                                       " --check --json");
+    if (f.status != 0 || f.out.find("\"check_passed\": true") == std::string::npos) fail("--check on files:\n" + f.out + f.err);
+}
+
+/// Part `reproducible`: with --reproducible on, C is bitwise the same on every grid, rank count
+/// and block size (and the one-process --reproducible result on the same files); without it the
+/// block sizes below change the bits.
+void test_reproducible() {
+    auto a = random_matrix<float>(203, 900, ts::layout::row_major, 71), b = random_matrix<float>(900, 117, ts::layout::col_major, 72);
+    auto c = random_matrix<float>(203, 117, ts::layout::row_major, 73);
+    ts::write_npy<float>(dir + "/a.npy", a.view());
+    ts::write_npy<float>(dir + "/b.npy", b.view());
+    ts::write_npy<float>(dir + "/c.npy", c.view());
+    const std::string files = "gemm --a " + dir + "/a.npy --b " + dir + "/b.npy --c " + dir + "/c.npy --beta 0.5 --out ";
+    if (run(0, files + dir + "/one.npy --reproducible on --quiet").status != 0) return fail("one-process --reproducible failed");
+    const std::string one = slurp(dir + "/one.npy");
+    struct variant {
+        int ranks;
+        const char* args;
+    };
+    const variant variants[] = {{1, "--grid 1x1 --block 50"}, {2, "--grid 2x1 --block 128"}, {3, "--grid 1x3 --block 77"},
+                                {4, "--grid 2x2 --block 200"}};
+    std::set<std::string> plain;
+    for (const variant& v : variants) {
+        const std::string out = dir + "/r.npy";
+        std::remove(out.c_str());
+        const outcome r = run(v.ranks, files + out + " --reproducible on " + v.args);
+        if (r.status != 0 || slurp(out) != one)
+            fail(std::string("--reproducible on ") + std::to_string(v.ranks) + " ranks " + v.args + " differs from one process");
+        if (run(v.ranks, files + out + " " + v.args).status == 0) plain.insert(slurp(out));
+    }
+    if (plain.size() < 2) fail("without --reproducible the grids and blocks gave one result: the test cannot fail");
+}
+
+/// Part `nothing_lost`: an output that cannot be written (a full file system), a write error on
+/// one rank, a rank killed or ended by a signal while the output is written, SIGINT or SIGTERM to
+/// mpirun meanwhile: the previous output is untouched, no temporary is left, the job ends within
+/// seconds, and a failure every rank learns of is one message with exit 3.
+void test_nothing_lost() {
+    const std::string out = dir + "/prev.npy";
+    if (run(0, "gemm --m 9 --n 7 --k 5 --quiet --out " + out).status != 0) return fail("one-process gemm failed");
+    const std::string before = slurp(out);
+    const std::string job = "gemm --m 211 --n 103 --k 50 --out " + out;
+    auto untouched = [&](const std::string& what) {
+        if (slurp(out) != before) fail(what + ": the previous output was changed");
+        if (!partials().empty()) fail(what + ": a temporary was left: " + partials().front());
+    };
+    const outcome e = run(3, job, "TILESTREAM_TEST_FAIL_WRITE=1:error");
+    if (e.status != 3 || occurrences(e.err, "rank 1: write failed on purpose") != 1)
+        fail("a write error on rank 1: exit " + std::to_string(e.status) + ", expected 3 and one message:\n" + e.err);
+    untouched("a write error on rank 1");
+    for (const char* how : {"kill", "term"}) {
+        const outcome k = run(3, job, std::string("TILESTREAM_TEST_FAIL_WRITE=1:") + how);
+        if (k.status == 0 || k.seconds > 20) fail(std::string("rank 1 ended by ") + how + ": exit " + std::to_string(k.status) +
+                                                  " after " + std::to_string(k.seconds) + " s");
+        untouched(std::string("rank 1 ended by ") + how);
+    }
+    // A rank that dies while computing: the job ends within seconds, mpirun naming the rank.
+    const outcome d = run(3, "gemm --m 200 --n 100 --k 50", "TILESTREAM_TEST_KILL_RANK=2");
+    if (d.status == 0 || d.seconds > 20 || d.err.find("rank 2") == std::string::npos)
+        fail("a rank killed while computing: exit " + std::to_string(d.status) + " after " + std::to_string(d.seconds) +
+             " s:\n" + d.err);
+    // SIGINT and SIGTERM to mpirun while rank 0 holds the temporary open.
+    for (int sig : {SIGINT, SIGTERM}) {
+        const pid_t pid = ::fork();
+        if (pid == 0) {
+            ::setenv("TILESTREAM_TEST_FAIL_WRITE", "0:pause", 1);
+            const std::string cmd = "exec " + run_script + " 3 " + tool + " " + job + " > /dev/null 2>&1";
+            ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+            ::_exit(127);
+        }
+        for (int i = 0; i < 150 && partials().empty(); ++i) ::usleep(100000);
+        if (partials().empty()) fail("no temporary appeared while rank 0 paused");
+        // The script runs mpirun as its child: signal mpirun itself, as a terminal's Ctrl-C would.
+        const std::string kids = slurp("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
+        const pid_t mpirun = pid_t(std::atoi(kids.c_str()));
+        const auto t0 = std::chrono::steady_clock::now();
+        if (mpirun > 0) ::kill(mpirun, sig);
+        else fail("mpirun's process was not found under " + std::to_string(pid));
+        int status = 0;
+        ::waitpid(pid, &status, 0);
+        const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (took > 20) fail("mpirun took " + std::to_string(took) + " s to end after signal " + std::to_string(sig));
+        untouched("signal " + std::to_string(sig) + " to mpirun");
+    }
+    // A full file system (a 256 KiB tmpfs, where root may mount one): exit 3, nothing replaced.
+    const std::string small = dir + "/small";
+    ::mkdir(small.c_str(), 0700);
+    if (std::system(("mount -t tmpfs -o size=256k tmpfs " + small + " 2>/dev/null").c_str()) != 0) {
+        std::printf("SKIP full file system: cannot mount a tmpfs here (not root?)\n");
+        return;
+    }
+    const std::string full = small + "/c.npy";
+    run(0, "gemm --m 9 --n 7 --k 5 --quiet --out " + full);
+    const std::string small_before = slurp(full);
+    const outcome f = run(4, "gemm --m 300 --n 300 --k 40 --dtype f64 --out " + full);
+    if (f.status != 3 || occurrences(f.err, "No space left on device") != 1 || slurp(full) != small_before)
+        fail("gemm --out on a full file system: exit " + std::to_string(f.status) + ", expected 3, one message and the "
+             "previous file kept:\n" + f.err);
+    if (!partials(small).empty()) fail("a temporary was left on the full file system: " + partials(small).front());
+    std::system(("umount " + small).c_str());
+}
+
+/// Part `no_hang`: an input that one rank cannot read (mpirun's MPMD form gives rank 1 and 2 a
+/// path that does not exist) is one message naming the rank and exit 2, not a hang in
+/// MPI_File_open.
+void test_no_hang() {
+    auto a = random_matrix<double>(30, 20, ts::layout::row_major, 5);
+    ts::write_npy<double>(dir + "/a.npy", a.view());
+    const std::string args = "gemm --b " + dir + "/a.npy --op-b t --out " + dir + "/o.npy --a ";
+    const outcome r = run(1, args + dir + "/a.npy : -np 2 " + tool + " " + args + dir + "/missing/a.npy");
+    if (r.status != 2 || r.seconds > 30 || occurrences(r.err, "rank 1: cannot read " + dir + "/missing/a.npy") != 1)
+        fail("an input missing on ranks 1 and 2: exit " + std::to_string(r.status) + " after " + std::to_string(r.seconds) +
+             " s:\n" + r.err);
 }
 
 }  // namespace
@@ -401,6 +593,11 @@ int main(int argc, char** argv) {
     else if (what == "failure") test_failure();
     else if (what == "grid") test_grid();
     else if (what == "layers") test_layers();
+    else if (what == "usage") test_usage();
+    else if (what == "parity") test_parity();
+    else if (what == "reproducible") test_reproducible();
+    else if (what == "nothing_lost") test_nothing_lost();
+    else if (what == "no_hang") test_no_hang();
     else return 2;
     std::system(("rm -rf " + dir).c_str());
     std::printf("%s: %d failures\n", what.c_str(), failures);

@@ -11,6 +11,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -23,6 +24,7 @@ extern "C" {
 void Cblacs_get(int context, int what, int* value);
 void Cblacs_gridinit(int* context, const char* order, int rows, int cols);
 void Cblacs_gridexit(int context);
+void Cblacs_gridinfo(int context, int* rows, int* cols, int* my_row, int* my_col);
 void psgemm_(const char*, const char*, const int*, const int*, const int*, const float*, const float*, const int*,
              const int*, const int*, const float*, const int*, const int*, const int*, const float*, float*, const int*,
              const int*, const int*);
@@ -53,38 +55,64 @@ void scalapack_gemm(char ta, char tb, int m, int n, int k, T alpha, const T* a, 
         pdgemm_(&ta, &tb, &m, &n, &k, &alpha, a, &ia, &ja, da, b, &ib, &jb, db, &beta, c, &ic, &jc, dc);
 }
 
-/// Local index of global g (0-based) in blocks of nb from src over np, and its owner.
-int owner(int g, int nb, int src, int np) { return (g / nb + src) % np; }
-int local_of(int g, int nb, int np) { return (g / (nb * np)) * nb + g % nb; }
+/// Where global index g (0-based) of a dimension dealt in a first block of `first`, then blocks of
+/// nb, from src over np processes lies: its process and its index there (counted, not computed
+/// by the library's formula).
+struct dim_layout {
+    std::vector<int> owner, local;
+    void make(int len, int first, int nb, int src, int np) {
+        owner.assign(std::size_t(len), 0);
+        local.assign(std::size_t(len), 0);
+        std::vector<int> seen(std::size_t(np), 0);
+        for (int g = 0; g < len; ++g) {
+            const int blk = g < first ? 0 : 1 + (g - first) / nb;
+            const int o = (src + blk) % np;
+            owner[std::size_t(g)] = o;
+            local[std::size_t(g)] = seen[std::size_t(o)]++;
+        }
+    }
+    int count(int p) const { return int(std::count(owner.begin(), owner.end(), p)); }
+};
 
-/// A global column-major matrix and this rank's block-cyclic part of it.
+/// A global column-major matrix and this rank's block-cyclic part of it: a DTYPE 1 descriptor, or
+/// DTYPE 2 with a first block imb x inb of its own.
 template <class T>
 struct block_cyclic {
-    int m = 0, n = 0, mb = 1, nb = 1, rsrc = 0, csrc = 0;
-    int desc[9] = {};
+    int m = 0, n = 0, mb = 1, nb = 1, imb = 0, inb = 0, rsrc = 0, csrc = 0;
+    int desc[11] = {};
     std::vector<T> global, local;
-    int lrows = 0, lcols = 0;
+    dim_layout rows, cols;
 
+    bool dtype2() const { return imb > 0; }
     void make(int ctxt, int p, int q, int my_row, int my_col) {
-        lrows = int(td::local_count(m, mb, my_row, rsrc, p));
-        lcols = int(td::local_count(n, nb, my_col, csrc, q));
+        rows.make(m, dtype2() ? imb : mb, mb, rsrc, p);
+        cols.make(n, dtype2() ? inb : nb, nb, csrc, q);
+        const int lrows = rows.count(my_row), lcols = cols.count(my_col);
         const int lld = std::max(1, lrows) + (m % 3 == 0 ? 2 : 0);  // sometimes padded
-        int d[9] = {1, ctxt, m, n, mb, nb, rsrc, csrc, lld};
-        std::memcpy(desc, d, sizeof d);
+        if (dtype2()) {
+            const int d[11] = {2, ctxt, m, n, imb, inb, mb, nb, rsrc, csrc, lld};
+            std::memcpy(desc, d, sizeof d);
+        } else {
+            const int d[9] = {1, ctxt, m, n, mb, nb, rsrc, csrc, lld};
+            std::memcpy(desc, d, sizeof d);
+        }
         local.assign(std::size_t(lld) * std::size_t(std::max(1, lcols)), std::numeric_limits<T>::quiet_NaN());
         for (int j = 0; j < n; ++j)
             for (int i = 0; i < m; ++i)
-                if (owner(i, mb, rsrc, p) == my_row && owner(j, nb, csrc, q) == my_col)
-                    local[std::size_t(local_of(i, mb, p) + local_of(j, nb, q) * lld)] = global[std::size_t(i + j * m)];
+                if (mine(i, j, my_row, my_col)) local[std::size_t(at(i, j))] = global[std::size_t(i + j * m)];
     }
+    int ld() const { return desc[0] == 2 ? desc[10] : desc[8]; }
+    bool mine(int i, int j, int my_row, int my_col) const {
+        return rows.owner[std::size_t(i)] == my_row && cols.owner[std::size_t(j)] == my_col;
+    }
+    int at(int i, int j) const { return rows.local[std::size_t(i)] + cols.local[std::size_t(j)] * ld(); }
     /// Compares this rank's elements with `expected` (global column-major).
-    void check(const std::vector<T>& expected, const std::vector<T>& mine, int p, int q, int my_row, int my_col,
-               double tol, const std::string& what) const {
-        const int lld = desc[8];
+    void check(const std::vector<T>& expected, const std::vector<T>& got_local, int my_row, int my_col, double tol,
+               const std::string& what) const {
         for (int j = 0; j < n; ++j)
             for (int i = 0; i < m; ++i) {
-                if (owner(i, mb, rsrc, p) != my_row || owner(j, nb, csrc, q) != my_col) continue;
-                const double got = mine[std::size_t(local_of(i, mb, p) + local_of(j, nb, q) * lld)];
+                if (!mine(i, j, my_row, my_col)) continue;
+                const double got = got_local[std::size_t(at(i, j))];
                 const double want = expected[std::size_t(i + j * m)];
                 if (!(std::fabs(got - want) <= tol * (1 + std::fabs(want))))
                     return fail(what + ": C(" + std::to_string(i) + "," + std::to_string(j) + ") is " + std::to_string(got) +
@@ -93,12 +121,18 @@ struct block_cyclic {
     }
 };
 
+/// The grid a case runs on: its shape, this rank's place, and the layered grid of the library
+/// call (null for the psgemm_/pdgemm_ front, which takes the grid from the BLACS context).
+struct case_grid {
+    int p = 1, q = 1, my_row = 0, my_col = 0;
+    const td::layered_grid* lg = nullptr;
+};
+
 template <class T>
-void one_case(std::mt19937& rng, int ctxt, const td::layered_grid& lg, int case_no) {
-    const td::process_grid& grid = lg.layer();
-    const bool layered = lg.layers() > 1, holder = lg.my_layer() == 0;
+void one_case(std::mt19937& rng, int ctxt, const case_grid& cg, int case_no) {
+    const bool layered = cg.lg && cg.lg->layers() > 1, holder = !cg.lg || cg.lg->my_layer() == 0;
     auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
-    const int p = grid.rows(), q = grid.cols();
+    const int p = cg.p, q = cg.q;
     // Over layers every third case is op n and aligned with C, where the model's bytes are exact.
     const bool plain = layered && case_no % 3 == 2;
     const ts::op op_a = uni(0, 1) && !plain ? ts::op::t : ts::op::n, op_b = uni(0, 1) && !plain ? ts::op::t : ts::op::n;
@@ -115,18 +149,26 @@ void one_case(std::mt19937& rng, int ctxt, const td::layered_grid& lg, int case_
     b.n = (op_b == ts::op::n ? n : k) + jb - 1 + uni(0, 3);
     c.m = m + ic - 1 + uni(0, 3);
     c.n = n + jc - 1 + uni(0, 3);
+    // Every third case DTYPE 2 descriptors, whose first block has a size of its own.
+    const bool dtype2 = case_no % 3 == 1;
     for (auto* x : {&a, &b, &c}) {
         x->mb = uni(1, 9);
         x->nb = uni(1, 9);
         x->rsrc = uni(0, p - 1);
         x->csrc = uni(0, q - 1);
+        if (dtype2) {
+            x->imb = uni(1, 11);
+            x->inb = uni(1, 11);
+        }
     }
     if (aligned) {
         c.mb = cmb;
         c.nb = cnb;
         a.mb = cmb;
+        a.imb = c.imb;
         a.rsrc = c.rsrc;
         b.nb = cnb;
+        b.inb = c.inb;
         b.csrc = c.csrc;
     }
     const int ia2 = aligned && op_a == ts::op::n ? ic : ia;
@@ -142,14 +184,12 @@ void one_case(std::mt19937& rng, int ctxt, const td::layered_grid& lg, int case_
     // alpha = 0 now and then: A and B are not read, C is only scaled.
     const T alpha = T(pick == 0 ? 1.0 : case_no % 11 == 5 ? 0.0 : val(rng));
     const T beta = T(pick == 1 ? 0.0 : pick == 2 ? 1.0 : val(rng));
-    for (auto* x : {&a, &b, &c}) x->make(ctxt, p, q, grid.my_row(), grid.my_col());
+    for (auto* x : {&a, &b, &c}) x->make(ctxt, p, q, cg.my_row, cg.my_col);
     const std::vector<T> c_clean = c.local;
     if (beta == T(0))  // beta = 0: C(ic:, jc:) is not read, so NaN there must not show
         for (int j = jc - 1; j < jc - 1 + n; ++j)
             for (int i = ic - 1; i < ic - 1 + m; ++i)
-                if (owner(i, c.mb, c.rsrc, p) == grid.my_row() && owner(j, c.nb, c.csrc, q) == grid.my_col())
-                    c.local[std::size_t(local_of(i, c.mb, p) + local_of(j, c.nb, q) * c.desc[8])] =
-                        std::numeric_limits<T>::quiet_NaN();
+                if (c.mine(i, j, cg.my_row, cg.my_col)) c.local[std::size_t(c.at(i, j))] = std::numeric_limits<T>::quiet_NaN();
 
     // The expected global C: outside the sub-matrix unchanged.
     std::vector<T> expected = c.global;
@@ -167,7 +207,8 @@ void one_case(std::mt19937& rng, int ctxt, const td::layered_grid& lg, int case_
     const std::string what = std::string(ts::to_string(ts::dtype_of<T>())) + " case " + std::to_string(case_no) + " grid " +
                              std::to_string(p) + "x" + std::to_string(q) + " " + (op_a == ts::op::n ? "N" : "T") +
                              (op_b == ts::op::n ? "N" : "T") + " m=" + std::to_string(m) + " n=" + std::to_string(n) +
-                             " k=" + std::to_string(k) + (layered ? " layers " + std::to_string(lg.layers()) : "");
+                             " k=" + std::to_string(k) + (dtype2 ? " DTYPE 2" : "") + (case_no % 4 == 3 ? " k-blocks" : "") +
+                             (layered ? " layers " + std::to_string(cg.lg->layers()) : "");
     const double tol = std::is_same_v<T, float> ? 2e-5 : 1e-12;
     const char ta = op_a == ts::op::n ? 'N' : 'T', tb = op_b == ts::op::n ? 'N' : 'T';
 
@@ -179,34 +220,37 @@ void one_case(std::mt19937& rng, int ctxt, const td::layered_grid& lg, int case_
     static ts::context ctx("cpu", {.cpu_threads = 1});  // this rank's devices, opened once
     td::pgemm_options po;
     po.context = &ctx;
+    // Now and then k added in k-blocks of a width of their own (pieces of several blocks
+    // broadcast into one panel, B's as strided blocks).
+    if (case_no % 4 == 3) po.k_block = uni(2, 7);
     // Off layer 0 no arrays: a layer receives what it multiplies.
     const td::pgemm_report rep =
-        td::pgemm<T>(lg, op_a, op_b, m, n, k, alpha, holder ? a.local.data() : nullptr, ia2, ja, a.desc,
+        td::pgemm<T>(*cg.lg, op_a, op_b, m, n, k, alpha, holder ? a.local.data() : nullptr, ia2, ja, a.desc,
                      holder ? b.local.data() : nullptr, ib, jb2, b.desc, beta, holder ? ours.data() : nullptr, ic, jc, c.desc, po);
     if (layered) {
         // (A layer with an empty slice of k redistributes nothing: the flags are summed over the ranks.)
         unsigned long long mine[3] = {rep.bytes_sent, rep.bytes_received, rep.redistributed_a || rep.redistributed_b};
         unsigned long long total[3] = {0, 0, 0};
-        td::check_mpi(MPI_Allreduce(mine, total, 3, MPI_UNSIGNED_LONG_LONG, MPI_SUM, lg.comm()), "MPI_Allreduce");
+        td::check_mpi(MPI_Allreduce(mine, total, 3, MPI_UNSIGNED_LONG_LONG, MPI_SUM, cg.lg->comm()), "MPI_Allreduce");
         if (total[0] != total[1])
             fail(what + ": " + std::to_string(total[0]) + " bytes sent but " + std::to_string(total[1]) + " received");
         // Aligned with C (no redistribution): the model's words are exact.
         if (total[2] == 0 && alpha != T(0) && k > 0) {
             ++model_checks;
-            const auto model = td::model_pgemm_traffic(op_a, op_b, m, n, k, p, q, lg.layers());
-            const double predicted = model.words * lg.layers() * p * q * sizeof(T);
+            const auto model = td::model_pgemm_traffic(op_a, op_b, m, n, k, p, q, cg.lg->layers());
+            const double predicted = model.words * cg.lg->layers() * p * q * sizeof(T);
             if (std::fabs(predicted - double(total[0])) > 1e-9 * predicted + 0.5)
                 fail(what + ": " + std::to_string(total[0]) + " bytes sent, the model says " + std::to_string(predicted));
         }
     }
 #endif
-    if (holder) c.check(expected, ours, p, q, grid.my_row(), grid.my_col(), tol, what + " (tilestream vs reference)");
+    if (holder) c.check(expected, ours, cg.my_row, cg.my_col, tol, what + " (tilestream vs reference)");
     if (layered) return;
 #ifndef TILESTREAM_TEST_FRONT
     std::vector<T> theirs = c_clean;  // ScaLAPACK is the comparison, not under test: no poison
     scalapack_gemm<T>(ta, tb, m, n, k, alpha, a.local.data(), ia2, ja, a.desc, b.local.data(), ib, jb2, b.desc, beta,
                       theirs.data(), ic, jc, c.desc);
-    c.check(expected, theirs, p, q, grid.my_row(), grid.my_col(), tol, what + " (ScaLAPACK vs reference)");
+    c.check(expected, theirs, cg.my_row, cg.my_col, tol, what + " (ScaLAPACK vs reference)");
     // Both on the same descriptors, every local element (outside the sub-matrix bitwise).
     for (std::size_t i = 0; i < ours.size(); ++i)
         if (!(std::fabs(double(ours[i]) - double(theirs[i])) <= tol * (1 + std::fabs(double(theirs[i])))) &&
@@ -236,10 +280,11 @@ int main(int argc, char** argv) {
             for (int p = 1; env.size() % c == 0 && p <= env.size() / c; ++p) {
                 if ((env.size() / c) % p) continue;
                 const td::layered_grid lg(MPI_COMM_WORLD, p, env.size() / c / p, c);
+                const case_grid cg{lg.layer().rows(), lg.layer().cols(), lg.layer().my_row(), lg.layer().my_col(), &lg};
                 std::mt19937 rng(4321 + 17 * p + c);  // the same on every rank
                 for (int i = 0; i < cases; ++i) {
-                    one_case<double>(rng, 0, lg, i);
-                    one_case<float>(rng, 0, lg, i);
+                    one_case<double>(rng, 0, cg, i);
+                    one_case<float>(rng, 0, cg, i);
                     total += 2;
                 }
             }
@@ -250,21 +295,48 @@ int main(int argc, char** argv) {
                         total, model_checks, all);
         return all == 0 && model_checks > 0 ? 0 : 1;
     }
+#ifdef TILESTREAM_TEST_FRONT
+    // The front takes the grid from the BLACS context: every P x Q up to the rank count (a grid
+    // of fewer processes leaves the others idle), BLACS's row- and column-major orders.
+    int grids = 0;
+    for (int p = 1; p <= env.size(); ++p)
+        for (int q = 1; p * q <= env.size(); ++q) {
+            const char* order = (p + q) % 2 ? "Col" : "Row";
+            int ctxt = 0;
+            Cblacs_get(-1, 0, &ctxt);
+            Cblacs_gridinit(&ctxt, order, p, q);
+            case_grid cg{p, q};
+            int rows = 0, cols = 0;
+            Cblacs_gridinfo(ctxt, &rows, &cols, &cg.my_row, &cg.my_col);
+            ++grids;
+            if (cg.my_row < 0 || cg.my_row >= p) continue;  // not in this grid
+            std::mt19937 rng(1234 + 17 * p + 5 * q);  // the same on every rank
+            const int n_cases = p * q == env.size() ? cases : std::max(2, cases / 3);
+            for (int i = 0; i < n_cases; ++i) {
+                one_case<double>(rng, ctxt, cg, i);
+                one_case<float>(rng, ctxt, cg, i);
+                total += 2;
+            }
+            Cblacs_gridexit(ctxt);
+        }
+#else
     for (int p = 1; p <= env.size(); ++p) {
         if (env.size() % p) continue;
         const int q = env.size() / p;
         td::layered_grid grid(MPI_COMM_WORLD, p, q, 1);
+        const case_grid cg{p, q, grid.layer().my_row(), grid.layer().my_col(), &grid};
         int ctxt = 0;
         Cblacs_get(-1, 0, &ctxt);
         Cblacs_gridinit(&ctxt, "Row", p, q);
         std::mt19937 rng(1234 + 17 * p);  // the same on every rank
         for (int i = 0; i < cases; ++i) {
-            one_case<double>(rng, ctxt, grid, i);
-            one_case<float>(rng, ctxt, grid, i);
+            one_case<double>(rng, ctxt, cg, i);
+            one_case<float>(rng, ctxt, cg, i);
             total += 2;
         }
         Cblacs_gridexit(ctxt);
     }
+#endif
     int all = 0;
     td::check_mpi(MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
     if (rank == 0)

@@ -4,6 +4,7 @@
 #include "backends/cpu/cpu_isa.hpp"
 #include "backends/cpu/cpu_kernels.hpp"
 #include "backends/reference/reference_kernels.hpp"
+#include "core/process_fork.hpp"
 #include "core/engine/tile_kernels.hpp"
 
 #include <tilestream/error.hpp>
@@ -45,80 +46,99 @@ public:
     cpu_stream(device& owner, int id) : stream(owner, id) {}
     ~cpu_stream() override;
 
+    /// Stops and joins this process's thread (a parent's, in a forked child, is left alone).
     void stop() {
-        {
-            std::lock_guard lock(mutex_);
-            stopping_ = true;
-        }
-        cv_.notify_all();
-        if (thread_.joinable()) thread_.join();
+        if (lane* l = lane_.current()) l->stop();
     }
 
     void push(task t) {
+        lane& l = live();
         {
-            std::lock_guard lock(mutex_);
+            std::lock_guard lock(l.mutex);
             // The first task starts the thread (it waits for this lock, so it sees the task).
             // std::system_error (no thread could start) reaches the caller; nothing was queued.
-            if (!thread_.joinable()) thread_ = std::thread([this] { serve(); });
-            queue_.push_back(std::move(t));
-            ++pending_;
+            if (!l.thread.joinable()) l.thread = std::thread([this, &l] { serve(l); });
+            l.queue.push_back(std::move(t));
+            ++l.pending;
         }
-        cv_.notify_all();
+        l.cv.notify_all();
     }
 
     void synchronize() override {
-        std::unique_lock lock(mutex_);
-        idle_cv_.wait(lock, [this] { return pending_ == 0; });
-        if (error_) {
-            auto e = error_;
-            error_ = nullptr;
+        lane& l = live();
+        std::unique_lock lock(l.mutex);
+        l.idle_cv.wait(lock, [&l] { return l.pending == 0; });
+        if (l.error) {
+            auto e = l.error;
+            l.error = nullptr;
             std::rethrow_exception(e);
         }
     }
 
 private:
-    void serve() {
+    /// The queue, its thread and lock: one per process. In a child made with fork() the parent's
+    /// thread is not there; the child starts its own on its first task (process_fork.hpp).
+    struct lane {
+        std::uint64_t generation = detail::fork_generation();
+        std::mutex mutex;
+        std::condition_variable cv, idle_cv;
+        std::deque<task> queue;
+        std::size_t pending = 0;
+        bool stopping = false;
+        std::exception_ptr error;
+        std::thread thread;  // started by the first push(), joined by stop()
+
+        void stop() {
+            {
+                std::lock_guard lock(mutex);
+                stopping = true;
+            }
+            cv.notify_all();
+            if (thread.joinable()) thread.join();
+        }
+        ~lane() { stop(); }
+    };
+
+    lane& live() {
+        return lane_.get([] { return std::make_unique<lane>(); });
+    }
+
+    void serve(lane& l) {
         for (;;) {
             task t;
             bool skip = false;
             {
-                std::unique_lock lock(mutex_);
-                cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-                if (queue_.empty()) return;
-                t = std::move(queue_.front());
-                queue_.pop_front();
-                skip = error_ != nullptr && !t.always_run;
+                std::unique_lock lock(l.mutex);
+                l.cv.wait(lock, [&l] { return l.stopping || !l.queue.empty(); });
+                if (l.queue.empty()) return;
+                t = std::move(l.queue.front());
+                l.queue.pop_front();
+                skip = l.error != nullptr && !t.always_run;
             }
-            if (!skip) run(t);
+            if (!skip) run(l, t);
             {
-                std::lock_guard lock(mutex_);
-                --pending_;
+                std::lock_guard lock(l.mutex);
+                --l.pending;
             }
-            idle_cv_.notify_all();
+            l.idle_cv.notify_all();
         }
     }
 
-    void run(task& t) {
+    void run(lane& l, task& t) {
         trace_sink* sink = owner().trace();
         const double t0 = sink ? trace_clock_seconds() : 0;
         try {
             t.fn();
         } catch (...) {
-            std::lock_guard lock(mutex_);
-            if (!error_) error_ = std::current_exception();
+            std::lock_guard lock(l.mutex);
+            if (!l.error) l.error = std::current_exception();
         }
         if (sink && !t.always_run)
             sink->record(owner().id(), id(), t.kind, t.name, t.bytes, t.flops, t0,
                          trace_clock_seconds());
     }
 
-    std::mutex mutex_;
-    std::condition_variable cv_, idle_cv_;
-    std::deque<task> queue_;
-    std::size_t pending_ = 0;
-    bool stopping_ = false;
-    std::exception_ptr error_;
-    std::thread thread_;  // started by the first push(), joined by stop()
+    detail::process_local<lane> lane_;
 };
 
 /// Completion counter: record() bumps `recorded`, the stream bumps `reached` when it gets there.

@@ -157,8 +157,8 @@ void scale_block(const strided_problem<T>& pr, index_t m0, index_t m1, index_t n
 
 // ---- complex types: the 1m method ----
 //
-// BLIS's 1m method (Van Zee, "Implementing high-performance complex matrix multiplication via the
-// 1m method", SIAM J. Sci. Comput. 2020) runs complex GEMM on the real micro-kernel: C (m x n,
+// BLIS's 1m method (Van Zee, "Inducing complex matrix multiplication via the 1m method", 2017)
+// runs complex GEMM on the real micro-kernel: C (m x n,
 // row-major, complex) is the real m x 2n matrix C_r of its parts, and C_r = A_r * B_e where A_r
 // (m x 2k) holds each element of op(A) as its two parts side by side and B_e (2k x 2n) expands each
 // element b of op(B) into the 2 x 2 block [[re b, im b], [-im b, re b]]:
@@ -168,7 +168,7 @@ void scale_block(const strided_problem<T>& pr, index_t m0, index_t m1, index_t n
 // its registry entry per instruction set and the run-time ISA choice are the real ones and no
 // flop is wasted (8mnk, like a native complex kernel). We chose it over a native complex
 // micro-kernel (one more kernel per ISA to write, tune and keep bitwise reproducible) and over 3m
-// (fewer flops, but less accurate and not what BLAS users expect), as BLIS does by default.
+// (fewer flops, but less accurate than BLAS users expect); docs/architecture.md says more.
 
 // Packs the mc x kc block of op(A) as A_r into micro-panels of MR rows: panel r holds part h of
 // element (r*MR + i, p) at [(2p + h)*MR + i]. Rows past mc are zero.

@@ -1,6 +1,7 @@
 // The vendor CPU GEMM: OpenBLAS through CBLAS (cblas_[sdcz]gemm), one single-threaded call per worker on
 // its block of C.
 #include "cpu_kernels.hpp"
+#include "openblas_memory.hpp"
 
 #include <tilestream/error.hpp>
 
@@ -75,6 +76,7 @@ void gemm_vendor_typed(const gemm_call& call, thread_pool& pool, bool openblas_t
     const CBLAS_ORDER cblas_order = order == layout::row_major ? CblasRowMajor : CblasColMajor;
     const T alpha = scalar_as<T>(call.alpha), beta = scalar_as<T>(call.beta);
     if (openblas_threads && pool.size() > 1) {
+        const openblas_call announced(pool.size());
         set_openblas_threads(pool.size());
         tilestream::detail::cblas_gemm<T>(cblas_order, a.trans, b.trans, m, n, k, alpha, pa, a.ld, pb, b.ld, beta, c, cc.ld);
         return;
@@ -83,6 +85,7 @@ void gemm_vendor_typed(const gemm_call& call, thread_pool& pool, bool openblas_t
     pool.run(parts, [&](int part) {
         const index_t b0 = extent * part / parts, b1 = extent * (part + 1) / parts;
         if (b0 >= b1) return;
+        const openblas_call announced(1);
         // A block of rows of C needs the same rows of op(A) and all of op(B); a block of columns
         // the same columns of op(B) and all of op(A). With beta == 0 OpenBLAS stores zeros
         // without reading C, so NaN in C does not survive (BetaZeroOverwritesNaNInC checks it).

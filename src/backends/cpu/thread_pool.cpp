@@ -4,9 +4,15 @@
 #include <tilestream/error.hpp>
 
 #include <algorithm>
+#include <condition_variable>
+#include <deque>
 #include <exception>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <system_error>
+#include <thread>
+#include <vector>
 
 namespace tilestream::cpu::detail {
 std::function<bool(int)> thread_start_hook;
@@ -14,49 +20,65 @@ std::function<bool(int)> thread_start_hook;
 
 namespace tilestream::cpu {
 
-thread_pool::thread_pool(int threads) {
-    const int n = std::max(1, threads);
-    workers_.reserve(n);
-    try {
-        for (int i = 0; i < n; ++i) {
-            if (detail::thread_start_hook && !detail::thread_start_hook(i))
-                throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again));
-            workers_.emplace_back([this] { work(); });
+/// The workers of one process: started when made, stopped and joined when destroyed.
+struct thread_pool::workers {
+    std::uint64_t generation = tilestream::detail::fork_generation();  // before any thread starts
+    std::vector<std::thread> threads;
+    std::mutex mutex;
+    std::condition_variable cv;
+    std::deque<std::function<void()>> jobs;
+    bool stopping = false;
+
+    explicit workers(int n) {
+        threads.reserve(std::size_t(n));
+        try {
+            for (int i = 0; i < n; ++i) {
+                if (detail::thread_start_hook && !detail::thread_start_hook(i))
+                    throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again));
+                threads.emplace_back([this] { work(); });
+            }
+        } catch (const std::system_error& e) {
+            // Stop and join the workers that did start, so that nothing waits on the missing ones.
+            const auto started = threads.size();
+            stop();
+            throw device_error("cpu: cannot start worker thread " + std::to_string(started + 1) + " of " +
+                               std::to_string(n) + ": " + e.what() +
+                               " (fewer threads per device, e.g. --cpu-threads, or a larger thread/memory limit)");
         }
-    } catch (const std::system_error& e) {
-        // Stop and join the workers that did start, so that nothing waits on the missing ones.
-        const auto started = workers_.size();
-        stop_workers();
-        throw device_error("cpu: cannot start worker thread " + std::to_string(started + 1) + " of " +
-                           std::to_string(n) + ": " + e.what() +
-                           " (fewer threads per device, e.g. --cpu-threads, or a larger thread/memory limit)");
     }
-}
+    ~workers() { stop(); }
 
-thread_pool::~thread_pool() { stop_workers(); }
-
-void thread_pool::stop_workers() {
-    {
-        std::lock_guard lock(mutex_);
-        stopping_ = true;
-    }
-    cv_.notify_all();
-    for (auto& w : workers_) w.join();
-    workers_.clear();
-}
-
-void thread_pool::work() {
-    for (;;) {
-        std::function<void()> job;
+    void stop() {
         {
-            std::unique_lock lock(mutex_);
-            cv_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
-            if (jobs_.empty()) return;
-            job = std::move(jobs_.front());
-            jobs_.pop_front();
+            std::lock_guard lock(mutex);
+            stopping = true;
         }
-        job();
+        cv.notify_all();
+        for (auto& w : threads) w.join();
+        threads.clear();
     }
+
+    void work() {
+        for (;;) {
+            std::function<void()> job;
+            {
+                std::unique_lock lock(mutex);
+                cv.wait(lock, [this] { return stopping || !jobs.empty(); });
+                if (jobs.empty()) return;
+                job = std::move(jobs.front());
+                jobs.pop_front();
+            }
+            job();
+        }
+    }
+};
+
+thread_pool::thread_pool(int threads) : size_(std::max(1, threads)) { live(); }
+
+thread_pool::~thread_pool() = default;  // joins this process's workers (a parent's are left alone)
+
+thread_pool::workers& thread_pool::live() {
+    return workers_.get([this] { return std::make_unique<workers>(size_); });
 }
 
 void thread_pool::run(int parts, const std::function<void(int)>& body) {
@@ -65,14 +87,15 @@ void thread_pool::run(int parts, const std::function<void(int)>& body) {
         body(0);
         return;
     }
+    workers& w = live();
     std::mutex done_mutex;
     std::condition_variable done_cv;
     int remaining = parts;
     std::exception_ptr first_error;
     {
-        std::lock_guard lock(mutex_);
+        std::lock_guard lock(w.mutex);
         for (int p = 0; p < parts; ++p)
-            jobs_.emplace_back([&, p] {
+            w.jobs.emplace_back([&, p] {
                 std::exception_ptr err;
                 try {
                     body(p);
@@ -84,7 +107,7 @@ void thread_pool::run(int parts, const std::function<void(int)>& body) {
                 if (--remaining == 0) done_cv.notify_all();
             });
     }
-    cv_.notify_all();
+    w.cv.notify_all();
     std::unique_lock dl(done_mutex);
     done_cv.wait(dl, [&] { return remaining == 0; });
     if (first_error) std::rethrow_exception(first_error);

@@ -3,13 +3,9 @@
 
 #include <tilestream/types.hpp>
 
-#include <condition_variable>
-#include <cstdint>
-#include <deque>
+#include "core/process_fork.hpp"
+
 #include <functional>
-#include <mutex>
-#include <thread>
-#include <vector>
 
 namespace tilestream::cpu {
 
@@ -19,7 +15,9 @@ namespace detail {
 extern std::function<bool(int worker)> thread_start_hook;
 }  // namespace detail
 
-/// Throws device_error when a worker cannot start (the ones started are joined first).
+/// Throws device_error when a worker cannot start (the ones started are joined first). In a child
+/// made with fork() the parent's workers are not there: the first run() starts new ones (and may
+/// throw device_error then).
 class thread_pool {
 public:
     explicit thread_pool(int threads);
@@ -27,7 +25,7 @@ public:
     thread_pool(const thread_pool&) = delete;
     thread_pool& operator=(const thread_pool&) = delete;
 
-    int size() const { return static_cast<int>(workers_.size()); }
+    int size() const { return size_; }
 
     /// Runs body(part) for part in [0, parts) on the workers and waits for all of them.
     /// The first exception a part throws is rethrown here after every part has finished.
@@ -37,13 +35,10 @@ public:
     void parallel_for(index_t n, const std::function<void(index_t begin, index_t end)>& body);
 
 private:
-    void work();
-    void stop_workers();
-    std::vector<std::thread> workers_;
-    std::mutex mutex_;
-    std::condition_variable cv_;
-    std::deque<std::function<void()>> jobs_;
-    bool stopping_ = false;
+    struct workers;  // the threads, their queue and lock: one set per process (see process_fork.hpp)
+    workers& live();
+    int size_;
+    tilestream::detail::process_local<workers> workers_;
 };
 
 }  // namespace tilestream::cpu

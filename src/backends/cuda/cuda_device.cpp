@@ -2,7 +2,7 @@
 // asynchronous 1-D/2-D/peer copies, the GEMM kernels (cuBLAS, naive, tiled), Jacobi, and traces.
 #include "backends/cuda/cuda_device.hpp"
 
-#include "backends/backends.hpp"
+#include "backends/backend_module.hpp"
 #include "backends/cuda/cuda_blas3_logic.hpp"
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/cuda_kernels.hpp"
@@ -123,7 +123,7 @@ bool enable_peer_access(int from, int to, std::string_view device_id) {
 std::string gemm_span_name(const gemm_call& c) {
     std::ostringstream name;
     name << "gemm " << to_string(c.kernel) << " " << to_string(c.type);
-    if (c.type == dtype::f32 && c.math == math_mode::tf32 && c.kernel == gemm_kernel::vendor)
+    if (dtype_traits(c.type).real == dtype::f32 && c.math == math_mode::tf32 && c.kernel == gemm_kernel::vendor)
         name << "/tf32";
     name << " " << to_string(c.op_a) << to_string(c.op_b) << " " << c.m << "x" << c.n << "x" << c.k;
     return name.str();
@@ -752,15 +752,15 @@ void cuda_device::copy_2d_peer(stream& s, device& other, const copy_2d_desc& c) 
 
 void cuda_device::gemm(stream& s, const gemm_call& call) {
     cuda_stream& cs = own_stream(s, "gemm");
-    if (is_complex(call.type))  // milestone 1 of issue 25: complex kernels come with milestone 2
-        throw invalid_argument("gemm on " + id() + ": " + std::string(to_string(call.type)) + " is not supported yet");
     const gemm_work work = check_gemm_call(call, id());
     if (work == gemm_work::none) return;
     const bool reads_ab = work == gemm_work::product;
+    // cuBLAS cannot conjugate without transposing: such a call runs the tiled kernel.
+    const gemm_kernel kernel = reads_ab ? kernel_for_call(call) : call.kernel;
     // Launch shapes and library arguments are settled on the host first, so a call CUDA would
     // refuse is an error naming the device rather than a launch or cuBLAS status.
     tiled_launch tiled;
-    if (reads_ab && call.kernel == gemm_kernel::tiled) {
+    if (reads_ab && kernel == gemm_kernel::tiled) {
         tiled = plan_tiled_launch(call);
         if (!tiled.error.empty()) throw invalid_argument("gemm on " + id() + ": " + tiled.error);
     }
@@ -772,7 +772,7 @@ void cuda_device::gemm(stream& s, const gemm_call& call) {
                    TS_CUDA_CHECK(launch_gemm_scale_c(call, cs.native()), id());
                    return;
                }
-               switch (call.kernel) {
+               switch (kernel) {
                    case gemm_kernel::naive:
                        TS_CUDA_CHECK(launch_gemm_naive(call, cs.native()), id());
                        break;
@@ -793,19 +793,21 @@ void cuda_device::gemm_vendor(cuda_stream& cs, const gemm_call& call) {
     if (const std::string bad = column_major_gemm_violation(p); !bad.empty())
         throw invalid_argument("gemm (vendor) on " + id() + ": cuBLAS would refuse the mapped call: " +
                                bad);
-    const cublasOperation_t op1 = p.trans_x ? CUBLAS_OP_T : CUBLAS_OP_N;
-    const cublasOperation_t op2 = p.trans_y ? CUBLAS_OP_T : CUBLAS_OP_N;
+    // kernel_for_call sent conjugates without a transpose to the tiled kernel.
+    const auto op = [](bool trans, bool conj) { return conj ? CUBLAS_OP_C : trans ? CUBLAS_OP_T : CUBLAS_OP_N; };
+    const cublasOperation_t op1 = op(p.trans_x, p.conj_x), op2 = op(p.trans_y, p.conj_y);
 
-    // alpha and beta in the type's own precision (cuBLAS reads them as the data type's scalars).
-    const float alpha32 = static_cast<float>(call.alpha.real()), beta32 = static_cast<float>(call.beta.real());
-    const double alpha64 = call.alpha.real(), beta64 = call.beta.real();
-    const bool f32 = call.type == dtype::f32;
-    const void* alpha = f32 ? static_cast<const void*>(&alpha32) : &alpha64;
-    const void* beta = f32 ? static_cast<const void*>(&beta32) : &beta64;
+    // alpha and beta in the data type (cuBLAS reads them as float, double, cuComplex or
+    // cuDoubleComplex: parts as std::complex lays them out), computed in the parts' precision.
+    const std::complex<float> alpha32(call.alpha), beta32(call.beta);
+    const std::complex<double> alpha64(call.alpha), beta64(call.beta);
+    const bool single = dtype_traits(call.type).real == dtype::f32;
+    const void* alpha = single ? static_cast<const void*>(&alpha32) : &alpha64;
+    const void* beta = single ? static_cast<const void*>(&beta32) : &beta64;
     const cudaDataType_t data = cuda_type(call.type);
     const cublasComputeType_t compute =
-        !f32 ? CUBLAS_COMPUTE_64F
-             : (call.math == math_mode::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F);
+        !single ? CUBLAS_COMPUTE_64F
+                : (call.math == math_mode::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F);
 
     std::lock_guard lock(cs.blas_mutex());
     cublasHandle_t h = cs.blas();
@@ -872,7 +874,7 @@ cudaStream_t native_stream(stream& s) {
 
 namespace tilestream::backends {
 
-std::unique_ptr<device> make_cuda_device(int ordinal, int slice, int slices,
+std::unique_ptr<device> open_cuda_device(int ordinal, int slice, int slices,
                                          std::optional<std::size_t> budget) {
     cuda::check_slice_request(ordinal, slice, slices);
     const std::string gpu = "cuda:" + std::to_string(ordinal);

@@ -1,6 +1,6 @@
 // Run-time discovery of CUDA GPUs: a missing driver, an old driver or no GPU becomes zero GPUs
 // and a one-line reason, never an abort.
-#include "backends/backends.hpp"
+#include "backends/backend_module.hpp"
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/cuda_device.hpp"
 
@@ -60,7 +60,7 @@ device_info describe_gpu(int ordinal, int count) {
 
 namespace tilestream::backends {
 
-cuda_discovery discover_cuda() noexcept {
+cuda_discovery discover_cuda_devices() noexcept {
     cuda_discovery found;
     try {
         int count = 0;

@@ -1,11 +1,14 @@
 // The CUDA backend's own GEMM kernels: naive (one thread per element of C), tiled (shared-memory
-// tiles, register blocking, 16-byte loads) and the C <- beta*C kernel used when alpha == 0 or k == 0.
+// tiles, register blocking, 16-byte loads) and the C <- beta*C kernel used when alpha == 0 or k == 0,
+// for every dtype (cuda_values.cuh: complex values are cplx<R>, four real products a multiply;
+// operands read with op::c are conjugated as they are loaded).
 //
 // Every operand is read through strides, so any layout/op combination works: op(A)(i, p) is
 // a[i * a_rs + p * a_cs] (likewise B, C). The tiled kernel is specialised on which index of each
 // operand is contiguous ("k-contiguous" or not) so that its global loads can be 16-byte vectors;
 // ragged edges and misaligned operands take a scalar, bounds-checked path.
 #include "backends/cuda/cuda_kernels.hpp"
+#include "backends/cuda/cuda_values.cuh"
 #include "backends/cuda/vector_io.cuh"
 
 #include <algorithm>
@@ -26,24 +29,28 @@ struct gemm_args {
     index_t b_rs, b_cs;
     T* c;
     index_t c_rs, c_cs;
+    bool conj_a, conj_b;  ///< op(A)/op(B) read conjugated (op::c on complex types)
 };
 
 template <class T>
 gemm_args<T> make_args(const gemm_call& call) {
+    const operand_desc a = call.a_desc(), b = call.b_desc();
     return {call.m,
             call.n,
             call.k,
-            static_cast<T>(call.alpha.real()),
-            static_cast<T>(call.beta.real()),
+            device_scalar<T>(call.alpha),
+            device_scalar<T>(call.beta),
             static_cast<const T*>(call.a),
-            call.a_row_stride(),
-            call.a_col_stride(),
+            a.row_stride(),
+            a.col_stride(),
             static_cast<const T*>(call.b),
-            call.b_row_stride(),
-            call.b_col_stride(),
+            b.row_stride(),
+            b.col_stride(),
             static_cast<T*>(call.c),
             call.c_row_stride(),
-            call.c_col_stride()};
+            call.c_col_stride(),
+            a.conjugated(),
+            b.conjugated()};
 }
 
 // ---------------------------------------------------------------- C <- beta*C
@@ -57,7 +64,7 @@ __global__ void gemm_scale_c_kernel(gemm_args<T> p) {
         const index_t i = rows_contiguous ? idx / p.n : idx % p.m;
         const index_t j = rows_contiguous ? idx % p.n : idx / p.m;
         T* c = p.c + i * p.c_rs + j * p.c_cs;
-        *c = p.beta == T(0) ? T(0) : p.beta * *c;  // beta == 0 never reads C (NaN stays out)
+        *c = p.beta == T{} ? T{} : p.beta * *c;  // beta == 0 never reads C (NaN stays out)
     }
 }
 
@@ -74,10 +81,11 @@ __global__ void gemm_naive_kernel(gemm_args<T> p) {
         const index_t j = rows_contiguous ? idx % p.n : idx / p.m;
         const T* a = p.a + i * p.a_rs;
         const T* b = p.b + j * p.b_cs;
-        T acc = 0;
-        for (index_t q = 0; q < p.k; ++q) acc = fma(a[q * p.a_cs], b[q * p.b_rs], acc);
+        T acc{};
+        for (index_t q = 0; q < p.k; ++q)
+            acc = fma(conj_if(a[q * p.a_cs], p.conj_a), conj_if(b[q * p.b_rs], p.conj_b), acc);
         T* c = p.c + i * p.c_rs + j * p.c_cs;
-        *c = p.beta == T(0) ? p.alpha * acc : p.alpha * acc + p.beta * *c;
+        *c = p.beta == T{} ? p.alpha * acc : p.alpha * acc + p.beta * *c;
     }
 }
 
@@ -204,7 +212,7 @@ __global__ void __launch_bounds__(threads_per_block, 2)
             } else {
 #pragma unroll
                 for (int q = 0; q < S; ++q)
-                    ra[q] = (a_valid == S && a_k + q < tile_k) ? __ldg(a_src + q) : T(0);
+                    ra[q] = (a_valid == S && a_k + q < tile_k) ? load_global(a_src + q) : T{};
             }
         } else {
             if (VEC && a_valid == S && a_k < tile_k) {
@@ -212,7 +220,7 @@ __global__ void __launch_bounds__(threads_per_block, 2)
             } else {
 #pragma unroll
                 for (int q = 0; q < S; ++q)
-                    ra[q] = (q < a_valid && a_k < tile_k) ? __ldg(a_src + q) : T(0);
+                    ra[q] = (q < a_valid && a_k < tile_k) ? load_global(a_src + q) : T{};
             }
         }
         if constexpr (B_KC) {
@@ -221,7 +229,7 @@ __global__ void __launch_bounds__(threads_per_block, 2)
             } else {
 #pragma unroll
                 for (int q = 0; q < S; ++q)
-                    rb[q] = (b_valid == S && b_k + q < tile_k) ? __ldg(b_src + q) : T(0);
+                    rb[q] = (b_valid == S && b_k + q < tile_k) ? load_global(b_src + q) : T{};
             }
         } else {
             if (VEC && b_valid == S && b_k < tile_k) {
@@ -229,13 +237,18 @@ __global__ void __launch_bounds__(threads_per_block, 2)
             } else {
 #pragma unroll
                 for (int q = 0; q < S; ++q)
-                    rb[q] = (q < b_valid && b_k < tile_k) ? __ldg(b_src + q) : T(0);
+                    rb[q] = (q < b_valid && b_k < tile_k) ? load_global(b_src + q) : T{};
             }
         }
         a_src += a_step;
         b_src += b_step;
     };
     auto store_tiles = [&](int buf) {
+#pragma unroll
+        for (int q = 0; q < S; ++q) {
+            ra[q] = conj_if(ra[q], p.conj_a);
+            rb[q] = conj_if(rb[q], p.conj_b);
+        }
         if constexpr (A_KC) {
 #pragma unroll
             for (int q = 0; q < S; ++q) As[buf][a_k + q][a_row] = ra[q];
@@ -258,7 +271,7 @@ __global__ void __launch_bounds__(threads_per_block, 2)
 #pragma unroll
     for (int i = 0; i < TM; ++i)
 #pragma unroll
-        for (int j = 0; j < TN; ++j) acc[i][j] = T(0);
+        for (int j = 0; j < TN; ++j) acc[i][j] = T{};
 
     index_t k_left = K;  // k extent from the start of the tile being loaded
     load_tiles(int(min(k_left, index_t(BK))));
@@ -316,7 +329,7 @@ __global__ void __launch_bounds__(threads_per_block, 2)
                                                 : acc[si * S + e][sj * S + u]);
                 T* dst = p.c + i_out * ldc + v0;
                 if (c_vec && v0 + S <= inner_n) {
-                    if (beta != T(0)) {
+                    if (beta != T{}) {
                         T old[S];
                         load16(old, dst);
 #pragma unroll
@@ -327,7 +340,7 @@ __global__ void __launch_bounds__(threads_per_block, 2)
 #pragma unroll
                     for (int e = 0; e < S; ++e)
                         if (v0 + e < inner_n)
-                            dst[e] = beta != T(0) ? fma(beta, dst[e], v[e]) : v[e];
+                            dst[e] = beta != T{} ? fma(beta, dst[e], v[e]) : v[e];
                 }
             }
         }
@@ -387,34 +400,16 @@ cudaError_t launch_scale_c(const gemm_call& call, cudaStream_t stream) {
 }  // namespace
 
 cudaError_t launch_gemm_naive(const gemm_call& call, cudaStream_t stream) {
-    switch (call.type) {
-        case dtype::f32: return launch_naive<float>(call, stream);
-        case dtype::f64: return launch_naive<double>(call, stream);
-        case dtype::c32:
-        case dtype::c64: break;
-    }
-    return cudaErrorNotSupported;
+    return visit_device_value(call.type, [&](auto v) { return launch_naive<decltype(v)>(call, stream); });
 }
 
 cudaError_t launch_gemm_tiled(const gemm_call& call, const tiled_launch& launch,
                               cudaStream_t stream) {
-    switch (call.type) {
-        case dtype::f32: return launch_tiled<float>(call, launch, stream);
-        case dtype::f64: return launch_tiled<double>(call, launch, stream);
-        case dtype::c32:
-        case dtype::c64: break;
-    }
-    return cudaErrorNotSupported;
+    return visit_device_value(call.type, [&](auto v) { return launch_tiled<decltype(v)>(call, launch, stream); });
 }
 
 cudaError_t launch_gemm_scale_c(const gemm_call& call, cudaStream_t stream) {
-    switch (call.type) {
-        case dtype::f32: return launch_scale_c<float>(call, stream);
-        case dtype::f64: return launch_scale_c<double>(call, stream);
-        case dtype::c32:
-        case dtype::c64: break;
-    }
-    return cudaErrorNotSupported;
+    return visit_device_value(call.type, [&](auto v) { return launch_scale_c<decltype(v)>(call, stream); });
 }
 
 }  // namespace tilestream::cuda

@@ -1,5 +1,6 @@
 // Host-only decisions of the CUDA backend (see cuda_logic.hpp); compiled in every build.
 #include "backends/cuda/cuda_logic.hpp"
+#include "core/blas_mapping.hpp"
 
 #include <tilestream/error.hpp>
 
@@ -182,6 +183,11 @@ gemm_work check_gemm_call(const gemm_call& call, const std::string& device_id) {
     check_operand(device_id, "A", call.a, a.stored_rows(), a.stored_cols(), call.lda, call.layout_a);
     check_operand(device_id, "B", call.b, b.stored_rows(), b.stored_cols(), call.ldb, call.layout_b);
     return gemm_work::product;
+}
+
+gemm_kernel kernel_for_call(const gemm_call& call) {
+    if (call.kernel == gemm_kernel::vendor && !as_column_major(call).expressible()) return gemm_kernel::tiled;
+    return call.kernel;
 }
 
 bool check_jacobi_call(const jacobi_call& call, const std::string& device_id) {

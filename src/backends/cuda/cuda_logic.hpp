@@ -94,6 +94,11 @@ enum class gemm_work { none, scale_c, product };
 /// reference kernel, null operands and leading dimensions below the stored row or column length.
 gemm_work check_gemm_call(const gemm_call& call, const std::string& device_id);
 
+/// The kernel that runs a product call: call.kernel, except that a vendor call cuBLAS cannot
+/// express (a conjugated operand that is not transposed in the column-major mapping: op::c on a
+/// complex operand stored in the other layout than C) runs the tiled kernel, which conjugates on load.
+gemm_kernel kernel_for_call(const gemm_call& call);
+
 /// False when the sweep has no points; throws invalid_argument naming `device_id` for a reversed
 /// range, points without a halo inside ld, and missing or aliased buffers.
 bool check_jacobi_call(const jacobi_call& call, const std::string& device_id);

@@ -1,7 +1,7 @@
 // The OpenCL device: buffers behind reserved addresses, mapped pinned staging, in-order profiled
 // queues per stream, events that any device can wait on, 1-D/2-D/peer copies, the GEMM kernels
 // (naive, tiled, CLBlast) and the Jacobi sweep, and trace spans from the queues' profiling.
-#include "backends/backends.hpp"
+#include "backends/backend_module.hpp"
 #include "backends/opencl/opencl_check.hpp"
 #include "backends/opencl/opencl_runtime.hpp"
 #include "core/engine/tile_kernels.hpp"
@@ -1178,7 +1178,7 @@ void ocl_device::jacobi_sweep(stream& s, const jacobi_call& c) {
 
 namespace tilestream::backends {
 
-std::unique_ptr<device> make_opencl_device(int index, int slice, int slices, std::optional<std::size_t> budget) {
+std::unique_ptr<device> open_opencl_device(int index, int slice, int slices, std::optional<std::size_t> budget) {
     auto& roots = opencl::roots();
     if (index < 0 || index >= static_cast<int>(roots.size()))
         throw invalid_argument("no OpenCL device opencl:" + std::to_string(index) + " (" +

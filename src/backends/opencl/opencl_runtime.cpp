@@ -2,7 +2,7 @@
 // program cache: built once per device per process, binaries kept on disk between processes.
 #include "backends/opencl/opencl_runtime.hpp"
 
-#include "backends/backends.hpp"
+#include "backends/backend_module.hpp"
 
 #include <algorithm>
 #include <cstdint>
@@ -296,7 +296,7 @@ cl_program program(int index, std::string_view name, std::string_view source, co
 
 namespace tilestream::backends {
 
-opencl_discovery discover_opencl() noexcept {
+opencl_discovery discover_opencl_devices() noexcept {
     opencl_discovery d;
     try {
         for (auto* r : opencl::roots()) d.devices.push_back(r->info);

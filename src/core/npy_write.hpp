@@ -1,0 +1,20 @@
+// Writing .npy data into an output file that the caller commits (alone or with other outputs).
+#pragma once
+
+#include "core/output_files.hpp"
+
+#include <tilestream/matrix.hpp>
+#include <tilestream/types.hpp>
+
+#include <cstddef>
+
+namespace tilestream::detail {
+
+/// Writes m as .npy (header and data) into `out`, which is not committed.
+template <class T>
+void write_npy_to(output_file& out, host_matrix_view<const T> m);
+
+/// Bytes of the .npy file write_npy_to writes for a rows x cols matrix of `type` in `lay`.
+std::size_t npy_file_bytes(dtype type, index_t rows, index_t cols, tilestream::layout lay);
+
+}  // namespace tilestream::detail
