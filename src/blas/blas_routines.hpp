@@ -10,7 +10,31 @@
     X(sgemm_, fortran_gemm, float)         \
     X(dgemm_, fortran_gemm, double)        \
     X(cblas_sgemm, cblas_gemm, float)      \
-    X(cblas_dgemm, cblas_gemm, double)
+    X(cblas_dgemm, cblas_gemm, double)      \
+    TILESTREAM_BLAS_LEVEL3_ROUTINES(X)
+
+// The rest of Level 3 BLAS (real precisions): symm, syrk, syr2k, trmm and trsm, Fortran and CBLAS.
+#define TILESTREAM_BLAS_LEVEL3_ROUTINES(X)  \
+    X(ssymm_, fortran_symm, float)          \
+    X(dsymm_, fortran_symm, double)         \
+    X(ssyrk_, fortran_syrk, float)          \
+    X(dsyrk_, fortran_syrk, double)         \
+    X(ssyr2k_, fortran_syr2k, float)        \
+    X(dsyr2k_, fortran_syr2k, double)       \
+    X(strmm_, fortran_trmm, float)          \
+    X(dtrmm_, fortran_trmm, double)         \
+    X(strsm_, fortran_trsm, float)          \
+    X(dtrsm_, fortran_trsm, double)         \
+    X(cblas_ssymm, cblas_symm, float)       \
+    X(cblas_dsymm, cblas_symm, double)      \
+    X(cblas_ssyrk, cblas_syrk, float)       \
+    X(cblas_dsyrk, cblas_syrk, double)      \
+    X(cblas_ssyr2k, cblas_syr2k, float)     \
+    X(cblas_dsyr2k, cblas_syr2k, double)    \
+    X(cblas_strmm, cblas_trmm, float)       \
+    X(cblas_dtrmm, cblas_trmm, double)      \
+    X(cblas_strsm, cblas_trsm, float)       \
+    X(cblas_dtrsm, cblas_trsm, double)
 
 // Each family's C signature and the names of its arguments (the forwarded call passes them on as
 // they came). Fortran: column-major, every argument by address, gfortran's hidden string lengths last.
@@ -25,6 +49,48 @@
     int order, int transa, int transb, int m, int n, int k, T alpha, const T *a, int lda, const T *b,     \
         int ldb, T beta, T *c, int ldc
 #define TILESTREAM_BLAS_cblas_gemm_ARGS order, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc
+
+// Level 3 families (netlib's argument order; CBLAS enums as ints: order 101/102, side 141 left/142
+// right, uplo 121 upper/122 lower, trans 111/112/113, diag 131 non-unit/132 unit).
+#define TILESTREAM_BLAS_fortran_symm_PARAMS(T)                                                              \
+    const char *side, const char *uplo, const int *m, const int *n, const T *alpha, const T *a,             \
+        const int *lda, const T *b, const int *ldb, const T *beta, T *c, const int *ldc, std::size_t side_len, \
+        std::size_t uplo_len
+#define TILESTREAM_BLAS_fortran_symm_ARGS side, uplo, m, n, alpha, a, lda, b, ldb, beta, c, ldc, side_len, uplo_len
+#define TILESTREAM_BLAS_fortran_syrk_PARAMS(T)                                                              \
+    const char *uplo, const char *trans, const int *n, const int *k, const T *alpha, const T *a,            \
+        const int *lda, const T *beta, T *c, const int *ldc, std::size_t uplo_len, std::size_t trans_len
+#define TILESTREAM_BLAS_fortran_syrk_ARGS uplo, trans, n, k, alpha, a, lda, beta, c, ldc, uplo_len, trans_len
+#define TILESTREAM_BLAS_fortran_syr2k_PARAMS(T)                                                             \
+    const char *uplo, const char *trans, const int *n, const int *k, const T *alpha, const T *a,            \
+        const int *lda, const T *b, const int *ldb, const T *beta, T *c, const int *ldc, std::size_t uplo_len, \
+        std::size_t trans_len
+#define TILESTREAM_BLAS_fortran_syr2k_ARGS uplo, trans, n, k, alpha, a, lda, b, ldb, beta, c, ldc, uplo_len, trans_len
+#define TILESTREAM_BLAS_fortran_trmm_PARAMS(T)                                                              \
+    const char *side, const char *uplo, const char *transa, const char *diag, const int *m, const int *n,   \
+        const T *alpha, const T *a, const int *lda, T *b, const int *ldb, std::size_t side_len,              \
+        std::size_t uplo_len, std::size_t transa_len, std::size_t diag_len
+#define TILESTREAM_BLAS_fortran_trmm_ARGS \
+    side, uplo, transa, diag, m, n, alpha, a, lda, b, ldb, side_len, uplo_len, transa_len, diag_len
+#define TILESTREAM_BLAS_fortran_trsm_PARAMS(T) TILESTREAM_BLAS_fortran_trmm_PARAMS(T)
+#define TILESTREAM_BLAS_fortran_trsm_ARGS TILESTREAM_BLAS_fortran_trmm_ARGS
+#define TILESTREAM_BLAS_cblas_symm_PARAMS(T)                                                                \
+    int order, int side, int uplo, int m, int n, T alpha, const T *a, int lda, const T *b, int ldb, T beta, \
+        T *c, int ldc
+#define TILESTREAM_BLAS_cblas_symm_ARGS order, side, uplo, m, n, alpha, a, lda, b, ldb, beta, c, ldc
+#define TILESTREAM_BLAS_cblas_syrk_PARAMS(T) \
+    int order, int uplo, int trans, int n, int k, T alpha, const T *a, int lda, T beta, T *c, int ldc
+#define TILESTREAM_BLAS_cblas_syrk_ARGS order, uplo, trans, n, k, alpha, a, lda, beta, c, ldc
+#define TILESTREAM_BLAS_cblas_syr2k_PARAMS(T)                                                               \
+    int order, int uplo, int trans, int n, int k, T alpha, const T *a, int lda, const T *b, int ldb, T beta, \
+        T *c, int ldc
+#define TILESTREAM_BLAS_cblas_syr2k_ARGS order, uplo, trans, n, k, alpha, a, lda, b, ldb, beta, c, ldc
+#define TILESTREAM_BLAS_cblas_trmm_PARAMS(T)                                                                \
+    int order, int side, int uplo, int transa, int diag, int m, int n, T alpha, const T *a, int lda, T *b,  \
+        int ldb
+#define TILESTREAM_BLAS_cblas_trmm_ARGS order, side, uplo, transa, diag, m, n, alpha, a, lda, b, ldb
+#define TILESTREAM_BLAS_cblas_trsm_PARAMS(T) TILESTREAM_BLAS_cblas_trmm_PARAMS(T)
+#define TILESTREAM_BLAS_cblas_trsm_ARGS TILESTREAM_BLAS_cblas_trmm_ARGS
 
 namespace tilestream::blas {
 
