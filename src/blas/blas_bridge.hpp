@@ -34,9 +34,9 @@ struct tilestream_blas_gemm_call {
 /// "syr2k", "trmm" or "trsm"; for trmm/trsm `c` is B (overwritten) and b, beta unused; syrk's b unused.
 /// m x n is C (B); syrk family: C is n x n, op(A) n x k.
 struct tilestream_blas_level3_call {
-    int dtype;            ///< 0 f32, 1 f64
+    int dtype;            ///< 0 f32, 1 f64, 2 c32, 3 c64
     int row_major;        ///< 1: every operand row-major; 0: column-major
-    const char* routine;
+    const char* routine;  ///< also "hemm", "herk", "her2k" (complex; herk's alpha and beta real)
     char side, uplo, trans, diag;  ///< 'L'/'R', 'U'/'L', 'N'/'T'/'C', 'N'/'U'
     int m, n, k;
     const void* alpha;

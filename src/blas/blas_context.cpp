@@ -166,13 +166,14 @@ private:
 template <class T>
 std::string run_level3_on_tilestream(context& ctx, const tilestream_blas_level3_call& g) {
     const blas3_routine routine = parse_blas3_routine(g.routine);
-    const bool rank_k = routine == blas3_routine::syrk || routine == blas3_routine::syr2k;
+    const bool rank_k = routine == blas3_routine::syrk || routine == blas3_routine::syr2k ||
+                        routine == blas3_routine::herk || routine == blas3_routine::her2k;
     const bool tri = routine == blas3_routine::trmm || routine == blas3_routine::trsm;
     const layout order = g.row_major ? layout::row_major : layout::col_major;
     blas3_flags flags;
     flags.side = g.side == 'R' ? side::right : side::left;
     flags.uplo = g.uplo == 'L' ? uplo::lower : uplo::upper;
-    flags.trans = g.trans == 'N' ? op::n : op::t;  // 'C' on real data is 'T'
+    flags.trans = g.trans == 'N' ? op::n : g.trans == 'T' || !is_complex_v<T> ? op::t : op::c;  // 'C' on real data is 'T'
     flags.diag = g.diag == 'U' ? diag::unit : diag::non_unit;
     blas3_operands<T> ops;
     ops.alpha = *static_cast<const T*>(g.alpha);
@@ -180,7 +181,7 @@ std::string run_level3_on_tilestream(context& ctx, const tilestream_blas_level3_
     if (rank_k) {
         const int rows = flags.trans == op::n ? g.n : g.k, cols = flags.trans == op::n ? g.k : g.n;
         ops.a = host_matrix_view<const T>(static_cast<const T*>(g.a), rows, cols, order, g.lda);
-        if (routine == blas3_routine::syr2k)
+        if (routine == blas3_routine::syr2k || routine == blas3_routine::her2k)
             ops.b = host_matrix_view<const T>(static_cast<const T*>(g.b), rows, cols, order, g.ldb);
         ops.c = host_matrix_view<T>(static_cast<T*>(g.c), g.n, g.n, order, g.ldc);
     } else {
@@ -218,8 +219,10 @@ int run_level3(const tilestream_blas_level3_call* call, char** text) {
     }
     try {
         if (!ctx) throw error("the context is not open in this process");
-        const std::string fields = call->dtype == 0 ? run_level3_on_tilestream<float>(*ctx, *call)
-                                                    : run_level3_on_tilestream<double>(*ctx, *call);
+        const std::string fields = call->dtype == 0   ? run_level3_on_tilestream<float>(*ctx, *call)
+                                   : call->dtype == 1 ? run_level3_on_tilestream<double>(*ctx, *call)
+                                   : call->dtype == 2 ? run_level3_on_tilestream<std::complex<float>>(*ctx, *call)
+                                                      : run_level3_on_tilestream<std::complex<double>>(*ctx, *call);
         *text = copy_out(fields);
         return 0;
     } catch (const std::exception& e) {

@@ -17,11 +17,13 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <complex>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <type_traits>
 
 #define TILESTREAM_BLAS_EXPORT extern "C" __attribute__((visibility("default"), noinline))
 
@@ -395,6 +397,16 @@ void cblas_gemm(const void* caller, routine r, TILESTREAM_BLAS_cblas_gemm_PARAMS
 
 // ---- the rest of Level 3 BLAS: symm, syrk, syr2k, trmm, trsm (the GEMM route's decisions) ----
 
+template <class T>
+struct is_complex : std::false_type {};
+template <class R>
+struct is_complex<std::complex<R>> : std::true_type {};
+// The bridge's dtype: 0 f32, 1 f64, 2 c32, 3 c64.
+template <class T>
+int level3_dtype() {
+    return std::is_same_v<T, float> ? 0 : std::is_same_v<T, double> ? 1 : std::is_same_v<T, std::complex<float>> ? 2 : 3;
+}
+
 // One call decoded: BLAS's characters ('?' where the caller's is not one BLAS knows).
 template <class T>
 struct level3_args {
@@ -426,16 +438,19 @@ char cblas_diag(int d) { return d == 131 ? 'N' : d == 132 ? 'U' : '?'; }
 template <class T>
 bool check_args(level3_args<T>& g) {
     const std::string kind = g.kind;
-    const bool rank_k = kind == "syrk" || kind == "syr2k", tri = kind == "trmm" || kind == "trsm";
+    const bool rank_k = kind == "syrk" || kind == "syr2k" || kind == "herk" || kind == "her2k";
+    const bool tri = kind == "trmm" || kind == "trsm";
     if (g.uplo == '?' || g.m < 0 || g.n < 0 || g.k < 0) return false;
     if (!rank_k && g.side == '?') return false;
     if ((rank_k || tri) && g.trans == '?') return false;
+    // Complex SYRK/SYR2K take N or T, HERK/HER2K N or C; real data and TRMM/TRSM any of N, T, C.
+    if (rank_k && is_complex<T>::value && g.trans == (kind[1] == 'e' ? 'T' : 'C')) return false;
     if (tri && g.diag == '?') return false;
     auto line = [&](int rows, int cols) { return std::max(1, g.row_major ? cols : rows); };
     if (rank_k) {
         const int a_rows = g.trans == 'N' ? g.n : g.k, a_cols = g.trans == 'N' ? g.k : g.n;
         if (g.lda < line(a_rows, a_cols) || g.ldc < std::max(1, g.n)) return false;
-        return kind == "syrk" || g.ldb >= line(a_rows, a_cols);
+        return kind == "syrk" || kind == "herk" || g.ldb >= line(a_rows, a_cols);
     }
     const int ka = g.side == 'L' ? g.m : g.n;
     if (g.lda < std::max(1, ka) || g.ldb < line(g.m, g.n)) return false;
@@ -474,7 +489,8 @@ void route_level3(const void* caller, routine r, level3_args<T> g, Forward forwa
     const std::string shape = f.logging() ? shape_fields(g) : std::string();
     void* system = f.libraries().system().entry[int(r)];
     const std::string kind = g.kind;
-    const double depth = kind == "syrk" || kind == "syr2k" ? double(g.k) : double(g.side == 'L' ? g.m : g.n);
+    const bool rank_k = kind == "syrk" || kind == "syr2k" || kind == "herk" || kind == "her2k";
+    const double depth = rank_k ? double(g.k) : double(g.side == 'L' ? g.m : g.n);
     const double size = double(g.m) * double(g.n) * depth;
     const char* reason = !g.valid                                        ? "invalid-arguments"
                          : size < double(f.config().threshold) && system ? "below-threshold"
@@ -490,7 +506,7 @@ void route_level3(const void* caller, routine r, level3_args<T> g, Forward forwa
     if (!in_flight.active) return to_real_blas("exiting");
     if (!f.context_ready()) return to_real_blas("no-context");
     const long internal_before = f.internal_calls.load(std::memory_order_relaxed);
-    const tilestream_blas_level3_call call{std::is_same_v<T, double> ? 1 : 0, g.row_major ? 1 : 0, g.kind,
+    const tilestream_blas_level3_call call{level3_dtype<T>(), g.row_major ? 1 : 0, g.kind,
                                            g.side, g.uplo, g.trans, g.diag, g.m, g.n, g.k, &g.alpha, g.a, g.lda,
                                            g.b, g.ldb, &g.beta, g.c, g.ldc};
     char* text = nullptr;
@@ -516,13 +532,46 @@ void route_level3(const void* caller, routine r, level3_args<T> g, Forward forwa
 
 // CBLAS row-major calls keep their order: the bridge takes row-major operands as they lie.
 template <class T>
-void fortran_symm(const void* caller, routine r, TILESTREAM_BLAS_fortran_symm_PARAMS(T)) {
+void fortran_symm_kind(const void* caller, routine r, const char* kind, TILESTREAM_BLAS_fortran_symm_PARAMS(T)) {
     (void)side_len, (void)uplo_len;
     using entry_fn = void (*)(TILESTREAM_BLAS_fortran_symm_PARAMS(T));
-    const level3_args<T> g{routine_names[int(r)], "symm", false, fortran_char(side, "LR"), fortran_char(uplo, "UL"),
+    const level3_args<T> g{routine_names[int(r)], kind, false, fortran_char(side, "LR"), fortran_char(uplo, "UL"),
                            'N', 'N', false, *m, *n, 0, *alpha, a, *lda, b, *ldb, *beta, c, *ldc};
     route_level3(caller, r, g, [&](void* entry) {
         reinterpret_cast<entry_fn>(entry)(side, uplo, m, n, alpha, a, lda, b, ldb, beta, c, ldc, 1, 1);
+    });
+}
+
+template <class T>
+void fortran_symm(const void* caller, routine r, TILESTREAM_BLAS_fortran_symm_PARAMS(T)) {
+    fortran_symm_kind<T>(caller, r, "symm", TILESTREAM_BLAS_fortran_symm_ARGS);
+}
+template <class T>
+void fortran_hemm(const void* caller, routine r, TILESTREAM_BLAS_fortran_hemm_PARAMS(T)) {
+    fortran_symm_kind<T>(caller, r, "hemm", TILESTREAM_BLAS_fortran_hemm_ARGS);
+}
+
+template <class T>
+void fortran_herk(const void* caller, routine r, TILESTREAM_BLAS_fortran_herk_PARAMS(T)) {
+    (void)uplo_len, (void)trans_len;
+    using entry_fn = void (*)(TILESTREAM_BLAS_fortran_herk_PARAMS(T));
+    const level3_args<T> g{routine_names[int(r)], "herk", false, 'L', fortran_char(uplo, "UL"),
+                           fortran_char(trans, "NTC"), 'N', false, *n, *n, *k, T(*alpha), a, *lda, nullptr, 1,
+                           T(*beta), c, *ldc};
+    route_level3(caller, r, g, [&](void* entry) {
+        reinterpret_cast<entry_fn>(entry)(uplo, trans, n, k, alpha, a, lda, beta, c, ldc, 1, 1);
+    });
+}
+
+template <class T>
+void fortran_her2k(const void* caller, routine r, TILESTREAM_BLAS_fortran_her2k_PARAMS(T)) {
+    (void)uplo_len, (void)trans_len;
+    using entry_fn = void (*)(TILESTREAM_BLAS_fortran_her2k_PARAMS(T));
+    const level3_args<T> g{routine_names[int(r)], "her2k", false, 'L', fortran_char(uplo, "UL"),
+                           fortran_char(trans, "NTC"), 'N', false, *n, *n, *k, *alpha, a, *lda, b, *ldb, T(*beta), c,
+                           *ldc};
+    route_level3(caller, r, g, [&](void* entry) {
+        reinterpret_cast<entry_fn>(entry)(uplo, trans, n, k, alpha, a, lda, b, ldb, beta, c, ldc, 1, 1);
     });
 }
 
@@ -614,6 +663,85 @@ void cblas_trmm(const void* caller, routine r, TILESTREAM_BLAS_cblas_trmm_PARAMS
 template <class T>
 void cblas_trsm(const void* caller, routine r, TILESTREAM_BLAS_cblas_trsm_PARAMS(T)) {
     cblas_triangular<T>(caller, r, "trsm", TILESTREAM_BLAS_cblas_trsm_ARGS);
+}
+
+// CBLAS's complex forms: scalars by address (HERK's alpha and beta, HER2K's beta real, by value).
+template <class T>
+T value_at(const void* p) {
+    return *static_cast<const T*>(p);
+}
+
+template <class T>
+void cblas_symm_kind(const void* caller, routine r, const char* kind, TILESTREAM_BLAS_cblas_symm_cx_PARAMS(T)) {
+    using entry_fn = void (*)(TILESTREAM_BLAS_cblas_symm_cx_PARAMS(T));
+    const level3_args<T> g{routine_names[int(r)], kind, order == 101, cblas_order_known(order) ? cblas_side(side) : '?',
+                           cblas_uplo(uplo), 'N', 'N', false, m, n, 0, value_at<T>(alpha), static_cast<const T*>(a),
+                           lda, static_cast<const T*>(b), ldb, value_at<T>(beta), static_cast<T*>(c), ldc};
+    route_level3(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_symm_ARGS); });
+}
+template <class T>
+void cblas_symm_cx(const void* caller, routine r, TILESTREAM_BLAS_cblas_symm_cx_PARAMS(T)) {
+    cblas_symm_kind<T>(caller, r, "symm", TILESTREAM_BLAS_cblas_symm_ARGS);
+}
+template <class T>
+void cblas_hemm_cx(const void* caller, routine r, TILESTREAM_BLAS_cblas_hemm_cx_PARAMS(T)) {
+    cblas_symm_kind<T>(caller, r, "hemm", TILESTREAM_BLAS_cblas_symm_ARGS);
+}
+
+template <class T>
+void cblas_syrk_cx(const void* caller, routine r, TILESTREAM_BLAS_cblas_syrk_cx_PARAMS(T)) {
+    using entry_fn = void (*)(TILESTREAM_BLAS_cblas_syrk_cx_PARAMS(T));
+    const level3_args<T> g{routine_names[int(r)], "syrk", order == 101, 'L',
+                           cblas_order_known(order) ? cblas_uplo(uplo) : '?', cblas_trans(trans), 'N', false, n, n, k,
+                           value_at<T>(alpha), static_cast<const T*>(a), lda, nullptr, 1, value_at<T>(beta),
+                           static_cast<T*>(c), ldc};
+    route_level3(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_syrk_ARGS); });
+}
+
+template <class T>
+void cblas_herk_cx(const void* caller, routine r, TILESTREAM_BLAS_cblas_herk_cx_PARAMS(T)) {
+    using entry_fn = void (*)(TILESTREAM_BLAS_cblas_herk_cx_PARAMS(T));
+    const level3_args<T> g{routine_names[int(r)], "herk", order == 101, 'L',
+                           cblas_order_known(order) ? cblas_uplo(uplo) : '?', cblas_trans(trans), 'N', false, n, n, k,
+                           T(alpha), static_cast<const T*>(a), lda, nullptr, 1, T(beta), static_cast<T*>(c), ldc};
+    route_level3(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_syrk_ARGS); });
+}
+
+template <class T>
+void cblas_syr2k_cx(const void* caller, routine r, TILESTREAM_BLAS_cblas_syr2k_cx_PARAMS(T)) {
+    using entry_fn = void (*)(TILESTREAM_BLAS_cblas_syr2k_cx_PARAMS(T));
+    const level3_args<T> g{routine_names[int(r)], "syr2k", order == 101, 'L',
+                           cblas_order_known(order) ? cblas_uplo(uplo) : '?', cblas_trans(trans), 'N', false, n, n, k,
+                           value_at<T>(alpha), static_cast<const T*>(a), lda, static_cast<const T*>(b), ldb,
+                           value_at<T>(beta), static_cast<T*>(c), ldc};
+    route_level3(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_syr2k_ARGS); });
+}
+
+template <class T>
+void cblas_her2k_cx(const void* caller, routine r, TILESTREAM_BLAS_cblas_her2k_cx_PARAMS(T)) {
+    using entry_fn = void (*)(TILESTREAM_BLAS_cblas_her2k_cx_PARAMS(T));
+    const level3_args<T> g{routine_names[int(r)], "her2k", order == 101, 'L',
+                           cblas_order_known(order) ? cblas_uplo(uplo) : '?', cblas_trans(trans), 'N', false, n, n, k,
+                           value_at<T>(alpha), static_cast<const T*>(a), lda, static_cast<const T*>(b), ldb, T(beta),
+                           static_cast<T*>(c), ldc};
+    route_level3(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_syr2k_ARGS); });
+}
+
+template <class T>
+void cblas_triangular_cx(const void* caller, routine r, const char* kind, TILESTREAM_BLAS_cblas_trmm_cx_PARAMS(T)) {
+    using entry_fn = void (*)(TILESTREAM_BLAS_cblas_trmm_cx_PARAMS(T));
+    const level3_args<T> g{routine_names[int(r)], kind, order == 101, cblas_order_known(order) ? cblas_side(side) : '?',
+                           cblas_uplo(uplo), cblas_trans(transa), cblas_diag(diag), false, m, n, 0, value_at<T>(alpha),
+                           static_cast<const T*>(a), lda, nullptr, ldb, T(0), static_cast<T*>(b), ldb};
+    route_level3(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_trmm_ARGS); });
+}
+template <class T>
+void cblas_trmm_cx(const void* caller, routine r, TILESTREAM_BLAS_cblas_trmm_cx_PARAMS(T)) {
+    cblas_triangular_cx<T>(caller, r, "trmm", TILESTREAM_BLAS_cblas_trmm_ARGS);
+}
+template <class T>
+void cblas_trsm_cx(const void* caller, routine r, TILESTREAM_BLAS_cblas_trsm_cx_PARAMS(T)) {
+    cblas_triangular_cx<T>(caller, r, "trsm", TILESTREAM_BLAS_cblas_trmm_ARGS);
 }
 
 }  // namespace

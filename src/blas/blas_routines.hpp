@@ -3,6 +3,7 @@
 // blas_front.cpp and a case in the bridge (blas_context.cpp).
 #pragma once
 
+#include <complex>
 #include <cstddef>
 
 // X(symbol, family, scalar type)
@@ -34,7 +35,44 @@
     X(cblas_strmm, cblas_trmm, float)       \
     X(cblas_dtrmm, cblas_trmm, double)      \
     X(cblas_strsm, cblas_trsm, float)       \
-    X(cblas_dtrsm, cblas_trsm, double)
+    X(cblas_dtrsm, cblas_trsm, double)      \
+    TILESTREAM_BLAS_LEVEL3_COMPLEX_ROUTINES(X)
+
+// The complex ones (HEMM, HERK, HER2K besides): CBLAS passes their scalars by address (void*), HERK's
+// alpha and beta and HER2K's beta are real.
+#define TILESTREAM_BLAS_LEVEL3_COMPLEX_ROUTINES(X) \
+    X(csymm_, fortran_symm, std::complex<float>)            \
+    X(zsymm_, fortran_symm, std::complex<double>)           \
+    X(chemm_, fortran_hemm, std::complex<float>)            \
+    X(zhemm_, fortran_hemm, std::complex<double>)           \
+    X(csyrk_, fortran_syrk, std::complex<float>)            \
+    X(zsyrk_, fortran_syrk, std::complex<double>)           \
+    X(cherk_, fortran_herk, std::complex<float>)            \
+    X(zherk_, fortran_herk, std::complex<double>)           \
+    X(csyr2k_, fortran_syr2k, std::complex<float>)          \
+    X(zsyr2k_, fortran_syr2k, std::complex<double>)         \
+    X(cher2k_, fortran_her2k, std::complex<float>)          \
+    X(zher2k_, fortran_her2k, std::complex<double>)         \
+    X(ctrmm_, fortran_trmm, std::complex<float>)            \
+    X(ztrmm_, fortran_trmm, std::complex<double>)           \
+    X(ctrsm_, fortran_trsm, std::complex<float>)            \
+    X(ztrsm_, fortran_trsm, std::complex<double>)           \
+    X(cblas_csymm, cblas_symm_cx, std::complex<float>)      \
+    X(cblas_zsymm, cblas_symm_cx, std::complex<double>)     \
+    X(cblas_chemm, cblas_hemm_cx, std::complex<float>)      \
+    X(cblas_zhemm, cblas_hemm_cx, std::complex<double>)     \
+    X(cblas_csyrk, cblas_syrk_cx, std::complex<float>)      \
+    X(cblas_zsyrk, cblas_syrk_cx, std::complex<double>)     \
+    X(cblas_cherk, cblas_herk_cx, std::complex<float>)      \
+    X(cblas_zherk, cblas_herk_cx, std::complex<double>)     \
+    X(cblas_csyr2k, cblas_syr2k_cx, std::complex<float>)    \
+    X(cblas_zsyr2k, cblas_syr2k_cx, std::complex<double>)   \
+    X(cblas_cher2k, cblas_her2k_cx, std::complex<float>)    \
+    X(cblas_zher2k, cblas_her2k_cx, std::complex<double>)   \
+    X(cblas_ctrmm, cblas_trmm_cx, std::complex<float>)      \
+    X(cblas_ztrmm, cblas_trmm_cx, std::complex<double>)     \
+    X(cblas_ctrsm, cblas_trsm_cx, std::complex<float>)      \
+    X(cblas_ztrsm, cblas_trsm_cx, std::complex<double>)
 
 // Each family's C signature and the names of its arguments (the forwarded call passes them on as
 // they came). Fortran: column-major, every argument by address, gfortran's hidden string lengths last.
@@ -91,6 +129,48 @@
 #define TILESTREAM_BLAS_cblas_trmm_ARGS order, side, uplo, transa, diag, m, n, alpha, a, lda, b, ldb
 #define TILESTREAM_BLAS_cblas_trsm_PARAMS(T) TILESTREAM_BLAS_cblas_trmm_PARAMS(T)
 #define TILESTREAM_BLAS_cblas_trsm_ARGS TILESTREAM_BLAS_cblas_trmm_ARGS
+
+#define TILESTREAM_BLAS_fortran_hemm_PARAMS(T) TILESTREAM_BLAS_fortran_symm_PARAMS(T)
+#define TILESTREAM_BLAS_fortran_hemm_ARGS TILESTREAM_BLAS_fortran_symm_ARGS
+#define TILESTREAM_BLAS_fortran_herk_PARAMS(T)                                                              \
+    const char *uplo, const char *trans, const int *n, const int *k, const typename T::value_type *alpha,   \
+        const T *a, const int *lda, const typename T::value_type *beta, T *c, const int *ldc,                \
+        std::size_t uplo_len, std::size_t trans_len
+#define TILESTREAM_BLAS_fortran_herk_ARGS TILESTREAM_BLAS_fortran_syrk_ARGS
+#define TILESTREAM_BLAS_fortran_her2k_PARAMS(T)                                                             \
+    const char *uplo, const char *trans, const int *n, const int *k, const T *alpha, const T *a,            \
+        const int *lda, const T *b, const int *ldb, const typename T::value_type *beta, T *c, const int *ldc, \
+        std::size_t uplo_len, std::size_t trans_len
+#define TILESTREAM_BLAS_fortran_her2k_ARGS TILESTREAM_BLAS_fortran_syr2k_ARGS
+// CBLAS complex: every complex scalar and array by address.
+#define TILESTREAM_BLAS_cblas_symm_cx_PARAMS(T)                                                             \
+    int order, int side, int uplo, int m, int n, const void *alpha, const void *a, int lda, const void *b,  \
+        int ldb, const void *beta, void *c, int ldc
+#define TILESTREAM_BLAS_cblas_symm_cx_ARGS TILESTREAM_BLAS_cblas_symm_ARGS
+#define TILESTREAM_BLAS_cblas_hemm_cx_PARAMS(T) TILESTREAM_BLAS_cblas_symm_cx_PARAMS(T)
+#define TILESTREAM_BLAS_cblas_hemm_cx_ARGS TILESTREAM_BLAS_cblas_symm_ARGS
+#define TILESTREAM_BLAS_cblas_syrk_cx_PARAMS(T)                                                             \
+    int order, int uplo, int trans, int n, int k, const void *alpha, const void *a, int lda, const void *beta, \
+        void *c, int ldc
+#define TILESTREAM_BLAS_cblas_syrk_cx_ARGS TILESTREAM_BLAS_cblas_syrk_ARGS
+#define TILESTREAM_BLAS_cblas_herk_cx_PARAMS(T)                                                             \
+    int order, int uplo, int trans, int n, int k, typename T::value_type alpha, const void *a, int lda,     \
+        typename T::value_type beta, void *c, int ldc
+#define TILESTREAM_BLAS_cblas_herk_cx_ARGS TILESTREAM_BLAS_cblas_syrk_ARGS
+#define TILESTREAM_BLAS_cblas_syr2k_cx_PARAMS(T)                                                            \
+    int order, int uplo, int trans, int n, int k, const void *alpha, const void *a, int lda, const void *b,  \
+        int ldb, const void *beta, void *c, int ldc
+#define TILESTREAM_BLAS_cblas_syr2k_cx_ARGS TILESTREAM_BLAS_cblas_syr2k_ARGS
+#define TILESTREAM_BLAS_cblas_her2k_cx_PARAMS(T)                                                            \
+    int order, int uplo, int trans, int n, int k, const void *alpha, const void *a, int lda, const void *b,  \
+        int ldb, typename T::value_type beta, void *c, int ldc
+#define TILESTREAM_BLAS_cblas_her2k_cx_ARGS TILESTREAM_BLAS_cblas_syr2k_ARGS
+#define TILESTREAM_BLAS_cblas_trmm_cx_PARAMS(T)                                                             \
+    int order, int side, int uplo, int transa, int diag, int m, int n, const void *alpha, const void *a,    \
+        int lda, void *b, int ldb
+#define TILESTREAM_BLAS_cblas_trmm_cx_ARGS TILESTREAM_BLAS_cblas_trmm_ARGS
+#define TILESTREAM_BLAS_cblas_trsm_cx_PARAMS(T) TILESTREAM_BLAS_cblas_trmm_cx_PARAMS(T)
+#define TILESTREAM_BLAS_cblas_trsm_cx_ARGS TILESTREAM_BLAS_cblas_trmm_ARGS
 
 namespace tilestream::blas {
 
