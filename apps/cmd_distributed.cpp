@@ -5,6 +5,8 @@
 // only an error on one rank that the others cannot learn of ends every rank (MPI_Abort).
 #include "cli_args.hpp"
 #include "cmd_distributed_gemm_support.hpp"
+#include "core/npy_write.hpp"
+#include "distributed/npy_blocks.hpp"
 #include "commands.hpp"
 #include "core/json_text.hpp"
 
@@ -141,16 +143,17 @@ void declare_gemm_options(args& a) {
     a.integer_option("m", "rows of C (random inputs, uniform in [-1, 1], the same global matrices on any grid)")
         .integer_option("n", "columns of C (random inputs)")
         .integer_option("k", "inner dimension (random inputs)")
-        .text("dtype", "f32 (default) or f64; file inputs: the files' dtype", "f32|f64")
+        .text("dtype", "f32 (default), f64, c32 or c64 (numpy's float32, float64, complex64, complex128 too); "
+                       "file inputs: the files' dtype", "DTYPE")
         .integer_option("seed", "seed of the random inputs (default 42)")
         .text("a", "A from a .npy file (every rank reads only its blocks, MPI-IO)", "A.npy")
         .text("b", "B from a .npy file (goes with --a)", "B.npy")
         .text("c", "C's input from a .npy file (read when --beta is not 0)", "C.npy")
         .text("out", "write C as .npy (blocks by every rank, MPI-IO, atomically)", "C.npy")
-        .scalar_option("alpha", "scalar alpha (default 1)")
+        .scalar_option("alpha", "scalar alpha (default 1; complex types: e.g. 1.5-2j, 2j, (1+2j))")
         .scalar_option("beta", "scalar beta (default 0: C is not read)")
-        .text("op-a", "op(A): n (default) or t", "n|t")
-        .text("op-b", "op(B): n (default) or t", "n|t")
+        .text("op-a", "op(A): n (default), t, or c (conjugate transpose; on real data the same as t)", "n|t|c")
+        .text("op-b", "op(B): n (default), t or c", "n|t|c")
         .text("kernel", "each rank's local kernel: reference, naive, tiled or vendor (default)", "KERNEL")
         .text("strategy", "each rank's local plan: auto (default), in-core, tiles-3d, a-panel, a-panel-c-panel, "
                           "b-panel, c-block, row-panels, zero-copy", "STRATEGY")
@@ -158,11 +161,11 @@ void declare_gemm_options(args& a) {
         .integer_option("tile-m", "local tile rows")
         .integer_option("tile-n", "local tile columns")
         .integer_option("tile-k", "local tile depth")
-        .text("reproducible", "on: k added in fixed k-blocks (384 f32, 256 f64) in order on every grid, so C is "
+        .text("reproducible", "on: k added in fixed k-blocks (384 f32, 256 f64, 192 c32, 128 c64) in order on every grid, so C is "
                               "bitwise the same for any grid and rank count (tiled kernel, 2-D grids); default off",
               "on|off")
         .flag_option("check", "verify C in float64 (Freivalds over the ranks, 4+4 random vectors), exit 1 on failure")
-        .flag_option("anchor", "also time ScaLAPACK's PDGEMM/PSGEMM on the same grid and operands and print the ratio")
+        .flag_option("anchor", "also time ScaLAPACK's P?GEMM (PSGEMM, PDGEMM, PCGEMM, PZGEMM) on the same grid and operands and print the ratio")
         .integer_option("repeat", "run R times, report the median (default 1)")
         .text("trace", "write a Chrome trace of every rank (one group of tracks per rank)", "run.json")
         .text("timeline", "draw every rank's copies, kernels and panel waits (SVG, a lane group per rank)", "run.svg")
@@ -303,22 +306,30 @@ int run_gemm_typed(const args& a, const gemm_setup& s, const td::environment& en
         anchor = tr::scalapack_anchor<T>(grid, holds, s.op_a, s.op_b, alpha, *am, *bm, beta, c0 ? *c0 : *cm, m, n, k,
                                          s.repeat);
 
-    // The trace of every rank on rank 0, written before C so that a failed trace leaves no new C.
+    // The outputs: rank 0 opens each (a temporary beside a regular file, or the device or FIFO
+    // itself), writes the trace and the timeline, then every rank writes its blocks of C; rank 0
+    // then commits them together, so the run ends with all of them new or none.
     std::vector<trace_span> spans;
     if (tracing) spans = tr::gather_spans(MPI_COMM_WORLD, recorder.spans(), origin);
+    std::optional<detail::output_file> out_c, out_trace, out_timeline;
     std::string problem;
-    if (env.rank() == 0 && tracing) {
+    if (env.rank() == 0) {
         try {
+            if (a.has("out")) out_c.emplace(*a.get("out"));
             if (a.has("trace")) {
                 trace_recorder all;
                 for (const auto& sp : spans) all.record(sp.device, sp.stream, sp.kind, sp.name, sp.bytes, sp.flops, sp.t0, sp.t1);
-                all.write_chrome(*a.get("trace"));
+                const std::string text = all.chrome_json();
+                out_trace.emplace(*a.get("trace"));
+                out_trace->write(text.data(), text.size());
             }
-            if (a.has("timeline"))
-                write_text_file_atomically(*a.get("timeline"),
-                                           timeline_svg(spans, "gemm " + std::to_string(m) + "x" + std::to_string(n) + "x" +
-                                                                   std::to_string(k) + " on " + ranks_text(env.size()) +
-                                                                   " (grid " + std::to_string(p) + "x" + std::to_string(q) + ")"));
+            if (a.has("timeline")) {
+                const std::string text = timeline_svg(spans, "gemm " + std::to_string(m) + "x" + std::to_string(n) + "x" +
+                                                                  std::to_string(k) + " on " + ranks_text(env.size()) +
+                                                                  " (grid " + std::to_string(p) + "x" + std::to_string(q) + ")");
+                out_timeline.emplace(*a.get("timeline"));
+                out_timeline->write(text.data(), text.size());
+            }
         } catch (const std::exception& e) {
             problem = e.what();
         }
@@ -326,9 +337,12 @@ int run_gemm_typed(const args& a, const gemm_setup& s, const td::environment& en
     td::agree_on_errors(MPI_COMM_WORLD, problem, false);
     if (a.has("out")) {
         if (holds) {
+            if ((grid.rank() == 0) != (env.rank() == 0))
+                throw td::collective_error("internal: rank 0 is not the first rank of the grid that holds C");
             std::string message;
             try {
-                td::write_npy_blocks<T>(grid, *a.get("out"), *cm);
+                td::write_npy_blocks_to<T>(grid, out_c ? &*out_c : nullptr, cm->rows, cm->cols, cm->block, cm->data(),
+                                           cm->desc[8]);
             } catch (const td::collective_failure& e) {
                 if (c_layers == 1) throw;
                 message = e.what();
@@ -338,6 +352,17 @@ int run_gemm_typed(const args& a, const gemm_setup& s, const td::environment& en
             td::agree_on_errors(MPI_COMM_WORLD, "", false);
         }
     }
+    if (env.rank() == 0) {
+        try {
+            std::vector<detail::output_file*> all;
+            for (auto* o : {&out_c, &out_trace, &out_timeline})
+                if (*o) all.push_back(&**o);
+            detail::commit_together(all);
+        } catch (const std::exception& e) {
+            problem = e.what();
+        }
+    }
+    td::agree_on_errors(MPI_COMM_WORLD, problem, false);
 
     // Per-rank figures on rank 0.
     struct figures {
@@ -365,7 +390,9 @@ int run_gemm_typed(const args& a, const gemm_setup& s, const td::environment& en
     const double word = double(sizeof(T));
     const td::pgemm_traffic& model = plan.traffic;
     const td::pgemm_rank_plan flat = td::plan_pgemm(s.op_a, s.op_b, m, n, k, env.size(), sizeof(T), s.block, 0, 1);
-    const double gflops = secs > 0 ? 2.0 * double(m) * double(n) * double(k) / secs * 1e-9 : 0.0;
+    // A complex multiply-add is 4 real ones: 8mnk flops for c32/c64 (the dtype table's count).
+    const double flops_per_mac = double(dtype_traits(dtype_of<T>()).flops_per_multiply_add);
+    const double gflops = secs > 0 ? flops_per_mac * double(m) * double(n) * double(k) / secs * 1e-9 : 0.0;
     const double mean_sent = sum_sent / word / env.size();
     const std::string kernel = std::string(to_string(s.reproducible ? gemm_kernel::tiled : parse_gemm_kernel(a.get_or("kernel", "vendor"))));
     const std::string devices = a.get_or("devices", "cpu");
@@ -410,7 +437,7 @@ int run_gemm_typed(const args& a, const gemm_setup& s, const td::environment& en
         using detail::json;
         json o = {{"m", m}, {"n", n}, {"k", k}, {"dtype", std::string(to_string(dtype_of<T>()))},
                   {"kernel", kernel}, {"devices", devices}, {"op_a", std::string(to_string(s.op_a))},
-                  {"op_b", std::string(to_string(s.op_b))}, {"alpha", double(alpha)}, {"beta", double(beta)},
+                  {"op_b", std::string(to_string(s.op_b))}, {"alpha", as_scalar(alpha).real()}, {"beta", as_scalar(beta).real()},
                   {"repeat", s.repeat}, {"seconds", secs}, {"gflops", gflops},
                   {"strategy", a.get_or("strategy", "auto")}, {"tile_m", call.tile_m}, {"tile_n", call.tile_n},
                   {"tile_k", call.tile_k}, {"k_block", kb}, {"reproducible", s.reproducible},
@@ -443,6 +470,7 @@ int run_gemm_typed(const args& a, const gemm_setup& s, const td::environment& en
                            {"peak_rss_bytes", f.rss}});
         }
         o["per_rank"] = per;
+        if constexpr (is_complex_v<T>) o["alpha_imag"] = alpha.imag(), o["beta_imag"] = beta.imag();
         if (check) {
             o["rel_error"] = check->error, o["tolerance"] = check->tolerance, o["check_passed"] = ok;
             o["check_method"] = "freivalds", o["check_tolerance"] = check->tolerance, o["check_seconds"] = check->seconds;
@@ -553,7 +581,7 @@ int run_gemm(int argc, char** argv, const td::environment& env) {
             throw td::collective_error("gemm: --beta is not 0 but no --c file was given");
         }
     }
-    return visit_real_dtype(s.type, "gemm over MPI ranks", [&]<class T>() { return run_gemm_typed<T>(a, s, env); });
+    return visit_dtype(s.type, [&]<class T>() { return run_gemm_typed<T>(a, s, env); });
 }
 
 void declare_jacobi_options(args& a) {
@@ -614,9 +642,22 @@ int run_jacobi(int argc, char** argv, const td::environment& env) {
         std::string problem;
         if (env.rank() == 0 && gather) {
             try {
+                // Both outputs new or neither (as the one-process CLI writes them).
                 const host_matrix_view<const T> view(field.data(), ny, nx);
-                if (!image.empty()) write_field_png<T>(image, view);
-                if (!out.empty()) write_npy<T>(out, view);
+                std::optional<detail::output_file> png, npy;
+                if (!image.empty()) {
+                    const std::string bytes = encode_png(render_field<T>(view), image);
+                    png.emplace(image);
+                    png->write(bytes.data(), bytes.size());
+                }
+                if (!out.empty()) {
+                    npy.emplace(out);
+                    detail::write_npy_to<T>(*npy, view);
+                }
+                std::vector<detail::output_file*> all;
+                for (auto* o : {&png, &npy})
+                    if (*o) all.push_back(&**o);
+                detail::commit_together(all);
             } catch (const std::exception& e) {
                 problem = e.what();
             }

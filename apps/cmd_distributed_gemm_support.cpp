@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cctype>
 #include <cmath>
+#include <complex>
 #include <limits>
 #include <climits>
 #include <cstdio>
@@ -26,27 +28,45 @@ std::uint64_t mix(std::uint64_t x) {
 /// +-1 for entry i of check vector `v` (the same on every rank).
 double sign(std::uint64_t seed, int v, index_t i) { return (mix(seed ^ mix(std::uint64_t(v) * 7919 + std::uint64_t(i))) >> 63) ? 1.0 : -1.0; }
 
-/// Calls f(global row, global column, value) for each local element of m.
+/// Calls f(global row, global column, value in double precision) for each local element of m,
+/// the value conjugated when `conj` (op c of a complex operand).
 template <class T, class F>
-void each_local(const td::process_grid& g, const td::block_cyclic_matrix<T>& m, F&& f) {
+void each_local(const td::process_grid& g, const td::block_cyclic_matrix<T>& m, F&& f, bool conj = false) {
     if (m.local.empty()) return;
     for (index_t lj = 0; lj < m.local_cols; ++lj) {
         const index_t gj = global_index(lj, m.block, g.my_col(), g.cols());
-        for (index_t li = 0; li < m.local_rows; ++li)
-            f(global_index(li, m.block, g.my_row(), g.rows()), gj, double(m.local[std::size_t(li + lj * m.ld())]));
+        for (index_t li = 0; li < m.local_rows; ++li) {
+            wide_type_t<T> v(m.local[std::size_t(li + lj * m.ld())]);
+            if constexpr (is_complex_v<T>)
+                if (conj) v = std::conj(v);
+            f(global_index(li, m.block, g.my_row(), g.rows()), gj, v);
+        }
     }
 }
 
-void sum_over(MPI_Comm comm, std::vector<double>& v) {
-    td::check_mpi(MPI_Allreduce(MPI_IN_PLACE, v.data(), int(v.size()), MPI_DOUBLE, MPI_SUM, comm), "MPI_Allreduce (check)");
+/// Sums over the ranks (vectors of m, n or k elements: int extents).
+template <class W>
+void sum_over(MPI_Comm comm, std::vector<W>& v) {
+    const MPI_Datatype t = std::is_same_v<W, double> ? MPI_DOUBLE : MPI_C_DOUBLE_COMPLEX;
+    td::check_mpi(MPI_Allreduce(MPI_IN_PLACE, v.data(), int(v.size()), t, MPI_SUM, comm), "MPI_Allreduce (check)");
 }
 
-std::vector<double> zeros(index_t len) { return std::vector<double>(static_cast<std::size_t>(len), 0.0); }
+template <class W>
+std::vector<W> zeros(index_t len) {
+    return std::vector<W>(static_cast<std::size_t>(len), W(0));
+}
 
-double norm2(const std::vector<double>& v) {
+template <class W>
+double norm2(const std::vector<W>& v) {
     double s = 0;
-    for (double x : v) s += x * x;
+    for (const W& x : v) s += std::norm(x);
     return std::sqrt(s);
+}
+
+template <class W>
+bool finite(const W& v) {
+    if constexpr (std::is_same_v<W, double>) return std::isfinite(v);
+    else return std::isfinite(v.real()) && std::isfinite(v.imag());
 }
 
 }  // namespace
@@ -64,7 +84,15 @@ void fill_random_blocks(const td::process_grid& g, td::block_cyclic_matrix<T>& m
     for (index_t lj = 0; lj < m.local_cols; ++lj) {
         const index_t gj = global_index(lj, m.block, g.my_col(), g.cols());
         for (index_t li = 0; li < m.local_rows; ++li)
-            m.local[std::size_t(li + lj * m.ld())] = T(random_element(seed, id, global_index(li, m.block, g.my_row(), g.rows()), gj));
+        {
+            const index_t gi = global_index(li, m.block, g.my_row(), g.rows());
+            // Complex: both parts non-zero, the imaginary part from a stream of its own.
+            if constexpr (is_complex_v<T>)
+                m.local[std::size_t(li + lj * m.ld())] = T(real_type_t<T>(random_element(seed, id, gi, gj)),
+                                                           real_type_t<T>(random_element(seed, id + 1000, gi, gj)));
+            else
+                m.local[std::size_t(li + lj * m.ld())] = T(random_element(seed, id, gi, gj));
+        }
     }
 }
 
@@ -73,26 +101,31 @@ rank_check check_over_ranks(MPI_Comm comm, const td::process_grid& g, op op_a, o
                             const td::block_cyclic_matrix<T>& a, const td::block_cyclic_matrix<T>& b, T beta,
                             const td::block_cyclic_matrix<T>* c0, const td::block_cyclic_matrix<T>& c, index_t m,
                             index_t n, index_t k, std::uint64_t seed) {
+    using W = wide_type_t<T>;
     const auto t0 = std::chrono::steady_clock::now();
     rank_check r;
     const bool na = op_a == op::n, nb = op_b == op::n, with_c0 = beta != T(0) && c0;
+    // op c conjugates A's or B's elements as they are read (complex only; on real data c is t).
+    const bool ca = op_a == op::c, cb = op_b == op::c;
     // ||C||_F and whether everything is finite.
     std::vector<double> totals(2, 0.0);
     auto finite_scan = [&](const td::block_cyclic_matrix<T>& x) {
-        each_local(g, x, [&](index_t, index_t, double v) {
-            if (!std::isfinite(v)) totals[1] += 1;
+        each_local(g, x, [&](index_t, index_t, const W& v) {
+            if (!finite(v)) totals[1] += 1;
         });
     };
     finite_scan(a);
     finite_scan(b);
     if (with_c0) finite_scan(*c0);
-    each_local(g, c, [&](index_t, index_t, double v) {
-        if (!std::isfinite(v)) totals[1] += 1;
-        totals[0] += v * v;
+    each_local(g, c, [&](index_t, index_t, const W& v) {
+        if (!finite(v)) totals[1] += 1;
+        totals[0] += std::norm(v);
     });
     sum_over(comm, totals);
-    const double unit = std::is_same_v<T, float> ? 0x1.0p-24 : 0x1.0p-53;
-    r.tolerance = std::max(16.0, 8 * std::sqrt(double(k))) * unit + 8 * (std::sqrt(double(n)) + std::sqrt(double(k))) * 0x1.0p-53;
+    const double unit = std::is_same_v<real_type_t<T>, float> ? 0x1.0p-24 : 0x1.0p-53;
+    // A complex multiply-add adds two real products to each part: 2k terms.
+    const double terms = is_complex_v<T> ? 2.0 * double(k) : double(k);
+    r.tolerance = std::max(16.0, 8 * std::sqrt(terms)) * unit + 8 * (std::sqrt(double(n)) + std::sqrt(double(k))) * 0x1.0p-53;
     if (totals[1] > 0) {
         r.finite = false;
         r.error = std::numeric_limits<double>::infinity();
@@ -100,41 +133,41 @@ rank_check check_over_ranks(MPI_Comm comm, const td::process_grid& g, op op_a, o
     }
     const double c_norm = std::sqrt(totals[0]);
     double worst = 0;
-    const double al = double(alpha), be = double(beta);
+    const W al(alpha), be(beta);
     for (int v = 0; v < 4; ++v) {
         // Right: C x against alpha op(A) (op(B) x) + beta C0 x.
-        std::vector<double> x = zeros(n), t = zeros(k), u = zeros(m), w = zeros(m), w0 = zeros(m);
-        for (index_t j = 0; j < n; ++j) x[std::size_t(j)] = sign(seed, v, j);
-        each_local(g, b, [&](index_t i, index_t j, double e) {
+        std::vector<W> x = zeros<W>(n), t = zeros<W>(k), u = zeros<W>(m), w = zeros<W>(m), w0 = zeros<W>(m);
+        for (index_t j = 0; j < n; ++j) x[std::size_t(j)] = W(sign(seed, v, j));
+        each_local(g, b, [&](index_t i, index_t j, const W& e) {
             if (nb) t[std::size_t(i)] += e * x[std::size_t(j)];
             else t[std::size_t(j)] += e * x[std::size_t(i)];
-        });
+        }, cb);
         sum_over(comm, t);
-        each_local(g, a, [&](index_t i, index_t j, double e) {
+        each_local(g, a, [&](index_t i, index_t j, const W& e) {
             if (na) u[std::size_t(i)] += e * t[std::size_t(j)];
             else u[std::size_t(j)] += e * t[std::size_t(i)];
-        });
-        each_local(g, c, [&](index_t i, index_t j, double e) { w[std::size_t(i)] += e * x[std::size_t(j)]; });
-        if (with_c0) each_local(g, *c0, [&](index_t i, index_t j, double e) { w0[std::size_t(i)] += e * x[std::size_t(j)]; });
+        }, ca);
+        each_local(g, c, [&](index_t i, index_t j, const W& e) { w[std::size_t(i)] += e * x[std::size_t(j)]; });
+        if (with_c0) each_local(g, *c0, [&](index_t i, index_t j, const W& e) { w0[std::size_t(i)] += e * x[std::size_t(j)]; });
         sum_over(comm, u);
         sum_over(comm, w);
         if (with_c0) sum_over(comm, w0);
         for (index_t i = 0; i < m; ++i) w[std::size_t(i)] -= al * u[std::size_t(i)] + be * w0[std::size_t(i)];
         worst = std::max(worst, norm2(w));
         // Left: y^T C against alpha (y^T op(A)) op(B) + beta y^T C0.
-        std::vector<double> y = zeros(m), s = zeros(k), z = zeros(n), q = zeros(n), q0 = zeros(n);
-        for (index_t i = 0; i < m; ++i) y[std::size_t(i)] = sign(seed + 1, v, i);
-        each_local(g, a, [&](index_t i, index_t j, double e) {
+        std::vector<W> y = zeros<W>(m), s = zeros<W>(k), z = zeros<W>(n), q = zeros<W>(n), q0 = zeros<W>(n);
+        for (index_t i = 0; i < m; ++i) y[std::size_t(i)] = W(sign(seed + 1, v, i));
+        each_local(g, a, [&](index_t i, index_t j, const W& e) {
             if (na) s[std::size_t(j)] += y[std::size_t(i)] * e;
             else s[std::size_t(i)] += y[std::size_t(j)] * e;
-        });
+        }, ca);
         sum_over(comm, s);
-        each_local(g, b, [&](index_t i, index_t j, double e) {
+        each_local(g, b, [&](index_t i, index_t j, const W& e) {
             if (nb) z[std::size_t(j)] += s[std::size_t(i)] * e;
             else z[std::size_t(i)] += s[std::size_t(j)] * e;
-        });
-        each_local(g, c, [&](index_t i, index_t j, double e) { q[std::size_t(j)] += y[std::size_t(i)] * e; });
-        if (with_c0) each_local(g, *c0, [&](index_t i, index_t j, double e) { q0[std::size_t(j)] += y[std::size_t(i)] * e; });
+        }, cb);
+        each_local(g, c, [&](index_t i, index_t j, const W& e) { q[std::size_t(j)] += y[std::size_t(i)] * e; });
+        if (with_c0) each_local(g, *c0, [&](index_t i, index_t j, const W& e) { q0[std::size_t(j)] += y[std::size_t(i)] * e; });
         sum_over(comm, z);
         sum_over(comm, q);
         if (with_c0) sum_over(comm, q0);
@@ -154,8 +187,7 @@ struct scalapack_library {
     void (*blacs_get)(int, int, int*) = nullptr;
     void (*gridinit)(int*, const char*, int, int) = nullptr;
     void (*gridexit)(int) = nullptr;
-    void* psgemm = nullptr;
-    void* pdgemm = nullptr;
+    void* gemm[4] = {};  ///< psgemm_, pdgemm_, pcgemm_, pzgemm_ (indexed by dtype)
     std::string error;
 };
 
@@ -171,9 +203,13 @@ const scalapack_library& scalapack() {
         l.blacs_get = reinterpret_cast<void (*)(int, int, int*)>(dlsym(h, "Cblacs_get"));
         l.gridinit = reinterpret_cast<void (*)(int*, const char*, int, int)>(dlsym(h, "Cblacs_gridinit"));
         l.gridexit = reinterpret_cast<void (*)(int)>(dlsym(h, "Cblacs_gridexit"));
-        l.psgemm = dlsym(h, "psgemm_");
-        l.pdgemm = dlsym(h, "pdgemm_");
-        if (!l.blacs_get || !l.gridinit || !l.gridexit || !l.psgemm || !l.pdgemm)
+        bool all = true;
+        for (dtype t : all_dtypes) {
+            const std::string symbol = std::string("p") + dtype_traits(t).blas_prefix + "gemm_";
+            l.gemm[std::size_t(t)] = dlsym(h, symbol.c_str());
+            all = all && l.gemm[std::size_t(t)];
+        }
+        if (!l.blacs_get || !l.gridinit || !l.gridexit || !all)
             l.error = std::string("ScaLAPACK at ") + TILESTREAM_SCALAPACK_PATH + " lacks BLACS or PxGEMM";
 #else
         l.error = "--anchor over ranks needs ScaLAPACK (libscalapack-openmpi-dev), not found when this tool was built";
@@ -195,11 +231,11 @@ rank_anchor scalapack_anchor(const td::process_grid& g, bool holds, op op_a, op 
                              const td::block_cyclic_matrix<T>& a, const td::block_cyclic_matrix<T>& b, T beta,
                              const td::block_cyclic_matrix<T>& c0, index_t m, index_t n, index_t k, int repeat) {
     rank_anchor r;
-    r.name = std::is_same_v<T, float> ? "ScaLAPACK PSGEMM" : "ScaLAPACK PDGEMM";
+    r.name = std::string("ScaLAPACK P") + char(std::toupper(dtype_traits(dtype_of<T>()).blas_prefix)) + "GEMM";
     const scalapack_library& lib = scalapack();
     // Every rank reached here; all agree that the library is there before BLACS is called.
     td::agree_on_errors(MPI_COMM_WORLD, lib.error, true);
-    const auto gemm = reinterpret_cast<pxgemm<T>>(std::is_same_v<T, float> ? lib.psgemm : lib.pdgemm);
+    const auto gemm = reinterpret_cast<pxgemm<T>>(lib.gemm[std::size_t(dtype_of<T>())]);
     int ctxt = 0;
     lib.blacs_get(-1, 0, &ctxt);
     lib.gridinit(&ctxt, "Row", g.rows(), g.cols());  // the first P*Q ranks: layer 0, as process_grid places them
@@ -211,7 +247,8 @@ rank_anchor scalapack_anchor(const td::process_grid& g, bool holds, op op_a, op 
         std::copy(b.desc, b.desc + 9, db);
         std::copy(c.desc, c.desc + 9, dc);
         da[1] = db[1] = dc[1] = ctxt;
-        const char ta = op_a == op::n ? 'N' : 'T', tb = op_b == op::n ? 'N' : 'T';
+        auto trans = [](op o) { return o == op::n ? 'N' : o == op::t ? 'T' : 'C'; };
+        const char ta = trans(op_a), tb = trans(op_b);
         const int im = int(m), in = int(n), ik = int(k), one = 1;
         td::check_mpi(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
         const auto t0 = std::chrono::steady_clock::now();
@@ -226,7 +263,9 @@ rank_anchor scalapack_anchor(const td::process_grid& g, bool holds, op op_a, op 
     std::sort(times.begin(), times.end());
     const std::size_t h = times.size();
     r.seconds = h % 2 ? times[h / 2] : 0.5 * (times[h / 2 - 1] + times[h / 2]);
-    r.gflops = r.seconds > 0 ? 2.0 * double(m) * double(n) * double(k) / r.seconds * 1e-9 : 0.0;
+    r.gflops = r.seconds > 0 ? double(dtype_traits(dtype_of<T>()).flops_per_multiply_add) * double(m) * double(n) *
+                                   double(k) / r.seconds * 1e-9
+                             : 0.0;
     return r;
 }
 
@@ -290,23 +329,19 @@ std::vector<trace_span> gather_spans(MPI_Comm comm, const std::vector<trace_span
     return out;
 }
 
-template void fill_random_blocks<float>(const td::process_grid&, td::block_cyclic_matrix<float>&, std::uint64_t, int);
-template void fill_random_blocks<double>(const td::process_grid&, td::block_cyclic_matrix<double>&, std::uint64_t, int);
-template rank_check check_over_ranks<float>(MPI_Comm, const td::process_grid&, op, op, float,
-                                            const td::block_cyclic_matrix<float>&, const td::block_cyclic_matrix<float>&,
-                                            float, const td::block_cyclic_matrix<float>*,
-                                            const td::block_cyclic_matrix<float>&, index_t, index_t, index_t, std::uint64_t);
-template rank_check check_over_ranks<double>(MPI_Comm, const td::process_grid&, op, op, double,
-                                             const td::block_cyclic_matrix<double>&, const td::block_cyclic_matrix<double>&,
-                                             double, const td::block_cyclic_matrix<double>*,
-                                             const td::block_cyclic_matrix<double>&, index_t, index_t, index_t,
-                                             std::uint64_t);
-template rank_anchor scalapack_anchor<float>(const td::process_grid&, bool, op, op, float,
-                                             const td::block_cyclic_matrix<float>&, const td::block_cyclic_matrix<float>&,
-                                             float, const td::block_cyclic_matrix<float>&, index_t, index_t, index_t, int);
-template rank_anchor scalapack_anchor<double>(const td::process_grid&, bool, op, op, double,
-                                              const td::block_cyclic_matrix<double>&,
-                                              const td::block_cyclic_matrix<double>&, double,
-                                              const td::block_cyclic_matrix<double>&, index_t, index_t, index_t, int);
+#define TILESTREAM_RANKS_SUPPORT(T)                                                                             \
+    template void fill_random_blocks<T>(const td::process_grid&, td::block_cyclic_matrix<T>&, std::uint64_t, int);    \
+    template rank_check check_over_ranks<T>(MPI_Comm, const td::process_grid&, op, op, T,                            \
+                                            const td::block_cyclic_matrix<T>&, const td::block_cyclic_matrix<T>&, T,  \
+                                            const td::block_cyclic_matrix<T>*, const td::block_cyclic_matrix<T>&,     \
+                                            index_t, index_t, index_t, std::uint64_t);                                \
+    template rank_anchor scalapack_anchor<T>(const td::process_grid&, bool, op, op, T,                               \
+                                             const td::block_cyclic_matrix<T>&, const td::block_cyclic_matrix<T>&, T, \
+                                             const td::block_cyclic_matrix<T>&, index_t, index_t, index_t, int);
+TILESTREAM_RANKS_SUPPORT(float)
+TILESTREAM_RANKS_SUPPORT(double)
+TILESTREAM_RANKS_SUPPORT(std::complex<float>)
+TILESTREAM_RANKS_SUPPORT(std::complex<double>)
+#undef TILESTREAM_RANKS_SUPPORT
 
 }  // namespace tilestream::cli::ranks

@@ -10,6 +10,7 @@
 //        mpirun -np N mpi_bench jacobi --nx 4096 --ny 4096 --iters 200 --git-hash H --out FILE
 #include "bench_common.hpp"
 
+#include <tilestream/pblas.hpp>
 #include <tilestream/distributed.hpp>
 
 #include <mpi.h>
@@ -17,18 +18,13 @@
 #include <atomic>
 #include <cstdio>
 #include <optional>
+#include <complex>
 #include <random>
 
 extern "C" {
 void Cblacs_get(int context, int what, int* value);
 void Cblacs_gridinit(int* context, const char* order, int rows, int cols);
 void Cblacs_gridexit(int context);
-void psgemm_(const char*, const char*, const int*, const int*, const int*, const float*, const float*, const int*,
-             const int*, const int*, const float*, const int*, const int*, const int*, const float*, float*, const int*,
-             const int*, const int*);
-void pdgemm_(const char*, const char*, const int*, const int*, const int*, const double*, const double*, const int*,
-             const int*, const int*, const double*, const int*, const int*, const int*, const double*, double*,
-             const int*, const int*, const int*);
 }
 
 // Bytes this rank receives through MPI point-to-point calls (BLACS, hence ScaLAPACK, communicates
@@ -91,7 +87,14 @@ struct local_matrix {
         std::copy(d, d + 9, desc);
         data.resize(std::size_t(std::max(1, lr)) * std::size_t(std::max(1, lc)));
         std::uniform_real_distribution<double> u(-1, 1);
-        for (auto& x : data) x = T(u(rng));
+        for (auto& x : data) {
+            if constexpr (ts::is_complex_v<T>) {
+                const double re = u(rng);
+                x = T(ts::real_type_t<T>(re), ts::real_type_t<T>(u(rng)));
+            } else {
+                x = T(u(rng));
+            }
+        }
     }
 };
 
@@ -149,6 +152,12 @@ ts::detail::json gemm_case(int m, int n, int k, int off, int block, int reps, in
         if constexpr (std::is_same_v<T, float>)
             psgemm_("N", "N", &m, &n, &k, &alpha, a.data.data(), &ia, &ia, a.desc, b.data.data(), &ia, &ia, b.desc, &beta,
                     c.data.data(), &one, &one, c.desc);
+        else if constexpr (std::is_same_v<T, std::complex<float>>)
+            pcgemm_("N", "N", &m, &n, &k, &alpha, a.data.data(), &ia, &ia, a.desc, b.data.data(), &ia, &ia, b.desc, &beta,
+                    c.data.data(), &one, &one, c.desc);
+        else if constexpr (std::is_same_v<T, std::complex<double>>)
+            pzgemm_("N", "N", &m, &n, &k, &alpha, a.data.data(), &ia, &ia, a.desc, b.data.data(), &ia, &ia, b.desc, &beta,
+                    c.data.data(), &one, &one, c.desc);
         else
             pdgemm_("N", "N", &m, &n, &k, &alpha, a.data.data(), &ia, &ia, a.desc, b.data.data(), &ia, &ia, b.desc, &beta,
                     c.data.data(), &one, &one, c.desc);
@@ -165,7 +174,8 @@ ts::detail::json gemm_case(int m, int n, int k, int off, int block, int reps, in
     }
     Cblacs_gridexit(ctxt);
     const double t_ours = tb::median(ours), t_theirs = tb::median(theirs);
-    const double flops = 2.0 * double(m) * double(n) * double(k);
+    // 8mnk for complex (a complex multiply-add is 4 real ones).
+    const double flops = double(ts::dtype_traits(ts::dtype_of<T>()).flops_per_multiply_add) * double(m) * double(n) * double(k);
     const auto model = td::model_pgemm_traffic(ts::op::n, ts::op::n, m, n, k, lgrid.rows(), lgrid.cols(), lg.layers(), block);
     const unsigned long long ours_most = largest(ours_bytes), theirs_most = largest(theirs_bytes);
     const std::string shape = std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k);
@@ -198,7 +208,7 @@ int main(int argc, char** argv) {
     if (argc < 2) return 2;
     const std::string mode = argv[1];
     tb::arguments args(argc - 1, argv + 1,
-                       "usage: mpi_bench gemm [--sizes f64:4096,f32:8192] [--block 128] [--reps 3] [--layers 1] | jacobi [--nx N] "
+                       "usage: mpi_bench gemm [--sizes f64:4096,f32:8192,c64:2048] [--block 128] [--reps 3] [--layers 1] | jacobi [--nx N] "
                        "[--ny N] [--iters N] [--dtype f32]; both [--git-hash H] [--out FILE]");
     const std::string hash = args.get("git-hash", "unknown"), out = args.get("out", "");
     tb::json_builder top = tb::result_header("mpi_" + mode, hash, "cpu (1 thread) per rank");
@@ -206,7 +216,8 @@ int main(int argc, char** argv) {
     if (mode == "gemm") {
         // Shapes: DTYPE:N (square), DTYPE:MxNxK, each with an optional +OFF (A and B sub-matrices
         // from row and column OFF+1, C from 1: op(A) off C's rows).
-        const std::string sizes = args.get("sizes", "f64:4096,f32:8192,f64:65536x512x512,f32:65536x512x512,f64:4096+77");
+        const std::string sizes =
+            args.get("sizes", "f64:4096,f32:8192,f64:65536x512x512,f32:65536x512x512,f64:4096+77,c64:2048,c32:2048,c64:2048+77");
         const int block = int(args.number("block", 128)), reps = int(args.number("reps", 3));
         const int layers = int(args.number("layers", 1));
         if (!args.finish()) return 2;
@@ -223,8 +234,10 @@ int main(int argc, char** argv) {
             if (std::sscanf(dims.c_str(), "%dx%dx%d", &m, &n, &k) != 3) m = n = k = std::stoi(dims);
             // 2.5D only for plain square shapes; the others on the model's 2-D grid.
             const int c = (m == n && n == k && off == 0) ? layers : 1;
-            rows.push_back(s.substr(0, colon) == "f32" ? gemm_case<float>(m, n, k, off, block, reps, c)
-                                                       : gemm_case<double>(m, n, k, off, block, reps, c));
+            // f32, f64, c32, c64: ScaLAPACK's PSGEMM, PDGEMM, PCGEMM, PZGEMM beside it.
+            rows.push_back(ts::visit_dtype(ts::parse_dtype(s.substr(0, colon)), [&]<class T>() {
+                return gemm_case<T>(m, n, k, off, block, reps, c);
+            }));
         }
         top.add("results", rows);
     } else if (mode == "jacobi") {

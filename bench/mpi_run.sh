@@ -2,14 +2,15 @@
 # The benchmark over MPI ranks (issues 15, 28): 4 ranks (oversubscribed on 2 cores here) and 1 rank,
 # one OpenBLAS thread each, tilestream's SUMMA against ScaLAPACK's PDGEMM/PSGEMM in the same run on
 # the same grid (the model's best for the shape): square (f64 n = 4096, f32 n = 8192), tall-skinny
-# (m = 65536, n = k = 512, f64 and f32) and sub-matrices at offset 77 (f64 n = 4096), with the
+# (m = 65536, n = k = 512, f64 and f32), sub-matrices at offset 77 (f64 n = 4096) and complex
+# beside ScaLAPACK's PZGEMM/PCGEMM (c64 and c32 n = 2048, c64 at offset 77), with the
 # bytes each receives per rank; then Jacobi strong scaling over 1, 2 and 4 ranks with the
 # efficiency. JSON under bench/results/. Run it on a quiet machine: it takes every core.
 # LAYERS > 1 runs tilestream's GEMM as 2.5D over that many layers (ScaLAPACK stays on 2x2).
 # usage: bench/mpi_run.sh [BUILD_DIR] [GEMM_SIZES] [JACOBI_N] [LAYERS]
 set -euo pipefail
 build=${1:-build}
-sizes=${2:-f64:4096,f32:8192,f64:65536x512x512,f32:65536x512x512,f64:4096+77}
+sizes=${2:-f64:4096,f32:8192,f64:65536x512x512,f32:65536x512x512,f64:4096+77,c64:2048,c32:2048,c64:2048+77}
 jn=${3:-4096}
 layers=${4:-1}
 cd "$(dirname "$0")/.."

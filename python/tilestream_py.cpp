@@ -5,8 +5,10 @@
 #include <tilestream/context.hpp>
 #include <tilestream/devices.hpp>
 #include <tilestream/error.hpp>
+#include <tilestream/dtype_traits.hpp>
 #include <tilestream/jacobi.hpp>
 
+#include <pybind11/complex.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/complex.h>
@@ -262,23 +264,32 @@ struct kept_array {
 };
 
 struct gemm_args {
-    double alpha = 1, beta = 0;
+    std::complex<double> alpha = 1, beta = 0;  // real for real runs (the Python layer checks)
     std::string strategy = "auto";
     ts::index_t tile_m = 0, tile_n = 0, tile_k = 0;
     std::optional<std::string> kernel;
     bool plan_only = false;
 };
 
-/// alpha or beta in the run's type; a finite value beyond its range is an error, not an infinity.
+/// alpha or beta in the run's type; a finite value (or part) beyond its range is an error, not an
+/// infinity, and an imaginary part for a real run is an error, not dropped.
 template <class T>
-T scalar_of(double x, const char* name) {
-    if (std::isfinite(x) && std::abs(x) > double(std::numeric_limits<T>::max())) {
-        char text[96];
-        std::snprintf(text, sizeof text, " = %.6g is beyond the range of the result type (largest %.6g)", x,
-                      double(std::numeric_limits<T>::max()));
-        throw ts::invalid_argument(std::string("matmul: ") + name + text);
+T scalar_of(std::complex<double> x, const char* name) {
+    using part = ts::real_type_t<T>;
+    for (const double v : {x.real(), x.imag()})
+        if (std::isfinite(v) && std::abs(v) > double(std::numeric_limits<part>::max())) {
+            char text[96];
+            std::snprintf(text, sizeof text, " has a part %.6g beyond the range of the result type (largest %.6g)",
+                          v, double(std::numeric_limits<part>::max()));
+            throw ts::invalid_argument(std::string("matmul: ") + name + text);
+        }
+    if constexpr (ts::is_complex_v<T>) {
+        return T(part(x.real()), part(x.imag()));
+    } else {
+        if (x.imag() != 0)
+            throw ts::invalid_argument(std::string("matmul: ") + name + " is complex and the result is real");
+        return T(x.real());
     }
-    return T(x);
 }
 
 template <class T>
@@ -549,14 +560,19 @@ PYBIND11_MODULE(_tilestream, m) {
                                })
         .def(
             "start_gemm",
-            [](py::object self, py::array a, py::array b, py::array c, double alpha, double beta, const std::string& strategy, ts::index_t tile_m, ts::index_t tile_n, ts::index_t tile_k,
-               std::optional<std::string> kernel, bool plan_only) {
+            [](py::object self, py::array a, py::array b, py::array c, std::complex<double> alpha,
+               std::complex<double> beta, const std::string& strategy, ts::index_t tile_m, ts::index_t tile_n,
+               ts::index_t tile_k, std::optional<std::string> kernel, bool plan_only) {
                 auto& ctx = self.cast<ts::context&>();
                 const gemm_args g{alpha, beta, strategy, tile_m, tile_n, tile_k, std::move(kernel),
                                   plan_only};
                 if (c.dtype().is(py::dtype::of<float>())) return start_gemm<float>(self, ctx, a, b, c, g);
                 if (c.dtype().is(py::dtype::of<double>())) return start_gemm<double>(self, ctx, a, b, c, g);
-                throw ts::invalid_argument("internal: out is neither float32 nor float64");
+                if (c.dtype().is(py::dtype::of<std::complex<float>>()))
+                    return start_gemm<std::complex<float>>(self, ctx, a, b, c, g);
+                if (c.dtype().is(py::dtype::of<std::complex<double>>()))
+                    return start_gemm<std::complex<double>>(self, ctx, a, b, c, g);
+                throw ts::invalid_argument("internal: out is not float32, float64, complex64 or complex128");
             },
             py::arg("a"), py::arg("b"), py::arg("c"), py::arg("alpha"),
             py::arg("beta"), py::arg("strategy"), py::arg("tile_m"), py::arg("tile_n"), py::arg("tile_k"),
@@ -570,7 +586,12 @@ PYBIND11_MODULE(_tilestream, m) {
                 kept_array k;
                 if (x.dtype().is(py::dtype::of<float>())) k.handle = ctx.keep(view_of<const float>(x, "a"));
                 else if (x.dtype().is(py::dtype::of<double>())) k.handle = ctx.keep(view_of<const double>(x, "a"));
-                else throw ts::invalid_argument("Context.keep: the array must be float32 or float64");
+                else if (x.dtype().is(py::dtype::of<std::complex<float>>()))
+                    k.handle = ctx.keep(view_of<const std::complex<float>>(x, "a"));
+                else if (x.dtype().is(py::dtype::of<std::complex<double>>()))
+                    k.handle = ctx.keep(view_of<const std::complex<double>>(x, "a"));
+                else throw ts::invalid_argument("Context.keep: the array must be float32, float64, complex64 or "
+                                                "complex128");
                 k.array = std::move(x);
                 return k;
             },

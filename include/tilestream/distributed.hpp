@@ -196,6 +196,8 @@ struct pgemm_report {
 /// with leading dimension LLD, ia..jc 1-based. SUMMA with two panel broadcasts in flight while the
 /// local GEMM runs; an operand not aligned with C (transposed, other block rows) is first
 /// redistributed. Collective over the grid. Throws invalid_argument naming a bad descriptor.
+/// T is float, double, std::complex<float> or std::complex<double>; op c is the conjugate
+/// transpose (applied while the operand is redistributed; on real data the same as t).
 template <class T>
 pgemm_report pgemm(const process_grid& grid, op op_a, op op_b, index_t m, index_t n, index_t k, T alpha,
                    const T* a, index_t ia, index_t ja, const int* desca, const T* b, index_t ib, index_t jb,
@@ -295,7 +297,7 @@ void write_npy_blocks(const process_grid& grid, const std::string& path, const b
 struct npy_gemm_request {
     std::string a, b, c, out;  ///< c empty: beta must be 0
     op op_a = op::n, op_b = op::n;
-    double alpha = 1, beta = 0;
+    scalar alpha = 1, beta = 0;  ///< complex for c32/c64 files (the imaginary part is ignored for real ones)
     index_t block = 64;
 };
 struct npy_gemm_result {

@@ -31,29 +31,36 @@ def random(rng, shape, dtype=np.float64, order="C"):
     return np.asarray(x, dtype=dtype, order=order)
 
 
+def wide(x):
+    """x in float64, or complex128 when it is complex."""
+    return np.asarray(x, np.complex128 if np.iscomplexobj(x) else np.float64)
+
+
 def expected(a, b, alpha=1.0, beta=0.0, c=None):
-    """alpha a @ b + beta c in float64, and the elementwise bound |alpha||a||b| + |beta||c|."""
-    a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    """alpha a @ b + beta c in float64 (complex128 for complex data), and the elementwise bound
+    |alpha||a||b| + |beta||c|."""
+    a64, b64 = wide(a), wide(b)
     ref = alpha * (a64 @ b64)
     scale = abs(alpha) * (np.abs(a64) @ np.abs(b64))
     if beta != 0:
-        c64 = np.asarray(c, np.float64)
+        c64 = wide(c)
         ref = ref + beta * c64
         scale = scale + abs(beta) * np.abs(c64)
     return ref, scale
 
 
 def check(result, a, b, alpha=1.0, beta=0.0, c=None, dtype=None):
-    """Every element written (no NaN left from the poison) and within 2 k u of the reference,
-    relative to |alpha||a||b| + |beta||c| elementwise (the standard GEMM error bound)."""
+    """Every element written (no NaN left from the poison) and within 2 k u of the reference (4 k u
+    for complex: each term is a complex multiply-add), relative to |alpha||a||b| + |beta||c|
+    elementwise (the standard GEMM error bound)."""
     ref, scale = expected(a, b, alpha, beta, c)
     assert result.shape == ref.shape
     if dtype is not None:
         assert result.dtype == dtype
     assert np.isfinite(result).all(), "unwritten (NaN) or non-finite elements"
     k = np.shape(a)[-1]
-    u = np.finfo(result.dtype).eps
-    err = np.abs(np.asarray(result, np.float64) - ref)
+    u = np.finfo(result.dtype).eps * (2 if np.iscomplexobj(result) else 1)
+    err = np.abs(wide(result) - ref)
     assert (err <= 2 * max(k, 1) * u * scale + np.finfo(np.float64).tiny).all(), f"max error {err.max():.3e}"
     if ref.size:
         assert np.abs(ref).max() > 0, "vacuous: the reference is all zeros"

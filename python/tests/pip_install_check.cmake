@@ -33,6 +33,9 @@ rng = np.random.default_rng(15)
 a, b = rng.uniform(-1, 1, (37, 29)), rng.uniform(-1, 1, (29, 23)).astype(np.float32)
 c = t.matmul(a, b, devices='cpu')
 assert c.dtype == np.float64 and np.abs(c - a @ b).max() < 1e-12
+z = (a + 1j * rng.uniform(-1, 1, a.shape)).astype(np.complex64)  # complex64 x float32 -> complex64
+c = t.matmul(z, b, devices='cpu', alpha=1.5 - 2j)
+assert c.dtype == np.complex64 and np.abs(c - (1.5 - 2j) * (z @ b)).max() < 1e-4
 import os
 if os.path.exists('${BUILD_DIR}/libtilestream_opencl.so'):  # the OpenCL module ships in the package too
     c = t.matmul(a, b, devices='opencl:0')

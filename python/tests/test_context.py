@@ -152,7 +152,7 @@ def test_kept_arrays_are_not_copied_again(rng):
         check(r3, a, b)
         assert "kept: 1 tiles" in text3  # B's tile only
     assert not ka.active
-    with pytest.raises(TypeError, match="float32 or float64"):
+    with pytest.raises(TypeError, match="float32, float64, complex64 or complex128"):
         ctx.keep(np.ones((3, 3), np.int32))
     unaligned = np.frombuffer(bytearray(8 * 9 + 1), np.float64, 9, offset=1).reshape(3, 3)
     with pytest.raises(ValueError, match="not aligned.*keep an aligned copy"):

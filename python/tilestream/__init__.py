@@ -9,12 +9,14 @@ OpenCL GPUs), including problems larger than a device's memory, from numpy.
 
 This package translates arguments and errors; the work is tilestream::context's (C++).
 
-matmul follows numpy.matmul: the result dtype is numpy's (float16, float32 or float64; float16 is
-summed in float32 as numpy's own loop does), out= is checked as numpy checks it and the result cast
-into it with casting='same_kind', np.matrix inputs give an np.matrix. What tilestream cannot do as
-numpy does raises TypeError saying what to do instead: integer and bool results (numpy's are exact
-integer products), complex, longdouble, masked arrays, objects that override numpy's ufuncs. Stacks
-of matrices (more than 2 dimensions) are refused for now.
+matmul follows numpy.matmul: the result dtype is numpy's (float16, float32, float64, complex64 or
+complex128; float16 is summed in float32 as numpy's own loop does; a real operand times a complex
+one gives numpy's complex result, the real one converted), out= is checked as numpy checks it and
+the result cast into it with casting='same_kind', np.matrix inputs give an np.matrix. alpha and
+beta may be Python complex numbers when the result is complex. What tilestream cannot do as numpy
+does raises TypeError saying what to do instead: integer and bool results (numpy's are exact integer
+products), longdouble and clongdouble, masked arrays, objects that override numpy's ufuncs, a complex
+alpha or beta with a real result. Stacks of matrices (more than 2 dimensions) are refused for now.
 
 Operands are used where they lie (no copy) when they are BLAS operands: C- or Fortran-ordered
 aligned arrays, and views with one unit-stride axis such as transposes (a column-major view of the
@@ -249,8 +251,8 @@ class Context:
     def _start_gemm(self, a, b, out, alpha, beta, c, strategy, tile, kernel, plan_only):
         """Checks and converts the arguments as numpy.matmul would, starts the run; returns the
         run, a function giving the call's result once the run has ended, and what was copied."""
-        alpha = _checks.real(alpha, "alpha")
-        beta = _checks.real(beta, "beta")
+        alpha = _checks.number(alpha, "alpha")
+        beta = _checks.number(beta, "beta")
         strategy = _checks.text(strategy, "strategy", "'auto', 'in-core' or 'tiles-3d'")
         if kernel is not None:
             kernel = _checks.text(kernel, "kernel", "'vendor', 'tiled', 'naive' or 'reference'")
@@ -273,8 +275,8 @@ class Context:
                                  f"tilestream does not take yet: call it per matrix of the stack, or use "
                                  f"numpy.matmul")
         dtype, compute = _numpy_rules.result_dtypes(a, b)
-        _numpy_rules.check_scalar(alpha, "alpha", compute)
-        _numpy_rules.check_scalar(beta, "beta", compute)
+        alpha = _numpy_rules.check_scalar(alpha, "alpha", compute)
+        beta = _numpy_rules.check_scalar(beta, "beta", compute)
         a2 = a[np.newaxis, :] if a.ndim == 1 else a  # numpy's vector rules: (k,) @ B, A @ (k,)
         b2 = b[:, np.newaxis] if b.ndim == 1 else b
         shape = a2.shape[:1] * (a.ndim == 2) + b2.shape[1:] * (b.ndim == 2)
@@ -316,7 +318,8 @@ class Context:
                 np.copyto(target, c)  # broadcasts like numpy (a row of biases, a scalar...)
         elif c is not None:
             raise ValueError("matmul: c was given but beta is 0, so c would not be read; pass beta (beta=1 adds c)")
-        run = self._native.start_gemm(a2, b2, target2, alpha, beta, strategy, *tiles, kernel, plan_only)
+        run = self._native.start_gemm(a2, b2, target2, complex(alpha), complex(beta), strategy, *tiles, kernel,
+                                      plan_only)
 
         def finish():
             if out is not None:
@@ -350,15 +353,15 @@ class Context:
         return result, "\n".join(lines) + "\n"
 
     def keep(self, a):
-        """Promises that array `a` (2-D float32/float64, read in place by matmul) keeps its values
+        """Promises that array `a` (2-D float32/float64/complex64/complex128, read in place by matmul) keeps its values
         while the returned handle is active: tiles of it a call leaves on the devices are used by
         later calls instead of being copied again. Call handle.changed() after writing into `a`;
         handle.release() (or leaving a `with` block) ends the promise. Arrays not kept are copied
         every call."""
         x = _numpy_rules.operand(a, "a")
-        if x.ndim != 2 or x.dtype not in (np.float32, np.float64):
-            raise TypeError(f"Context.keep: the array must be a 2-D float32 or float64 array (as matmul reads it in "
-                            f"place), got a {x.ndim}-D {x.dtype} one")
+        if x.ndim != 2 or x.dtype not in (np.float32, np.float64, np.complex64, np.complex128):
+            raise TypeError(f"Context.keep: the array must be a 2-D float32, float64, complex64 or complex128 array "
+                            f"(as matmul reads it in place), got a {x.ndim}-D {x.dtype} one")
         if not x.flags.aligned:
             raise ValueError("Context.keep: the array is not aligned to its element size, so matmul copies it every "
                              "call: keep an aligned copy (np.array(a)) and multiply that copy")
@@ -396,6 +399,8 @@ class Context:
         if start is not None:
             start = np.asarray(start)
             _numpy_rules.check_numeric(start, "start")
+            if start.dtype.kind == "c":
+                raise TypeError(f"jacobi: start is complex ({start.dtype}); the field is real (float32 or float64)")
         field_dtype = _jacobi_dtype(dtype, start)
         args.dtype = _JACOBI_DTYPES[field_dtype]
         if start is not None:
@@ -485,14 +490,16 @@ def matmul(a, b, out=None, *, alpha=1, beta=0, c=None, devices="all", memory_bud
 
     a, b: 2-D (or 1-D, as numpy's matmul) arrays, memmaps included. The result dtype is numpy's:
     float32 x float64 -> float64, int x float32 -> float32 (numpy's promotion), float16 -> float16
-    (summed in float32, as numpy's own loop does). Results numpy would give as integers or bools,
-    complex, longdouble, masked arrays and stacks of matrices (ndim > 2) raise TypeError or
+    (summed in float32, as numpy's own loop does), complex64 x float32 -> complex64, complex64 x
+    float64 -> complex128 (the real operand is converted). Results numpy would give as integers or
+    bools, longdouble, clongdouble, masked arrays and stacks of matrices (ndim > 2) raise TypeError or
     ValueError saying what to do. np.matrix operands give an np.matrix, as numpy's.
     out: where to write the result, checked as numpy checks it (shape, writable) and cast into with
     casting='same_kind' (a float64 result into a float32 out is fine, into an int out a TypeError);
     written in place when it has the computed dtype and one unit-stride axis, else through a
     temporary. Returned. Default: a new C-ordered array.
-    alpha, beta: real numbers that fit the computed dtype (1e39 with float32 operands is an error).
+    alpha, beta: numbers that fit the computed dtype (1e39 with float32 operands is an error);
+    complex (1.5-2j) only when the result is complex.
     beta != 0 adds beta * c (c broadcasts to the result's shape; it may be out itself, the BLAS
     in-place update). c without beta is an error (it would not be read).
     strategy: 'auto' or a CLI --strategy (in-core, tiles-3d, a-panel, ..., zero-copy).

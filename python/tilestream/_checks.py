@@ -41,6 +41,15 @@ def real(value, name):
         raise ValueError(f"{name} = {value} is beyond the range of a float (about 1.8e308)") from None
 
 
+def number(value, name):
+    """A real or complex number (Python's or numpy's) as a Python float or complex."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Complex):
+        raise TypeError(f"{name} must be a number (real or complex), got {kind_of(value)}")
+    if isinstance(value, numbers.Real):
+        return real(value, name)
+    return complex(value)
+
+
 def text(value, name, examples):
     """A string; `examples` says which, for the message."""
     if not isinstance(value, str):

@@ -13,11 +13,14 @@ SIGNATURE = "(n?,k),(k,m?)->(n?,m?)"
 
 #: numpy's result dtype -> the dtype tilestream's kernels compute it in. A result dtype not listed
 #: is refused. float16 is summed in float32 and rounded once, as numpy's own float16 matmul loop
-#: does. (Complex results are rows to add with the complex kernels.)
+#: does. Complex results (numpy's promotion: float32 with complex64 gives complex64, float64 or an
+#: integer with complex64 gives complex128) run on the complex kernels, a real operand converted.
 COMPUTE_DTYPE = {
     np.dtype(np.float16): np.dtype(np.float32),
     np.dtype(np.float32): np.dtype(np.float32),
     np.dtype(np.float64): np.dtype(np.float64),
+    np.dtype(np.complex64): np.dtype(np.complex64),
+    np.dtype(np.complex128): np.dtype(np.complex128),
 }
 
 
@@ -38,11 +41,8 @@ def operand(x, name):
 
 
 def check_numeric(x, name):
-    if x.dtype.kind == "c":
-        raise TypeError(f"tilestream: {name} is complex ({x.dtype}); tilestream multiplies real matrices for "
-                        f"now: use numpy.matmul for complex ones")
-    if x.dtype.kind not in "biuf":
-        raise TypeError(f"tilestream: {name} has dtype {x.dtype}, not a real number type")
+    if x.dtype.kind not in "biufc":
+        raise TypeError(f"tilestream: {name} has dtype {x.dtype}, not a number type")
 
 
 def result_dtypes(a, b):
@@ -55,18 +55,26 @@ def result_dtypes(a, b):
                         f"products, and tilestream multiplies floating-point matrices: convert the operands "
                         f"(a.astype(np.float64)) to get a float64 result, or use numpy.matmul")
     if dt not in COMPUTE_DTYPE:
+        to = "complex128 or complex64" if dt.kind == "c" else "float64 or float32"
         raise TypeError(f"tilestream.matmul: the result would be {dt} (numpy's promotion of {a.dtype} and "
-                        f"{b.dtype}), which tilestream has no kernel for: convert the operands to float64 or "
-                        f"float32 first")
+                        f"{b.dtype}), which tilestream has no kernel for: convert the operands to {to} first")
     return dt, COMPUTE_DTYPE[dt]
 
 
 def check_scalar(value, name, compute):
-    """alpha or beta must fit the dtype the product is computed in (never a silent infinity)."""
+    """alpha or beta must fit the dtype the product is computed in (never a silent infinity), and
+    be real when the product is (its imaginary part is never dropped). Returns it as a float for a
+    real product (1+0j is 1.0), a complex for a complex one."""
+    if value.imag != 0 and compute.kind != "c":
+        raise TypeError(f"matmul: {name} = {value} is complex and the result is real ({compute}): pass complex "
+                        f"operands (a.astype(np.complex128)) for a complex result, or a real {name}")
     largest = float(np.finfo(compute).max)
-    if np.isfinite(value) and abs(value) > largest:
-        raise ValueError(f"matmul: {name} = {value:g} is beyond the range of {compute} (largest {largest:g}), the "
-                         f"type the product is computed in: use a smaller {name} or float64 operands")
+    for part in (value.real, value.imag):
+        if np.isfinite(part) and abs(part) > largest:
+            wider = "complex128" if compute.kind == "c" else "float64"
+            raise ValueError(f"matmul: {name} = {value:g} is beyond the range of {compute} (largest {largest:g}), the "
+                             f"type the product is computed in: use a smaller {name} or {wider} operands")
+    return complex(value) if compute.kind == "c" else float(value.real)
 
 
 def check_out(out, shape, dtype):

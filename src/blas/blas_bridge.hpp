@@ -10,12 +10,12 @@
 extern "C" {
 
 /// Bumped whenever this file changes: a drop-in and a bridge from different builds are refused.
-#define TILESTREAM_BLAS_BRIDGE_ABI 3
+#define TILESTREAM_BLAS_BRIDGE_ABI 4
 
 /// One GEMM in tilestream's terms: C(m x n) = alpha op(A) op(B) + beta C, every operand stored in one
 /// order; alpha and beta point to values of the call's scalar type.
 struct tilestream_blas_gemm_call {
-    int dtype;          ///< 0 f32, 1 f64
+    int dtype;          ///< 0 f32, 1 f64, 2 c32, 3 c64 (std::complex: the C and Fortran complex layouts)
     int row_major;      ///< 1: every operand row-major; 0: column-major
     char trans_a;       ///< 'N', 'T' or 'C' (conjugate transpose: 'T' on real data)
     char trans_b;

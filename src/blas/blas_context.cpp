@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <complex>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -128,8 +129,14 @@ int run_gemm(const tilestream_blas_gemm_call* call, char** text) {
     }
     try {
         if (!ctx) throw error("the context is not open in this process");
-        const std::string fields = call->dtype == 0 ? run_on_tilestream<float>(*ctx, *call)
-                                                    : run_on_tilestream<double>(*ctx, *call);
+        std::string fields;
+        switch (call->dtype) {
+            case 0: fields = run_on_tilestream<float>(*ctx, *call); break;
+            case 1: fields = run_on_tilestream<double>(*ctx, *call); break;
+            case 2: fields = run_on_tilestream<std::complex<float>>(*ctx, *call); break;
+            case 3: fields = run_on_tilestream<std::complex<double>>(*ctx, *call); break;
+            default: throw error("dtype " + std::to_string(call->dtype) + " is not one the bridge knows");
+        }
         *text = copy_out(fields);
         return 0;
     } catch (const std::exception& e) {

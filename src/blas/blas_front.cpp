@@ -234,6 +234,15 @@ struct gemm_args {
     int ldc;
 };
 
+// The bridge's dtype of T (tilestream_blas_gemm_call::dtype).
+template <class T>
+constexpr int dtype_code() {
+    if constexpr (std::is_same_v<T, float>) return 0;
+    if constexpr (std::is_same_v<T, double>) return 1;
+    if constexpr (std::is_same_v<T, std::complex<float>>) return 2;
+    if constexpr (std::is_same_v<T, std::complex<double>>) return 3;
+}
+
 // N, T or C in either case; anything else is '?'.
 char fortran_trans(const char* t) {
     switch (t ? *t : '?') {
@@ -332,7 +341,7 @@ void route(const void* caller, routine r, gemm_args<T> g, Forward forward) {
     if (!in_flight.active) return to_real_blas("exiting");
     if (!f.context_ready()) return to_real_blas("no-context");
     const long internal_before = f.internal_calls.load(std::memory_order_relaxed);
-    const tilestream_blas_gemm_call call{std::is_same_v<T, double> ? 1 : 0,
+    const tilestream_blas_gemm_call call{dtype_code<T>(),
                                          g.row_major ? 1 : 0,
                                          g.trans_a,
                                          g.trans_b,
@@ -394,6 +403,22 @@ void cblas_gemm(const void* caller, routine r, TILESTREAM_BLAS_cblas_gemm_PARAMS
         reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_gemm_ARGS);
     });
 }
+
+// CBLAS complex: the scalars by address. A null alpha or beta is not a BLAS argument error (the
+// reference CBLAS would read through it); it is forwarded without being read, and never routed.
+template <class T>
+void cblas_complex_gemm(const void* caller, routine r, TILESTREAM_BLAS_cblas_complex_gemm_PARAMS(T)) {
+    using entry_fn = void (*)(TILESTREAM_BLAS_cblas_complex_gemm_PARAMS(T));
+    const bool known_order = order == 101 || order == 102;  // CblasRowMajor, CblasColMajor
+    const bool scalars = alpha != nullptr && beta != nullptr;
+    gemm_args<T> g{routine_names[int(r)], order == 101, known_order && scalars ? cblas_trans(transa) : '?',
+                   cblas_trans(transb), false, m, n, k, scalars ? *alpha : T(), a, lda, b, ldb,
+                   scalars ? *beta : T(), c, ldc};
+    route(caller, r, g, [&](void* entry) {
+        reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_complex_gemm_ARGS);
+    });
+}
+
 
 // ---- the rest of Level 3 BLAS: symm, syrk, syr2k, trmm, trsm (the GEMM route's decisions) ----
 
@@ -665,17 +690,18 @@ void cblas_trsm(const void* caller, routine r, TILESTREAM_BLAS_cblas_trsm_PARAMS
     cblas_triangular<T>(caller, r, "trsm", TILESTREAM_BLAS_cblas_trsm_ARGS);
 }
 
-// CBLAS's complex forms: scalars by address (HERK's alpha and beta, HER2K's beta real, by value).
+// CBLAS's complex forms: scalars by address (HERK's alpha and beta, HER2K's beta real, by value). A null
+// scalar is forwarded unread and never routed (as complex GEMM's).
 template <class T>
 T value_at(const void* p) {
-    return *static_cast<const T*>(p);
+    return p ? *static_cast<const T*>(p) : T();
 }
 
 template <class T>
 void cblas_symm_kind(const void* caller, routine r, const char* kind, TILESTREAM_BLAS_cblas_symm_cx_PARAMS(T)) {
     using entry_fn = void (*)(TILESTREAM_BLAS_cblas_symm_cx_PARAMS(T));
     const level3_args<T> g{routine_names[int(r)], kind, order == 101, cblas_order_known(order) ? cblas_side(side) : '?',
-                           cblas_uplo(uplo), 'N', 'N', false, m, n, 0, value_at<T>(alpha), static_cast<const T*>(a),
+                           alpha && beta ? cblas_uplo(uplo) : '?', 'N', 'N', false, m, n, 0, value_at<T>(alpha), static_cast<const T*>(a),
                            lda, static_cast<const T*>(b), ldb, value_at<T>(beta), static_cast<T*>(c), ldc};
     route_level3(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_symm_ARGS); });
 }
@@ -692,7 +718,7 @@ template <class T>
 void cblas_syrk_cx(const void* caller, routine r, TILESTREAM_BLAS_cblas_syrk_cx_PARAMS(T)) {
     using entry_fn = void (*)(TILESTREAM_BLAS_cblas_syrk_cx_PARAMS(T));
     const level3_args<T> g{routine_names[int(r)], "syrk", order == 101, 'L',
-                           cblas_order_known(order) ? cblas_uplo(uplo) : '?', cblas_trans(trans), 'N', false, n, n, k,
+                           cblas_order_known(order) && alpha && beta ? cblas_uplo(uplo) : '?', cblas_trans(trans), 'N', false, n, n, k,
                            value_at<T>(alpha), static_cast<const T*>(a), lda, nullptr, 1, value_at<T>(beta),
                            static_cast<T*>(c), ldc};
     route_level3(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_syrk_ARGS); });
@@ -711,7 +737,7 @@ template <class T>
 void cblas_syr2k_cx(const void* caller, routine r, TILESTREAM_BLAS_cblas_syr2k_cx_PARAMS(T)) {
     using entry_fn = void (*)(TILESTREAM_BLAS_cblas_syr2k_cx_PARAMS(T));
     const level3_args<T> g{routine_names[int(r)], "syr2k", order == 101, 'L',
-                           cblas_order_known(order) ? cblas_uplo(uplo) : '?', cblas_trans(trans), 'N', false, n, n, k,
+                           cblas_order_known(order) && alpha && beta ? cblas_uplo(uplo) : '?', cblas_trans(trans), 'N', false, n, n, k,
                            value_at<T>(alpha), static_cast<const T*>(a), lda, static_cast<const T*>(b), ldb,
                            value_at<T>(beta), static_cast<T*>(c), ldc};
     route_level3(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_syr2k_ARGS); });
@@ -721,7 +747,7 @@ template <class T>
 void cblas_her2k_cx(const void* caller, routine r, TILESTREAM_BLAS_cblas_her2k_cx_PARAMS(T)) {
     using entry_fn = void (*)(TILESTREAM_BLAS_cblas_her2k_cx_PARAMS(T));
     const level3_args<T> g{routine_names[int(r)], "her2k", order == 101, 'L',
-                           cblas_order_known(order) ? cblas_uplo(uplo) : '?', cblas_trans(trans), 'N', false, n, n, k,
+                           cblas_order_known(order) && alpha ? cblas_uplo(uplo) : '?', cblas_trans(trans), 'N', false, n, n, k,
                            value_at<T>(alpha), static_cast<const T*>(a), lda, static_cast<const T*>(b), ldb, T(beta),
                            static_cast<T*>(c), ldc};
     route_level3(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_syr2k_ARGS); });
@@ -731,7 +757,7 @@ template <class T>
 void cblas_triangular_cx(const void* caller, routine r, const char* kind, TILESTREAM_BLAS_cblas_trmm_cx_PARAMS(T)) {
     using entry_fn = void (*)(TILESTREAM_BLAS_cblas_trmm_cx_PARAMS(T));
     const level3_args<T> g{routine_names[int(r)], kind, order == 101, cblas_order_known(order) ? cblas_side(side) : '?',
-                           cblas_uplo(uplo), cblas_trans(transa), cblas_diag(diag), false, m, n, 0, value_at<T>(alpha),
+                           alpha ? cblas_uplo(uplo) : '?', cblas_trans(transa), cblas_diag(diag), false, m, n, 0, value_at<T>(alpha),
                            static_cast<const T*>(a), lda, nullptr, ldb, T(0), static_cast<T*>(b), ldb};
     route_level3(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_trmm_ARGS); });
 }

@@ -6,12 +6,22 @@
 #include <complex>
 #include <cstddef>
 
-// X(symbol, family, scalar type)
-#define TILESTREAM_BLAS_ROUTINES(X)        \
-    X(sgemm_, fortran_gemm, float)         \
-    X(dgemm_, fortran_gemm, double)        \
-    X(cblas_sgemm, cblas_gemm, float)      \
-    X(cblas_dgemm, cblas_gemm, double)      \
+// X(symbol, family, scalar type). The ?gemm3m routines (OpenBLAS, MKL: the same call as ?gemm,
+// computed by the 3m method) are routed like ?gemm; a system BLAS without them (netlib's) gets such
+// calls on its ?gemm entry (system_blas.cpp), so the drop-in exports them whatever the BLAS.
+#define TILESTREAM_BLAS_ROUTINES(X)                              \
+    X(sgemm_, fortran_gemm, float)                               \
+    X(dgemm_, fortran_gemm, double)                              \
+    X(cblas_sgemm, cblas_gemm, float)                            \
+    X(cblas_dgemm, cblas_gemm, double)                           \
+    X(cgemm_, fortran_gemm, std::complex<float>)                 \
+    X(zgemm_, fortran_gemm, std::complex<double>)                \
+    X(cblas_cgemm, cblas_complex_gemm, std::complex<float>)      \
+    X(cblas_zgemm, cblas_complex_gemm, std::complex<double>)     \
+    X(cgemm3m_, fortran_gemm, std::complex<float>)               \
+    X(zgemm3m_, fortran_gemm, std::complex<double>)              \
+    X(cblas_cgemm3m, cblas_complex_gemm, std::complex<float>)    \
+    X(cblas_zgemm3m, cblas_complex_gemm, std::complex<double>)  \
     TILESTREAM_BLAS_LEVEL3_ROUTINES(X)
 
 // The rest of Level 3 BLAS (real precisions): symm, syrk, syr2k, trmm and trsm, Fortran and CBLAS.
@@ -87,6 +97,12 @@
     int order, int transa, int transb, int m, int n, int k, T alpha, const T *a, int lda, const T *b,     \
         int ldb, T beta, T *c, int ldc
 #define TILESTREAM_BLAS_cblas_gemm_ARGS order, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc
+// CBLAS complex: as cblas_gemm, but alpha and beta by address (CBLAS declares every complex
+// argument `const void *`; the ABI is the same).
+#define TILESTREAM_BLAS_cblas_complex_gemm_PARAMS(T)                                                      \
+    int order, int transa, int transb, int m, int n, int k, const T *alpha, const T *a, int lda,           \
+        const T *b, int ldb, const T *beta, T *c, int ldc
+#define TILESTREAM_BLAS_cblas_complex_gemm_ARGS TILESTREAM_BLAS_cblas_gemm_ARGS
 
 // Level 3 families (netlib's argument order; CBLAS enums as ints: order 101/102, side 141 left/142
 // right, uplo 121 upper/122 lower, trans 111/112/113, diag 131 non-unit/132 unit).
@@ -187,5 +203,17 @@ inline constexpr const char* routine_names[] = {
 #undef TILESTREAM_BLAS_NAME
 };
 inline constexpr int routine_count = int(sizeof routine_names / sizeof routine_names[0]);
+
+/// The routine whose entry answers for `r` in a BLAS that lacks r: ?gemm for ?gemm3m (the same
+/// arguments and result), else r itself.
+constexpr routine stand_in(routine r) {
+    switch (r) {
+        case routine::cgemm3m_: return routine::cgemm_;
+        case routine::zgemm3m_: return routine::zgemm_;
+        case routine::cblas_cgemm3m: return routine::cblas_cgemm;
+        case routine::cblas_zgemm3m: return routine::cblas_zgemm;
+        default: return r;
+    }
+}
 
 }  // namespace tilestream::blas

@@ -31,6 +31,9 @@ blas_library entries_of(void* handle, std::string path, const void* self) {
     blas_library e;
     e.path = std::move(path);
     for (int r = 0; r < routine_count; ++r) e.entry[r] = symbol_of(handle, routine_names[r], self);
+    // A BLAS without ?gemm3m (netlib's) answers those calls with its ?gemm.
+    for (int r = 0; r < routine_count; ++r)
+        if (!e.entry[r]) e.entry[r] = e.entry[int(stand_in(routine(r)))];
     return e;
 }
 

@@ -6,6 +6,7 @@
 
 #include <climits>
 #include <exception>
+#include <limits>
 #include <string>
 #include <utility>
 
@@ -95,6 +96,17 @@ MPI_Datatype mpi_type() {
     return MPI_DATATYPE_NULL;
 }
 
+/// A quiet NaN of T (in both parts of a complex T): what unwritten local elements hold.
+template <class T>
+T poison() {
+    if constexpr (is_complex_v<T>) {
+        const auto nan = std::numeric_limits<real_type_t<T>>::quiet_NaN();
+        return T(nan, nan);
+    } else {
+        return std::numeric_limits<T>::quiet_NaN();
+    }
+}
+
 /// Throws invalid_argument when a message of `count` elements does not fit MPI's int counts.
 inline void check_count(index_t count, const std::string& what) {
     if (count > INT_MAX)
@@ -160,12 +172,12 @@ private:
 };
 
 /// Copies the R x C matrix X = op(S) (S the sub-matrix with maps src_rows/src_cols over the grid
-/// rows/columns, transposed when `transposed`) onto target maps dst_rows (over grid rows) and
+/// rows/columns; `how` n: as stored, t: transposed, c: conjugate-transposed) onto target maps dst_rows (over grid rows) and
 /// dst_cols (over grid columns): `out` receives this rank's part, column-major, leading dimension
 /// max(1, local rows). One MPI_Alltoallv over the grid; bytes counted in rep.
 template <class T>
 void redistribute(const process_grid& grid, const T* src, index_t ld, const dim_map& src_rows, const dim_map& src_cols,
-                  bool transposed, const dim_map& dst_rows, const dim_map& dst_cols, index_t rows, index_t cols, T* out,
+                  op how, const dim_map& dst_rows, const dim_map& dst_cols, index_t rows, index_t cols, T* out,
                   pgemm_report& rep);
 
 }  // namespace tilestream::distributed

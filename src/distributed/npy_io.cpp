@@ -6,6 +6,7 @@
 #include <tilestream/npy.hpp>
 
 #include "core/output_files.hpp"
+#include "distributed/npy_blocks.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -186,7 +187,7 @@ void read_blocks(const process_grid& grid, const std::string& path, const npy_he
 }
 
 std::string npy_header_text(dtype t, index_t rows, index_t cols) {
-    std::string dict = std::string("{'descr': '") + (t == dtype::f32 ? "<f4" : "<f8") +
+    std::string dict = std::string("{'descr': '") + std::string(dtype_traits(t).npy_descr) +
                        "', 'fortran_order': False, 'shape': (" + std::to_string(rows) + ", " + std::to_string(cols) +
                        "), }";
     std::size_t total = 10 + dict.size() + 1;
@@ -201,36 +202,84 @@ std::string npy_header_text(dtype t, index_t rows, index_t cols) {
     return h + dict;
 }
 
-/// The output's temporary: registered on every rank for removal by a terminating signal, and
-/// removed by rank 0 unless renamed into place.
-class output_temporary {
+/// The output's temporary, registered for removal by a terminating signal on the ranks other than
+/// rank 0 (rank 0's detail::output_file registers and removes it).
+class temporary_registration {
 public:
-    output_temporary(MPI_Comm comm, std::string name) : comm_(comm), name_(std::move(name)) {
-        check_mpi(MPI_Comm_rank(comm, &rank_), "MPI_Comm_rank");
-        slot_ = detail::register_temporary(name_);
-    }
-    output_temporary(const output_temporary&) = delete;
-    output_temporary& operator=(const output_temporary&) = delete;
-    ~output_temporary() {
-        if (!renamed_ && rank_ == 0) ::unlink(name_.c_str());
-        detail::unregister_temporary(slot_);
-    }
-    const std::string& name() const { return name_; }
-    void renamed() { renamed_ = true; }
+    explicit temporary_registration(const std::string& name) : slot_(detail::register_temporary(name)) {}
+    temporary_registration(const temporary_registration&) = delete;
+    temporary_registration& operator=(const temporary_registration&) = delete;
+    ~temporary_registration() { detail::unregister_temporary(slot_); }
 
 private:
-    MPI_Comm comm_;
-    std::string name_;
-    int rank_ = 0, slot_ = -1;
-    bool renamed_ = false;
+    int slot_ = -1;
 };
 
-/// Writes this rank's blocks of the rows x cols matrix (C order) into a temporary beside `path`;
-/// rank 0 renames it into place once every rank has written, synced and closed it.
+/// Global index of local index `l` of a block-cyclic dimension (source process 0).
+index_t global_of(index_t l, index_t block, int me, int procs) {
+    return (l / block) * block * procs + index_t(me) * block + l % block;
+}
+
+/// The in-place case (a device or FIFO, written as cp would): rank 0 gathers every rank's blocks,
+/// puts them in C order and writes them through `out` in one stream.
 template <class T>
-void write_blocks(const process_grid& grid, const std::string& path, index_t rows, index_t cols, index_t block,
-                  const T* local, index_t ld) {
+void gather_and_write(const process_grid& grid, detail::output_file* out, const std::string& header, index_t rows,
+                      index_t cols, index_t block, const std::vector<T>& buffer, index_t lr, index_t lc) {
     const MPI_Comm comm = grid.comm();
+    std::string problem;
+    std::vector<T> whole;
+    if (grid.rank() == 0) {
+        try {
+            whole.resize(std::size_t(rows) * std::size_t(cols));
+        } catch (const std::bad_alloc&) {
+            problem = "cannot write " + out->target().given + ": gathering the " + std::to_string(rows) + "x" +
+                      std::to_string(cols) + " result on rank 0 for a device or FIFO needs " +
+                      std::to_string(std::size_t(rows) * std::size_t(cols) * sizeof(T)) +
+                      " bytes of memory, which it does not have; name a regular file";
+        }
+    }
+    agree_on_errors(comm, problem, false);
+    if (grid.rank() == 0) {
+        std::vector<T> theirs;
+        for (int pr = 0; pr < grid.rows(); ++pr)
+        for (int pc = 0; pc < grid.cols(); ++pc) {
+            const int r = grid.rank_at(pr, pc);
+            const index_t rr = local_count(rows, block, pr, 0, grid.rows());
+            const index_t rc = local_count(cols, block, pc, 0, grid.cols());
+            const T* src = buffer.data();
+            if (r != 0) {
+                theirs.resize(std::size_t(std::max<index_t>(1, rr * rc)));
+                check_mpi(MPI_Recv(theirs.data(), int(rr * rc), mpi_type<T>(), r, 77, comm, MPI_STATUS_IGNORE),
+                          "MPI_Recv (blocks for a device output)");
+                src = theirs.data();
+            }
+            for (index_t i = 0; i < rr; ++i) {
+                const index_t gi = global_of(i, block, pr, grid.rows());
+                for (index_t j = 0; j < rc; ++j)
+                    whole[std::size_t(gi) * std::size_t(cols) + std::size_t(global_of(j, block, pc, grid.cols()))] =
+                        src[std::size_t(i * rc + j)];
+            }
+        }
+        try {
+            out->write(header.data(), header.size());
+            out->write(whole.data(), whole.size() * sizeof(T));
+        } catch (const std::exception& e) {
+            problem = e.what();
+        }
+    } else {
+        check_mpi(MPI_Send(buffer.data(), int(lr * lc), mpi_type<T>(), 0, 77, comm), "MPI_Send (blocks for a device output)");
+    }
+    agree_on_errors(comm, problem, false);
+}
+
+}  // namespace
+
+template <class T>
+void write_npy_blocks_to(const process_grid& grid, detail::output_file* out, index_t rows, index_t cols, index_t block,
+                         const T* local, index_t ld) {
+    const MPI_Comm comm = grid.comm();
+    if ((grid.rank() == 0) != (out != nullptr))
+        throw collective_error("internal: write_npy_blocks_to needs the output on rank 0 of the grid, and only there");
     const index_t lr = local_count(rows, block, grid.my_row(), 0, grid.rows());
     const index_t lc = local_count(cols, block, grid.my_col(), 0, grid.cols());
     std::vector<T> buffer(std::size_t(std::max<index_t>(1, lr * lc)));
@@ -238,19 +287,22 @@ void write_blocks(const process_grid& grid, const std::string& path, index_t row
         for (index_t j = 0; j < lc; ++j) buffer[std::size_t(i * lc + j)] = local[i + j * ld];
     const std::string header = npy_header_text(dtype_of<T>(), rows, cols);
     const std::size_t total = header.size() + std::size_t(rows) * std::size_t(cols) * sizeof(T);
-    // Rank 0 creates the temporary and reserves every byte, so a full file system or a file size
-    // limit fails here, before anything is written; the name goes to every rank.
-    std::string tmp = path + ".partial-" + std::to_string(::getpid()), problem;
+    int in_place = grid.rank() == 0 && out->in_place() ? 1 : 0;
+    check_mpi(MPI_Bcast(&in_place, 1, MPI_INT, 0, comm), "MPI_Bcast (output kind)");
+    if (in_place) {
+        gather_and_write<T>(grid, out, header, rows, cols, block, buffer, lr, lc);
+        return;
+    }
+    const std::string path = grid.rank() == 0 ? out->target().given : std::string();
+    // Rank 0 reserves every byte of its temporary, so a full file system or a file size limit fails
+    // here, before anything is written; the temporary's name goes to every rank.
+    std::string tmp, problem;
     if (grid.rank() == 0) {
-        const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-        if (fd < 0) {
-            problem = "cannot create " + tmp + ": " + std::strerror(errno);
-        } else {
-            const int rc = ::posix_fallocate(fd, 0, off_t(total));
-            if (rc != 0)
-                problem = "cannot write " + path + ": " + std::strerror(rc) + " (reserving " + std::to_string(total) + " bytes)";
-            if (::close(fd) != 0 && problem.empty()) problem = "cannot write " + path + ": " + std::strerror(errno);
-            if (!problem.empty()) ::unlink(tmp.c_str());
+        tmp = out->name();
+        try {
+            out->reserve(total);
+        } catch (const std::exception& e) {
+            problem = e.what();
         }
     }
     int len = int(tmp.size());
@@ -258,59 +310,54 @@ void write_blocks(const process_grid& grid, const std::string& path, index_t row
     tmp.resize(std::size_t(len));
     check_mpi(MPI_Bcast(tmp.data(), len, MPI_CHAR, 0, comm), "MPI_Bcast (file name)");
     agree_on_errors(comm, problem, false);
-    output_temporary temporary(comm, tmp);
-    {
-        std::optional<mpi_file> f;
-        try {
-            f.emplace(comm, tmp, MPI_MODE_WRONLY);
-        } catch (const std::exception& e) {
-            problem = e.what();
-        }
-        agree_on_errors(comm, problem, false);  // (the file is closed on every rank as they unwind)
-        try {
-            if (grid.rank() == 0) {
-                MPI_Status status{};
-                check_mpi(MPI_File_write_at(f->get(), 0, header.data(), int(header.size()), MPI_CHAR, &status),
-                          "MPI_File_write_at (npy header)");
-                check_transferred(status, MPI_CHAR, index_t(header.size()), "cannot write " + path + " (header)");
-            }
-            const datatype view = block_view<T>(grid, rows, cols, block, layout::row_major);
-            check_mpi(MPI_File_set_view(f->get(), MPI_Offset(header.size()), mpi_type<T>(), view.get(), "native", MPI_INFO_NULL),
-                      "MPI_File_set_view");
-        } catch (const std::exception& e) {
-            problem = std::string(e.what());
-        }
-        if (problem.empty()) problem = write_fault(grid.rank());
-        agree_on_errors(comm, problem, false);
-        try {
-            MPI_Status status{};
-            check_mpi(MPI_File_write_all(f->get(), buffer.data(), int(lr * lc), mpi_type<T>(), &status), "MPI_File_write_all");
-            check_transferred(status, mpi_type<T>(), lr * lc, "cannot write " + path);
-        } catch (const std::exception& e) {
-            problem = e.what();
-        }
-        agree_on_errors(comm, problem, false);
-        try {
-            check_mpi(MPI_File_sync(f->get()), "MPI_File_sync");
-        } catch (const std::exception& e) {
-            problem = "cannot write " + path + ": " + e.what();
-        }
-        agree_on_errors(comm, problem, false);
-        try {
-            f->close();
-        } catch (const std::exception& e) {
-            problem = "cannot write " + path + ": " + e.what();
-        }
-        agree_on_errors(comm, problem, false);
+    std::optional<temporary_registration> registered;
+    if (grid.rank() != 0) registered.emplace(tmp);
+    const std::string what = "cannot write " + (grid.rank() == 0 ? path : tmp);
+    std::optional<mpi_file> f;
+    try {
+        f.emplace(comm, tmp, MPI_MODE_WRONLY);
+    } catch (const std::exception& e) {
+        problem = e.what();
     }
-    if (grid.rank() == 0) {
-        if (std::rename(tmp.c_str(), path.c_str()) != 0)
-            problem = "cannot rename " + tmp + " to " + path + ": " + std::strerror(errno);
-        else
-            temporary.renamed();
+    agree_on_errors(comm, problem, false);  // (the file is closed on every rank as they unwind)
+    try {
+        if (grid.rank() == 0) {
+            MPI_Status status{};
+            check_mpi(MPI_File_write_at(f->get(), 0, header.data(), int(header.size()), MPI_CHAR, &status),
+                      "MPI_File_write_at (npy header)");
+            check_transferred(status, MPI_CHAR, index_t(header.size()), what + " (header)");
+        }
+        const datatype view = block_view<T>(grid, rows, cols, block, layout::row_major);
+        check_mpi(MPI_File_set_view(f->get(), MPI_Offset(header.size()), mpi_type<T>(), view.get(), "native", MPI_INFO_NULL),
+                  "MPI_File_set_view");
+    } catch (const std::exception& e) {
+        problem = std::string(e.what());
+    }
+    if (problem.empty()) problem = write_fault(grid.rank());
+    agree_on_errors(comm, problem, false);
+    try {
+        MPI_Status status{};
+        check_mpi(MPI_File_write_all(f->get(), buffer.data(), int(lr * lc), mpi_type<T>(), &status), "MPI_File_write_all");
+        check_transferred(status, mpi_type<T>(), lr * lc, what);
+    } catch (const std::exception& e) {
+        problem = e.what();
+    }
+    agree_on_errors(comm, problem, false);
+    try {
+        check_mpi(MPI_File_sync(f->get()), "MPI_File_sync");
+    } catch (const std::exception& e) {
+        problem = what + ": " + e.what();
+    }
+    agree_on_errors(comm, problem, false);
+    try {
+        f->close();
+    } catch (const std::exception& e) {
+        problem = what + ": " + e.what();
     }
     agree_on_errors(comm, problem, false);
 }
+
+namespace {
 
 template <class T>
 npy_gemm_result npy_gemm_typed(const layered_grid& lg, const npy_gemm_request& r, const npy_header& ha,
@@ -335,8 +382,8 @@ npy_gemm_result npy_gemm_typed(const layered_grid& lg, const npy_gemm_request& r
         read_npy_blocks<T>(grid, r.b, b);
         if (hc) read_npy_blocks<T>(grid, r.c, c);
     }
-    res.report = pgemm<T>(lg, r.op_a, r.op_b, res.m, res.n, res.k, T(r.alpha), a.data(), 1, 1, a.desc, b.data(), 1, 1,
-                          b.desc, T(r.beta), c.data(), 1, 1, c.desc, options);
+    res.report = pgemm<T>(lg, r.op_a, r.op_b, res.m, res.n, res.k, scalar_as<T>(r.alpha), a.data(), 1, 1, a.desc, b.data(), 1, 1,
+                          b.desc, scalar_as<T>(r.beta), c.data(), 1, 1, c.desc, options);
     // Layer 0 writes; every layer learns whether it could (rank 0 is on layer 0).
     std::string message;
     if (files) {
@@ -383,7 +430,7 @@ block_cyclic_matrix<T> block_cyclic_matrix<T>::on(const process_grid& g, index_t
     std::memcpy(m.desc, d, sizeof d);
     if (holds)
         m.local.assign(std::size_t(std::max<index_t>(1, m.local_rows) * std::max<index_t>(1, m.local_cols)),
-                       std::numeric_limits<T>::quiet_NaN());
+                       poison<T>());
     return m;
 }
 
@@ -401,15 +448,37 @@ void read_npy_blocks(const process_grid& grid, const std::string& path, block_cy
 
 template <class T>
 void write_npy_blocks(const process_grid& grid, const std::string& path, const block_cyclic_matrix<T>& m) {
-    write_blocks<T>(grid, path, m.rows, m.cols, m.block, m.data(), m.desc[8]);
+    std::optional<detail::output_file> out;
+    std::string problem;
+    if (grid.rank() == 0) {
+        try {
+            out.emplace(path);
+        } catch (const std::exception& e) {
+            problem = e.what();
+        }
+    }
+    agree_on_errors(grid.comm(), problem, false);
+    write_npy_blocks_to<T>(grid, out ? &*out : nullptr, m.rows, m.cols, m.block, m.data(), m.desc[8]);
+    if (out) {
+        try {
+            out->commit();
+        } catch (const std::exception& e) {
+            problem = e.what();
+        }
+    }
+    agree_on_errors(grid.comm(), problem, false);
 }
 
-template struct block_cyclic_matrix<float>;
-template struct block_cyclic_matrix<double>;
-template void read_npy_blocks<float>(const process_grid&, const std::string&, block_cyclic_matrix<float>&);
-template void read_npy_blocks<double>(const process_grid&, const std::string&, block_cyclic_matrix<double>&);
-template void write_npy_blocks<float>(const process_grid&, const std::string&, const block_cyclic_matrix<float>&);
-template void write_npy_blocks<double>(const process_grid&, const std::string&, const block_cyclic_matrix<double>&);
+#define TILESTREAM_NPY_BLOCKS(T)                                                                                \
+    template struct block_cyclic_matrix<T>;                                                                    \
+    template void read_npy_blocks<T>(const process_grid&, const std::string&, block_cyclic_matrix<T>&);          \
+    template void write_npy_blocks<T>(const process_grid&, const std::string&, const block_cyclic_matrix<T>&); \
+    template void write_npy_blocks_to<T>(const process_grid&, detail::output_file*, index_t, index_t, index_t, const T*, index_t);
+TILESTREAM_NPY_BLOCKS(float)
+TILESTREAM_NPY_BLOCKS(double)
+TILESTREAM_NPY_BLOCKS(std::complex<float>)
+TILESTREAM_NPY_BLOCKS(std::complex<double>)
+#undef TILESTREAM_NPY_BLOCKS
 
 npy_gemm_result npy_gemm(const layered_grid& grid, const npy_gemm_request& r, const pgemm_options& options) {
     if (r.block < 1) throw collective_error("npy_gemm: block must be at least 1, got " + std::to_string(r.block));
@@ -417,13 +486,13 @@ npy_gemm_result npy_gemm(const layered_grid& grid, const npy_gemm_request& r, co
     const npy_header hb = read_header(grid.comm(), r.b);
     std::optional<npy_header> hc;
     if (!r.c.empty()) hc = read_header(grid.comm(), r.c);
-    else if (r.beta != 0) throw collective_error("gemm: --beta is not 0 but no --c file was given");
+    else if (r.beta != scalar(0)) throw collective_error("gemm: --beta is not 0 but no --c file was given");
     auto name = [](dtype t) { return std::string(to_string(t)); };
     if (ha.type != hb.type || (hc && hc->type != ha.type))
         throw collective_error("gemm: dtypes differ: " + r.a + " is " + name(ha.type) + ", " + r.b + " is " + name(hb.type) +
                                (hc ? ", " + r.c + " is " + name(hc->type) : std::string()));
     try {
-        return visit_real_dtype(ha.type, "gemm over MPI ranks", [&]<class T>() {
+        return visit_dtype(ha.type, [&]<class T>() {
             return npy_gemm_typed<T>(grid, r, ha, hb, hc ? &*hc : nullptr, options);
         });
     } catch (const dimension_mismatch& e) {

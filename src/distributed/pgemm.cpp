@@ -174,7 +174,7 @@ pgemm_report pgemm(const process_grid& grid, op op_a, op op_b, index_t m, index_
         sa.kmap = dim_map{panel, 0, grid.cols(), 0};
         const index_t lk = sa.kmap.owned(k, grid.my_col());
         sa.owned.resize(std::size_t(std::max<index_t>(1, lr * lk)));
-        redistribute<T>(grid, a, da.ld, da.rows, da.cols, !na, dc.rows, sa.kmap, m, k, sa.owned.data(), rep);
+        redistribute<T>(grid, a, da.ld, da.rows, da.cols, op_a, dc.rows, sa.kmap, m, k, sa.owned.data(), rep);
         sa.data = sa.owned.data();
         sa.ld = std::max<index_t>(1, lr);
         rep.redistributed_a = true;
@@ -191,7 +191,7 @@ pgemm_report pgemm(const process_grid& grid, op op_a, op op_b, index_t m, index_
         sb.kmap = dim_map{panel, 0, grid.rows(), 0};
         const index_t lk = sb.kmap.owned(k, grid.my_row());
         sb.owned.resize(std::size_t(std::max<index_t>(1, lk * lc)));
-        redistribute<T>(grid, b, db.ld, db.rows, db.cols, !nb_, sb.kmap, dc.cols, k, n, sb.owned.data(), rep);
+        redistribute<T>(grid, b, db.ld, db.rows, db.cols, op_b, sb.kmap, dc.cols, k, n, sb.owned.data(), rep);
         sb.data = sb.owned.data();
         sb.ld = std::max<index_t>(1, lk);
         rep.redistributed_b = true;
@@ -339,11 +339,14 @@ pgemm_report pgemm(const process_grid& grid, op op_a, op op_b, index_t m, index_
     return rep;
 }
 
-template pgemm_report pgemm<float>(const process_grid&, op, op, index_t, index_t, index_t, float, const float*, index_t,
-                                   index_t, const int*, const float*, index_t, index_t, const int*, float, float*,
-                                   index_t, index_t, const int*, const pgemm_options&);
-template pgemm_report pgemm<double>(const process_grid&, op, op, index_t, index_t, index_t, double, const double*,
-                                    index_t, index_t, const int*, const double*, index_t, index_t, const int*, double,
-                                    double*, index_t, index_t, const int*, const pgemm_options&);
+#define TILESTREAM_PGEMM(T)                                                                                     \
+    template pgemm_report pgemm<T>(const process_grid&, op, op, index_t, index_t, index_t, T, const T*, index_t,      \
+                                   index_t, const int*, const T*, index_t, index_t, const int*, T, T*, index_t,       \
+                                   index_t, const int*, const pgemm_options&);
+TILESTREAM_PGEMM(float)
+TILESTREAM_PGEMM(double)
+TILESTREAM_PGEMM(std::complex<float>)
+TILESTREAM_PGEMM(std::complex<double>)
+#undef TILESTREAM_PGEMM
 
 }  // namespace tilestream::distributed

@@ -126,7 +126,7 @@ layer_operand<T> scatter_slices(const layered_grid& lg, const T* x, index_t ldx,
               "MPI_Scatterv (k slices)");
     rep.bytes_received += std::size_t(w.needed()) * sizeof(T);
     // NaN outside the received part: SUMMA must not read it (an element it did would show in C).
-    op.owned.assign(std::size_t(w.compact_ld() * std::max<index_t>(1, w.c.local_count)), std::numeric_limits<T>::quiet_NaN());
+    op.owned.assign(std::size_t(w.compact_ld() * std::max<index_t>(1, w.c.local_count)), poison<T>());
     unpack(received.data(), op.owned.data(), w.compact_ld(), w.r.need_begin, w.r.need_count, w.c.need_begin, w.c.need_count);
     op.data = op.owned.data();
     op.desc = w.descriptor(w.compact_ld());
@@ -189,7 +189,7 @@ pgemm_report pgemm(const layered_grid& lg, op op_a, op op_b, index_t m, index_t 
         if (c && (wc.r.local_begin > 0 || wc.c.local_begin > 0)) c_data = c + wc.r.local_begin + wc.c.local_begin * ldc;
     } else {
         ldc = wc.compact_ld();
-        c_owned.assign(std::size_t(ldc * std::max<index_t>(1, wc.c.local_count)), std::numeric_limits<T>::quiet_NaN());
+        c_owned.assign(std::size_t(ldc * std::max<index_t>(1, wc.c.local_count)), poison<T>());
         c_data = c_owned.data();
     }
     const auto dc = wc.descriptor(ldc);
@@ -345,11 +345,14 @@ std::pair<int, int> choose_gemm_grid(index_t m, index_t n, index_t k, int ranks)
     return {plan.grid_rows, plan.grid_cols};
 }
 
-template pgemm_report pgemm<float>(const layered_grid&, op, op, index_t, index_t, index_t, float, const float*, index_t,
-                                   index_t, const int*, const float*, index_t, index_t, const int*, float, float*,
-                                   index_t, index_t, const int*, const pgemm_options&);
-template pgemm_report pgemm<double>(const layered_grid&, op, op, index_t, index_t, index_t, double, const double*,
-                                    index_t, index_t, const int*, const double*, index_t, index_t, const int*, double,
-                                    double*, index_t, index_t, const int*, const pgemm_options&);
+#define TILESTREAM_PGEMM_LAYERS(T)                                                                              \
+    template pgemm_report pgemm<T>(const layered_grid&, op, op, index_t, index_t, index_t, T, const T*, index_t,      \
+                                   index_t, const int*, const T*, index_t, index_t, const int*, T, T*, index_t,       \
+                                   index_t, const int*, const pgemm_options&);
+TILESTREAM_PGEMM_LAYERS(float)
+TILESTREAM_PGEMM_LAYERS(double)
+TILESTREAM_PGEMM_LAYERS(std::complex<float>)
+TILESTREAM_PGEMM_LAYERS(std::complex<double>)
+#undef TILESTREAM_PGEMM_LAYERS
 
 }  // namespace tilestream::distributed

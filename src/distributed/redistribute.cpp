@@ -3,6 +3,7 @@
 #include "distributed/mpi_support.hpp"
 
 #include <algorithm>
+#include <complex>
 #include <vector>
 
 namespace tilestream::distributed {
@@ -27,8 +28,11 @@ std::vector<int> owners(const dim_map& map, index_t len) {
 
 template <class T>
 void redistribute(const process_grid& grid, const T* src, index_t ld, const dim_map& src_rows, const dim_map& src_cols,
-                  bool transposed, const dim_map& dst_rows, const dim_map& dst_cols, index_t rows, index_t cols, T* out,
+                  op how, const dim_map& dst_rows, const dim_map& dst_cols, index_t rows, index_t cols, T* out,
                   pgemm_report& rep) {
+    const bool transposed = is_transposed(how);
+    // The conjugation of op c is done by the sender (real data: c is t).
+    const bool conjugated = is_complex_v<T> && is_conjugated(how);
     int size = 0;
     check_mpi(MPI_Comm_size(grid.comm(), &size), "MPI_Comm_size");
     const index_t s_rows = transposed ? cols : rows, s_cols = transposed ? rows : cols;
@@ -86,7 +90,12 @@ void redistribute(const process_grid& grid, const T* src, index_t ld, const dim_
     std::vector<index_t> fill(sdispl.begin(), sdispl.end());
     for (index_t j : my_s_cols) {
         const index_t lj = src_cols.local(j);
-        for (index_t i : my_s_rows) sendbuf[std::size_t(fill[std::size_t(dest(i, j))]++)] = src[src_rows.local(i) + lj * ld];
+        for (index_t i : my_s_rows) {
+            const T v = src[src_rows.local(i) + lj * ld];
+            T& slot = sendbuf[std::size_t(fill[std::size_t(dest(i, j))]++)];
+            if constexpr (is_complex_v<T>) slot = conjugated ? std::conj(v) : v;
+            else slot = v;
+        }
     }
     check_mpi(MPI_Alltoallv(sendbuf.data(), scounts.data(), sdispl.data(), mpi_type<T>(), recvbuf.data(), rcounts.data(),
                             rdispl.data(), mpi_type<T>(), grid.comm()),
@@ -98,9 +107,13 @@ void redistribute(const process_grid& grid, const T* src, index_t ld, const dim_
     });
 }
 
-template void redistribute<float>(const process_grid&, const float*, index_t, const dim_map&, const dim_map&, bool,
-                                  const dim_map&, const dim_map&, index_t, index_t, float*, pgemm_report&);
-template void redistribute<double>(const process_grid&, const double*, index_t, const dim_map&, const dim_map&, bool,
-                                   const dim_map&, const dim_map&, index_t, index_t, double*, pgemm_report&);
+#define TILESTREAM_REDISTRIBUTE(T)                                                                              \
+    template void redistribute<T>(const process_grid&, const T*, index_t, const dim_map&, const dim_map&, op,         \
+                                  const dim_map&, const dim_map&, index_t, index_t, T*, pgemm_report&);
+TILESTREAM_REDISTRIBUTE(float)
+TILESTREAM_REDISTRIBUTE(double)
+TILESTREAM_REDISTRIBUTE(std::complex<float>)
+TILESTREAM_REDISTRIBUTE(std::complex<double>)
+#undef TILESTREAM_REDISTRIBUTE
 
 }  // namespace tilestream::distributed

@@ -1,14 +1,16 @@
-// psgemm_/pdgemm_ with ScaLAPACK's Fortran interface and PBLAS's conventions over
+// psgemm_/pdgemm_/pcgemm_/pzgemm_ with ScaLAPACK's Fortran interface and PBLAS's conventions over
 // tilestream::distributed::pgemm, so a ScaLAPACK program links (or preloads) tilestream_scalapack
 // before ScaLAPACK and multiplies with tilestream. Arguments are checked as PBLAS checks them and an
 // illegal one is reported with PBLAS's number, then the call returns (no MPI_Abort); DTYPE 1 and 2
 // descriptors, any BLACS grid (row- or column-major, a subset of the processes), every offset.
 #include "distributed/mpi_support.hpp"
+#include <tilestream/pblas.hpp>
 
 #include <dlfcn.h>
 
 #include <algorithm>
 #include <climits>
+#include <complex>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -34,8 +36,7 @@ using tilestream::index_t;
 
 /// One row per precision: the PBLAS name (for messages and the error handler) and the Fortran
 /// symbol of ScaLAPACK's own routine (where an operand replicated over the grid is passed on).
-/// pcgemm_/pzgemm_ are two more rows once pgemm<std::complex<T>> exists (TRANS 'C' then becomes
-/// op::c instead of op::t).
+/// TRANS 'C' is op::c: the conjugate transpose for pcgemm_/pzgemm_, the transpose for real data.
 template <class T>
 struct pblas_gemm;
 template <>
@@ -47,6 +48,16 @@ template <>
 struct pblas_gemm<double> {
     static constexpr const char* name = "PDGEMM";
     static constexpr const char* symbol = "pdgemm_";
+};
+template <>
+struct pblas_gemm<std::complex<float>> {
+    static constexpr const char* name = "PCGEMM";
+    static constexpr const char* symbol = "pcgemm_";
+};
+template <>
+struct pblas_gemm<std::complex<double>> {
+    static constexpr const char* name = "PZGEMM";
+    static constexpr const char* symbol = "pzgemm_";
 };
 
 // PBLAS's descriptor entries (DTYPE 2 layout, 0-based) and the multiplier of its error numbers.
@@ -286,8 +297,8 @@ void fortran_pgemm(const char* transa, const char* transb, const int* m, const i
         for (int p = 0; p < positions; ++p) members[std::size_t(p)] = shared[1 + std::size_t(p)] - 1;
         td::pgemm_options po;
         po.context = &rank_context();
-        td::pgemm<T>(grid_of(ctxt, g, members), na ? tilestream::op::n : tilestream::op::t,
-                     nb ? tilestream::op::n : tilestream::op::t, *m, *n, *k, *alpha, a, *ia, *ja, desca, b, *ib, *jb, descb,
+        auto op_of = [](char t) { return t == 'N' ? tilestream::op::n : t == 'T' ? tilestream::op::t : tilestream::op::c; };
+        td::pgemm<T>(grid_of(ctxt, g, members), op_of(ta), op_of(tb), *m, *n, *k, *alpha, a, *ia, *ja, desca, b, *ib, *jb, descb,
                      *beta, c, *ic, *jc, descc, po);
     } catch (const std::exception& e) {
         // Not an argument error (those returned above): a device or MPI failure, which ScaLAPACK
@@ -313,6 +324,23 @@ void pdgemm_(const char* transa, const char* transb, const int* m, const int* n,
              const int* jb, const int* descb, const double* beta, double* c, const int* ic, const int* jc,
              const int* descc) {
     fortran_pgemm<double>(transa, transb, m, n, k, alpha, a, ia, ja, desca, b, ib, jb, descb, beta, c, ic, jc, descc);
+}
+
+void pcgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k,
+             const std::complex<float>* alpha, const std::complex<float>* a, const int* ia, const int* ja,
+             const int* desca, const std::complex<float>* b, const int* ib, const int* jb, const int* descb,
+             const std::complex<float>* beta, std::complex<float>* c, const int* ic, const int* jc, const int* descc) {
+    fortran_pgemm<std::complex<float>>(transa, transb, m, n, k, alpha, a, ia, ja, desca, b, ib, jb, descb, beta, c, ic,
+                                       jc, descc);
+}
+
+void pzgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k,
+             const std::complex<double>* alpha, const std::complex<double>* a, const int* ia, const int* ja,
+             const int* desca, const std::complex<double>* b, const int* ib, const int* jb, const int* descb,
+             const std::complex<double>* beta, std::complex<double>* c, const int* ic, const int* jc,
+             const int* descc) {
+    fortran_pgemm<std::complex<double>>(transa, transb, m, n, k, alpha, a, ia, ja, desca, b, ib, jb, descb, beta, c, ic,
+                                        jc, descc);
 }
 
 }  // extern "C"

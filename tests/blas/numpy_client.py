@@ -1,7 +1,7 @@
-"""numpy as a client of the BLAS drop-in: `a @ b` for float32/float64 in C and Fortran order, on
-transposed views and on slices (leading dimension above the row), run in a subprocess with
-libtilestream_blas.so preloaded and in one without it. The log must show every product on tilestream
-through cblas_sgemm/cblas_dgemm, and the results must match numpy's own.
+"""numpy as a client of the BLAS drop-in: `a @ b` for float32/float64/complex64/complex128 in C and
+Fortran order, on transposed views and on slices (leading dimension above the row), run in a
+subprocess with libtilestream_blas.so preloaded and in one without it. The log must show every
+product on tilestream through cblas_[sdcz]gemm, and the results must match numpy's own.
 
 usage: numpy_client.py SHIM WORK_DIR          (the test)
        numpy_client.py --compute OUT_DIR       (one run of the products, saved as .npy)
@@ -18,9 +18,12 @@ def products():
     """(name, a, b) with odd shapes; each a and b distinct arrays (a @ a.T would be a SYRK)."""
     rng = np.random.default_rng(20261123)
     out = []
-    for dt in (np.float32, np.float64):
+    for dt in (np.float32, np.float64, np.complex64, np.complex128):
         def r(*shape):
-            return rng.uniform(-1, 1, shape).astype(dt)
+            x = rng.uniform(-1, 1, shape)
+            if np.dtype(dt).kind == 'c':
+                x = x + 1j * rng.uniform(-1, 1, shape)
+            return x.astype(dt)
         t = np.dtype(dt).name
         out.append((t + '-c', r(203, 157), r(157, 181)))
         out.append((t + '-fortran', np.asfortranarray(r(211, 149)), np.asfortranarray(r(149, 167))))
@@ -52,7 +55,7 @@ def main():
     cases = products()
     check(len(logged) == len(cases), '%d products, %d GEMM calls logged: %s' % (len(cases), len(logged), logged))
     for (name, a, b), line in zip(cases, logged):
-        routine = 'cblas_sgemm' if a.dtype == np.float32 else 'cblas_dgemm'
+        routine = 'cblas_%sgemm' % {'float32': 's', 'float64': 'd', 'complex64': 'c', 'complex128': 'z'}[a.dtype.name]
         check(line['routine'] == routine, '%s: numpy called %s, expected %s' % (name, line['routine'], routine))
         check(line['ran'] == 'tilestream', '%s ran on %s' % (name, line))
         m, k = a.shape
@@ -63,10 +66,11 @@ def main():
         want = np.load(os.path.join(plain, name + '.npy'))
         got = np.load(os.path.join(shimmed, name + '.npy'))
         check(got.shape == want.shape and got.dtype == want.dtype, name + ': shape or dtype differs')
-        norm = np.linalg.norm(want.astype(np.float64))
+        wide = np.complex128 if a.dtype.kind == 'c' else np.float64
+        norm = np.linalg.norm(want.astype(wide))
         check(norm > 0, name + ': numpy computed a zero product')
-        rel = np.linalg.norm((got.astype(np.float64) - want)) / norm
-        u = np.finfo(a.dtype).eps / 2
+        rel = np.linalg.norm((got.astype(wide) - want)) / norm
+        u = np.finfo(a.dtype).eps / (1 if a.dtype.kind == 'c' else 2)
         check(rel <= max(16, 8 * np.sqrt(k)) * u, '%s: relative error %.3g' % (name, rel))
         print('%-24s %-11s transa=%s transb=%s order=%s rel.err %.2g' % (name, routine, line['transa'],
                                                                      line['transb'], line['order'], rel))

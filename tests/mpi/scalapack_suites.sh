@@ -1,10 +1,12 @@
 #!/bin/sh
-# ScaLAPACK's own tests with tilestream's psgemm_/pdgemm_ bound in (tilestream_scalapack preloaded
-# into every rank): the PBLAS Level 3 tester (PSGEMM and PDGEMM computational tests on several grids,
-# subsets of the processes included, with first blocks, source processes and offsets of their own,
-# and its error-exit tests), then ScaLAPACK's LU, Cholesky and QR drivers, whose pdgetrf, pdpotrf and
-# pdgeqrf call pdgemm_ inside ScaLAPACK. Checks with LD_DEBUG=bindings that pdgemm_ is tilestream's,
-# from the tester and from inside ScaLAPACK. Debian: scalapack-mpi-test, scalapack-test-common.
+# ScaLAPACK's own tests with tilestream's psgemm_/pdgemm_/pcgemm_/pzgemm_ bound in
+# (tilestream_scalapack preloaded into every rank): the PBLAS Level 3 tester (PSGEMM, PDGEMM, PCGEMM
+# and PZGEMM computational tests on several grids, subsets of the processes included, with first
+# blocks, source processes and offsets of their own, TRANS N, T and C, and its error-exit tests),
+# then ScaLAPACK's LU, Cholesky and QR drivers (real and complex), whose p?getrf, p?potrf and
+# p?geqrf call p?gemm_ inside ScaLAPACK. Checks with LD_DEBUG=bindings that pdgemm_ and pzgemm_ are
+# tilestream's, from the tester and from inside ScaLAPACK. Debian: scalapack-mpi-test,
+# scalapack-test-common.
 # usage: scalapack_suites.sh LIBTILESTREAM_SCALAPACK.so [RANKS (default 4)]
 set -u
 lib=$(readlink -f "$1")
@@ -103,11 +105,14 @@ P${up}TRADD F	put F for no test in the same column
 EOF
 }
 
-for p in s d; do
+for p in s d c z; do
   up=$(echo "$p" | tr a-z A-Z)
-  pblas_input "$p" 2.0 -1.5 > "P${up}BLAS3TST.dat"
+  case $p in
+    s|d) pblas_input "$p" 2.0 -1.5 > "P${up}BLAS3TST.dat" ;;
+    *) pblas_input "$p" "(2.0, -1.0)" "(-1.5, 0.5)" > "P${up}BLAS3TST.dat" ;;  # complex ALPHA, BETA
+  esac
   log=$work/${p}pb3tst.log
-  if [ "$p" = d ]; then
+  if [ "$p" = d ] || [ "$p" = z ]; then
     # The binding, seen by the dynamic loader of every rank.
     run_logging_bindings "$tests/PBLAS/${p}pb3tst" > "$log" 2>&1
   else
@@ -126,23 +131,26 @@ for p in s d; do
     pass
   fi
 done
-if ! cat "$work"/bind.* 2>/dev/null | grep "normal symbol \`pdgemm_'" | grep -q "to $lib\|libtilestream_scalapack"; then
-  fail "LD_DEBUG=bindings shows no binding of pdgemm_ to tilestream_scalapack"
-elif cat "$work"/bind.* | grep "normal symbol \`pdgemm_'" | grep -v libtilestream_scalapack | grep -q .; then
-  fail "pdgemm_ is bound elsewhere too:"
-  cat "$work"/bind.* | grep "normal symbol \`pdgemm_'" | grep -v libtilestream_scalapack | head -3
-else
-  echo "bindings: pdgemm_ of ${tests##*/}/PBLAS/dpb3tst bound to $(basename "$lib") on every rank"
-  pass
-fi
+for sym in pdgemm_:dpb3tst pzgemm_:zpb3tst; do
+  f=${sym%%:*} prog=${sym#*:}
+  if ! cat "$work"/bind.* 2>/dev/null | grep "normal symbol \`$f'" | grep -q "to $lib\|libtilestream_scalapack"; then
+    fail "LD_DEBUG=bindings shows no binding of $f to tilestream_scalapack"
+  elif cat "$work"/bind.* | grep "normal symbol \`$f'" | grep -v libtilestream_scalapack | grep -q .; then
+    fail "$f is bound elsewhere too:"
+    cat "$work"/bind.* | grep "normal symbol \`$f'" | grep -v libtilestream_scalapack | head -3
+  else
+    echo "bindings: $f of ${tests##*/}/PBLAS/$prog bound to $(basename "$lib") on every rank"
+    pass
+  fi
+done
 rm -f "$work"/bind.*
 
 # The drivers, with Debian's inputs (small problems over grids of 1 to 4 processes). Not xsllt:
 # Debian's xsllt hangs after 109 tests with ScaLAPACK's own PSGEMM too (bookworm, 2.2.1-2).
 cp "$tests"/LU.dat "$tests"/LLT.dat "$tests"/QR.dat .
-for driver in xdlu xslu xdllt xdqr xsqr; do
+for driver in xdlu xslu xdllt xdqr xsqr xzlu xclu xzllt xzqr; do
   log=$work/$driver.log
-  if [ "$driver" = xdlu ]; then
+  if [ "$driver" = xdlu ] || [ "$driver" = xzlu ]; then
     run_logging_bindings "$tests/$driver" > "$log" 2>&1
   else
     run "$tests/$driver" > "$log" 2>&1
@@ -158,13 +166,16 @@ for driver in xdlu xslu xdllt xdqr xsqr; do
     pass
   fi
 done
-# Inside ScaLAPACK (pdgetrf's trailing updates), pdgemm_ must be tilestream's as well.
-if ! cat "$work"/bind.* 2>/dev/null | grep "normal symbol \`pdgemm_'" | grep "binding file [^ ]*libscalapack" |
-     grep -q libtilestream_scalapack; then
-  fail "xdlu: ScaLAPACK's own calls of pdgemm_ are not bound to tilestream_scalapack"
-else
-  echo "bindings: pdgemm_ called inside libscalapack (xdlu) bound to $(basename "$lib")"
-  pass
-fi
+# Inside ScaLAPACK (p?getrf's trailing updates), pdgemm_ and pzgemm_ must be tilestream's as well.
+for sym in pdgemm_:xdlu pzgemm_:xzlu; do
+  f=${sym%%:*} driver=${sym#*:}
+  if ! cat "$work"/bind.* 2>/dev/null | grep "normal symbol \`$f'" | grep "binding file [^ ]*libscalapack" |
+       grep -q libtilestream_scalapack; then
+    fail "$driver: ScaLAPACK's own calls of $f are not bound to tilestream_scalapack"
+  else
+    echo "bindings: $f called inside libscalapack ($driver) bound to $(basename "$lib")"
+    pass
+  fi
+done
 echo "ScaLAPACK suites with tilestream bound: $passes passed, $failures failed"
 [ $failures -eq 0 ]

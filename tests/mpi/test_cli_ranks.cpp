@@ -8,6 +8,7 @@
 #include <tilestream/verify.hpp>
 
 #include <chrono>
+#include <complex>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -78,7 +79,7 @@ ts::host_matrix<T> random_matrix(ts::index_t rows, ts::index_t cols, ts::layout 
 /// returns the run (its JSON line when `extra` asks for one).
 template <class T>
 outcome gemm_case(int ranks, const std::string& grid, ts::op op_a, ts::op op_b, ts::index_t m, ts::index_t n, ts::index_t k,
-               double alpha, double beta, int block, ts::layout l, std::uint64_t seed, const std::string& extra = "") {
+               ts::scalar alpha, ts::scalar beta, int block, ts::layout l, std::uint64_t seed, const std::string& extra = "") {
     const bool na = op_a == ts::op::n, nb = op_b == ts::op::n;
     auto a = random_matrix<T>(na ? m : k, na ? k : m, l, seed);
     auto b = random_matrix<T>(nb ? k : n, nb ? n : k, l, seed + 1);
@@ -88,9 +89,10 @@ outcome gemm_case(int ranks, const std::string& grid, ts::op op_a, ts::op op_b, 
     ts::write_npy<T>(dir + "/c.npy", c.view());
     std::remove((dir + "/out.npy").c_str());
     std::string args = "gemm --a " + dir + "/a.npy --b " + dir + "/b.npy --out " + dir + "/out.npy --block " +
-                       std::to_string(block) + " --op-a " + (na ? "n" : "t") + " --op-b " + (nb ? "n" : "t") +
-                       " --alpha " + std::to_string(alpha) + " --beta " + std::to_string(beta);
-    if (beta != 0) args += " --c " + dir + "/c.npy";
+                       std::to_string(block) + " --op-a " + std::string(ts::to_string(op_a)) + " --op-b " +
+                       std::string(ts::to_string(op_b)) + " --alpha " + ts::format_scalar(alpha) + " --beta " +
+                       ts::format_scalar(beta);
+    if (beta != ts::scalar(0)) args += " --c " + dir + "/c.npy";
     if (!grid.empty()) args += " --grid " + grid;
     args += extra;
     const std::string what = std::to_string(ranks) + " ranks " + args;
@@ -107,16 +109,18 @@ outcome gemm_case(int ranks, const std::string& grid, ts::op op_a, ts::op op_b, 
     ts::host_matrix<T> expected(m, n);
     for (ts::index_t i = 0; i < m; ++i)
         for (ts::index_t j = 0; j < n; ++j) expected(i, j) = c(i, j);
-    ts::reference_gemm<T>(op_a, op_b, T(alpha), a.view(), b.view(), T(beta), expected.view());
+    ts::reference_gemm<T>(op_a, op_b, ts::scalar_as<T>(alpha), a.view(), b.view(), ts::scalar_as<T>(beta), expected.view());
     const auto got = out.view<T>();
-    const double tol = std::is_same_v<T, float> ? 1e-4 : 1e-11;
+    const double tol = std::is_same_v<ts::real_type_t<T>, float> ? 1e-4 : 1e-11;
     for (ts::index_t i = 0; i < m; ++i)
-        for (ts::index_t j = 0; j < n; ++j)
-            if (!(std::fabs(double(got(i, j)) - double(expected(i, j))) <= tol * (1 + std::fabs(double(expected(i, j)))))) {
-                fail(what + ": C(" + std::to_string(i) + "," + std::to_string(j) + ") = " + std::to_string(got(i, j)) +
-                     ", expected " + std::to_string(expected(i, j)));
+        for (ts::index_t j = 0; j < n; ++j) {
+            const ts::wide_type_t<T> g(got(i, j)), e(expected(i, j));
+            if (!(std::abs(g - e) <= tol * (1 + std::abs(e)))) {
+                fail(what + ": C(" + std::to_string(i) + "," + std::to_string(j) + ") = " + ts::format_scalar(ts::as_scalar(g)) +
+                     ", expected " + ts::format_scalar(ts::as_scalar(e)));
                 return r;
             }
+        }
     return r;
 }
 
@@ -397,12 +401,13 @@ int occurrences(const std::string& text, const std::string& what) {
     return n;
 }
 
-/// Names in `where` (default: the test's folder) containing ".partial-" (temporaries left behind).
+/// Names in `where` (default: the test's folder) of temporaries left behind: ".tmp.PID.N" beside an
+/// output (or ".tilestream.tmp..." for a long name), ".partial-" from older versions.
 std::vector<std::string> partials(const std::string& where = dir) {
     std::vector<std::string> out;
     if (DIR* d = ::opendir(where.c_str())) {
         while (dirent* e = ::readdir(d))
-            if (std::strstr(e->d_name, ".partial-")) out.push_back(e->d_name);
+            if (std::strstr(e->d_name, ".partial-") || std::strstr(e->d_name, ".tmp.")) out.push_back(e->d_name);
         ::closedir(d);
     }
     return out;
@@ -560,6 +565,64 @@ void test_nothing_lost() {
     std::system(("umount " + small).c_str());
 }
 
+/// Part `special_outputs`: the outputs of gemm and jacobi over ranks are written as cp writes them
+/// and committed together, as in one process: a symbolic link is followed and kept (its target
+/// keeps mode 600), /dev/null stays a device, a FIFO receives the same bytes as a regular file, and
+/// when C cannot be written an existing --trace is not replaced either.
+void test_special_outputs() {
+    const std::string job = "gemm --m 67 --n 45 --k 23 --seed 9 --reproducible on --quiet --out ";
+    // A regular file first: the bytes every other kind of output must receive.
+    const std::string plain = dir + "/plain.npy";
+    if (run(3, job + plain).status != 0) return fail("gemm over 3 ranks to a regular file failed");
+    const std::string want = slurp(plain);
+    if (want.size() < 67 * 45 * 4) return fail("the regular output is too short");
+    // A symbolic link to a file of mode 600.
+    const std::string target = dir + "/target.npy", link = dir + "/link.npy";
+    { std::ofstream(target) << "old"; }
+    ::chmod(target.c_str(), 0600);
+    if (::symlink(target.c_str(), link.c_str()) != 0) return fail("cannot make a symbolic link");
+    if (run(3, job + link).status != 0) fail("gemm --out through a symbolic link failed");
+    struct stat st {};
+    if (::lstat(link.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) fail("--out replaced the symbolic link itself");
+    if (slurp(target) != want) fail("--out through a symbolic link: the target does not hold C");
+    if (::stat(target.c_str(), &st) != 0 || (st.st_mode & 0777) != 0600)
+        fail("--out through a symbolic link: the target's mode 600 was not kept");
+    // /dev/null for C and the trace at once (several outputs may name one device).
+    if (run(3, job + "/dev/null --trace /dev/null").status != 0) fail("gemm --out /dev/null --trace /dev/null failed");
+    if (::stat("/dev/null", &st) != 0 || !S_ISCHR(st.st_mode)) fail("/dev/null is no longer a character device");
+    // A FIFO with a reader: the same bytes as the regular file, gathered by rank 0.
+    const std::string fifo = dir + "/c.fifo", got = dir + "/from-fifo.npy";
+    if (::mkfifo(fifo.c_str(), 0600) != 0) return fail("cannot make a FIFO");
+    const pid_t reader = ::fork();
+    if (reader == 0) {
+        const std::string cmd = "exec cat " + fifo + " > " + got;
+        ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+        ::_exit(127);
+    }
+    if (run(3, job + fifo).status != 0) fail("gemm --out to a FIFO failed");
+    int status = 0;
+    ::waitpid(reader, &status, 0);
+    if (slurp(got) != want) fail("gemm --out to a FIFO: the reader did not get the bytes of the regular file");
+    // All new or none: a write error on rank 1 leaves an existing trace as it was.
+    const std::string trace = dir + "/t.json";
+    { std::ofstream(trace) << "previous trace"; }
+    const outcome e = run(3, job + plain + " --trace " + trace, "TILESTREAM_TEST_FAIL_WRITE=1:error");
+    if (e.status != 3) fail("a write error on rank 1 with --trace: exit " + std::to_string(e.status) + ", expected 3");
+    if (slurp(trace) != "previous trace") fail("C failed, but --trace was replaced");
+    if (slurp(plain) != want) fail("C failed, but --out was changed");
+    if (!partials().empty()) fail("a temporary was left: " + partials().front());
+    // Jacobi over ranks: --out through a link, --image beside it.
+    const std::string jt = dir + "/jt.npy", jl = dir + "/jl.npy";
+    { std::ofstream(jt) << "old"; }
+    ::chmod(jt.c_str(), 0600);
+    if (::symlink(jt.c_str(), jl.c_str()) != 0) return fail("cannot make a symbolic link");
+    if (run(2, "jacobi --nx 40 --ny 30 --iters 20 --quiet --out " + jl + " --image " + dir + "/j.png").status != 0)
+        fail("jacobi over 2 ranks with --out through a link failed");
+    if (::lstat(jl.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) fail("jacobi --out replaced the symbolic link itself");
+    if (slurp(jt).rfind("\x93NUMPY", 0) != 0) fail("jacobi --out through a link: the target is not a .npy file");
+    if (::stat(jt.c_str(), &st) != 0 || (st.st_mode & 0777) != 0600) fail("jacobi --out: the target's mode 600 was not kept");
+}
+
 /// Part `no_hang`: an input that one rank cannot read (mpirun's MPMD form gives rank 1 and 2 a
 /// path that does not exist) is one message naming the rank and exit 2, not a hang in
 /// MPI_File_open.
@@ -571,6 +634,107 @@ void test_no_hang() {
     if (r.status != 2 || r.seconds > 30 || occurrences(r.err, "rank 1: cannot read " + dir + "/missing/a.npy") != 1)
         fail("an input missing on ranks 1 and 2: exit " + std::to_string(r.status) + " after " + std::to_string(r.seconds) +
              " s:\n" + r.err);
+}
+
+/// Part `complex`: c32 and c64 over ranks. .npy inputs on every grid of 1 to 4 ranks (and 2.5D
+/// on 4) against the reference with ops n, t and c, complex alpha and beta, odd shapes, both file
+/// orders; random inputs with --check, --anchor (ScaLAPACK PCGEMM/PZGEMM) and --json carrying the
+/// imaginary parts; --check with op c on files; --reproducible bitwise across grids and against
+/// one process.
+void test_complex() {
+    std::mt19937 rng(11);
+    auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+    const char* grids[5][4] = {{""}, {"1x1"}, {"1x2", "2x1"}, {"1x3", "3x1"}, {"2x2", "4x1"}};
+    const ts::op ops[3] = {ts::op::n, ts::op::t, ts::op::c};
+    int case_no = 0;
+    for (int ranks = 1; ranks <= 4; ++ranks)
+        for (const char* g : grids[ranks]) {
+            if (!g) break;
+            const ts::op op_a = ops[case_no % 3], op_b = ops[(case_no / 3 + case_no) % 3];
+            const ts::scalar beta = case_no % 2 ? ts::scalar(0) : ts::scalar(0.25, -0.75);
+            const auto l = case_no % 3 ? ts::layout::row_major : ts::layout::col_major;
+            const ts::index_t m = uni(1, 47), n = uni(1, 47), k = uni(1, 47);
+            if (case_no % 2)
+                gemm_case<std::complex<double>>(ranks, g, op_a, op_b, m, n, k, {1.5, -2}, beta, uni(1, 9), l, 300 + case_no);
+            else
+                gemm_case<std::complex<float>>(ranks, g, op_a, op_b, m, n, k, {-0.5, 1}, beta, uni(1, 9), l, 300 + case_no);
+            ++case_no;
+        }
+    // 2.5D: k cut over 2 layers, the partial complex sums reduced onto layer 0.
+    gemm_case<std::complex<double>>(4, "", ts::op::c, ts::op::n, 23, 19, 40, {0.5, 2}, {1, 1}, 4, ts::layout::row_major, 399,
+                                    " --layers 2");
+
+    // Random inputs: --check passes, --anchor runs ScaLAPACK's complex routine, --json has the
+    // imaginary parts and counts 8mnk flops.
+    for (const char* type : {"c64", "c32"}) {
+        const std::string args = std::string("gemm --m 37 --n 29 --k 41 --block 8 --dtype ") + type +
+                                 " --op-a c --op-b t --alpha 1.5-2j --beta 0.5+1j --check --anchor --json";
+        const outcome r = run(4, args);
+        const std::string anchor = std::string("\"anchor\": \"ScaLAPACK P") + (type[1] == '6' ? "Z" : "C") + "GEMM\"";
+        for (const std::string key : {std::string("\"check_passed\": true"), std::string("\"alpha_imag\": -2"),
+                                      std::string("\"beta_imag\": 1"), std::string("\"dtype\": \"") + type + "\"",
+                                      std::string("\"op_a\": \"c\""), anchor})
+            if (r.status != 0 || r.out.find(key) == std::string::npos)
+                fail(std::string(type) + " over 4 ranks: exit " + std::to_string(r.status) + ", no " + key + " in:\n" + r.out);
+    }
+    // --check conjugates as the product does: with op c on .npy inputs it passes (a check that
+    // took c for t, or a product that did, would differ from the other and fail).
+    {
+        auto a = random_matrix<std::complex<double>>(21, 17, ts::layout::row_major, 401);
+        auto b = random_matrix<std::complex<double>>(13, 17, ts::layout::row_major, 402);
+        ts::write_npy<std::complex<double>>(dir + "/a.npy", a.view());
+        ts::write_npy<std::complex<double>>(dir + "/b.npy", b.view());
+        const std::string base = "gemm --a " + dir + "/a.npy --b " + dir + "/b.npy --check --out " + dir + "/out.npy";
+        const outcome good = run(3, base + " --op-b c");
+        if (good.status != 0 || good.out.find("check: passed") == std::string::npos)
+            fail("c64 --op-b c --check on 3 ranks: exit " + std::to_string(good.status) + "\n" + good.out);
+    }
+    // --reproducible: bitwise the same on any grid (k over several k-blocks), and the one-process
+    // result on column-major (F-order) files: one process's complex kernel orders the parts' sums
+    // by C's layout (real types do not), and the ranks' local blocks are column-major.
+    int plain_differs = 0;
+    for (const char* type : {"c64", "c32"}) {
+        const bool dbl = type[1] == '6';
+        const ts::index_t k = dbl ? 300 : 450;
+        const std::string a = dir + "/ra.npy", b = dir + "/rb.npy", c = dir + "/rc.npy";
+        const auto col = ts::layout::col_major;
+        if (dbl) {
+            ts::write_npy<std::complex<double>>(a, random_matrix<std::complex<double>>(k, 37, col, 501).view());
+            ts::write_npy<std::complex<double>>(b, random_matrix<std::complex<double>>(k, 29, col, 502).view());
+            ts::write_npy<std::complex<double>>(c, random_matrix<std::complex<double>>(37, 29, col, 503).view());
+        } else {
+            ts::write_npy<std::complex<float>>(a, random_matrix<std::complex<float>>(k, 37, col, 501).view());
+            ts::write_npy<std::complex<float>>(b, random_matrix<std::complex<float>>(k, 29, col, 502).view());
+            ts::write_npy<std::complex<float>>(c, random_matrix<std::complex<float>>(37, 29, col, 503).view());
+        }
+        const std::string files = "gemm --a " + a + " --b " + b + " --c " + c + " --op-a c --alpha 1-1j --beta 0.5j --out ";
+        if (run(0, files + dir + "/one.npy --reproducible on --quiet").status != 0)
+            return fail(std::string(type) + ": one-process --reproducible failed");
+        // (One process writes C in C's order, F here; the ranks write C order: values compared.)
+        auto same_values = [&](const std::string& x, const std::string& y) {
+            const auto fx = ts::read_npy(x), fy = ts::read_npy(y);
+            if (fx.type() != fy.type() || fx.rows() != fy.rows() || fx.cols() != fy.cols()) return false;
+            return ts::visit_dtype(fx.type(), [&]<class T>() {
+                const auto vx = fx.view<T>(), vy = fy.view<T>();
+                for (ts::index_t i = 0; i < fx.rows(); ++i)
+                    for (ts::index_t j = 0; j < fx.cols(); ++j)
+                        if (std::memcmp(&vx(i, j), &vy(i, j), sizeof(T)) != 0) return false;
+                return true;
+            });
+        };
+        for (const char* v : {"1 --grid 1x1 --block 50", "2 --grid 2x1 --block 64", "4 --grid 2x2 --block 33"}) {
+            const int ranks = v[0] - '0';
+            const std::string out = dir + "/r.npy";
+            std::remove(out.c_str());
+            const outcome r = run(ranks, files + out + " --reproducible on " + (v + 2));
+            if (r.status != 0 || !same_values(out, dir + "/one.npy"))
+                fail(std::string(type) + " --reproducible on " + v + " differs from one process");
+            // Without it the grids' panels order the sums differently: the comparison can fail.
+            if (dbl && run(ranks, files + out + " " + (v + 2)).status == 0 && !same_values(out, dir + "/one.npy"))
+                ++plain_differs;
+        }
+    }
+    if (plain_differs == 0) fail("complex without --reproducible matched one process on every grid: the test cannot fail");
 }
 
 }  // namespace
@@ -598,6 +762,8 @@ int main(int argc, char** argv) {
     else if (what == "reproducible") test_reproducible();
     else if (what == "nothing_lost") test_nothing_lost();
     else if (what == "no_hang") test_no_hang();
+    else if (what == "special_outputs") test_special_outputs();
+    else if (what == "complex") test_complex();
     else return 2;
     std::system(("rm -rf " + dir).c_str());
     std::printf("%s: %d failures\n", what.c_str(), failures);

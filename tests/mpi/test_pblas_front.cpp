@@ -7,11 +7,13 @@
 // may) and checks the numbers PBLAS's rules give. With it, the program replaces PB_Cabort (as
 // ScaLAPACK's PBLAS tester does) and calls ScaLAPACK's own routine (dlsym RTLD_NEXT) on the same
 // arguments: both must report the same number.
+#include <tilestream/pblas.hpp>
 #include <tilestream/distributed.hpp>
 
 #include <dlfcn.h>
 
 #include <cmath>
+#include <complex>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -22,12 +24,6 @@ void Cblacs_get(int context, int what, int* value);
 void Cblacs_gridinit(int* context, const char* order, int rows, int cols);
 void Cblacs_gridinfo(int context, int* rows, int* cols, int* my_row, int* my_col);
 void Cblacs_gridexit(int context);
-void pdgemm_(const char*, const char*, const int*, const int*, const int*, const double*, const double*, const int*,
-             const int*, const int*, const double*, const int*, const int*, const int*, const double*, double*,
-             const int*, const int*, const int*);
-void psgemm_(const char*, const char*, const int*, const int*, const int*, const float*, const float*, const int*,
-             const int*, const int*, const float*, const int*, const int*, const int*, const float*, float*,
-             const int*, const int*, const int*);
 }
 
 namespace {
@@ -87,6 +83,70 @@ int call(pdgemm_fn fn, call_args& x, std::vector<double>& a, std::vector<double>
     if (calls > 1) fail("the error was reported " + std::to_string(calls) + " times");
     if (calls == 1 && c != before) fail("C was changed by a call with an illegal argument");
     return calls ? last_info : 0;
+}
+
+/// A complex front: TRANSA 'Z' is argument 1 and DESCB of another context 1402 (with PB_Cabort
+/// also what ScaLAPACK's own routine reports), C untouched, the routine named; then a legal call
+/// with TRANSA 'C' conjugates: C(1:2, 1:2) <- alpha A^H B + beta C on a 4x4 matrix in 2x2 blocks.
+template <class Z>
+void complex_front(void (*fn)(const char*, const char*, const int*, const int*, const int*, const Z*, const Z*, const int*,
+                              const int*, const int*, const Z*, const int*, const int*, const int*, const Z*, Z*,
+                              const int*, const int*, const int*),
+                   const char* symbol, const char* routine, int ctxt, int other, int lld, int row, int col) {
+    using zfn = decltype(fn);
+    Dl_info info{};
+    if (dladdr(reinterpret_cast<void*>(fn), &info) == 0 || !info.dli_fname ||
+        !std::strstr(info.dli_fname, "tilestream_scalapack"))
+        fail(std::string(symbol) + " resolves to " + (info.dli_fname ? info.dli_fname : "?"));
+    const int mm = 2, one = 1;
+    const Z al(1, 2), be(0, 1);
+    std::vector<Z> za(4, Z(1, 2)), zb(4, Z(2, -1)), zc(4, Z(3, 3));
+    const int d[9] = {1, ctxt, 4, 4, 2, 2, 0, 0, lld};
+    const int d_other[9] = {1, other, 4, 4, 2, 2, 0, 0, lld};
+    const char c = 'C', bad = 'Z';
+    struct zcase {
+        const char* what;
+        const char* ta;
+        const int* db;
+        int want;
+    };
+    const zcase cases[] = {{"TRANSA 'Z'", &bad, d, -1}, {"DESCB of another context", &c, d_other, -1402}};
+    std::vector<zfn> fns{fn};
+#ifdef TILESTREAM_TEST_CABORT
+    if (const auto theirs = reinterpret_cast<zfn>(dlsym(RTLD_NEXT, symbol))) fns.push_back(theirs);
+    else fail(std::string("ScaLAPACK's ") + symbol + " not found behind tilestream's");
+#endif
+    for (const zcase& x : cases)
+        for (std::size_t f = 0; f < fns.size(); ++f) {
+            calls = 0;
+            last_info = 0;
+            last_routine.clear();
+            const std::vector<Z> before = zc;
+            fns[f](x.ta, &c, &mm, &mm, &mm, &al, za.data(), &one, &one, d, zb.data(), &one, &one, x.db, &be, zc.data(), &one,
+                   &one, d);
+            const std::string who = std::string(f == 0 ? "tilestream's " : "ScaLAPACK's ") + symbol + " " + x.what;
+            if (calls != 1 || last_info != x.want || zc != before || last_routine.rfind(routine, 0) != 0)
+                fail(who + ": " + std::to_string(calls) + " reports, info " + std::to_string(last_info) + " (expected " +
+                     std::to_string(x.want) + ") from '" + last_routine + "'" + (zc != before ? ", C changed" : ""));
+        }
+    // Legal: every element of A is 1+2i, of B 2-i; conj(1+2i)(2-i) = -5i, times k = 2: -10i; alpha
+    // (1+2i) * -10i = 20-10i; plus beta i * (3+3i) = -3+3i: 17-7i in C(1:2, 1:2) (process (0, 0)).
+    calls = 0;
+    fn(&c, "N", &mm, &mm, &mm, &al, za.data(), &one, &one, d, zb.data(), &one, &one, d, &be, zc.data(), &one, &one, d);
+    if (calls != 0) fail(std::string(symbol) + ": a legal call reported an error");
+    const Z want = row == 0 && col == 0 ? Z(17, -7) : Z(3, 3);
+    for (const Z& v : zc)
+        if (v != want)
+            fail(std::string(symbol) + " 'C' 'N': local C element (" + std::to_string(v.real()) + ", " +
+                 std::to_string(v.imag()) + ") on process (" + std::to_string(row) + ", " + std::to_string(col) +
+                 "), expected (" + std::to_string(want.real()) + ", " + std::to_string(want.imag()) + ")");
+    // A replicated over the process rows (RSRC = -1, 4 local rows) goes to ScaLAPACK's own routine
+    // (the complex symbol behind tilestream's): the same result.
+    std::vector<Z> ar(8, Z(1, 2)), zc2(4, Z(3, 3));
+    const int d_rep[9] = {1, ctxt, 4, 4, 2, 2, -1, 0, 4};
+    calls = 0;
+    fn(&c, "N", &mm, &mm, &mm, &al, ar.data(), &one, &one, d_rep, zb.data(), &one, &one, d, &be, zc2.data(), &one, &one, d);
+    if (calls != 0 || zc2 != zc) fail(std::string(symbol) + " 'C' 'N' with A replicated (RSRC = -1): another result");
 }
 
 }  // namespace
@@ -193,6 +253,9 @@ int main(int argc, char** argv) {
             fail("psgemm_ TRANSA 'Z': " + std::to_string(calls) + " reports, info " + std::to_string(last_info) + " from " +
                  last_routine);
     }
+    // pcgemm_ and pzgemm_ follow the same conventions and name themselves.
+    complex_front<std::complex<float>>(&pcgemm_, "pcgemm_", "PCGEMM", ctxt, other, lld, row, col);
+    complex_front<std::complex<double>>(&pzgemm_, "pzgemm_", "PZGEMM", ctxt, other, lld, row, col);
     // After all that, a legal call still multiplies: C(1:2, 1:2) <- A(1:2, 1:2) * B(1:2, 1:2) with
     // DTYPE 2 descriptors whose first block is 1x1 (A: 1, B: 2 everywhere, k = 2: 4).
     {

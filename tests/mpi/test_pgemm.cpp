@@ -1,11 +1,13 @@
 // Distributed GEMM under mpirun: tilestream::distributed::pgemm on random block-cyclic
-// descriptors (odd shapes, sub-matrices, every grid of the rank count, op, alpha, beta, f32/f64)
-// against the reference GEMM and against ScaLAPACK's pdgemm_ on the same descriptors. Built a
-// second time as the test of the psgemm_/pdgemm_ front (TILESTREAM_TEST_FRONT): pdgemm_ then
-// resolves to tilestream_scalapack, which the test checks with dladdr. With the argument `layers`:
+// descriptors (odd shapes, sub-matrices, every grid of the rank count, op, alpha, beta, f32, f64,
+// c32 and c64 with ops n, t and c and complex alpha and beta) against the reference GEMM and
+// against ScaLAPACK's p?gemm_ on the same descriptors. Built a
+// second time as the test of the psgemm_/pdgemm_/pcgemm_/pzgemm_ front (TILESTREAM_TEST_FRONT):
+// they then resolve to tilestream_scalapack, which the test checks with dladdr. With the argument `layers`:
 // 2.5D pgemm on every P x Q x c layering (c > 1) of the rank count against the reference, ranks
 // off layer 0 passing no arrays, and the bytes sent over all ranks equal to model_pgemm_traffic's
 // words where the operands are aligned with C.
+#include <tilestream/pblas.hpp>
 #include <tilestream/distributed.hpp>
 #include <tilestream/gemm.hpp>
 
@@ -13,6 +15,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <complex>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -25,12 +28,6 @@ void Cblacs_get(int context, int what, int* value);
 void Cblacs_gridinit(int* context, const char* order, int rows, int cols);
 void Cblacs_gridexit(int context);
 void Cblacs_gridinfo(int context, int* rows, int* cols, int* my_row, int* my_col);
-void psgemm_(const char*, const char*, const int*, const int*, const int*, const float*, const float*, const int*,
-             const int*, const int*, const float*, const int*, const int*, const int*, const float*, float*, const int*,
-             const int*, const int*);
-void pdgemm_(const char*, const char*, const int*, const int*, const int*, const double*, const double*, const int*,
-             const int*, const int*, const double*, const int*, const int*, const int*, const double*, double*,
-             const int*, const int*, const int*);
 }
 
 namespace ts = tilestream;
@@ -51,9 +48,43 @@ void scalapack_gemm(char ta, char tb, int m, int n, int k, T alpha, const T* a, 
                     int ib, int jb, const int* db, T beta, T* c, int ic, int jc, const int* dc) {
     if constexpr (std::is_same_v<T, float>)
         psgemm_(&ta, &tb, &m, &n, &k, &alpha, a, &ia, &ja, da, b, &ib, &jb, db, &beta, c, &ic, &jc, dc);
-    else
+    else if constexpr (std::is_same_v<T, double>)
         pdgemm_(&ta, &tb, &m, &n, &k, &alpha, a, &ia, &ja, da, b, &ib, &jb, db, &beta, c, &ic, &jc, dc);
+    else if constexpr (std::is_same_v<T, std::complex<float>>)
+        pcgemm_(&ta, &tb, &m, &n, &k, &alpha, a, &ia, &ja, da, b, &ib, &jb, db, &beta, c, &ic, &jc, dc);
+    else
+        pzgemm_(&ta, &tb, &m, &n, &k, &alpha, a, &ia, &ja, da, b, &ib, &jb, db, &beta, c, &ic, &jc, dc);
 }
+
+/// A quiet NaN of T (both parts of a complex T).
+template <class T>
+T poison() {
+    if constexpr (ts::is_complex_v<T>) {
+        const auto nan = std::numeric_limits<ts::real_type_t<T>>::quiet_NaN();
+        return T(nan, nan);
+    } else {
+        return std::numeric_limits<T>::quiet_NaN();
+    }
+}
+template <class T>
+bool is_nan(T v) {
+    if constexpr (ts::is_complex_v<T>) return std::isnan(v.real()) || std::isnan(v.imag());
+    else return std::isnan(v);
+}
+/// A random value in [-1, 1) (both parts of a complex T).
+template <class T, class Rng>
+T random_value(Rng& rng) {
+    std::uniform_real_distribution<double> val(-1, 1);
+    if constexpr (ts::is_complex_v<T>) {
+        const double re = val(rng);
+        return T(ts::real_type_t<T>(re), ts::real_type_t<T>(val(rng)));
+    } else {
+        return T(val(rng));
+    }
+}
+std::string text(double v) { return std::to_string(v); }
+template <class R>
+std::string text(std::complex<R> v) { return "(" + std::to_string(v.real()) + "," + std::to_string(v.imag()) + ")"; }
 
 /// Where global index g (0-based) of a dimension dealt in a first block of `first`, then blocks of
 /// nb, from src over np processes lies: its process and its index there (counted, not computed
@@ -96,7 +127,7 @@ struct block_cyclic {
             const int d[9] = {1, ctxt, m, n, mb, nb, rsrc, csrc, lld};
             std::memcpy(desc, d, sizeof d);
         }
-        local.assign(std::size_t(lld) * std::size_t(std::max(1, lcols)), std::numeric_limits<T>::quiet_NaN());
+        local.assign(std::size_t(lld) * std::size_t(std::max(1, lcols)), poison<T>());
         for (int j = 0; j < n; ++j)
             for (int i = 0; i < m; ++i)
                 if (mine(i, j, my_row, my_col)) local[std::size_t(at(i, j))] = global[std::size_t(i + j * m)];
@@ -112,11 +143,11 @@ struct block_cyclic {
         for (int j = 0; j < n; ++j)
             for (int i = 0; i < m; ++i) {
                 if (!mine(i, j, my_row, my_col)) continue;
-                const double got = got_local[std::size_t(at(i, j))];
-                const double want = expected[std::size_t(i + j * m)];
-                if (!(std::fabs(got - want) <= tol * (1 + std::fabs(want))))
-                    return fail(what + ": C(" + std::to_string(i) + "," + std::to_string(j) + ") is " + std::to_string(got) +
-                                ", expected " + std::to_string(want));
+                const ts::wide_type_t<T> got(got_local[std::size_t(at(i, j))]);
+                const ts::wide_type_t<T> want(expected[std::size_t(i + j * m)]);
+                if (!(std::abs(got - want) <= tol * (1 + std::abs(want))))
+                    return fail(what + ": C(" + std::to_string(i) + "," + std::to_string(j) + ") is " + text(got) +
+                                ", expected " + text(want));
             }
     }
 };
@@ -135,7 +166,9 @@ void one_case(std::mt19937& rng, int ctxt, const case_grid& cg, int case_no) {
     const int p = cg.p, q = cg.q;
     // Over layers every third case is op n and aligned with C, where the model's bytes are exact.
     const bool plain = layered && case_no % 3 == 2;
-    const ts::op op_a = uni(0, 1) && !plain ? ts::op::t : ts::op::n, op_b = uni(0, 1) && !plain ? ts::op::t : ts::op::n;
+    // Complex: n, t and c (conjugate transpose); real: n and t.
+    constexpr int ops = ts::is_complex_v<T> ? 2 : 1;
+    const ts::op op_a = plain ? ts::op::n : ts::op(uni(0, ops)), op_b = plain ? ts::op::n : ts::op(uni(0, ops));
     // Over layers now and then k below the layer count: some layers get no slice.
     const int m = uni(1, 45), n = uni(1, 45), k = layered && case_no % 6 == 1 ? uni(1, 3) : uni(case_no % 7 == 0 ? 0 : 1, 45);
     const int ia = uni(1, 4), ja = uni(1, 4), ib = uni(1, 4), jb = uni(1, 4), ic = uni(1, 4), jc = uni(1, 4);
@@ -175,21 +208,20 @@ void one_case(std::mt19937& rng, int ctxt, const case_grid& cg, int case_no) {
     const int jb2 = aligned && op_b == ts::op::n ? jc : jb;
     a.m = std::max(a.m, (op_a == ts::op::n ? m : k) + ia2 - 1);
     b.n = std::max(b.n, (op_b == ts::op::n ? n : k) + jb2 - 1);
-    std::uniform_real_distribution<double> val(-1, 1);
     for (auto* x : {&a, &b, &c}) {
         x->global.resize(std::size_t(x->m) * std::size_t(x->n));
-        for (auto& v : x->global) v = T(val(rng));
+        for (auto& v : x->global) v = random_value<T>(rng);
     }
     const int pick = uni(0, 3);
     // alpha = 0 now and then: A and B are not read, C is only scaled.
-    const T alpha = T(pick == 0 ? 1.0 : case_no % 11 == 5 ? 0.0 : val(rng));
-    const T beta = T(pick == 1 ? 0.0 : pick == 2 ? 1.0 : val(rng));
+    const T alpha = pick == 0 ? T(1) : case_no % 11 == 5 ? T(0) : random_value<T>(rng);
+    const T beta = pick == 1 ? T(0) : pick == 2 ? T(1) : random_value<T>(rng);
     for (auto* x : {&a, &b, &c}) x->make(ctxt, p, q, cg.my_row, cg.my_col);
     const std::vector<T> c_clean = c.local;
     if (beta == T(0))  // beta = 0: C(ic:, jc:) is not read, so NaN there must not show
         for (int j = jc - 1; j < jc - 1 + n; ++j)
             for (int i = ic - 1; i < ic - 1 + m; ++i)
-                if (c.mine(i, j, cg.my_row, cg.my_col)) c.local[std::size_t(c.at(i, j))] = std::numeric_limits<T>::quiet_NaN();
+                if (c.mine(i, j, cg.my_row, cg.my_col)) c.local[std::size_t(c.at(i, j))] = poison<T>();
 
     // The expected global C: outside the sub-matrix unchanged.
     std::vector<T> expected = c.global;
@@ -204,13 +236,13 @@ void one_case(std::mt19937& rng, int ctxt, const case_grid& cg, int case_no) {
                 for (int i = 0; i < m; ++i) cv(i, j) = T(0);
         ts::reference_gemm<T>(op_a, op_b, alpha, av, bv, beta, cv);
     }
+    auto trans = [](ts::op o) { return o == ts::op::n ? 'N' : o == ts::op::t ? 'T' : 'C'; };
+    const char ta = trans(op_a), tb = trans(op_b);
     const std::string what = std::string(ts::to_string(ts::dtype_of<T>())) + " case " + std::to_string(case_no) + " grid " +
-                             std::to_string(p) + "x" + std::to_string(q) + " " + (op_a == ts::op::n ? "N" : "T") +
-                             (op_b == ts::op::n ? "N" : "T") + " m=" + std::to_string(m) + " n=" + std::to_string(n) +
+                             std::to_string(p) + "x" + std::to_string(q) + " " + ta + tb + " m=" + std::to_string(m) + " n=" + std::to_string(n) +
                              " k=" + std::to_string(k) + (dtype2 ? " DTYPE 2" : "") + (case_no % 4 == 3 ? " k-blocks" : "") +
                              (layered ? " layers " + std::to_string(cg.lg->layers()) : "");
-    const double tol = std::is_same_v<T, float> ? 2e-5 : 1e-12;
-    const char ta = op_a == ts::op::n ? 'N' : 'T', tb = op_b == ts::op::n ? 'N' : 'T';
+    const double tol = std::is_same_v<ts::real_type_t<T>, float> ? (ts::is_complex_v<T> ? 4e-5 : 2e-5) : 1e-12;
 
     std::vector<T> ours = c.local;
 #ifdef TILESTREAM_TEST_FRONT
@@ -253,10 +285,11 @@ void one_case(std::mt19937& rng, int ctxt, const case_grid& cg, int case_no) {
     c.check(expected, theirs, cg.my_row, cg.my_col, tol, what + " (ScaLAPACK vs reference)");
     // Both on the same descriptors, every local element (outside the sub-matrix bitwise).
     for (std::size_t i = 0; i < ours.size(); ++i)
-        if (!(std::fabs(double(ours[i]) - double(theirs[i])) <= tol * (1 + std::fabs(double(theirs[i])))) &&
-            !(std::isnan(ours[i]) && std::isnan(theirs[i]))) {
+        if (!(std::abs(ts::wide_type_t<T>(ours[i]) - ts::wide_type_t<T>(theirs[i])) <=
+              tol * (1 + std::abs(ts::wide_type_t<T>(theirs[i])))) &&
+            !(is_nan(ours[i]) && is_nan(theirs[i]))) {
             fail(what + ": tilestream and ScaLAPACK differ at local element " + std::to_string(i) + ": " +
-                 std::to_string(ours[i]) + " vs " + std::to_string(theirs[i]));
+                 text(ts::wide_type_t<T>(ours[i])) + " vs " + text(ts::wide_type_t<T>(theirs[i])));
             break;
         }
 #endif
@@ -269,9 +302,13 @@ int main(int argc, char** argv) {
     rank = env.rank();
 #ifdef TILESTREAM_TEST_FRONT
     Dl_info info{};
-    if (dladdr(reinterpret_cast<void*>(&pdgemm_), &info) == 0 || !info.dli_fname ||
-        !std::strstr(info.dli_fname, "tilestream_scalapack"))
-        fail(std::string("pdgemm_ resolves to ") + (info.dli_fname ? info.dli_fname : "?") + ", not tilestream_scalapack");
+    const std::pair<const char*, void*> fronts[] = {{"psgemm_", reinterpret_cast<void*>(&psgemm_)},
+                                                    {"pdgemm_", reinterpret_cast<void*>(&pdgemm_)},
+                                                    {"pcgemm_", reinterpret_cast<void*>(&pcgemm_)},
+                                                    {"pzgemm_", reinterpret_cast<void*>(&pzgemm_)}};
+    for (const auto& [name, fn] : fronts)
+        if (dladdr(fn, &info) == 0 || !info.dli_fname || !std::strstr(info.dli_fname, "tilestream_scalapack"))
+            fail(std::string(name) + " resolves to " + (info.dli_fname ? info.dli_fname : "?") + ", not tilestream_scalapack");
 #endif
     const int cases = argc > 1 ? std::atoi(argv[1]) : 40;
     int total = 0;
@@ -286,6 +323,11 @@ int main(int argc, char** argv) {
                     one_case<double>(rng, 0, cg, i);
                     one_case<float>(rng, 0, cg, i);
                     total += 2;
+                    if (i % 2 == 0) {  // complex: every other case (test time)
+                        one_case<std::complex<double>>(rng, 0, cg, i);
+                        one_case<std::complex<float>>(rng, 0, cg, i);
+                        total += 2;
+                    }
                 }
             }
         int all = 0;
@@ -316,6 +358,11 @@ int main(int argc, char** argv) {
                 one_case<double>(rng, ctxt, cg, i);
                 one_case<float>(rng, ctxt, cg, i);
                 total += 2;
+                if (i % 2 == 0) {  // complex: every other case (test time)
+                    one_case<std::complex<double>>(rng, ctxt, cg, i);
+                    one_case<std::complex<float>>(rng, ctxt, cg, i);
+                    total += 2;
+                }
             }
             Cblacs_gridexit(ctxt);
         }
@@ -333,6 +380,11 @@ int main(int argc, char** argv) {
             one_case<double>(rng, ctxt, cg, i);
             one_case<float>(rng, ctxt, cg, i);
             total += 2;
+            if (i % 2 == 0) {  // complex: every other case (test time)
+                one_case<std::complex<double>>(rng, ctxt, cg, i);
+                one_case<std::complex<float>>(rng, ctxt, cg, i);
+                total += 2;
+            }
         }
         Cblacs_gridexit(ctxt);
     }
