@@ -310,37 +310,18 @@ public:
 
 // The one decision: which library computes this call. `forward` calls an entry of a real library
 // (the same routine) with the caller's own arguments.
-template <class T, class Forward>
-void route(const void* caller, routine r, gemm_args<T> g, Forward forward) {
-    wait_if_process_finishing();
-    front& f = front::instance();
-    if (const blas_library* lib = f.libraries().internal_target(caller)) {
-        void* target = lib->entry[int(r)] ? lib->entry[int(r)] : f.libraries().system().entry[int(r)];
-        if (!target) no_blas_at_all(g, "a call from inside tilestream or the system BLAS");
-        f.internal_calls.fetch_add(1, std::memory_order_relaxed);
-        return forward(target);
-    }
-    const auto start = std::chrono::steady_clock::now();
-    g.valid = check_args(g);
-    const std::string shape = f.logging() ? shape_fields(g) : std::string();
-    void* system = f.libraries().system().entry[int(r)];
-    // Size alone decides for a valid call: at threshold 0 every one runs on tilestream, the BLAS
-    // quick returns (an empty C; alpha == 0 or k == 0, where C = beta C) included.
-    const double size = double(g.m) * double(g.n) * double(g.k);
-    const char* reason = !g.valid                                        ? "invalid-arguments"
-                         : size < double(f.config().threshold) && system ? "below-threshold"
-                                                                         : nullptr;
-    auto to_real_blas = [&](const char* why) {
-        void* target = system ? system : f.real_entry(r);
-        if (!target) no_blas_at_all(g, std::string("this call cannot run on tilestream (") + why + ")");
-        forward(target);
-        if (f.logging()) f.log(shape + " ran=system-blas reason=" + why + seconds_field(start));
-    };
-    if (reason) return to_real_blas(reason);
-    const routed_call in_flight;
-    if (!in_flight.active) return to_real_blas("exiting");
-    if (!f.context_ready()) return to_real_blas("no-context");
-    const long internal_before = f.internal_calls.load(std::memory_order_relaxed);
+// What route() needs of each kind of call, GEMM's here (the other Level 3 routines' below): its
+// size against the threshold, its dimensions for a message, and its run through the bridge.
+template <class T>
+double call_size(const gemm_args<T>& g) {
+    return double(g.m) * double(g.n) * double(g.k);
+}
+template <class T>
+std::string call_dims(const gemm_args<T>& g) {
+    return std::to_string(g.m) + "x" + std::to_string(g.n) + "x" + std::to_string(g.k);
+}
+template <class T>
+int run_on_bridge(const tilestream_blas_bridge& bridge, const gemm_args<T>& g, char** text) {
     const tilestream_blas_gemm_call call{dtype_code<T>(),
                                          g.row_major ? 1 : 0,
                                          g.trans_a,
@@ -356,8 +337,42 @@ void route(const void* caller, routine r, gemm_args<T> g, Forward forward) {
                                          &g.beta,
                                          g.c,
                                          g.ldc};
+    return bridge.gemm(&call, text);
+}
+
+template <class Args, class Forward>
+void route(const void* caller, routine r, Args g, Forward forward) {
+    wait_if_process_finishing();
+    front& f = front::instance();
+    if (const blas_library* lib = f.libraries().internal_target(caller)) {
+        void* target = lib->entry[int(r)] ? lib->entry[int(r)] : f.libraries().system().entry[int(r)];
+        if (!target) no_blas_at_all(g, "a call from inside tilestream or the system BLAS");
+        f.internal_calls.fetch_add(1, std::memory_order_relaxed);
+        return forward(target);
+    }
+    const auto start = std::chrono::steady_clock::now();
+    g.valid = check_args(g);
+    const std::string shape = f.logging() ? shape_fields(g) : std::string();
+    void* system = f.libraries().system().entry[int(r)];
+    // Size alone decides for a valid call: at threshold 0 every one runs on tilestream, the BLAS
+    // quick returns (an empty C; alpha == 0 or k == 0, where C = beta C) included.
+    const double size = call_size(g);
+    const char* reason = !g.valid                                        ? "invalid-arguments"
+                         : size < double(f.config().threshold) && system ? "below-threshold"
+                                                                         : nullptr;
+    auto to_real_blas = [&](const char* why) {
+        void* target = system ? system : f.real_entry(r);
+        if (!target) no_blas_at_all(g, std::string("this call cannot run on tilestream (") + why + ")");
+        forward(target);
+        if (f.logging()) f.log(shape + " ran=system-blas reason=" + why + seconds_field(start));
+    };
+    if (reason) return to_real_blas(reason);
+    const routed_call in_flight;
+    if (!in_flight.active) return to_real_blas("exiting");
+    if (!f.context_ready()) return to_real_blas("no-context");
+    const long internal_before = f.internal_calls.load(std::memory_order_relaxed);
     char* text = nullptr;
-    const int failed = f.bridge()->gemm(&call, &text);
+    const int failed = run_on_bridge(*f.bridge(), g, &text);
     std::string what = text ? text : "unknown error";
     std::free(text);
     if (!failed) {
@@ -370,9 +385,8 @@ void route(const void* caller, routine r, gemm_args<T> g, Forward forward) {
     // No error may reach the client's C or Fortran frames: every one ends in a real BLAS.
     void* target = f.real_entry(r);
     if (!target) no_blas_at_all(g, "tilestream failed (" + what + ")");
-    f.report_error(std::string(g.routine) + " " + std::to_string(g.m) + "x" + std::to_string(g.n) + "x" +
-                   std::to_string(g.k) + " failed on tilestream (" + what + "); computed by the system BLAS (" +
-                   f.libraries().system().path + ") instead");
+    f.report_error(std::string(g.routine) + " " + call_dims(g) + " failed on tilestream (" + what +
+                   "); computed by the system BLAS (" + f.libraries().system().path + ") instead");
     forward(target);
     for (char& ch : what)
         if (ch == '"' || ch == '\n') ch = '\'';
@@ -426,12 +440,6 @@ template <class T>
 struct is_complex : std::false_type {};
 template <class R>
 struct is_complex<std::complex<R>> : std::true_type {};
-// The bridge's dtype: 0 f32, 1 f64, 2 c32, 3 c64.
-template <class T>
-int level3_dtype() {
-    return std::is_same_v<T, float> ? 0 : std::is_same_v<T, double> ? 1 : std::is_same_v<T, std::complex<float>> ? 2 : 3;
-}
-
 // One call decoded: BLAS's characters ('?' where the caller's is not one BLAS knows).
 template <class T>
 struct level3_args {
@@ -497,62 +505,22 @@ template <class T>
     std::abort();
 }
 
-// As route() for GEMM: the call's size (flops / 2) against the threshold, invalid calls and
-// failures to a real BLAS (which reports through xerbla_), the rest to the bridge.
-template <class T, class Forward>
-void route_level3(const void* caller, routine r, level3_args<T> g, Forward forward) {
-    wait_if_process_finishing();
-    front& f = front::instance();
-    if (const blas_library* lib = f.libraries().internal_target(caller)) {
-        void* target = lib->entry[int(r)] ? lib->entry[int(r)] : f.libraries().system().entry[int(r)];
-        if (!target) no_blas_at_all(g, "a call from inside tilestream or the system BLAS");
-        f.internal_calls.fetch_add(1, std::memory_order_relaxed);
-        return forward(target);
-    }
-    const auto start = std::chrono::steady_clock::now();
-    g.valid = check_args(g);
-    const std::string shape = f.logging() ? shape_fields(g) : std::string();
-    void* system = f.libraries().system().entry[int(r)];
+// route()'s needs (above): the size is m*n*(order of A), or n*n*k for the rank-k updates.
+template <class T>
+double call_size(const level3_args<T>& g) {
     const std::string kind = g.kind;
     const bool rank_k = kind == "syrk" || kind == "syr2k" || kind == "herk" || kind == "her2k";
-    const double depth = rank_k ? double(g.k) : double(g.side == 'L' ? g.m : g.n);
-    const double size = double(g.m) * double(g.n) * depth;
-    const char* reason = !g.valid                                        ? "invalid-arguments"
-                         : size < double(f.config().threshold) && system ? "below-threshold"
-                                                                         : nullptr;
-    auto to_real_blas = [&](const char* why) {
-        void* target = system ? system : f.real_entry(r);
-        if (!target) no_blas_at_all(g, std::string("this call cannot run on tilestream (") + why + ")");
-        forward(target);
-        if (f.logging()) f.log(shape + " ran=system-blas reason=" + why + seconds_field(start));
-    };
-    if (reason) return to_real_blas(reason);
-    const routed_call in_flight;
-    if (!in_flight.active) return to_real_blas("exiting");
-    if (!f.context_ready()) return to_real_blas("no-context");
-    const long internal_before = f.internal_calls.load(std::memory_order_relaxed);
-    const tilestream_blas_level3_call call{level3_dtype<T>(), g.row_major ? 1 : 0, g.kind,
-                                           g.side, g.uplo, g.trans, g.diag, g.m, g.n, g.k, &g.alpha, g.a, g.lda,
-                                           g.b, g.ldb, &g.beta, g.c, g.ldc};
-    char* text = nullptr;
-    const int failed = f.bridge()->level3(&call, &text);
-    std::string what = text ? text : "unknown error";
-    std::free(text);
-    if (!failed) {
-        if (f.logging())
-            f.log(shape + " ran=tilestream" + what + " internal_calls=" +
-                  std::to_string(f.internal_calls.load(std::memory_order_relaxed) - internal_before) +
-                  seconds_field(start));
-        return;
-    }
-    void* target = f.real_entry(r);
-    if (!target) no_blas_at_all(g, "tilestream failed (" + what + ")");
-    f.report_error(std::string(g.routine) + " failed on tilestream (" + what + "); computed by the system BLAS (" +
-                   f.libraries().system().path + ") instead");
-    forward(target);
-    for (char& ch : what)
-        if (ch == '"' || ch == '\n') ch = '\'';
-    f.log(shape + " ran=system-blas reason=tilestream-error error=\"" + what + "\"" + seconds_field(start));
+    return double(g.m) * double(g.n) * (rank_k ? double(g.k) : double(g.side == 'L' ? g.m : g.n));
+}
+template <class T>
+std::string call_dims(const level3_args<T>& g) {
+    return std::to_string(g.m) + "x" + std::to_string(g.n) + (g.k ? "x" + std::to_string(g.k) : std::string());
+}
+template <class T>
+int run_on_bridge(const tilestream_blas_bridge& bridge, const level3_args<T>& g, char** text) {
+    const tilestream_blas_level3_call call{dtype_code<T>(), g.row_major ? 1 : 0, g.kind, g.side, g.uplo, g.trans, g.diag,
+                                           g.m, g.n, g.k, &g.alpha, g.a, g.lda, g.b, g.ldb, &g.beta, g.c, g.ldc};
+    return bridge.level3(&call, text);
 }
 
 // CBLAS row-major calls keep their order: the bridge takes row-major operands as they lie.
@@ -562,7 +530,7 @@ void fortran_symm_kind(const void* caller, routine r, const char* kind, TILESTRE
     using entry_fn = void (*)(TILESTREAM_BLAS_fortran_symm_PARAMS(T));
     const level3_args<T> g{routine_names[int(r)], kind, false, fortran_char(side, "LR"), fortran_char(uplo, "UL"),
                            'N', 'N', false, *m, *n, 0, *alpha, a, *lda, b, *ldb, *beta, c, *ldc};
-    route_level3(caller, r, g, [&](void* entry) {
+    route(caller, r, g, [&](void* entry) {
         reinterpret_cast<entry_fn>(entry)(side, uplo, m, n, alpha, a, lda, b, ldb, beta, c, ldc, 1, 1);
     });
 }
@@ -583,7 +551,7 @@ void fortran_herk(const void* caller, routine r, TILESTREAM_BLAS_fortran_herk_PA
     const level3_args<T> g{routine_names[int(r)], "herk", false, 'L', fortran_char(uplo, "UL"),
                            fortran_char(trans, "NTC"), 'N', false, *n, *n, *k, T(*alpha), a, *lda, nullptr, 1,
                            T(*beta), c, *ldc};
-    route_level3(caller, r, g, [&](void* entry) {
+    route(caller, r, g, [&](void* entry) {
         reinterpret_cast<entry_fn>(entry)(uplo, trans, n, k, alpha, a, lda, beta, c, ldc, 1, 1);
     });
 }
@@ -595,7 +563,7 @@ void fortran_her2k(const void* caller, routine r, TILESTREAM_BLAS_fortran_her2k_
     const level3_args<T> g{routine_names[int(r)], "her2k", false, 'L', fortran_char(uplo, "UL"),
                            fortran_char(trans, "NTC"), 'N', false, *n, *n, *k, *alpha, a, *lda, b, *ldb, T(*beta), c,
                            *ldc};
-    route_level3(caller, r, g, [&](void* entry) {
+    route(caller, r, g, [&](void* entry) {
         reinterpret_cast<entry_fn>(entry)(uplo, trans, n, k, alpha, a, lda, b, ldb, beta, c, ldc, 1, 1);
     });
 }
@@ -607,7 +575,7 @@ void fortran_syrk(const void* caller, routine r, TILESTREAM_BLAS_fortran_syrk_PA
     const level3_args<T> g{routine_names[int(r)], "syrk", false, 'L', fortran_char(uplo, "UL"),
                            fortran_char(trans, "NTC"), 'N', false, *n, *n, *k, *alpha, a, *lda, nullptr, 1, *beta,
                            c, *ldc};
-    route_level3(caller, r, g, [&](void* entry) {
+    route(caller, r, g, [&](void* entry) {
         reinterpret_cast<entry_fn>(entry)(uplo, trans, n, k, alpha, a, lda, beta, c, ldc, 1, 1);
     });
 }
@@ -619,7 +587,7 @@ void fortran_syr2k(const void* caller, routine r, TILESTREAM_BLAS_fortran_syr2k_
     const level3_args<T> g{routine_names[int(r)], "syr2k", false, 'L', fortran_char(uplo, "UL"),
                            fortran_char(trans, "NTC"), 'N', false, *n, *n, *k, *alpha, a, *lda, b, *ldb, *beta, c,
                            *ldc};
-    route_level3(caller, r, g, [&](void* entry) {
+    route(caller, r, g, [&](void* entry) {
         reinterpret_cast<entry_fn>(entry)(uplo, trans, n, k, alpha, a, lda, b, ldb, beta, c, ldc, 1, 1);
     });
 }
@@ -631,7 +599,7 @@ void fortran_triangular(const void* caller, routine r, const char* kind, TILESTR
     const level3_args<T> g{routine_names[int(r)], kind, false, fortran_char(side, "LR"), fortran_char(uplo, "UL"),
                            fortran_char(transa, "NTC"), fortran_char(diag, "NU"), false, *m, *n, 0, *alpha, a, *lda,
                            nullptr, *ldb, T(0), b, *ldb};
-    route_level3(caller, r, g, [&](void* entry) {
+    route(caller, r, g, [&](void* entry) {
         reinterpret_cast<entry_fn>(entry)(side, uplo, transa, diag, m, n, alpha, a, lda, b, ldb, 1, 1, 1, 1);
     });
 }
@@ -652,7 +620,7 @@ void cblas_symm(const void* caller, routine r, TILESTREAM_BLAS_cblas_symm_PARAMS
     const level3_args<T> g{routine_names[int(r)], "symm", order == 101,
                            cblas_order_known(order) ? cblas_side(side) : '?', cblas_uplo(uplo), 'N', 'N', false, m, n,
                            0, alpha, a, lda, b, ldb, beta, c, ldc};
-    route_level3(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_symm_ARGS); });
+    route(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_symm_ARGS); });
 }
 
 template <class T>
@@ -661,7 +629,7 @@ void cblas_syrk(const void* caller, routine r, TILESTREAM_BLAS_cblas_syrk_PARAMS
     const level3_args<T> g{routine_names[int(r)], "syrk", order == 101, 'L',
                            cblas_order_known(order) ? cblas_uplo(uplo) : '?', cblas_trans(trans), 'N', false, n, n, k,
                            alpha, a, lda, nullptr, 1, beta, c, ldc};
-    route_level3(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_syrk_ARGS); });
+    route(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_syrk_ARGS); });
 }
 
 template <class T>
@@ -670,7 +638,7 @@ void cblas_syr2k(const void* caller, routine r, TILESTREAM_BLAS_cblas_syr2k_PARA
     const level3_args<T> g{routine_names[int(r)], "syr2k", order == 101, 'L',
                            cblas_order_known(order) ? cblas_uplo(uplo) : '?', cblas_trans(trans), 'N', false, n, n, k,
                            alpha, a, lda, b, ldb, beta, c, ldc};
-    route_level3(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_syr2k_ARGS); });
+    route(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_syr2k_ARGS); });
 }
 
 template <class T>
@@ -679,7 +647,7 @@ void cblas_triangular(const void* caller, routine r, const char* kind, TILESTREA
     const level3_args<T> g{routine_names[int(r)], kind, order == 101,
                            cblas_order_known(order) ? cblas_side(side) : '?', cblas_uplo(uplo), cblas_trans(transa),
                            cblas_diag(diag), false, m, n, 0, alpha, a, lda, nullptr, ldb, T(0), b, ldb};
-    route_level3(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_trmm_ARGS); });
+    route(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_trmm_ARGS); });
 }
 template <class T>
 void cblas_trmm(const void* caller, routine r, TILESTREAM_BLAS_cblas_trmm_PARAMS(T)) {
@@ -703,7 +671,7 @@ void cblas_symm_kind(const void* caller, routine r, const char* kind, TILESTREAM
     const level3_args<T> g{routine_names[int(r)], kind, order == 101, cblas_order_known(order) ? cblas_side(side) : '?',
                            alpha && beta ? cblas_uplo(uplo) : '?', 'N', 'N', false, m, n, 0, value_at<T>(alpha), static_cast<const T*>(a),
                            lda, static_cast<const T*>(b), ldb, value_at<T>(beta), static_cast<T*>(c), ldc};
-    route_level3(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_symm_ARGS); });
+    route(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_symm_ARGS); });
 }
 template <class T>
 void cblas_symm_cx(const void* caller, routine r, TILESTREAM_BLAS_cblas_symm_cx_PARAMS(T)) {
@@ -721,7 +689,7 @@ void cblas_syrk_cx(const void* caller, routine r, TILESTREAM_BLAS_cblas_syrk_cx_
                            cblas_order_known(order) && alpha && beta ? cblas_uplo(uplo) : '?', cblas_trans(trans), 'N', false, n, n, k,
                            value_at<T>(alpha), static_cast<const T*>(a), lda, nullptr, 1, value_at<T>(beta),
                            static_cast<T*>(c), ldc};
-    route_level3(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_syrk_ARGS); });
+    route(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_syrk_ARGS); });
 }
 
 template <class T>
@@ -730,7 +698,7 @@ void cblas_herk_cx(const void* caller, routine r, TILESTREAM_BLAS_cblas_herk_cx_
     const level3_args<T> g{routine_names[int(r)], "herk", order == 101, 'L',
                            cblas_order_known(order) ? cblas_uplo(uplo) : '?', cblas_trans(trans), 'N', false, n, n, k,
                            T(alpha), static_cast<const T*>(a), lda, nullptr, 1, T(beta), static_cast<T*>(c), ldc};
-    route_level3(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_syrk_ARGS); });
+    route(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_syrk_ARGS); });
 }
 
 template <class T>
@@ -740,7 +708,7 @@ void cblas_syr2k_cx(const void* caller, routine r, TILESTREAM_BLAS_cblas_syr2k_c
                            cblas_order_known(order) && alpha && beta ? cblas_uplo(uplo) : '?', cblas_trans(trans), 'N', false, n, n, k,
                            value_at<T>(alpha), static_cast<const T*>(a), lda, static_cast<const T*>(b), ldb,
                            value_at<T>(beta), static_cast<T*>(c), ldc};
-    route_level3(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_syr2k_ARGS); });
+    route(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_syr2k_ARGS); });
 }
 
 template <class T>
@@ -750,7 +718,7 @@ void cblas_her2k_cx(const void* caller, routine r, TILESTREAM_BLAS_cblas_her2k_c
                            cblas_order_known(order) && alpha ? cblas_uplo(uplo) : '?', cblas_trans(trans), 'N', false, n, n, k,
                            value_at<T>(alpha), static_cast<const T*>(a), lda, static_cast<const T*>(b), ldb, T(beta),
                            static_cast<T*>(c), ldc};
-    route_level3(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_syr2k_ARGS); });
+    route(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_syr2k_ARGS); });
 }
 
 template <class T>
@@ -759,7 +727,7 @@ void cblas_triangular_cx(const void* caller, routine r, const char* kind, TILEST
     const level3_args<T> g{routine_names[int(r)], kind, order == 101, cblas_order_known(order) ? cblas_side(side) : '?',
                            alpha ? cblas_uplo(uplo) : '?', cblas_trans(transa), cblas_diag(diag), false, m, n, 0, value_at<T>(alpha),
                            static_cast<const T*>(a), lda, nullptr, ldb, T(0), static_cast<T*>(b), ldb};
-    route_level3(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_trmm_ARGS); });
+    route(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_trmm_ARGS); });
 }
 template <class T>
 void cblas_trmm_cx(const void* caller, routine r, TILESTREAM_BLAS_cblas_trmm_cx_PARAMS(T)) {
