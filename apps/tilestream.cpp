@@ -50,6 +50,8 @@ const char* usage_text =
     "  devices [--json]                 list the devices present\n"
     "  gemm [options]                   C <- alpha*op(A)*op(B) + beta*C on one or more devices\n"
     "  jacobi [options]                 2-D Laplace by Jacobi iteration across devices\n"
+    "  symm|hemm|syrk|herk|syr2k|her2k|trmm|trsm [options]\n"
+    "                                   the rest of Level 3 BLAS on one or more devices, out of core\n"
     "  scale gemm|jacobi [options]      the same problem on several device sets: speedup, efficiency\n"
     "  timeline run.json run.svg        draw a saved trace\n"
     "  --version                        the version and the git commit built\n"
@@ -757,6 +759,7 @@ int run_command(int argc, char** argv) {
     if (cmd == "scale") return ts::cli::cmd_scale(argc, argv);
     if (cmd == "timeline") return ts::cli::cmd_timeline(argc, argv);
     if (cmd == "jacobi") return ts::cli::cmd_jacobi(argc, argv);
+    if (ts::cli::is_blas3_command(cmd)) return ts::cli::cmd_blas3(cmd, argc, argv);
     if (cmd == "--help" || cmd == "help" || cmd == "-h") {
         std::cout << usage_text;
         return 0;
@@ -766,7 +769,9 @@ int run_command(int argc, char** argv) {
         return 0;
     }
     std::cerr << "tilestream: unknown command '" << ts::detail::terminal_safe(cmd) << "'"
-              << ts::cli::did_you_mean(cmd, {"devices", "gemm", "jacobi", "scale", "timeline", "help", "--version"})
+              << ts::cli::did_you_mean(cmd, {"devices", "gemm", "jacobi", "scale", "timeline", "help", "--version",
+                                                                          "symm", "hemm", "syrk", "herk", "syr2k", "her2k",
+                                                                          "trmm", "trsm"})
               << "\n"
               << usage_text;
     return exit_usage;

@@ -567,6 +567,56 @@ PyMethodDef direct_methods[] = {
      "a @ b on the calling thread when the context runs it directly, else None."},
     {nullptr, nullptr, 0, nullptr}};
 
+/// alpha or beta of a Level 3 call in the run's type: an imaginary part for a real type, or a finite
+/// part beyond the type's range, is an error (the Python layer names the function).
+template <class T>
+T blas3_scalar(std::complex<double> x, const char* name) {
+    if constexpr (!ts::is_complex_v<T>) {
+        if (x.imag() != 0) throw ts::invalid_argument(std::string(name) + " has an imaginary part but the operands are real");
+    }
+    using R = ts::real_type_t<T>;
+    for (double part : {x.real(), x.imag()})
+        if (std::isfinite(part) && std::abs(part) > double(std::numeric_limits<R>::max()))
+            throw ts::invalid_argument(std::string(name) + " is beyond the range of the operands' dtype");
+    if constexpr (ts::is_complex_v<T>) return T(R(x.real()), R(x.imag()));
+    else return T(x.real());
+}
+
+/// One Level 3 call (symm, hemm, syrk, herk, syr2k, her2k, trmm, trsm) on the context, BLAS's
+/// semantics: `c` (B for trmm and trsm) is updated in place; the Python layer hands arrays of one
+/// dtype that are BLAS operands as they lie.
+template <class T>
+std::unique_ptr<background_run> start_blas3(py::object ctx_obj, ts::context& ctx, ts::blas3_routine routine,
+                                            const ts::blas3_flags& flags, std::complex<double> alpha,
+                                            std::complex<double> beta, py::object a, py::object b, py::array c) {
+    ts::blas3_operands<T> ops;
+    ops.alpha = blas3_scalar<T>(alpha, "alpha");
+    ops.beta = blas3_scalar<T>(beta, "beta");
+    ops.a = view_of<const T>(py::array(a), "a");
+    if (!b.is_none()) ops.b = view_of<const T>(py::array(b), "b");
+    ops.c = view_of<T>(c, "c");
+    if (!c.writeable()) throw ts::invalid_argument("the output array is read-only");
+    const ts::blas3_problem problem = ts::describe_blas3<T>(routine, flags, ops);
+    ts::context* ctxp = &ctx;
+    return std::make_unique<background_run>(
+        c, std::vector<py::object>{std::move(ctx_obj), std::move(a), std::move(b)},
+        [=](background_run& run) mutable {
+            ts::blas3_call_options call;
+            const ts::blas3_plan plan = ctxp->plan(problem, call);
+            run.set_total(plan.tasks);
+            call.run.on_task_done = [&run](std::size_t done, std::size_t) { run.set_done(done); };
+            call.run.cancel = run.cancel_flag();
+            const ts::blas3_report report = ctxp->execute<T>(plan, ops, call);
+            run.set_finish([text = ctxp->explain(plan), seconds = report.seconds, tasks = plan.tasks] {
+                py::dict d;
+                d["text"] = text;
+                d["seconds"] = seconds;
+                d["tasks"] = tasks;
+                return py::object(d);
+            });
+        });
+}
+
 struct jacobi_args {
     ts::index_t nx = 0, ny = 0;
     std::string dtype = "f64";
@@ -828,6 +878,28 @@ PYBIND11_MODULE(_tilestream, m) {
                 return k;
             },
             py::arg("a"))
+        .def(
+            "start_blas3",
+            [](py::object self, const std::string& routine, const std::string& side, const std::string& uplo,
+               const std::string& trans, const std::string& diag, std::complex<double> alpha, std::complex<double> beta,
+               py::object a, py::object b, py::array c) {
+                auto& ctx = self.cast<ts::context&>();
+                const ts::blas3_routine r = ts::parse_blas3_routine(routine);
+                ts::blas3_flags f;
+                f.side = ts::parse_side(side);
+                f.uplo = ts::parse_uplo(uplo);
+                f.trans = ts::parse_op(trans);
+                f.diag = ts::parse_diag(diag);
+                if (c.dtype().is(py::dtype::of<float>())) return start_blas3<float>(self, ctx, r, f, alpha, beta, a, b, c);
+                if (c.dtype().is(py::dtype::of<double>())) return start_blas3<double>(self, ctx, r, f, alpha, beta, a, b, c);
+                if (c.dtype().is(py::dtype::of<std::complex<float>>()))
+                    return start_blas3<std::complex<float>>(self, ctx, r, f, alpha, beta, a, b, c);
+                if (c.dtype().is(py::dtype::of<std::complex<double>>()))
+                    return start_blas3<std::complex<double>>(self, ctx, r, f, alpha, beta, a, b, c);
+                throw ts::invalid_argument("internal: c is not float32, float64, complex64 or complex128");
+            },
+            py::arg("routine"), py::arg("side"), py::arg("uplo"), py::arg("trans"), py::arg("diag"), py::arg("alpha"),
+            py::arg("beta"), py::arg("a"), py::arg("b"), py::arg("c"))
         .def(
             "start_jacobi",
             [](py::object self, const jacobi_args& j, const py::object& start) {

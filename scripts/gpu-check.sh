@@ -480,7 +480,7 @@ if [ -n "$test_bin" ]; then
         # Reduced filters: small shapes, copies, streams, Jacobi; racecheck on tilestream's own
         # kernels (the tiled GEMM's shared tiles, Jacobi's reduction), not on cuBLAS.
         run_step memcheck 150 30 "$out/memcheck.log" "$sanitizer" --tool memcheck --error-exitcode 1 \
-            "$test_bin" "--gtest_filter=CudaGemm.*SmallShapes*:CudaGemm.AlphaAndBeta*:CudaGemm.Empty*:CudaJacobi.*:CudaCopy.*:CudaStream.Host*:CudaStream.Wait*:CudaTrace.*:ComplexGemmCuda.SmallShapes*"
+            "$test_bin" "--gtest_filter=CudaGemm.*SmallShapes*:CudaGemm.AlphaAndBeta*:CudaGemm.Empty*:CudaJacobi.*:CudaCopy.*:CudaStream.Host*:CudaStream.Wait*:CudaTrace.*:ComplexGemmCuda.SmallShapes*:Blas3Cuda.InCore*"
         run_step racecheck 120 30 "$out/racecheck.log" "$sanitizer" --tool racecheck --error-exitcode 1 \
             "$test_bin" "--gtest_filter=CudaGemm.TiledSmallShapes*:CudaGemm.NaiveSmallShapes*:CudaJacobi.MatchesReferenceBitwise:ComplexGemmCuda.SmallShapes*"
     else

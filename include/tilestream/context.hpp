@@ -23,6 +23,7 @@
 #pragma once
 
 #include <tilestream/batch.hpp>
+#include <tilestream/blas3.hpp>
 #include <tilestream/device.hpp>
 #include <tilestream/gemm.hpp>
 #include <tilestream/jacobi.hpp>
@@ -112,6 +113,15 @@ struct gemm_call_options {
     gemm_run_options run;
 };
 
+/// What one Level 3 call (symm, syrk, syr2k, trmm, trsm; blas3.hpp) may change.
+struct blas3_call_options {
+    blas3_order order = blas3_order::automatic;  ///< TRSM's task order
+    index_t tile = 0, tile_free = 0, tile_k = 0;  ///< 0 = the planner's choice
+    std::optional<gemm_kernel> kernel;            ///< the context's when absent
+    std::optional<device_rates> rates;            ///< the context's (declared or measured) when absent
+    blas3_run_options run;                        ///< trace, progress, cancel
+};
+
 class context {
 public:
     /// Opens the devices of `spec` (the CLI's grammar: "all", "cpu:2", "cuda:0,cpu@4GiB",
@@ -195,6 +205,67 @@ public:
     /// devices copy decide per plan: false there. A front may then run such a call on its own
     /// thread rather than hand it to a worker (Python does).
     bool runs_direct(dtype type, index_t m, index_t n, index_t k, std::optional<gemm_kernel> kernel = {});
+    // ---- the rest of Level 3 BLAS (blas3.hpp), BLAS semantics, all devices, out of core ----
+    /// Plans a Level 3 call for all the context's devices (in place on CPU devices without a budget).
+    blas3_plan plan(const blas3_problem& problem, const blas3_call_options& call = {});
+    std::string explain(const blas3_plan& p) const;
+    /// Runs a plan made by this context.
+    template <class T>
+    blas3_report execute(const blas3_plan& p, const blas3_operands<T>& ops, const blas3_call_options& call = {});
+    template <class T>
+    blas3_report blas3(blas3_routine routine, const blas3_flags& flags, const blas3_operands<T>& ops,
+                       const blas3_call_options& call = {}) {
+        return execute<T>(plan(describe_blas3<T>(routine, flags, ops), call), ops, call);
+    }
+    /// Solves op(A) X = alpha B (left) or X op(A) = alpha B (right); B <- X.
+    template <class T>
+    blas3_report trsm(side s, uplo u, op trans, diag d, T alpha, host_matrix_view<const T> a, host_matrix_view<T> b,
+                      const blas3_call_options& call = {}) {
+        return blas3<T>(blas3_routine::trsm, {s, u, trans, d}, {alpha, T(0), a, {}, b}, call);
+    }
+    /// B <- alpha op(A) B (left) or alpha B op(A) (right), A triangular.
+    template <class T>
+    blas3_report trmm(side s, uplo u, op trans, diag d, T alpha, host_matrix_view<const T> a, host_matrix_view<T> b,
+                      const blas3_call_options& call = {}) {
+        return blas3<T>(blas3_routine::trmm, {s, u, trans, d}, {alpha, T(0), a, {}, b}, call);
+    }
+    /// C <- alpha A B + beta C (left) or alpha B A + beta C (right), A symmetric (`u` stored).
+    template <class T>
+    blas3_report symm(side s, uplo u, T alpha, host_matrix_view<const T> a, host_matrix_view<const T> b, T beta,
+                      host_matrix_view<T> c, const blas3_call_options& call = {}) {
+        return blas3<T>(blas3_routine::symm, {s, u, op::n, diag::non_unit}, {alpha, beta, a, b, c}, call);
+    }
+    /// C <- alpha op(A) op(A)^T + beta C on the `u` triangle of C.
+    template <class T>
+    blas3_report syrk(uplo u, op trans, T alpha, host_matrix_view<const T> a, T beta, host_matrix_view<T> c,
+                      const blas3_call_options& call = {}) {
+        return blas3<T>(blas3_routine::syrk, {side::left, u, trans, diag::non_unit}, {alpha, beta, a, {}, c}, call);
+    }
+    /// C <- alpha op(A) op(B)^T + alpha op(B) op(A)^T + beta C on the `u` triangle of C.
+    template <class T>
+    blas3_report syr2k(uplo u, op trans, T alpha, host_matrix_view<const T> a, host_matrix_view<const T> b, T beta,
+                       host_matrix_view<T> c, const blas3_call_options& call = {}) {
+        return blas3<T>(blas3_routine::syr2k, {side::left, u, trans, diag::non_unit}, {alpha, beta, a, b, c}, call);
+    }
+
+    /// C <- alpha A B + beta C (left) or alpha B A + beta C (right), A Hermitian (complex T).
+    template <class T>
+    blas3_report hemm(side s, uplo u, T alpha, host_matrix_view<const T> a, host_matrix_view<const T> b, T beta,
+                      host_matrix_view<T> c, const blas3_call_options& call = {}) {
+        return blas3<T>(blas3_routine::hemm, {s, u, op::n, diag::non_unit}, {alpha, beta, a, b, c}, call);
+    }
+    /// C <- alpha op(A) op(A)^H + beta C on the `u` triangle of C (trans n or c; alpha, beta real).
+    template <class T>
+    blas3_report herk(uplo u, op trans, real_type_t<T> alpha, host_matrix_view<const T> a, real_type_t<T> beta,
+                      host_matrix_view<T> c, const blas3_call_options& call = {}) {
+        return blas3<T>(blas3_routine::herk, {side::left, u, trans, diag::non_unit}, {T(alpha), T(beta), a, {}, c}, call);
+    }
+    /// C <- alpha op(A) op(B)^H + conj(alpha) op(B) op(A)^H + beta C on the `u` triangle (beta real).
+    template <class T>
+    blas3_report her2k(uplo u, op trans, T alpha, host_matrix_view<const T> a, host_matrix_view<const T> b,
+                       real_type_t<T> beta, host_matrix_view<T> c, const blas3_call_options& call = {}) {
+        return blas3<T>(blas3_routine::her2k, {side::left, u, trans, diag::non_unit}, {alpha, T(beta), a, b, c}, call);
+    }
 
     /// Keeps `v` (see kept_operand): its tiles survive between calls while the handle lives.
     template <class T>

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <tilestream/kernels.hpp>
+#include <tilestream/tile_ops.hpp>
 #include <tilestream/types.hpp>
 
 #include <atomic>
@@ -299,6 +300,13 @@ public:
     virtual void gemm_batched(stream& s, const gemm_batched_call& call);
     /// One Jacobi sweep over a part (see jacobi_call); optional squared-residual output.
     virtual void jacobi_sweep(stream& s, const jacobi_call& call) = 0;
+    /// Whether this device runs tile operation `kind` on `type` with `kernel` itself. The engine
+    /// runs the others with the device's vendor routine, or the host reference (src/core/engine).
+    /// The base class runs gemm tiles through gemm() and nothing else.
+    virtual bool supports(tile_kind kind, dtype type, gemm_kernel kernel) const;
+    /// Runs one tile operation (operands in this device's memory) on s; throws invalid_argument for
+    /// a kind supports() denies.
+    virtual void execute(stream& s, const tile_op& op);
 
     // ---- observation ----
     /// Attach (or detach with nullptr) a sink receiving one span per stream operation.

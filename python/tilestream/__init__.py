@@ -575,3 +575,7 @@ def jacobi(nx, ny, *, dtype=None, iters=1000, tol=0.0, check_every=10, devices="
     return _context(devices, memory_budget, "auto").jacobi(
         nx, ny, dtype=dtype, iters=iters, tol=tol, check_every=check_every, decomposition=decomposition,
         overlap=overlap, start=start, explain=explain, progress=progress)
+
+
+# scipy.linalg.blas-named Level 3 routines (tilestream.blas.dsyrk, ...): after the names they use.
+from . import blas  # noqa: E402

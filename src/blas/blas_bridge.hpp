@@ -10,7 +10,7 @@
 extern "C" {
 
 /// Bumped whenever this file changes: a drop-in and a bridge from different builds are refused.
-#define TILESTREAM_BLAS_BRIDGE_ABI 3
+#define TILESTREAM_BLAS_BRIDGE_ABI 4
 
 /// One GEMM in tilestream's terms: C(m x n) = alpha op(A) op(B) + beta C, every operand stored in one
 /// order; alpha and beta point to values of the call's scalar type.
@@ -19,6 +19,25 @@ struct tilestream_blas_gemm_call {
     int row_major;      ///< 1: every operand row-major; 0: column-major
     char trans_a;       ///< 'N', 'T' or 'C' (conjugate transpose: 'T' on real data)
     char trans_b;
+    int m, n, k;
+    const void* alpha;
+    const void* a;
+    int lda;
+    const void* b;
+    int ldb;
+    const void* beta;
+    void* c;
+    int ldc;
+};
+
+/// One call of the rest of Level 3 BLAS in tilestream's terms (blas3.hpp): routine "symm", "syrk",
+/// "syr2k", "trmm" or "trsm"; for trmm/trsm `c` is B (overwritten) and b, beta unused; syrk's b unused.
+/// m x n is C (B); syrk family: C is n x n, op(A) n x k.
+struct tilestream_blas_level3_call {
+    int dtype;            ///< 0 f32, 1 f64, 2 c32, 3 c64
+    int row_major;        ///< 1: every operand row-major; 0: column-major
+    const char* routine;  ///< also "hemm", "herk", "her2k" (complex; herk's alpha and beta real)
+    char side, uplo, trans, diag;  ///< 'L'/'R', 'U'/'L', 'N'/'T'/'C', 'N'/'U'
     int m, n, k;
     const void* alpha;
     const void* a;
@@ -41,6 +60,8 @@ struct tilestream_blas_bridge {
     /// Runs one call. 0: done, *text holds the log fields (" devices=... strategy=..."); 1: failed,
     /// *text holds why and C is as it was before the call. *text is malloc'ed; the caller frees it.
     int (*gemm)(const tilestream_blas_gemm_call* call, char** text);
+    /// As gemm, for the other Level 3 routines: on failure C (B) is as it was before the call.
+    int (*level3)(const tilestream_blas_level3_call* call, char** text);
 };
 
 /// The only symbol of libtilestream_blas_context.so.

@@ -23,6 +23,7 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <type_traits>
 
 #define TILESTREAM_BLAS_EXPORT extern "C" __attribute__((visibility("default"), noinline))
 
@@ -309,37 +310,18 @@ public:
 
 // The one decision: which library computes this call. `forward` calls an entry of a real library
 // (the same routine) with the caller's own arguments.
-template <class T, class Forward>
-void route(const void* caller, routine r, gemm_args<T> g, Forward forward) {
-    wait_if_process_finishing();
-    front& f = front::instance();
-    if (const blas_library* lib = f.libraries().internal_target(caller)) {
-        void* target = lib->entry[int(r)] ? lib->entry[int(r)] : f.libraries().system().entry[int(r)];
-        if (!target) no_blas_at_all(g, "a call from inside tilestream or the system BLAS");
-        f.internal_calls.fetch_add(1, std::memory_order_relaxed);
-        return forward(target);
-    }
-    const auto start = std::chrono::steady_clock::now();
-    g.valid = check_args(g);
-    const std::string shape = f.logging() ? shape_fields(g) : std::string();
-    void* system = f.libraries().system().entry[int(r)];
-    // Size alone decides for a valid call: at threshold 0 every one runs on tilestream, the BLAS
-    // quick returns (an empty C; alpha == 0 or k == 0, where C = beta C) included.
-    const double size = double(g.m) * double(g.n) * double(g.k);
-    const char* reason = !g.valid                                        ? "invalid-arguments"
-                         : size < double(f.config().threshold) && system ? "below-threshold"
-                                                                         : nullptr;
-    auto to_real_blas = [&](const char* why) {
-        void* target = system ? system : f.real_entry(r);
-        if (!target) no_blas_at_all(g, std::string("this call cannot run on tilestream (") + why + ")");
-        forward(target);
-        if (f.logging()) f.log(shape + " ran=system-blas reason=" + why + seconds_field(start));
-    };
-    if (reason) return to_real_blas(reason);
-    const routed_call in_flight;
-    if (!in_flight.active) return to_real_blas("exiting");
-    if (!f.context_ready()) return to_real_blas("no-context");
-    const long internal_before = f.internal_calls.load(std::memory_order_relaxed);
+// What route() needs of each kind of call, GEMM's here (the other Level 3 routines' below): its
+// size against the threshold, its dimensions for a message, and its run through the bridge.
+template <class T>
+double call_size(const gemm_args<T>& g) {
+    return double(g.m) * double(g.n) * double(g.k);
+}
+template <class T>
+std::string call_dims(const gemm_args<T>& g) {
+    return std::to_string(g.m) + "x" + std::to_string(g.n) + "x" + std::to_string(g.k);
+}
+template <class T>
+int run_on_bridge(const tilestream_blas_bridge& bridge, const gemm_args<T>& g, char** text) {
     const tilestream_blas_gemm_call call{dtype_code<T>(),
                                          g.row_major ? 1 : 0,
                                          g.trans_a,
@@ -355,8 +337,42 @@ void route(const void* caller, routine r, gemm_args<T> g, Forward forward) {
                                          &g.beta,
                                          g.c,
                                          g.ldc};
+    return bridge.gemm(&call, text);
+}
+
+template <class Args, class Forward>
+void route(const void* caller, routine r, Args g, Forward forward) {
+    wait_if_process_finishing();
+    front& f = front::instance();
+    if (const blas_library* lib = f.libraries().internal_target(caller)) {
+        void* target = lib->entry[int(r)] ? lib->entry[int(r)] : f.libraries().system().entry[int(r)];
+        if (!target) no_blas_at_all(g, "a call from inside tilestream or the system BLAS");
+        f.internal_calls.fetch_add(1, std::memory_order_relaxed);
+        return forward(target);
+    }
+    const auto start = std::chrono::steady_clock::now();
+    g.valid = check_args(g);
+    const std::string shape = f.logging() ? shape_fields(g) : std::string();
+    void* system = f.libraries().system().entry[int(r)];
+    // Size alone decides for a valid call: at threshold 0 every one runs on tilestream, the BLAS
+    // quick returns (an empty C; alpha == 0 or k == 0, where C = beta C) included.
+    const double size = call_size(g);
+    const char* reason = !g.valid                                        ? "invalid-arguments"
+                         : size < double(f.config().threshold) && system ? "below-threshold"
+                                                                         : nullptr;
+    auto to_real_blas = [&](const char* why) {
+        void* target = system ? system : f.real_entry(r);
+        if (!target) no_blas_at_all(g, std::string("this call cannot run on tilestream (") + why + ")");
+        forward(target);
+        if (f.logging()) f.log(shape + " ran=system-blas reason=" + why + seconds_field(start));
+    };
+    if (reason) return to_real_blas(reason);
+    const routed_call in_flight;
+    if (!in_flight.active) return to_real_blas("exiting");
+    if (!f.context_ready()) return to_real_blas("no-context");
+    const long internal_before = f.internal_calls.load(std::memory_order_relaxed);
     char* text = nullptr;
-    const int failed = f.bridge()->gemm(&call, &text);
+    const int failed = run_on_bridge(*f.bridge(), g, &text);
     std::string what = text ? text : "unknown error";
     std::free(text);
     if (!failed) {
@@ -369,9 +385,8 @@ void route(const void* caller, routine r, gemm_args<T> g, Forward forward) {
     // No error may reach the client's C or Fortran frames: every one ends in a real BLAS.
     void* target = f.real_entry(r);
     if (!target) no_blas_at_all(g, "tilestream failed (" + what + ")");
-    f.report_error(std::string(g.routine) + " " + std::to_string(g.m) + "x" + std::to_string(g.n) + "x" +
-                   std::to_string(g.k) + " failed on tilestream (" + what + "); computed by the system BLAS (" +
-                   f.libraries().system().path + ") instead");
+    f.report_error(std::string(g.routine) + " " + call_dims(g) + " failed on tilestream (" + what +
+                   "); computed by the system BLAS (" + f.libraries().system().path + ") instead");
     forward(target);
     for (char& ch : what)
         if (ch == '"' || ch == '\n') ch = '\'';
@@ -416,6 +431,311 @@ void cblas_complex_gemm(const void* caller, routine r, TILESTREAM_BLAS_cblas_com
     route(caller, r, g, [&](void* entry) {
         reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_complex_gemm_ARGS);
     });
+}
+
+
+// ---- the rest of Level 3 BLAS: symm, syrk, syr2k, trmm, trsm (the GEMM route's decisions) ----
+
+template <class T>
+struct is_complex : std::false_type {};
+template <class R>
+struct is_complex<std::complex<R>> : std::true_type {};
+// One call decoded: BLAS's characters ('?' where the caller's is not one BLAS knows).
+template <class T>
+struct level3_args {
+    const char* routine;  // the symbol, for the log
+    const char* kind;     // "symm", "syrk", "syr2k", "trmm", "trsm"
+    bool row_major;
+    char side, uplo, trans, diag;
+    bool valid;
+    int m, n, k;  // symm, trmm, trsm: C (B) is m x n (k unused); syrk family: C is n x n, op(A) n x k
+    T alpha;
+    const T* a;
+    int lda;
+    const T* b;
+    int ldb;
+    T beta;
+    T* c;
+    int ldc;
+};
+
+char fortran_char(const char* t, const char* allowed) {
+    const char ch = t ? char(*t >= 'a' && *t <= 'z' ? *t - 'a' + 'A' : *t) : '?';
+    return std::strchr(allowed, ch) && ch ? ch : '?';
+}
+char cblas_side(int s) { return s == 141 ? 'L' : s == 142 ? 'R' : '?'; }
+char cblas_uplo(int u) { return u == 121 ? 'U' : u == 122 ? 'L' : '?'; }
+char cblas_diag(int d) { return d == 131 ? 'N' : d == 132 ? 'U' : '?'; }
+
+// The reference BLAS's argument rules (its INFO checks), in the call's storage order.
+template <class T>
+bool check_args(level3_args<T>& g) {
+    const std::string kind = g.kind;
+    const bool rank_k = kind == "syrk" || kind == "syr2k" || kind == "herk" || kind == "her2k";
+    const bool tri = kind == "trmm" || kind == "trsm";
+    if (g.uplo == '?' || g.m < 0 || g.n < 0 || g.k < 0) return false;
+    if (!rank_k && g.side == '?') return false;
+    if ((rank_k || tri) && g.trans == '?') return false;
+    // Complex SYRK/SYR2K take N or T, HERK/HER2K N or C; real data and TRMM/TRSM any of N, T, C.
+    if (rank_k && is_complex<T>::value && g.trans == (kind[1] == 'e' ? 'T' : 'C')) return false;
+    if (tri && g.diag == '?') return false;
+    auto line = [&](int rows, int cols) { return std::max(1, g.row_major ? cols : rows); };
+    if (rank_k) {
+        const int a_rows = g.trans == 'N' ? g.n : g.k, a_cols = g.trans == 'N' ? g.k : g.n;
+        if (g.lda < line(a_rows, a_cols) || g.ldc < std::max(1, g.n)) return false;
+        return kind == "syrk" || kind == "herk" || g.ldb >= line(a_rows, a_cols);
+    }
+    const int ka = g.side == 'L' ? g.m : g.n;
+    if (g.lda < std::max(1, ka) || g.ldb < line(g.m, g.n)) return false;
+    return tri || g.ldc >= line(g.m, g.n);
+}
+
+template <class T>
+std::string shape_fields(const level3_args<T>& g) {
+    return std::string("routine=") + g.routine + " order=" + (g.row_major ? "row" : "col") + " side=" + g.side +
+           " uplo=" + g.uplo + " trans=" + g.trans + " diag=" + g.diag + " m=" + std::to_string(g.m) +
+           " n=" + std::to_string(g.n) + " k=" + std::to_string(g.k) + " lda=" + std::to_string(g.lda) +
+           " ldb=" + std::to_string(g.ldb) + " ldc=" + std::to_string(g.ldc);
+}
+
+template <class T>
+[[noreturn]] void no_blas_at_all(const level3_args<T>& g, const std::string& why) {
+    stderr_line(std::string(g.routine) + ": " + why + ", and no system BLAS provides " + g.routine +
+                " (set TILESTREAM_BLAS_LIB); stopping rather than returning a wrong result");
+    std::abort();
+}
+
+// route()'s needs (above): the size is m*n*(order of A), or n*n*k for the rank-k updates.
+template <class T>
+double call_size(const level3_args<T>& g) {
+    const std::string kind = g.kind;
+    const bool rank_k = kind == "syrk" || kind == "syr2k" || kind == "herk" || kind == "her2k";
+    return double(g.m) * double(g.n) * (rank_k ? double(g.k) : double(g.side == 'L' ? g.m : g.n));
+}
+template <class T>
+std::string call_dims(const level3_args<T>& g) {
+    return std::to_string(g.m) + "x" + std::to_string(g.n) + (g.k ? "x" + std::to_string(g.k) : std::string());
+}
+template <class T>
+int run_on_bridge(const tilestream_blas_bridge& bridge, const level3_args<T>& g, char** text) {
+    const tilestream_blas_level3_call call{dtype_code<T>(), g.row_major ? 1 : 0, g.kind, g.side, g.uplo, g.trans, g.diag,
+                                           g.m, g.n, g.k, &g.alpha, g.a, g.lda, g.b, g.ldb, &g.beta, g.c, g.ldc};
+    return bridge.level3(&call, text);
+}
+
+// CBLAS row-major calls keep their order: the bridge takes row-major operands as they lie.
+template <class T>
+void fortran_symm_kind(const void* caller, routine r, const char* kind, TILESTREAM_BLAS_fortran_symm_PARAMS(T)) {
+    (void)side_len, (void)uplo_len;
+    using entry_fn = void (*)(TILESTREAM_BLAS_fortran_symm_PARAMS(T));
+    const level3_args<T> g{routine_names[int(r)], kind, false, fortran_char(side, "LR"), fortran_char(uplo, "UL"),
+                           'N', 'N', false, *m, *n, 0, *alpha, a, *lda, b, *ldb, *beta, c, *ldc};
+    route(caller, r, g, [&](void* entry) {
+        reinterpret_cast<entry_fn>(entry)(side, uplo, m, n, alpha, a, lda, b, ldb, beta, c, ldc, 1, 1);
+    });
+}
+
+template <class T>
+void fortran_symm(const void* caller, routine r, TILESTREAM_BLAS_fortran_symm_PARAMS(T)) {
+    fortran_symm_kind<T>(caller, r, "symm", TILESTREAM_BLAS_fortran_symm_ARGS);
+}
+template <class T>
+void fortran_hemm(const void* caller, routine r, TILESTREAM_BLAS_fortran_hemm_PARAMS(T)) {
+    fortran_symm_kind<T>(caller, r, "hemm", TILESTREAM_BLAS_fortran_hemm_ARGS);
+}
+
+template <class T>
+void fortran_herk(const void* caller, routine r, TILESTREAM_BLAS_fortran_herk_PARAMS(T)) {
+    (void)uplo_len, (void)trans_len;
+    using entry_fn = void (*)(TILESTREAM_BLAS_fortran_herk_PARAMS(T));
+    const level3_args<T> g{routine_names[int(r)], "herk", false, 'L', fortran_char(uplo, "UL"),
+                           fortran_char(trans, "NTC"), 'N', false, *n, *n, *k, T(*alpha), a, *lda, nullptr, 1,
+                           T(*beta), c, *ldc};
+    route(caller, r, g, [&](void* entry) {
+        reinterpret_cast<entry_fn>(entry)(uplo, trans, n, k, alpha, a, lda, beta, c, ldc, 1, 1);
+    });
+}
+
+template <class T>
+void fortran_her2k(const void* caller, routine r, TILESTREAM_BLAS_fortran_her2k_PARAMS(T)) {
+    (void)uplo_len, (void)trans_len;
+    using entry_fn = void (*)(TILESTREAM_BLAS_fortran_her2k_PARAMS(T));
+    const level3_args<T> g{routine_names[int(r)], "her2k", false, 'L', fortran_char(uplo, "UL"),
+                           fortran_char(trans, "NTC"), 'N', false, *n, *n, *k, *alpha, a, *lda, b, *ldb, T(*beta), c,
+                           *ldc};
+    route(caller, r, g, [&](void* entry) {
+        reinterpret_cast<entry_fn>(entry)(uplo, trans, n, k, alpha, a, lda, b, ldb, beta, c, ldc, 1, 1);
+    });
+}
+
+template <class T>
+void fortran_syrk(const void* caller, routine r, TILESTREAM_BLAS_fortran_syrk_PARAMS(T)) {
+    (void)uplo_len, (void)trans_len;
+    using entry_fn = void (*)(TILESTREAM_BLAS_fortran_syrk_PARAMS(T));
+    const level3_args<T> g{routine_names[int(r)], "syrk", false, 'L', fortran_char(uplo, "UL"),
+                           fortran_char(trans, "NTC"), 'N', false, *n, *n, *k, *alpha, a, *lda, nullptr, 1, *beta,
+                           c, *ldc};
+    route(caller, r, g, [&](void* entry) {
+        reinterpret_cast<entry_fn>(entry)(uplo, trans, n, k, alpha, a, lda, beta, c, ldc, 1, 1);
+    });
+}
+
+template <class T>
+void fortran_syr2k(const void* caller, routine r, TILESTREAM_BLAS_fortran_syr2k_PARAMS(T)) {
+    (void)uplo_len, (void)trans_len;
+    using entry_fn = void (*)(TILESTREAM_BLAS_fortran_syr2k_PARAMS(T));
+    const level3_args<T> g{routine_names[int(r)], "syr2k", false, 'L', fortran_char(uplo, "UL"),
+                           fortran_char(trans, "NTC"), 'N', false, *n, *n, *k, *alpha, a, *lda, b, *ldb, *beta, c,
+                           *ldc};
+    route(caller, r, g, [&](void* entry) {
+        reinterpret_cast<entry_fn>(entry)(uplo, trans, n, k, alpha, a, lda, b, ldb, beta, c, ldc, 1, 1);
+    });
+}
+
+template <class T>
+void fortran_triangular(const void* caller, routine r, const char* kind, TILESTREAM_BLAS_fortran_trmm_PARAMS(T)) {
+    (void)side_len, (void)uplo_len, (void)transa_len, (void)diag_len;
+    using entry_fn = void (*)(TILESTREAM_BLAS_fortran_trmm_PARAMS(T));
+    const level3_args<T> g{routine_names[int(r)], kind, false, fortran_char(side, "LR"), fortran_char(uplo, "UL"),
+                           fortran_char(transa, "NTC"), fortran_char(diag, "NU"), false, *m, *n, 0, *alpha, a, *lda,
+                           nullptr, *ldb, T(0), b, *ldb};
+    route(caller, r, g, [&](void* entry) {
+        reinterpret_cast<entry_fn>(entry)(side, uplo, transa, diag, m, n, alpha, a, lda, b, ldb, 1, 1, 1, 1);
+    });
+}
+template <class T>
+void fortran_trmm(const void* caller, routine r, TILESTREAM_BLAS_fortran_trmm_PARAMS(T)) {
+    fortran_triangular<T>(caller, r, "trmm", TILESTREAM_BLAS_fortran_trmm_ARGS);
+}
+template <class T>
+void fortran_trsm(const void* caller, routine r, TILESTREAM_BLAS_fortran_trsm_PARAMS(T)) {
+    fortran_triangular<T>(caller, r, "trsm", TILESTREAM_BLAS_fortran_trsm_ARGS);
+}
+
+bool cblas_order_known(int order) { return order == 101 || order == 102; }
+
+template <class T>
+void cblas_symm(const void* caller, routine r, TILESTREAM_BLAS_cblas_symm_PARAMS(T)) {
+    using entry_fn = void (*)(TILESTREAM_BLAS_cblas_symm_PARAMS(T));
+    const level3_args<T> g{routine_names[int(r)], "symm", order == 101,
+                           cblas_order_known(order) ? cblas_side(side) : '?', cblas_uplo(uplo), 'N', 'N', false, m, n,
+                           0, alpha, a, lda, b, ldb, beta, c, ldc};
+    route(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_symm_ARGS); });
+}
+
+template <class T>
+void cblas_syrk(const void* caller, routine r, TILESTREAM_BLAS_cblas_syrk_PARAMS(T)) {
+    using entry_fn = void (*)(TILESTREAM_BLAS_cblas_syrk_PARAMS(T));
+    const level3_args<T> g{routine_names[int(r)], "syrk", order == 101, 'L',
+                           cblas_order_known(order) ? cblas_uplo(uplo) : '?', cblas_trans(trans), 'N', false, n, n, k,
+                           alpha, a, lda, nullptr, 1, beta, c, ldc};
+    route(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_syrk_ARGS); });
+}
+
+template <class T>
+void cblas_syr2k(const void* caller, routine r, TILESTREAM_BLAS_cblas_syr2k_PARAMS(T)) {
+    using entry_fn = void (*)(TILESTREAM_BLAS_cblas_syr2k_PARAMS(T));
+    const level3_args<T> g{routine_names[int(r)], "syr2k", order == 101, 'L',
+                           cblas_order_known(order) ? cblas_uplo(uplo) : '?', cblas_trans(trans), 'N', false, n, n, k,
+                           alpha, a, lda, b, ldb, beta, c, ldc};
+    route(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_syr2k_ARGS); });
+}
+
+template <class T>
+void cblas_triangular(const void* caller, routine r, const char* kind, TILESTREAM_BLAS_cblas_trmm_PARAMS(T)) {
+    using entry_fn = void (*)(TILESTREAM_BLAS_cblas_trmm_PARAMS(T));
+    const level3_args<T> g{routine_names[int(r)], kind, order == 101,
+                           cblas_order_known(order) ? cblas_side(side) : '?', cblas_uplo(uplo), cblas_trans(transa),
+                           cblas_diag(diag), false, m, n, 0, alpha, a, lda, nullptr, ldb, T(0), b, ldb};
+    route(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_trmm_ARGS); });
+}
+template <class T>
+void cblas_trmm(const void* caller, routine r, TILESTREAM_BLAS_cblas_trmm_PARAMS(T)) {
+    cblas_triangular<T>(caller, r, "trmm", TILESTREAM_BLAS_cblas_trmm_ARGS);
+}
+template <class T>
+void cblas_trsm(const void* caller, routine r, TILESTREAM_BLAS_cblas_trsm_PARAMS(T)) {
+    cblas_triangular<T>(caller, r, "trsm", TILESTREAM_BLAS_cblas_trsm_ARGS);
+}
+
+// CBLAS's complex forms: scalars by address (HERK's alpha and beta, HER2K's beta real, by value). A null
+// scalar is forwarded unread and never routed (as complex GEMM's).
+template <class T>
+T value_at(const void* p) {
+    return p ? *static_cast<const T*>(p) : T();
+}
+
+template <class T>
+void cblas_symm_kind(const void* caller, routine r, const char* kind, TILESTREAM_BLAS_cblas_symm_cx_PARAMS(T)) {
+    using entry_fn = void (*)(TILESTREAM_BLAS_cblas_symm_cx_PARAMS(T));
+    const level3_args<T> g{routine_names[int(r)], kind, order == 101, cblas_order_known(order) ? cblas_side(side) : '?',
+                           alpha && beta ? cblas_uplo(uplo) : '?', 'N', 'N', false, m, n, 0, value_at<T>(alpha), static_cast<const T*>(a),
+                           lda, static_cast<const T*>(b), ldb, value_at<T>(beta), static_cast<T*>(c), ldc};
+    route(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_symm_ARGS); });
+}
+template <class T>
+void cblas_symm_cx(const void* caller, routine r, TILESTREAM_BLAS_cblas_symm_cx_PARAMS(T)) {
+    cblas_symm_kind<T>(caller, r, "symm", TILESTREAM_BLAS_cblas_symm_ARGS);
+}
+template <class T>
+void cblas_hemm_cx(const void* caller, routine r, TILESTREAM_BLAS_cblas_hemm_cx_PARAMS(T)) {
+    cblas_symm_kind<T>(caller, r, "hemm", TILESTREAM_BLAS_cblas_symm_ARGS);
+}
+
+template <class T>
+void cblas_syrk_cx(const void* caller, routine r, TILESTREAM_BLAS_cblas_syrk_cx_PARAMS(T)) {
+    using entry_fn = void (*)(TILESTREAM_BLAS_cblas_syrk_cx_PARAMS(T));
+    const level3_args<T> g{routine_names[int(r)], "syrk", order == 101, 'L',
+                           cblas_order_known(order) && alpha && beta ? cblas_uplo(uplo) : '?', cblas_trans(trans), 'N', false, n, n, k,
+                           value_at<T>(alpha), static_cast<const T*>(a), lda, nullptr, 1, value_at<T>(beta),
+                           static_cast<T*>(c), ldc};
+    route(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_syrk_ARGS); });
+}
+
+template <class T>
+void cblas_herk_cx(const void* caller, routine r, TILESTREAM_BLAS_cblas_herk_cx_PARAMS(T)) {
+    using entry_fn = void (*)(TILESTREAM_BLAS_cblas_herk_cx_PARAMS(T));
+    const level3_args<T> g{routine_names[int(r)], "herk", order == 101, 'L',
+                           cblas_order_known(order) ? cblas_uplo(uplo) : '?', cblas_trans(trans), 'N', false, n, n, k,
+                           T(alpha), static_cast<const T*>(a), lda, nullptr, 1, T(beta), static_cast<T*>(c), ldc};
+    route(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_syrk_ARGS); });
+}
+
+template <class T>
+void cblas_syr2k_cx(const void* caller, routine r, TILESTREAM_BLAS_cblas_syr2k_cx_PARAMS(T)) {
+    using entry_fn = void (*)(TILESTREAM_BLAS_cblas_syr2k_cx_PARAMS(T));
+    const level3_args<T> g{routine_names[int(r)], "syr2k", order == 101, 'L',
+                           cblas_order_known(order) && alpha && beta ? cblas_uplo(uplo) : '?', cblas_trans(trans), 'N', false, n, n, k,
+                           value_at<T>(alpha), static_cast<const T*>(a), lda, static_cast<const T*>(b), ldb,
+                           value_at<T>(beta), static_cast<T*>(c), ldc};
+    route(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_syr2k_ARGS); });
+}
+
+template <class T>
+void cblas_her2k_cx(const void* caller, routine r, TILESTREAM_BLAS_cblas_her2k_cx_PARAMS(T)) {
+    using entry_fn = void (*)(TILESTREAM_BLAS_cblas_her2k_cx_PARAMS(T));
+    const level3_args<T> g{routine_names[int(r)], "her2k", order == 101, 'L',
+                           cblas_order_known(order) && alpha ? cblas_uplo(uplo) : '?', cblas_trans(trans), 'N', false, n, n, k,
+                           value_at<T>(alpha), static_cast<const T*>(a), lda, static_cast<const T*>(b), ldb, T(beta),
+                           static_cast<T*>(c), ldc};
+    route(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_syr2k_ARGS); });
+}
+
+template <class T>
+void cblas_triangular_cx(const void* caller, routine r, const char* kind, TILESTREAM_BLAS_cblas_trmm_cx_PARAMS(T)) {
+    using entry_fn = void (*)(TILESTREAM_BLAS_cblas_trmm_cx_PARAMS(T));
+    const level3_args<T> g{routine_names[int(r)], kind, order == 101, cblas_order_known(order) ? cblas_side(side) : '?',
+                           alpha ? cblas_uplo(uplo) : '?', cblas_trans(transa), cblas_diag(diag), false, m, n, 0, value_at<T>(alpha),
+                           static_cast<const T*>(a), lda, nullptr, ldb, T(0), static_cast<T*>(b), ldb};
+    route(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_trmm_ARGS); });
+}
+template <class T>
+void cblas_trmm_cx(const void* caller, routine r, TILESTREAM_BLAS_cblas_trmm_cx_PARAMS(T)) {
+    cblas_triangular_cx<T>(caller, r, "trmm", TILESTREAM_BLAS_cblas_trmm_ARGS);
+}
+template <class T>
+void cblas_trsm_cx(const void* caller, routine r, TILESTREAM_BLAS_cblas_trsm_cx_PARAMS(T)) {
+    cblas_triangular_cx<T>(caller, r, "trsm", TILESTREAM_BLAS_cblas_trmm_ARGS);
 }
 
 }  // namespace

@@ -21,7 +21,68 @@
     X(cgemm3m_, fortran_gemm, std::complex<float>)               \
     X(zgemm3m_, fortran_gemm, std::complex<double>)              \
     X(cblas_cgemm3m, cblas_complex_gemm, std::complex<float>)    \
-    X(cblas_zgemm3m, cblas_complex_gemm, std::complex<double>)
+    X(cblas_zgemm3m, cblas_complex_gemm, std::complex<double>)  \
+    TILESTREAM_BLAS_LEVEL3_ROUTINES(X)
+
+// The rest of Level 3 BLAS (real precisions): symm, syrk, syr2k, trmm and trsm, Fortran and CBLAS.
+#define TILESTREAM_BLAS_LEVEL3_ROUTINES(X)  \
+    X(ssymm_, fortran_symm, float)          \
+    X(dsymm_, fortran_symm, double)         \
+    X(ssyrk_, fortran_syrk, float)          \
+    X(dsyrk_, fortran_syrk, double)         \
+    X(ssyr2k_, fortran_syr2k, float)        \
+    X(dsyr2k_, fortran_syr2k, double)       \
+    X(strmm_, fortran_trmm, float)          \
+    X(dtrmm_, fortran_trmm, double)         \
+    X(strsm_, fortran_trsm, float)          \
+    X(dtrsm_, fortran_trsm, double)         \
+    X(cblas_ssymm, cblas_symm, float)       \
+    X(cblas_dsymm, cblas_symm, double)      \
+    X(cblas_ssyrk, cblas_syrk, float)       \
+    X(cblas_dsyrk, cblas_syrk, double)      \
+    X(cblas_ssyr2k, cblas_syr2k, float)     \
+    X(cblas_dsyr2k, cblas_syr2k, double)    \
+    X(cblas_strmm, cblas_trmm, float)       \
+    X(cblas_dtrmm, cblas_trmm, double)      \
+    X(cblas_strsm, cblas_trsm, float)       \
+    X(cblas_dtrsm, cblas_trsm, double)      \
+    TILESTREAM_BLAS_LEVEL3_COMPLEX_ROUTINES(X)
+
+// The complex ones (HEMM, HERK, HER2K besides): CBLAS passes their scalars by address (void*), HERK's
+// alpha and beta and HER2K's beta are real.
+#define TILESTREAM_BLAS_LEVEL3_COMPLEX_ROUTINES(X) \
+    X(csymm_, fortran_symm, std::complex<float>)            \
+    X(zsymm_, fortran_symm, std::complex<double>)           \
+    X(chemm_, fortran_hemm, std::complex<float>)            \
+    X(zhemm_, fortran_hemm, std::complex<double>)           \
+    X(csyrk_, fortran_syrk, std::complex<float>)            \
+    X(zsyrk_, fortran_syrk, std::complex<double>)           \
+    X(cherk_, fortran_herk, std::complex<float>)            \
+    X(zherk_, fortran_herk, std::complex<double>)           \
+    X(csyr2k_, fortran_syr2k, std::complex<float>)          \
+    X(zsyr2k_, fortran_syr2k, std::complex<double>)         \
+    X(cher2k_, fortran_her2k, std::complex<float>)          \
+    X(zher2k_, fortran_her2k, std::complex<double>)         \
+    X(ctrmm_, fortran_trmm, std::complex<float>)            \
+    X(ztrmm_, fortran_trmm, std::complex<double>)           \
+    X(ctrsm_, fortran_trsm, std::complex<float>)            \
+    X(ztrsm_, fortran_trsm, std::complex<double>)           \
+    X(cblas_csymm, cblas_symm_cx, std::complex<float>)      \
+    X(cblas_zsymm, cblas_symm_cx, std::complex<double>)     \
+    X(cblas_chemm, cblas_hemm_cx, std::complex<float>)      \
+    X(cblas_zhemm, cblas_hemm_cx, std::complex<double>)     \
+    X(cblas_csyrk, cblas_syrk_cx, std::complex<float>)      \
+    X(cblas_zsyrk, cblas_syrk_cx, std::complex<double>)     \
+    X(cblas_cherk, cblas_herk_cx, std::complex<float>)      \
+    X(cblas_zherk, cblas_herk_cx, std::complex<double>)     \
+    X(cblas_csyr2k, cblas_syr2k_cx, std::complex<float>)    \
+    X(cblas_zsyr2k, cblas_syr2k_cx, std::complex<double>)   \
+    X(cblas_cher2k, cblas_her2k_cx, std::complex<float>)    \
+    X(cblas_zher2k, cblas_her2k_cx, std::complex<double>)   \
+    X(cblas_ctrmm, cblas_trmm_cx, std::complex<float>)      \
+    X(cblas_ztrmm, cblas_trmm_cx, std::complex<double>)     \
+    X(cblas_ctrsm, cblas_trsm_cx, std::complex<float>)      \
+    X(cblas_ztrsm, cblas_trsm_cx, std::complex<double>)
 
 // Each family's C signature and the names of its arguments (the forwarded call passes them on as
 // they came). Fortran: column-major, every argument by address, gfortran's hidden string lengths last.
@@ -42,6 +103,90 @@
     int order, int transa, int transb, int m, int n, int k, const T *alpha, const T *a, int lda,           \
         const T *b, int ldb, const T *beta, T *c, int ldc
 #define TILESTREAM_BLAS_cblas_complex_gemm_ARGS TILESTREAM_BLAS_cblas_gemm_ARGS
+
+// Level 3 families (netlib's argument order; CBLAS enums as ints: order 101/102, side 141 left/142
+// right, uplo 121 upper/122 lower, trans 111/112/113, diag 131 non-unit/132 unit).
+#define TILESTREAM_BLAS_fortran_symm_PARAMS(T)                                                              \
+    const char *side, const char *uplo, const int *m, const int *n, const T *alpha, const T *a,             \
+        const int *lda, const T *b, const int *ldb, const T *beta, T *c, const int *ldc, std::size_t side_len, \
+        std::size_t uplo_len
+#define TILESTREAM_BLAS_fortran_symm_ARGS side, uplo, m, n, alpha, a, lda, b, ldb, beta, c, ldc, side_len, uplo_len
+#define TILESTREAM_BLAS_fortran_syrk_PARAMS(T)                                                              \
+    const char *uplo, const char *trans, const int *n, const int *k, const T *alpha, const T *a,            \
+        const int *lda, const T *beta, T *c, const int *ldc, std::size_t uplo_len, std::size_t trans_len
+#define TILESTREAM_BLAS_fortran_syrk_ARGS uplo, trans, n, k, alpha, a, lda, beta, c, ldc, uplo_len, trans_len
+#define TILESTREAM_BLAS_fortran_syr2k_PARAMS(T)                                                             \
+    const char *uplo, const char *trans, const int *n, const int *k, const T *alpha, const T *a,            \
+        const int *lda, const T *b, const int *ldb, const T *beta, T *c, const int *ldc, std::size_t uplo_len, \
+        std::size_t trans_len
+#define TILESTREAM_BLAS_fortran_syr2k_ARGS uplo, trans, n, k, alpha, a, lda, b, ldb, beta, c, ldc, uplo_len, trans_len
+#define TILESTREAM_BLAS_fortran_trmm_PARAMS(T)                                                              \
+    const char *side, const char *uplo, const char *transa, const char *diag, const int *m, const int *n,   \
+        const T *alpha, const T *a, const int *lda, T *b, const int *ldb, std::size_t side_len,              \
+        std::size_t uplo_len, std::size_t transa_len, std::size_t diag_len
+#define TILESTREAM_BLAS_fortran_trmm_ARGS \
+    side, uplo, transa, diag, m, n, alpha, a, lda, b, ldb, side_len, uplo_len, transa_len, diag_len
+#define TILESTREAM_BLAS_fortran_trsm_PARAMS(T) TILESTREAM_BLAS_fortran_trmm_PARAMS(T)
+#define TILESTREAM_BLAS_fortran_trsm_ARGS TILESTREAM_BLAS_fortran_trmm_ARGS
+#define TILESTREAM_BLAS_cblas_symm_PARAMS(T)                                                                \
+    int order, int side, int uplo, int m, int n, T alpha, const T *a, int lda, const T *b, int ldb, T beta, \
+        T *c, int ldc
+#define TILESTREAM_BLAS_cblas_symm_ARGS order, side, uplo, m, n, alpha, a, lda, b, ldb, beta, c, ldc
+#define TILESTREAM_BLAS_cblas_syrk_PARAMS(T) \
+    int order, int uplo, int trans, int n, int k, T alpha, const T *a, int lda, T beta, T *c, int ldc
+#define TILESTREAM_BLAS_cblas_syrk_ARGS order, uplo, trans, n, k, alpha, a, lda, beta, c, ldc
+#define TILESTREAM_BLAS_cblas_syr2k_PARAMS(T)                                                               \
+    int order, int uplo, int trans, int n, int k, T alpha, const T *a, int lda, const T *b, int ldb, T beta, \
+        T *c, int ldc
+#define TILESTREAM_BLAS_cblas_syr2k_ARGS order, uplo, trans, n, k, alpha, a, lda, b, ldb, beta, c, ldc
+#define TILESTREAM_BLAS_cblas_trmm_PARAMS(T)                                                                \
+    int order, int side, int uplo, int transa, int diag, int m, int n, T alpha, const T *a, int lda, T *b,  \
+        int ldb
+#define TILESTREAM_BLAS_cblas_trmm_ARGS order, side, uplo, transa, diag, m, n, alpha, a, lda, b, ldb
+#define TILESTREAM_BLAS_cblas_trsm_PARAMS(T) TILESTREAM_BLAS_cblas_trmm_PARAMS(T)
+#define TILESTREAM_BLAS_cblas_trsm_ARGS TILESTREAM_BLAS_cblas_trmm_ARGS
+
+#define TILESTREAM_BLAS_fortran_hemm_PARAMS(T) TILESTREAM_BLAS_fortran_symm_PARAMS(T)
+#define TILESTREAM_BLAS_fortran_hemm_ARGS TILESTREAM_BLAS_fortran_symm_ARGS
+#define TILESTREAM_BLAS_fortran_herk_PARAMS(T)                                                              \
+    const char *uplo, const char *trans, const int *n, const int *k, const typename T::value_type *alpha,   \
+        const T *a, const int *lda, const typename T::value_type *beta, T *c, const int *ldc,                \
+        std::size_t uplo_len, std::size_t trans_len
+#define TILESTREAM_BLAS_fortran_herk_ARGS TILESTREAM_BLAS_fortran_syrk_ARGS
+#define TILESTREAM_BLAS_fortran_her2k_PARAMS(T)                                                             \
+    const char *uplo, const char *trans, const int *n, const int *k, const T *alpha, const T *a,            \
+        const int *lda, const T *b, const int *ldb, const typename T::value_type *beta, T *c, const int *ldc, \
+        std::size_t uplo_len, std::size_t trans_len
+#define TILESTREAM_BLAS_fortran_her2k_ARGS TILESTREAM_BLAS_fortran_syr2k_ARGS
+// CBLAS complex: every complex scalar and array by address.
+#define TILESTREAM_BLAS_cblas_symm_cx_PARAMS(T)                                                             \
+    int order, int side, int uplo, int m, int n, const void *alpha, const void *a, int lda, const void *b,  \
+        int ldb, const void *beta, void *c, int ldc
+#define TILESTREAM_BLAS_cblas_symm_cx_ARGS TILESTREAM_BLAS_cblas_symm_ARGS
+#define TILESTREAM_BLAS_cblas_hemm_cx_PARAMS(T) TILESTREAM_BLAS_cblas_symm_cx_PARAMS(T)
+#define TILESTREAM_BLAS_cblas_hemm_cx_ARGS TILESTREAM_BLAS_cblas_symm_ARGS
+#define TILESTREAM_BLAS_cblas_syrk_cx_PARAMS(T)                                                             \
+    int order, int uplo, int trans, int n, int k, const void *alpha, const void *a, int lda, const void *beta, \
+        void *c, int ldc
+#define TILESTREAM_BLAS_cblas_syrk_cx_ARGS TILESTREAM_BLAS_cblas_syrk_ARGS
+#define TILESTREAM_BLAS_cblas_herk_cx_PARAMS(T)                                                             \
+    int order, int uplo, int trans, int n, int k, typename T::value_type alpha, const void *a, int lda,     \
+        typename T::value_type beta, void *c, int ldc
+#define TILESTREAM_BLAS_cblas_herk_cx_ARGS TILESTREAM_BLAS_cblas_syrk_ARGS
+#define TILESTREAM_BLAS_cblas_syr2k_cx_PARAMS(T)                                                            \
+    int order, int uplo, int trans, int n, int k, const void *alpha, const void *a, int lda, const void *b,  \
+        int ldb, const void *beta, void *c, int ldc
+#define TILESTREAM_BLAS_cblas_syr2k_cx_ARGS TILESTREAM_BLAS_cblas_syr2k_ARGS
+#define TILESTREAM_BLAS_cblas_her2k_cx_PARAMS(T)                                                            \
+    int order, int uplo, int trans, int n, int k, const void *alpha, const void *a, int lda, const void *b,  \
+        int ldb, typename T::value_type beta, void *c, int ldc
+#define TILESTREAM_BLAS_cblas_her2k_cx_ARGS TILESTREAM_BLAS_cblas_syr2k_ARGS
+#define TILESTREAM_BLAS_cblas_trmm_cx_PARAMS(T)                                                             \
+    int order, int side, int uplo, int transa, int diag, int m, int n, const void *alpha, const void *a,    \
+        int lda, void *b, int ldb
+#define TILESTREAM_BLAS_cblas_trmm_cx_ARGS TILESTREAM_BLAS_cblas_trmm_ARGS
+#define TILESTREAM_BLAS_cblas_trsm_cx_PARAMS(T) TILESTREAM_BLAS_cblas_trmm_cx_PARAMS(T)
+#define TILESTREAM_BLAS_cblas_trsm_cx_ARGS TILESTREAM_BLAS_cblas_trmm_ARGS
 
 namespace tilestream::blas {
 

@@ -62,6 +62,34 @@ struct keep_record {
     }
 };
 
+operand_keep find_kept(keep_registry& registry, const void* data, index_t rows, index_t cols, index_t ld, layout lay,
+                       dtype type) {
+    std::lock_guard lock(registry.mutex);
+    operand_keep k;
+    if (data == nullptr || rows == 0 || cols == 0) return k;
+    for (const auto& w : registry.records)
+        if (auto r = w.lock(); r && r->covers(reinterpret_cast<std::uintptr_t>(data), rows, cols, ld, lay, type)) {
+            k.id = r->id;
+            k.generation = r->generation.load();
+            break;
+        }
+    return k;
+}
+
+void kept_written(keep_registry& registry, const void* data, std::size_t bytes) {
+    if (data == nullptr || bytes == 0) return;
+    std::vector<std::shared_ptr<keep_record>> hit;  // released outside the lock (a last reference locks)
+    {
+        std::lock_guard lock(registry.mutex);
+        const auto c0 = reinterpret_cast<std::uintptr_t>(data), c1 = c0 + bytes;
+        for (const auto& w : registry.records)
+            if (auto r = w.lock(); r && r->span > 0 && r->base < c1 && c0 < r->base + r->span) {
+                ++r->generation;
+                hit.push_back(std::move(r));
+            }
+    }
+}
+
 }  // namespace detail
 
 namespace {

@@ -751,24 +751,8 @@ private:
         }
     }
 
-    /// A 2-D copy between the host rectangle and packed storage at `packed`.
     static copy_2d_desc desc(void* packed, const host_rect& r, bool to_packed) {
-        copy_2d_desc d;
-        const std::size_t width = std::size_t(r.inner()) * r.es, pitch = std::size_t(r.ld) * r.es;
-        d.width_bytes = width;
-        d.height = std::size_t(r.outer());
-        if (to_packed) {
-            d.dst = packed;
-            d.dst_pitch = width;
-            d.src = r.base;
-            d.src_pitch = pitch;
-        } else {
-            d.dst = r.base;
-            d.dst_pitch = pitch;
-            d.src = packed;
-            d.src_pitch = width;
-        }
-        return d;
+        return detail::packed_copy(packed, r, to_packed);
     }
 
     static void copy_rows(const copy_2d_desc& d) {
@@ -1113,24 +1097,7 @@ gemm_report detail::execute_gemm_kept(const gemm_plan& plan, std::span<device* c
         throw cancelled("gemm: cancelled after " + std::to_string(done) + " of " + std::to_string(units) + " units");
     if (state.recoverable) {
         if (done < units) {
-            // Every device is gone: name each cause.
-            std::string all;
-            bool budget = !state.faults.empty();
-            for (std::size_t i = 0; i < devices.size(); ++i) {
-                if (!errors[i]) continue;
-                try {
-                    std::rethrow_exception(errors[i]);
-                } catch (const out_of_budget&) {
-                } catch (...) {
-                    budget = false;
-                }
-            }
-            for (const device_fault& f : state.faults)
-                all += "; " + (f.message.rfind(f.id + ": ", 0) == 0 ? f.message : f.id + ": " + f.message);
-            const std::string text = "gemm: every device failed (" + std::to_string(done) + " of " +
-                                     std::to_string(units) + " units done)" + all;
-            if (budget) throw out_of_budget(text);
-            throw device_error(text);
+            detail::throw_every_device_failed("gemm", done, units, "units", state.faults, errors);
         }
     } else {
         for (auto& e : errors)
@@ -1192,14 +1159,58 @@ detail::device_kit::~device_kit() {
     c.clear();
 }
 
+copy_2d_desc detail::packed_copy(void* packed, const host_rect& r, bool to_packed) {
+    copy_2d_desc d;
+    const std::size_t width = std::size_t(r.inner()) * r.es, pitch = std::size_t(r.ld) * r.es;
+    d.width_bytes = width;
+    d.height = std::size_t(r.outer());
+    if (to_packed) {
+        d.dst = packed;
+        d.dst_pitch = width;
+        d.src = r.base;
+        d.src_pitch = pitch;
+    } else {
+        d.dst = r.base;
+        d.dst_pitch = pitch;
+        d.src = packed;
+        d.src_pitch = width;
+    }
+    return d;
+}
+
+void detail::throw_every_device_failed(const std::string& what, std::size_t done, std::size_t total,
+                                       const std::string& units, const std::vector<device_fault>& faults,
+                                       const std::vector<std::exception_ptr>& errors) {
+    std::string all;
+    bool budget = !faults.empty();
+    for (const auto& e : errors) {
+        if (!e) continue;
+        try {
+            std::rethrow_exception(e);
+        } catch (const out_of_budget&) {
+        } catch (...) {
+            budget = false;
+        }
+    }
+    for (const device_fault& f : faults)
+        all += "; " + (f.message.rfind(f.id + ": ", 0) == 0 ? f.message : f.id + ": " + f.message);
+    const std::string text = what + ": every device failed (" + std::to_string(done) + " of " + std::to_string(total) +
+                             " " + units + " done)" + all;
+    if (budget) throw out_of_budget(text);
+    throw device_error(text);
+}
+
 bool detail::gemm_memory::release(std::size_t i) {
     std::vector<std::unique_ptr<device_kit>> gone;
+    std::vector<std::shared_ptr<engine::tiles_kit>> gone_tiles;  // the Level 3 engine's
     {
         std::lock_guard lock(mutex);
         for (std::size_t j = 0; j < kits.size(); ++j)
             if ((i == std::size_t(-1) || i == j) && kits[j]) gone.push_back(std::move(kits[j]));
+        for (std::size_t j = 0; j < tile_kits.size(); ++j)
+            if ((i == std::size_t(-1) || i == j) && tile_kits[j]) gone_tiles.push_back(std::move(tile_kits[j]));
     }
-    return !gone.empty();  // freed here, outside the lock
+    return !gone.empty() || !gone_tiles.empty();  // freed here, outside the lock
 }
 
 bool computes_in_place(std::span<device* const> devices) {

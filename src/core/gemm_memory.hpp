@@ -7,6 +7,8 @@
 #include <tilestream/gemm.hpp>
 
 #include <cstdint>
+#include <exception>
+#include <string>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -14,6 +16,10 @@
 #include <vector>
 
 namespace tilestream::detail {
+
+namespace engine {
+struct tiles_kit;  // the Level 3 engine's tile store of one device (core/engine/tile_store.hpp)
+}
 
 /// A rectangle of a host matrix in its own storage order.
 struct host_rect {
@@ -27,6 +33,16 @@ struct host_rect {
     bool contiguous() const { return outer() <= 1 || inner() == ld; }
     bool operator==(const host_rect&) const = default;
 };
+
+/// A 2-D copy between a host rectangle and packed storage (ld = the rectangle's inner extent).
+copy_2d_desc packed_copy(void* packed, const host_rect& r, bool to_packed);
+
+/// Throws the error of a run every device of which was lost: out_of_budget when every cause was
+/// one, else device_error, naming each device's cause ("<what>: every device failed (d of n
+/// <units> done); cpu:0: ...").
+[[noreturn]] void throw_every_device_failed(const std::string& what, std::size_t done, std::size_t total,
+                                            const std::string& units, const std::vector<device_fault>& faults,
+                                            const std::vector<std::exception_ptr>& errors);
 
 /// Which kept operand a call's A or B lies in, and that operand's generation (bumped by
 /// kept_operand::changed); id 0: not kept, its tiles are never reused by another call.
@@ -73,9 +89,19 @@ struct gemm_memory {
     /// Calls on kept operands alternate the unit order, so that each starts with the units whose
     /// tiles the previous one loaded last (still in the slots).
     bool reverse_next = false;
+    /// Per device, the Level 3 engine's tile slots, streams and reservation between its calls
+    /// (shared_ptr: its type is complete in the engine only). Freed with the rest by release().
+    std::vector<std::shared_ptr<engine::tiles_kit>> tile_kits;
     /// Frees what is kept on device i (all devices when i is npos); true when there was something.
     bool release(std::size_t i = std::size_t(-1));
 };
+
+struct keep_registry;
+/// The kept operand of a context's registry that the view lies in (id 0: none).
+operand_keep find_kept(keep_registry& registry, const void* data, index_t rows, index_t cols, index_t ld, layout lay,
+                       dtype type);
+/// A call wrote [data, data + bytes): every kept operand overlapping it has changed.
+void kept_written(keep_registry& registry, const void* data, std::size_t bytes);
 
 /// execute_gemm with buffers, streams and reservations taken from `memory` and given back after a
 /// run that succeeded (a failed or cancelled run frees them), and tiles of kept operands reused.

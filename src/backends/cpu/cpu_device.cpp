@@ -5,6 +5,7 @@
 #include "backends/cpu/cpu_kernels.hpp"
 #include "backends/reference/reference_kernels.hpp"
 #include "core/process_fork.hpp"
+#include "core/engine/tile_kernels.hpp"
 
 #include <tilestream/error.hpp>
 #include <tilestream/matrix.hpp>
@@ -280,6 +281,26 @@ public:
         inner(s).push({[this, call] { cpu::gemm_batched(call, pool_, live_devices() == 1); }, false, span_kind::kernel,
                        "gemm batched " + std::string(to_string(call.call.kernel)) + " x" + std::to_string(call.count), 0,
                        call.call.flops() * double(call.count)});
+    }
+
+    bool supports(tile_kind kind, dtype type, gemm_kernel k) const override {
+        if (kind == tile_kind::gemm) return true;
+        const bool hermitian = kind == tile_kind::herk || kind == tile_kind::her2k || kind == tile_kind::hemm;
+        if (k == gemm_kernel::reference) return !hermitian || !(type == dtype::f32 || type == dtype::f64);
+        return k == gemm_kernel::vendor && cpu::tile_vendor_supports(kind, type);
+    }
+
+    void execute(stream& s, const tile_op& op) override {
+        if (op.kind == tile_kind::gemm) return gemm(s, detail::engine::as_gemm_call(op));
+        if (!supports(op.kind, op.type, op.kernel))
+            throw invalid_argument(id() + ": no '" + std::string(to_string(op.kernel)) + "' " +
+                                   std::string(to_string(op.kind)) + " tile kernel for " + std::string(to_string(op.type)));
+        inner(s).push({[this, op] {
+                           if (op.kernel == gemm_kernel::reference) reference::execute(op);
+                           else cpu::tile_vendor(op, pool_, live_devices() == 1);
+                       },
+                       false, span_kind::kernel,
+                       std::string(to_string(op.kind)) + " " + std::string(to_string(op.kernel)), 0, op.flops()});
     }
 
     void jacobi_sweep(stream& s, const jacobi_call& call) override {

@@ -4,6 +4,7 @@
 #include "thread_pool.hpp"
 
 #include <tilestream/kernels.hpp>
+#include <tilestream/tile_ops.hpp>
 
 namespace tilestream::cpu {
 
@@ -30,6 +31,14 @@ void gemm_items_on_calling_thread(const gemm_batched_call& batch, index_t begin,
 /// fewer products than workers) one after the other on the whole pool.
 void gemm_batched(const gemm_batched_call& batch, thread_pool& pool, bool openblas_threads);
 void gemm_naive_serial(const gemm_call& call);
+/// Sets OpenBLAS's (process-wide) thread count, under one lock for every caller.
+void set_openblas_threads(int n);
+
+/// The Level 3 tile operations (kinds other than gemm) through OpenBLAS, as gemm_vendor: one call
+/// with OpenBLAS's threads, or the tile split over the pool's workers (blas3_vendor.cpp).
+void tile_vendor(const tile_op& op, thread_pool& pool, bool openblas_threads);
+/// Whether tile_vendor has a routine for this kind and type.
+bool tile_vendor_supports(tile_kind kind, dtype type);
 
 /// Jacobi sweep: rows split over the workers, inner loop vectorised.
 void jacobi_sweep(const jacobi_call& call, thread_pool& pool);

@@ -20,8 +20,6 @@
 
 namespace tilestream::cpu {
 
-namespace {
-
 // OpenBLAS's own thread pool is process-wide. Several CPU devices sharing it would serialise on it
 // and oversubscribe the cores, so then each worker of a device makes single-threaded calls on its
 // block of C. A process's only CPU device instead hands the whole call to OpenBLAS with its thread
@@ -32,6 +30,8 @@ void set_openblas_threads(int n) {
     const std::lock_guard lock(mutex);
     if (openblas_get_num_threads() != n) openblas_set_num_threads(n);
 }
+
+namespace {
 
 bool fits_int(index_t v) { return v <= INT_MAX; }
 

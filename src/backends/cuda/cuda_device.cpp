@@ -3,9 +3,11 @@
 #include "backends/cuda/cuda_device.hpp"
 
 #include "backends/backend_module.hpp"
+#include "backends/cuda/cuda_blas3_logic.hpp"
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/cuda_kernels.hpp"
 #include "core/blas_mapping.hpp"
+#include "core/engine/tile_kernels.hpp"
 
 #include <tilestream/error.hpp>
 
@@ -873,6 +875,23 @@ void cuda_device::gemm_batched(stream& s, const gemm_batched_call& b) {
                                                         call.c, data, int(p.ldz), b.stride_c, int(b.count), compute,
                                                         CUBLAS_GEMM_DEFAULT),
                              id());
+           });
+}
+
+void cuda_device::execute(stream& s, const tile_op& op) {
+    if (op.kind == tile_kind::gemm) return gemm(s, detail::engine::as_gemm_call(op));
+    cuda_stream& cs = own_stream(s, "execute");
+    if (!supports(op.kind, op.type, op.kernel))
+        throw invalid_argument(id() + ": no '" + std::string(to_string(op.kernel)) + "' " + std::string(to_string(op.kind)) +
+                               " tile kernel for " + std::string(to_string(op.type)) + " (cuBLAS runs the vendor ones)");
+    const cublas_tile_work work = plan_cublas_tile(op, id());
+    if (work.nothing) return;
+    if (work.scale_only) return gemm(s, work.scale);  // C <- beta C (or 0), A and B never read
+    device_guard guard(ordinal_, id());
+    traced(cs, span_kind::kernel, [&] { return std::string(to_string(op.kind)) + " vendor " + std::string(to_string(op.type)); },
+           0, op.flops(), [&] {
+               std::lock_guard lock(cs.blas_mutex());
+               run_cublas_tile(cs.blas(), work.call, op.type, id());
            });
 }
 

@@ -7,6 +7,8 @@
 #include <tilestream/device.hpp>
 
 #include <cublas_v2.h>
+
+#include "core/engine/tile_mapping.hpp"
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -168,6 +170,9 @@ public:
     /// Real vendor stacks as one cublasGemmStridedBatchedEx; the rest one gemm() per product.
     void gemm_batched(stream& s, const gemm_batched_call& call) override;
     void jacobi_sweep(stream& s, const jacobi_call& call) override;
+    /// The Level 3 diagonal blocks through cuBLAS (vendor kernel, real types; cuda_blas3.cpp).
+    bool supports(tile_kind kind, dtype type, gemm_kernel k) const override;
+    void execute(stream& s, const tile_op& op) override;
 
     // For cuda_stream: stream registry and the timing-event pool of traces.
     void add_stream(cuda_stream* s);
@@ -212,5 +217,9 @@ private:
 
 /// The CUDA stream behind a stream of a CUDA device; throws invalid_argument for other streams.
 cudaStream_t native_stream(stream& s);
+
+/// One cuBLAS call for a column-major tile operation (cuda_blas3.cpp); the handle's stream and device
+/// are current.
+void run_cublas_tile(cublasHandle_t h, const ::tilestream::detail::engine::column_major_tile& r, dtype type, const std::string& device_id);
 
 }  // namespace tilestream::cuda

@@ -4,6 +4,8 @@
 #include "backends/backend_module.hpp"
 #include "backends/opencl/opencl_check.hpp"
 #include "backends/opencl/opencl_runtime.hpp"
+#include "core/engine/tile_kernels.hpp"
+#include "core/engine/tile_mapping.hpp"
 
 #include "opencl_sources.hpp"
 
@@ -456,6 +458,10 @@ public:
     /// Vendor stacks as one CLBlast GemmStridedBatched; the rest one gemm() per product.
     void gemm_batched(stream& s, const gemm_batched_call& b) override;
     void jacobi_sweep(stream& s, const jacobi_call& c) override;
+    /// The Level 3 diagonal blocks through CLBlast (vendor kernel, real types); the engine runs the
+    /// other kernels' on the host reference.
+    bool supports(tile_kind kind, dtype type, gemm_kernel k) const override;
+    void execute(stream& s, const tile_op& op) override;
 
 protected:
     void* raw_allocate(std::size_t bytes) override {
@@ -1055,6 +1061,170 @@ void ocl_device::gemm(stream& s, const gemm_call& c) {
         ev = nullptr;
     }
     st.submitted(ev, span_kind::kernel, name, 0, c.flops());
+#endif
+}
+
+bool ocl_device::supports(tile_kind kind, dtype type, gemm_kernel k) const {
+    if (kind == tile_kind::gemm) return supports(k);
+#ifdef TILESTREAM_HAVE_CLBLAST
+    const bool fp64 = dtype_traits(type).real == dtype::f64;
+    return k == gemm_kernel::vendor && (!fp64 || info_.fp64) && detail::engine::blas_has(kind, type);
+#else
+    (void)type;
+    return false;
+#endif
+}
+
+void ocl_device::execute(stream& s, const tile_op& op) {
+    if (op.kind == tile_kind::gemm) return gemm(s, detail::engine::as_gemm_call(op));
+    if (!supports(op.kind, op.type, op.kernel))
+        throw invalid_argument(id() + ": no '" + std::string(to_string(op.kernel)) + "' " + std::string(to_string(op.kind)) +
+                               " tile kernel for " + std::string(to_string(op.type)) + " (CLBlast runs the vendor ones)");
+#ifdef TILESTREAM_HAVE_CLBLAST
+    ocl_stream& st = own(s, "execute");
+    const bool herm = op.kind == tile_kind::herk || op.kind == tile_kind::her2k;
+    const bool rank_k = op.kind == tile_kind::syrk || op.kind == tile_kind::syr2k || herm;
+    const bool solves = op.kind == tile_kind::trmm || op.kind == tile_kind::trsm;
+    const index_t rows = rank_k ? op.n : op.m, cols = op.n;
+    if (rows == 0 || cols == 0) return;
+    // C <- beta C (alpha == 0 or k == 0; trmm/trsm: C <- 0) by our own scaling, A and B never read:
+    // CLBlast would read them (and NaN * 0 is NaN). Scaling touches the whole tile: the engine writes
+    // a syrk-family diagonal tile back by its triangle only.
+    const auto scale = [&](scalar beta) {
+        gemm_call z;
+        z.type = op.type;
+        z.m = rows;
+        z.n = cols;
+        z.k = 0;
+        z.alpha = 0;
+        z.beta = beta;
+        z.c = const_cast<void*>(op.c.data);
+        z.ldc = op.c.ld;
+        z.layout_c = op.c.lay;
+        z.kernel = gemm_kernel::vendor;
+        gemm(s, z);
+    };
+    if (!op.reads_ab()) {
+        if (!solves && op.beta == scalar(1)) return;
+        // (The engine runs a Hermitian tile's scaling, which zeroes its diagonal's imaginary parts,
+        // on the reference.)
+        if (herm) throw invalid_argument(id() + ": " + std::string(to_string(op.kind)) + " scaling runs on the reference");
+        scale(solves ? scalar(0) : op.beta);
+        return;
+    }
+    // CLBlast reads C when beta == 0: overwrite it with zeros first.
+    if (!solves && op.beta == scalar(0)) scale(0.0);
+    const detail::engine::column_major_tile r = detail::engine::as_column_major(op);
+    if (!r.representable) throw invalid_argument(id() + ": " + std::string(to_string(op.kind)) + " tile: " + r.why);
+    const std::size_t es = size_of(op.type);
+    const auto locate = [&](const void* p, index_t ld, index_t stored_cols, const char* name) {
+        const auto w = addresses().find(p, std::size_t(ld * std::max<index_t>(stored_cols, 1)) * es, id(),
+                                        std::string(to_string(op.kind)) + " operand " + name);
+        if (w.offset % es != 0)
+            throw invalid_argument(std::string(to_string(op.kind)) + " on " + id() + ": " + name + " is not aligned");
+        return std::make_pair(w.mem, std::size_t(w.offset / es));
+    };
+    const bool tn = r.trans == blas_trans::none;
+    const index_t na = r.side_ == side::left ? r.m : r.n;
+    const index_t a_cols = rank_k ? (tn ? r.k : r.n) : na;
+    cl_mem a_mem = nullptr, b_mem = nullptr, c_mem = nullptr;
+    std::size_t a_off = 0, b_off = 0, c_off = 0;
+    std::tie(a_mem, a_off) = locate(r.a, r.lda, a_cols, "A");
+    if (op.kind == tile_kind::syr2k || op.kind == tile_kind::her2k) std::tie(b_mem, b_off) = locate(r.b, r.ldb, a_cols, "B");
+    if (op.kind == tile_kind::symm || op.kind == tile_kind::hemm) std::tie(b_mem, b_off) = locate(r.b, r.ldb, r.n, "B");
+    std::tie(c_mem, c_off) = locate(r.c, r.ldc, r.n, "C");
+    const CLBlastLayout lay = CLBlastLayoutColMajor;
+    const CLBlastSide sd = r.side_ == side::left ? CLBlastSideLeft : CLBlastSideRight;
+    const CLBlastTriangle tri = r.uplo_ == uplo::lower ? CLBlastTriangleLower : CLBlastTriangleUpper;
+    const CLBlastTranspose tr = tn ? CLBlastTransposeNo : r.trans == blas_trans::trans ? CLBlastTransposeYes
+                                                                                       : CLBlastTransposeConjugate;
+    const CLBlastDiagonal dg = r.diag_ == diag::unit ? CLBlastDiagonalUnit : CLBlastDiagonalNonUnit;
+    const std::size_t m = std::size_t(r.m), n = std::size_t(r.n), k = std::size_t(r.k);
+    const std::size_t lda = std::size_t(r.lda), ldb = std::size_t(r.ldb), ldc = std::size_t(r.ldc);
+    cl_command_queue q = st.queue();
+    cl_event ev = nullptr;
+    CLBlastStatusCode status = CLBlastSuccess;
+    // One CLBlast entry per precision (S, D, C, Z); complex scalars as cl_float2/cl_double2, HERK's
+    // and HER2K's real ones as float/double.
+    const auto call = [&]<class T>() {
+        using R = real_type_t<T>;
+        using V = std::conditional_t<!is_complex_v<T>, T, std::conditional_t<std::is_same_v<R, float>, cl_float2, cl_double2>>;
+        const auto as_v = [](scalar x) {
+            if constexpr (is_complex_v<T>) return V{{R(x.real()), R(x.imag())}};
+            else return V(x.real());
+        };
+        const V al = as_v(r.alpha), be = as_v(r.beta);
+        const R al_re = R(r.alpha.real()), be_re = R(r.beta.real());
+        constexpr dtype t = dtype_of<T>();
+        if constexpr (!is_complex_v<T>) {
+            switch (op.kind) {
+                case tile_kind::trsm:
+                    return t == dtype::f32 ? CLBlastStrsm(lay, sd, tri, tr, dg, m, n, float(al), a_mem, a_off, lda, c_mem, c_off, ldc, &q, &ev)
+                                           : CLBlastDtrsm(lay, sd, tri, tr, dg, m, n, double(al), a_mem, a_off, lda, c_mem, c_off, ldc, &q, &ev);
+                case tile_kind::trmm:
+                    return t == dtype::f32 ? CLBlastStrmm(lay, sd, tri, tr, dg, m, n, float(al), a_mem, a_off, lda, c_mem, c_off, ldc, &q, &ev)
+                                           : CLBlastDtrmm(lay, sd, tri, tr, dg, m, n, double(al), a_mem, a_off, lda, c_mem, c_off, ldc, &q, &ev);
+                case tile_kind::symm:
+                    return t == dtype::f32 ? CLBlastSsymm(lay, sd, tri, m, n, float(al), a_mem, a_off, lda, b_mem, b_off, ldb, float(be), c_mem, c_off, ldc, &q, &ev)
+                                           : CLBlastDsymm(lay, sd, tri, m, n, double(al), a_mem, a_off, lda, b_mem, b_off, ldb, double(be), c_mem, c_off, ldc, &q, &ev);
+                case tile_kind::syrk:
+                    return t == dtype::f32 ? CLBlastSsyrk(lay, tri, tr, n, k, float(al), a_mem, a_off, lda, float(be), c_mem, c_off, ldc, &q, &ev)
+                                           : CLBlastDsyrk(lay, tri, tr, n, k, double(al), a_mem, a_off, lda, double(be), c_mem, c_off, ldc, &q, &ev);
+                case tile_kind::syr2k:
+                    return t == dtype::f32 ? CLBlastSsyr2k(lay, tri, tr, n, k, float(al), a_mem, a_off, lda, b_mem, b_off, ldb, float(be), c_mem, c_off, ldc, &q, &ev)
+                                           : CLBlastDsyr2k(lay, tri, tr, n, k, double(al), a_mem, a_off, lda, b_mem, b_off, ldb, double(be), c_mem, c_off, ldc, &q, &ev);
+                default: return CLBlastNotImplemented;
+            }
+        } else {
+            constexpr bool c32 = t == dtype::c32;
+            switch (op.kind) {
+                case tile_kind::trsm:
+                    if constexpr (c32) return CLBlastCtrsm(lay, sd, tri, tr, dg, m, n, al, a_mem, a_off, lda, c_mem, c_off, ldc, &q, &ev);
+                    else return CLBlastZtrsm(lay, sd, tri, tr, dg, m, n, al, a_mem, a_off, lda, c_mem, c_off, ldc, &q, &ev);
+                case tile_kind::trmm:
+                    if constexpr (c32) return CLBlastCtrmm(lay, sd, tri, tr, dg, m, n, al, a_mem, a_off, lda, c_mem, c_off, ldc, &q, &ev);
+                    else return CLBlastZtrmm(lay, sd, tri, tr, dg, m, n, al, a_mem, a_off, lda, c_mem, c_off, ldc, &q, &ev);
+                case tile_kind::symm:
+                    if constexpr (c32) return CLBlastCsymm(lay, sd, tri, m, n, al, a_mem, a_off, lda, b_mem, b_off, ldb, be, c_mem, c_off, ldc, &q, &ev);
+                    else return CLBlastZsymm(lay, sd, tri, m, n, al, a_mem, a_off, lda, b_mem, b_off, ldb, be, c_mem, c_off, ldc, &q, &ev);
+                case tile_kind::hemm:
+                    if constexpr (c32) return CLBlastChemm(lay, sd, tri, m, n, al, a_mem, a_off, lda, b_mem, b_off, ldb, be, c_mem, c_off, ldc, &q, &ev);
+                    else return CLBlastZhemm(lay, sd, tri, m, n, al, a_mem, a_off, lda, b_mem, b_off, ldb, be, c_mem, c_off, ldc, &q, &ev);
+                case tile_kind::syrk:
+                    if constexpr (c32) return CLBlastCsyrk(lay, tri, tr, n, k, al, a_mem, a_off, lda, be, c_mem, c_off, ldc, &q, &ev);
+                    else return CLBlastZsyrk(lay, tri, tr, n, k, al, a_mem, a_off, lda, be, c_mem, c_off, ldc, &q, &ev);
+                case tile_kind::herk:
+                    if constexpr (c32) return CLBlastCherk(lay, tri, tr, n, k, al_re, a_mem, a_off, lda, be_re, c_mem, c_off, ldc, &q, &ev);
+                    else return CLBlastZherk(lay, tri, tr, n, k, al_re, a_mem, a_off, lda, be_re, c_mem, c_off, ldc, &q, &ev);
+                case tile_kind::syr2k:
+                    if constexpr (c32) return CLBlastCsyr2k(lay, tri, tr, n, k, al, a_mem, a_off, lda, b_mem, b_off, ldb, be, c_mem, c_off, ldc, &q, &ev);
+                    else return CLBlastZsyr2k(lay, tri, tr, n, k, al, a_mem, a_off, lda, b_mem, b_off, ldb, be, c_mem, c_off, ldc, &q, &ev);
+                case tile_kind::her2k:
+                    if constexpr (c32) return CLBlastCher2k(lay, tri, tr, n, k, al, a_mem, a_off, lda, b_mem, b_off, ldb, be_re, c_mem, c_off, ldc, &q, &ev);
+                    else return CLBlastZher2k(lay, tri, tr, n, k, al, a_mem, a_off, lda, b_mem, b_off, ldb, be_re, c_mem, c_off, ldc, &q, &ev);
+                default: return CLBlastNotImplemented;
+            }
+        }
+    };
+    {
+        std::lock_guard lock(clblast_mutex());
+        status = visit_dtype(op.type, call);
+    }
+    const std::string name = std::string(to_string(op.kind)) + " vendor " + std::string(to_string(op.type)) + " " +
+                             std::to_string(rows) + "x" + std::to_string(cols);
+    if (status != CLBlastSuccess) {
+        if (ev) clReleaseEvent(ev);
+        throw device_error("CLBlast " + std::string(to_string(op.kind)) + " failed on " + id() + ": " +
+                           (status > -1000 ? error_name(status) : "CLBlast status " + std::to_string(int(status))) +
+                           " (" + name + ")");
+    }
+    if (trace() == nullptr) {
+        if (ev) clReleaseEvent(ev);
+        ev = nullptr;
+    }
+    st.submitted(ev, span_kind::kernel, name, 0, op.flops());
+#else
+    (void)s;
 #endif
 }
 

@@ -1,0 +1,26 @@
+// What a CUDA device does for one Level 3 tile operation, decided on the host (compiled in every
+// build, so CI tests it): nothing, C scaled by our own kernel (cuBLAS would read A and B when
+// alpha = 0), or one column-major cuBLAS call.
+#pragma once
+
+#include "core/engine/tile_mapping.hpp"
+
+#include <tilestream/kernels.hpp>
+#include <tilestream/tile_ops.hpp>
+
+#include <string>
+
+namespace tilestream::cuda {
+
+struct cublas_tile_work {
+    bool nothing = false;     ///< an empty operation or BLAS's quick return
+    bool scale_only = false;  ///< `scale` (a gemm_call with k = 0) does all of it
+    gemm_call scale;
+    ::tilestream::detail::engine::column_major_tile call;
+};
+
+/// Throws invalid_argument naming the device when the operation has no cuBLAS form (mixed layouts
+/// that would need a conjugate without a transpose; sizes beyond int).
+cublas_tile_work plan_cublas_tile(const tile_op& op, const std::string& device_id);
+
+}  // namespace tilestream::cuda

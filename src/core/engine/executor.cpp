@@ -1,0 +1,715 @@
+// The task executor (see executor.hpp): a shared ready queue, one host thread per device issuing
+// tasks to its streams through its tile store, commits, faults and cancellation.
+#include "core/engine/executor.hpp"
+
+#include "backends/reference/reference_kernels.hpp"
+#include "core/engine/tile_kernels.hpp"
+#include "core/engine/tile_store.hpp"
+#include "core/fault_injection.hpp"
+
+#include <tilestream/error.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <thread>
+
+namespace tilestream::detail::engine {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+/// What every device of a run shares: the queue, the tiles' committed versions, the counters.
+struct shared_state {
+    shared_state(const task_graph& graph, std::size_t devices)
+        : g(graph), waiting(graph.tasks.size()), taken(graph.tasks.size(), 0), version(std::size_t(graph.tiles)),
+          rate(devices, 0.0), queued_flops(devices, 0.0), active(devices, true) {
+        for (std::size_t t = 0; t < g.tasks.size(); ++t) {
+            waiting[t] = g.tasks[t].predecessors;
+            if (waiting[t] == 0) ready.insert({-g.tasks[t].priority, int(t)});
+            remaining_flops += g.tasks[t].flops;
+        }
+        for (auto& v : version) v = 0;
+    }
+    const task_graph& g;
+    std::mutex mutex;
+    std::condition_variable cv;
+    std::vector<int> waiting;                ///< predecessors not yet committed, per task
+    std::vector<char> taken;                 ///< issued to a device (until committed or given back)
+    std::set<std::pair<double, int>> ready;  ///< (-priority, task): most urgent first
+    std::vector<std::atomic<std::uint32_t>> version;  ///< committed version per tile
+    std::size_t done = 0;
+    double remaining_flops = 0;              ///< of tasks not taken
+    bool stop = false;
+    bool recoverable = false;
+    int working = 0;                         ///< devices not lost
+    std::vector<device_fault> faults;
+    std::vector<std::string> warnings;
+    // Balance: each device's best rate (flops/s of a task), the flops it has queued, whether it takes tasks.
+    std::vector<double> rate, queued_flops;
+    std::vector<bool> active;
+};
+
+/// Per-step operand sizes (bytes) for the host fallback's staging.
+struct bound_step {
+    tile_op op;
+    std::size_t a_bytes = 0, b_bytes = 0, c_bytes = 0;
+};
+
+class device_worker {
+public:
+    device_worker(device& dev, std::size_t index, const run_request& rq, shared_state& st, budget_reservation* from,
+                  std::vector<std::string>& warnings, tiles_kit* kit)
+        : dev_(dev), index_(index), rq_(rq), st_(st), g_(*rq.graph) {
+        slowdown_ = fault_injection::slowdown_seconds(dev);
+        if (kit != nullptr) {  // an earlier call's streams
+            h2d_ = std::move(kit->h2d);
+            compute_ = std::move(kit->compute);
+            d2h_ = std::move(kit->d2h);
+        }
+        if (!h2d_) h2d_ = dev.create_stream();
+        if (!compute_) compute_ = dev.create_stream(stream_priority::high);
+        if (!d2h_) d2h_ = dev.create_stream();
+        loaded_ = dev.create_event();
+        if (!rq.in_place) {
+            store_ = std::make_unique<tile_store>(dev, *h2d_, *compute_, *d2h_, rq.slots, rq.slot_bytes, 3, from,
+                                                  kit ? &kit->slots : nullptr);
+            if (store_->slots() < rq.slots)
+                warnings.push_back(dev.id() + ": ran with " + std::to_string(store_->slots()) + " of " +
+                                   std::to_string(rq.slots) + " tile slots (the device refused the others)");
+        }
+    }
+
+    ~device_worker() {
+        for (stream* s : {h2d_.get(), compute_.get(), d2h_.get()}) {
+            if (s == nullptr) continue;
+            try {
+                s->synchronize();
+            } catch (...) {
+            }
+        }
+    }
+
+    void finish() {
+        h2d_->synchronize();
+        compute_->synchronize();
+        d2h_->synchronize();
+    }
+
+    /// After a run that succeeded (streams drained): slots and streams for the next call.
+    void give_back(tiles_kit& kit) {
+        if (store_) kit.slots = store_->take_slots();
+        kit.h2d = std::move(h2d_);
+        kit.compute = std::move(compute_);
+        kit.d2h = std::move(d2h_);
+    }
+
+    std::string drain() {
+        std::string first;
+        for (stream* s : {h2d_.get(), compute_.get(), d2h_.get()}) {
+            try {
+                s->synchronize();
+            } catch (const std::exception& e) {
+                if (first.empty()) first = e.what();
+            } catch (...) {
+                if (first.empty()) first = "unknown error";
+            }
+        }
+        return first;
+    }
+
+    /// After drain(): the tasks this device issued and did not commit, their outputs restored.
+    std::vector<int> take_back() {
+        std::vector<int> back;
+        std::lock_guard lock(progress_mutex_);
+        for (record& r : unfinished_) {
+            for (const backup& b : r.backups) copy_region(packed_copy(const_cast<char*>(b.data.data()), b.rect, false),
+                                                          b.rect, b.region, false);
+            back.push_back(r.task);
+        }
+        unfinished_.clear();
+        in_flight_ = 0;
+        return back;
+    }
+
+    bool stopping() const { return st_.stop || (rq_.run.cancel != nullptr && rq_.run.cancel->load()); }
+
+    /// Takes ready tasks and issues them until every task is committed, the run stops, or this
+    /// device fails (an exception).
+    void run() {
+        const int limit = rq_.in_place ? 1 : std::max(1, rq_.run.max_tasks_in_flight);
+        const auto poll = std::chrono::milliseconds(rq_.run.cancel != nullptr || st_.recoverable ? 10 : 100);
+        auto last_progress = clock_type::now();
+        std::size_t seen_done = 0;
+        for (;;) {
+            if (broken_.load()) throw device_error(dev_.id() + ": a stream failed (a task's copies or kernels did not complete)");
+            int task = -1;
+            {
+                std::unique_lock lock(st_.mutex);
+                if (stopping() || st_.done == g_.tasks.size()) return;
+                if (st_.done != seen_done) {
+                    seen_done = st_.done;
+                    last_progress = clock_type::now();
+                }
+                if (in_flight_.load() < std::size_t(limit) && !st_.ready.empty()) task = pick();
+                if (task < 0) st_.cv.wait_for(lock, poll);
+            }
+            if (task >= 0) {
+                issue(task);
+                continue;
+            }
+            check_stuck(last_progress);
+        }
+    }
+
+    device_share share() const {
+        device_share s;
+        s.id = dev_.id();
+        s.units = finished_;
+        s.flops = flops_;
+        if (store_) {
+            const store_counters& c = store_->counters();
+            s.bytes_h2d = c.bytes_h2d;
+            s.cache_hits = c.hits;
+            s.cache_misses = c.misses;
+            s.bytes_saved = c.bytes_saved;
+            s.kept_hits = c.kept_hits;
+            s.kept_bytes_saved = c.kept_bytes_saved;
+        }
+        return s;
+    }
+    store_counters counters() const { return store_ ? store_->counters() : store_counters{}; }
+
+private:
+    struct backup {
+        host_rect rect;
+        tile_region region = tile_region::full;
+        std::vector<char> data;
+    };
+    struct record {
+        int task = -1;
+        std::uint64_t seq = 0;
+        std::vector<backup> backups;
+        std::shared_ptr<event> done;  ///< recorded after its commit (runs that survive faults)
+        clock_type::time_point issued;
+        double flops = 0;
+    };
+
+    /// Under st_.mutex: the most urgent ready task, preferring among those about as urgent the one
+    /// whose tiles this device holds; -1 when declining (a faster device would finish first).
+    int pick() {
+        auto best = st_.ready.begin();
+        if (store_ && st_.ready.size() > 1) {
+            const double top = -best->first;
+            int best_score = -1;
+            int looked = 0;
+            for (auto it = st_.ready.begin(); it != st_.ready.end() && looked < 8; ++it, ++looked) {
+                if (-it->first < 0.9 * top) break;
+                const int score = held_tiles(it->second);
+                if (score > best_score) {
+                    best_score = score;
+                    best = it;
+                }
+            }
+        }
+        const int t = best->second;
+        if (!worth_taking(t)) return -1;
+        st_.ready.erase(best);
+        st_.taken[std::size_t(t)] = 1;
+        st_.remaining_flops -= g_.tasks[std::size_t(t)].flops;
+        st_.queued_flops[index_] += g_.tasks[std::size_t(t)].flops;
+        return t;
+    }
+
+    /// How many of the task's tiles this device holds at their committed version (outputs count
+    /// twice: they would also be written back from here).
+    int held_tiles(int t) const {
+        int n = 0;
+        const tile_task& task = g_.tasks[std::size_t(t)];
+        for (const task_output& o : task.outputs)
+            if (o.load && store_->holds(o.tile, committed(o.tile))) n += 2;
+        for (int x : task.inputs)
+            if (store_->holds(x, committed(x))) ++n;
+        return n;
+    }
+
+    /// Tail balance: decline a task when another device taking tasks would finish its queue and
+    /// everything left before this one finishes its queue and this task. A declining device stops
+    /// counting as one that takes tasks, so some device always takes the next.
+    bool worth_taking(int t) {
+        const std::size_t d = index_;
+        const double mine = st_.rate[d];
+        if (mine <= 0 || st_.rate.size() == 1) return true;
+        st_.active[d] = true;
+        const double flops = g_.tasks[std::size_t(t)].flops;
+        const double my_finish = (st_.queued_flops[d] + flops) / mine;
+        for (std::size_t e = 0; e < st_.rate.size(); ++e) {
+            if (e == d || !st_.active[e] || st_.rate[e] <= 0) continue;
+            if ((st_.queued_flops[e] + st_.remaining_flops) / st_.rate[e] < my_finish) {
+                st_.active[d] = false;
+                return false;
+            }
+        }
+        return true;
+    }
+
+    /// Nothing committed for a while with tasks of ours in flight: a failed stream skips what
+    /// follows, so look for a task whose commit marker was passed without committing, and drain
+    /// the last stream (which rethrows a stream's error).
+    void check_stuck(clock_type::time_point last_progress) {
+        bool stuck = false;
+        {
+            std::lock_guard lock(progress_mutex_);
+            stuck = !unfinished_.empty() && unfinished_.front().done && unfinished_.front().done->ready();
+        }
+        if (stuck) {
+            // The marker after the commit ran, yet the commit did not count: look once more (the
+            // host function may be finishing), then give up on the device.
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+            std::lock_guard lock(progress_mutex_);
+            if (!unfinished_.empty() && unfinished_.front().done && unfinished_.front().done->ready()) broken_ = true;
+            return;
+        }
+        if (in_flight_.load() > 0 && clock_type::now() - last_progress > std::chrono::milliseconds(200))
+            (rq_.in_place ? compute_ : d2h_)->synchronize();
+    }
+
+    host_rect rect_of(int tile) const {
+        const tile_position p = g_.where(tile);
+        const host_operand& o = rq_.operands[std::size_t(p.operand)];
+        host_rect r;
+        r.es = size_of(g_.type);
+        const index_t off = o.lay == layout::row_major ? p.row0 * o.ld + p.col0 : p.row0 + p.col0 * o.ld;
+        r.base = p.rows && p.cols ? o.base + std::size_t(off) * r.es : nullptr;
+        r.rows = p.rows;
+        r.cols = p.cols;
+        r.ld = o.ld;
+        r.lay = o.lay;
+        return r;
+    }
+
+    /// The tile in host memory as a kernel operand (in place).
+    tile_matrix host_tile(int tile) const {
+        const host_rect r = rect_of(tile);
+        tile_matrix m;
+        m.data = r.base;
+        m.ld = r.ld;
+        m.lay = r.lay;
+        return m;
+    }
+
+    /// A slot's contents as a kernel operand.
+    tile_matrix slot_tile(const tile_slot& s, int tile) const {
+        const tile_position p = g_.where(tile);
+        const host_operand& o = rq_.operands[std::size_t(p.operand)];
+        tile_matrix m;
+        m.data = s.buf.get();
+        m.lay = o.lay;
+        m.ld = std::max<index_t>(1, o.lay == layout::row_major ? p.cols : p.rows);
+        return m;
+    }
+
+    void issue(int t) {
+        const tile_task& task = g_.tasks[std::size_t(t)];
+        const bool inject = fault_injection::unit_fails(dev_);
+        record rec;
+        rec.task = t;
+        rec.seq = ++seq_;
+        rec.issued = clock_type::now();
+        rec.flops = task.flops;
+        if (st_.recoverable) rec.done = std::shared_ptr<event>(dev_.create_event());
+        // Outputs whose old value a rerun elsewhere would need: kept aside on the host first.
+        if (st_.recoverable)
+            for (const task_output& o : task.outputs) {
+                if (!o.load) continue;
+                backup b;
+                b.rect = rect_of(o.tile);
+                b.region = o.region;
+                b.data.resize(b.rect.bytes());
+                copy_region(packed_copy(b.data.data(), b.rect, true), b.rect, tile_region::full, true);
+                rec.backups.push_back(std::move(b));
+            }
+        const std::shared_ptr<event> done = rec.done;
+        const std::uint64_t seq = rec.seq;
+        {
+            std::lock_guard lock(progress_mutex_);
+            ++in_flight_;
+            unfinished_.push_back(std::move(rec));
+        }
+        if (rq_.in_place) issue_in_place(task, seq, inject, done.get());
+        else issue_staged(task, seq, inject, done.get());
+    }
+
+    std::uint32_t committed(int tile) const { return st_.version[std::size_t(tile)].load(); }
+
+    void issue_staged(const tile_task& task, std::uint64_t seq, bool inject, event* done) {
+        std::vector<tile_slot*> outs;
+        for (const task_output& o : task.outputs)
+            outs.push_back(&store_->output(o.tile, committed(o.tile), o.load, rect_of(o.tile)));
+        const auto operand = [&](int tile, tile_slot*& used) -> tile_matrix {
+            used = nullptr;
+            if (tile < 0) return {};
+            for (std::size_t i = 0; i < task.outputs.size(); ++i)
+                if (task.outputs[i].tile == tile) return slot_tile(*outs[i], tile);
+            const std::size_t operand = std::size_t(g_.where(tile).operand);
+            used = &store_->input(tile, committed(tile), rect_of(tile),
+                                  operand < rq_.keeps.size() ? rq_.keeps[operand] : operand_keep{});
+            return slot_tile(*used, tile);
+        };
+        for (const task_step& s : task.steps) {
+            cancel_point();
+            bound_step b;
+            b.op = s.op;
+            b.op.alpha = scalar_value(s.alpha, rq_.alpha, rq_.beta);
+            b.op.beta = scalar_value(s.beta, rq_.alpha, rq_.beta);
+            tile_slot *sa = nullptr, *sb = nullptr, *unused = nullptr;
+            b.op.a = operand(s.a, sa);
+            b.op.b = operand(s.b, sb);
+            b.op.c = operand(s.c, unused);
+            if (s.a >= 0) b.a_bytes = g_.tile_bytes(s.a);
+            if (s.b >= 0) b.b_bytes = g_.tile_bytes(s.b);
+            b.c_bytes = g_.tile_bytes(s.c);
+            run_step(b);
+            for (tile_slot* x : {sa, sb})
+                if (x != nullptr) {
+                    x->released->record(*compute_);
+                    x->locked = false;
+                }
+            if (inject && &s == &task.steps.front()) injected_kernel_failure();
+        }
+        if (st_.recoverable) {
+            // The commit (on the copy-out stream) comes after both markers, so it sees whether the
+            // loads and kernels before them ran.
+            dev_.enqueue_host(*h2d_, [this, seq] { h2d_mark_ = seq; }, "task loaded");
+            loaded_->record(*h2d_);
+            dev_.wait(*d2h_, *loaded_);
+            dev_.enqueue_host(*compute_, [this, seq] { compute_mark_ = seq; }, "task computed");
+        }
+        for (std::size_t i = 0; i < task.outputs.size(); ++i) {
+            outs[i]->ready->record(*compute_);
+            store_->store(*outs[i], rect_of(task.outputs[i].tile), task.outputs[i].region);
+        }
+        store_->unlock_all();
+        dev_.enqueue_host(*d2h_, [this, seq] { committed_task(seq); }, "task done");
+        if (done != nullptr) done->record(*d2h_);
+    }
+
+    void issue_in_place(const tile_task& task, std::uint64_t seq, bool inject, event* done) {
+        for (const task_step& s : task.steps) {
+            cancel_point();
+            bound_step b;
+            b.op = s.op;
+            b.op.alpha = scalar_value(s.alpha, rq_.alpha, rq_.beta);
+            b.op.beta = scalar_value(s.beta, rq_.alpha, rq_.beta);
+            if (s.a >= 0) b.op.a = host_tile(s.a);
+            if (s.b >= 0) b.op.b = host_tile(s.b);
+            b.op.c = host_tile(s.c);
+            run_step(b);
+            if (inject && &s == &task.steps.front()) injected_kernel_failure();
+        }
+        dev_.enqueue_host(*compute_, [this, seq] { committed_task(seq); }, "task done");
+        if (done != nullptr) done->record(*compute_);
+    }
+
+    /// One tile operation on the compute stream, by the route the device offers.
+    void run_step(bound_step& b) {
+        flops_ += b.op.flops();
+        switch (route_of(dev_, b.op, rq_.deterministic)) {
+            case tile_route::device_kernel: dev_.execute(*compute_, b.op); break;
+            case tile_route::device_vendor:
+                b.op.kernel = gemm_kernel::vendor;
+                dev_.execute(*compute_, b.op);
+                break;
+            case tile_route::host_reference: reference_on_host(b); break;
+        }
+        if (slowdown_ > 0) {
+            const double s = slowdown_;
+            dev_.enqueue_host(*compute_, [s] { std::this_thread::sleep_for(std::chrono::duration<double>(s)); },
+                              "test slowdown");
+        }
+    }
+
+    /// The reference kernel: on host-addressable memory directly, else on staged copies (the
+    /// operands to host staging, the kernel, the output back), all in compute-stream order.
+    void reference_on_host(const bound_step& b) {
+        if (dev_.host_addressable() || rq_.in_place) {
+            const tile_op op = b.op;
+            dev_.enqueue_host(*compute_, [op] { reference::execute(op); }, std::string(to_string(op.kind)) + " reference");
+            return;
+        }
+        const std::size_t total = b.a_bytes + b.b_bytes + b.c_bytes;
+        if (fallback_stage_.size() < total) fallback_stage_ = dev_.allocate_host_staging(total);
+        char* base = static_cast<char*>(fallback_stage_.get());
+        tile_op op = b.op;
+        if (b.a_bytes > 0 && op.a.data != nullptr) {
+            dev_.copy_to_host(*compute_, base, op.a.data, b.a_bytes);
+            op.a.data = base;
+        }
+        if (b.b_bytes > 0 && op.b.data != nullptr) {
+            dev_.copy_to_host(*compute_, base + b.a_bytes, op.b.data, b.b_bytes);
+            op.b.data = base + b.a_bytes;
+        }
+        void* c_device = const_cast<void*>(op.c.data);
+        char* c_host = base + b.a_bytes + b.b_bytes;
+        if (op.reads_c()) dev_.copy_to_host(*compute_, c_host, c_device, b.c_bytes);
+        op.c.data = c_host;
+        dev_.enqueue_host(*compute_, [op] { reference::execute(op); }, std::string(to_string(op.kind)) + " reference");
+        dev_.copy_to_device(*compute_, c_device, c_host, b.c_bytes);
+    }
+
+    void cancel_point() {
+        if (rq_.run.cancel == nullptr) return;
+        dev_.enqueue_host(*compute_, [flag = rq_.run.cancel] {
+            if (flag->load()) throw cancelled("blas3: cancelled");
+        }, "cancel point");
+    }
+
+    void injected_kernel_failure() {
+        const std::string what = dev_.id() + ": kernel failed (injected fault)";
+        dev_.enqueue_host(*compute_, [what] { throw device_error(what); }, "injected fault");
+    }
+
+    /// Host function after a task's write-back (or, in place, its kernels): it commits when no
+    /// earlier operation of its streams failed (a failed stream skips later work, but its host
+    /// functions of other streams still run).
+    void committed_task(std::uint64_t seq) {
+        const bool good = !st_.recoverable || rq_.in_place || (h2d_mark_.load() >= seq && compute_mark_.load() >= seq);
+        int t = -1;
+        double service = 0, flops = 0;
+        {
+            std::lock_guard lock(progress_mutex_);
+            auto it = std::find_if(unfinished_.begin(), unfinished_.end(), [&](const record& r) { return r.seq == seq; });
+            if (it == unfinished_.end()) return;
+            if (!good) {
+                broken_ = true;
+                return;
+            }
+            t = it->task;
+            flops = it->flops;
+            // Service time: from when the device could start the task (issued, previous one done).
+            const auto now = clock_type::now();
+            service = std::chrono::duration<double>(now - std::max(it->issued, last_finish_)).count();
+            last_finish_ = now;
+            unfinished_.erase(it);
+            --in_flight_;
+            ++finished_;
+        }
+        std::size_t done = 0;
+        {
+            std::lock_guard lock(st_.mutex);
+            const tile_task& task = g_.tasks[std::size_t(t)];
+            for (const task_output& o : task.outputs) ++st_.version[std::size_t(o.tile)];
+            for (int s : task.successors)
+                if (--st_.waiting[std::size_t(s)] == 0) st_.ready.insert({-g_.tasks[std::size_t(s)].priority, s});
+            st_.taken[std::size_t(t)] = 0;
+            st_.queued_flops[index_] = std::max(0.0, st_.queued_flops[index_] - flops);
+            if (flops > 0 && service > 0) st_.rate[index_] = std::max(st_.rate[index_], flops / service);
+            done = ++st_.done;
+        }
+        st_.cv.notify_all();
+        if (rq_.run.on_task_done) rq_.run.on_task_done(done, g_.tasks.size());
+    }
+
+    device& dev_;
+    std::size_t index_;
+    const run_request& rq_;
+    shared_state& st_;
+    const task_graph& g_;
+    std::unique_ptr<tile_store> store_;
+    std::unique_ptr<event> loaded_;  ///< after a task's copy-in marker (runs that survive faults)
+    host_staging_buffer fallback_stage_;
+    double slowdown_ = 0;
+    double flops_ = 0;
+    std::size_t finished_ = 0;
+    std::uint64_t seq_ = 0;
+    std::mutex progress_mutex_;
+    std::deque<record> unfinished_;
+    std::atomic<std::size_t> in_flight_{0};
+    clock_type::time_point last_finish_{};
+    std::atomic<std::uint64_t> h2d_mark_{0}, compute_mark_{0};
+    std::atomic<bool> broken_{false};
+    // Last, so they are destroyed (and drained) first.
+    std::unique_ptr<stream> h2d_, compute_, d2h_;
+};
+
+}  // namespace
+
+run_result run_tasks(const run_request& rq, std::span<device* const> devices) {
+    run_result res;
+    const task_graph& g = *rq.graph;
+    if (devices.empty()) throw invalid_argument("blas3: no device");
+    for (std::size_t i = 0; i < devices.size(); ++i)
+        for (std::size_t j = 0; j < i; ++j)
+            if (devices[i] == devices[j]) throw invalid_argument("blas3: device " + devices[i]->id() + " is listed twice");
+    const auto t0 = clock_type::now();
+    if (g.tasks.empty()) return res;
+    shared_state st(g, devices.size());
+    st.recoverable = devices.size() > 1;
+    st.working = int(devices.size());
+    // Each device's share of its budget (taken in one order, by address, so concurrent runs never
+    // wait for each other in a cycle).
+    std::vector<std::unique_ptr<budget_reservation>> reservations(devices.size());
+    // What a context kept on each device from an earlier call (given back if this one succeeds).
+    std::vector<std::shared_ptr<tiles_kit>> kits(devices.size());
+    if (rq.memory != nullptr) {
+        std::lock_guard lock(rq.memory->mutex);
+        rq.memory->tile_kits.resize(std::max(rq.memory->tile_kits.size(), devices.size()));
+        for (std::size_t i = 0; i < devices.size(); ++i) kits[i] = std::move(rq.memory->tile_kits[i]);
+    }
+    if (!rq.in_place) {
+        const std::size_t bytes = std::size_t(rq.slots) * rq.slot_bytes;
+        for (std::size_t i = 0; i < devices.size(); ++i)
+            if (kits[i] && kits[i]->reservation && kits[i]->reservation->bytes() >= bytes) {
+                // Slots of this run's size are reused (as many as it has), the others freed first:
+                // they hold memory of the reservation the new ones come from.
+                std::erase_if(kits[i]->slots, [&](const tile_slot& x) { return x.buf.size() != rq.slot_bytes; });
+                while (kits[i]->slots.size() > std::size_t(std::max(rq.slots, 0))) kits[i]->slots.pop_back();
+                reservations[i] = std::move(kits[i]->reservation);
+                reservations[i]->reset_peak();
+            } else if (kits[i]) {
+                kits[i]->slots.clear();  // its buffers go back before a larger reservation is made
+                kits[i]->reservation.reset();
+            }
+        std::vector<std::size_t> order(devices.size());
+        for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+        std::sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) { return std::less<device*>()(devices[x], devices[y]); });
+        for (std::size_t i : order)
+            if (!reservations[i]) reservations[i] = std::make_unique<budget_reservation>(*devices[i], bytes);
+    }
+    if (rq.run.trace)
+        for (device* d : devices) d->set_trace_sink(rq.run.trace);
+    const auto cancel_requested = [&] { return rq.run.cancel != nullptr && rq.run.cancel->load(); };
+    std::vector<std::unique_ptr<device_worker>> workers(devices.size());
+    std::vector<std::exception_ptr> errors(devices.size());
+    const auto lose = [&](std::size_t i, std::exception_ptr e) {
+        std::string message = "unknown error";
+        try {
+            std::rethrow_exception(e);
+        } catch (const std::exception& x) {
+            message = x.what();
+        } catch (...) {
+        }
+        std::vector<int> back;
+        if (workers[i]) {
+            const std::string first = workers[i]->drain();
+            if (!first.empty()) message = first;
+            back = workers[i]->take_back();
+        }
+        {
+            std::lock_guard lock(st.mutex);
+            for (int t : back) {
+                st.taken[std::size_t(t)] = 0;
+                st.ready.insert({-g.tasks[std::size_t(t)].priority, t});
+                st.remaining_flops += g.tasks[std::size_t(t)].flops;
+            }
+            st.queued_flops[i] = 0;
+            st.active[i] = false;
+            st.rate[i] = 0;
+            st.faults.push_back({devices[i]->id(), message, back.size()});
+            errors[i] = e;
+            --st.working;
+        }
+        st.cv.notify_all();
+    };
+    const auto work = [&](std::size_t i) {
+        try {
+            std::vector<std::string> warnings;
+            workers[i] = std::make_unique<device_worker>(*devices[i], i, rq, st,
+                                                         reservations[i] ? reservations[i].get() : nullptr, warnings,
+                                                         kits[i].get());
+            if (!warnings.empty()) {
+                std::lock_guard lock(st.mutex);
+                for (auto& w : warnings) st.warnings.push_back(std::move(w));
+            }
+            workers[i]->run();
+            workers[i]->finish();
+        } catch (...) {
+            if (st.recoverable && !cancel_requested() && !st.stop) {
+                lose(i, std::current_exception());
+                // With every device lost the others stop waiting.
+                std::lock_guard lock(st.mutex);
+                if (st.working == 0) st.stop = true;
+            } else {
+                errors[i] = std::current_exception();
+                std::lock_guard lock(st.mutex);
+                st.stop = true;
+            }
+            st.cv.notify_all();
+        }
+    };
+    if (devices.size() == 1) {
+        work(0);
+    } else {
+        std::vector<std::thread> threads;
+        for (std::size_t i = 0; i < devices.size(); ++i) threads.emplace_back(work, i);
+        for (auto& t : threads) t.join();
+    }
+    for (std::size_t i = 0; i < devices.size(); ++i) {
+        if (!workers[i]) continue;
+        try {
+            workers[i]->finish();
+        } catch (...) {
+            if (!errors[i]) errors[i] = std::current_exception();
+        }
+    }
+    for (std::size_t i = 0; i < devices.size(); ++i) {
+        if (reservations[i]) res.peak_device_bytes = std::max(res.peak_device_bytes, reservations[i]->peak());
+        if (!workers[i]) continue;
+        res.devices.push_back(workers[i]->share());
+        const store_counters c = workers[i]->counters();
+        res.bytes_h2d += c.bytes_h2d;
+        res.bytes_d2h += c.bytes_d2h;
+        res.cache_hits += c.hits;
+        res.cache_misses += c.misses;
+        res.bytes_saved += c.bytes_saved;
+        res.kept_hits += c.kept_hits;
+        res.kept_bytes_saved += c.kept_bytes_saved;
+    }
+    // A run that succeeded on every device leaves its slots (and the tiles in them), streams and
+    // reservations to the next call; after a fault or a cancel they are freed.
+    bool clean = rq.memory != nullptr && st.faults.empty() && st.done == g.tasks.size() && !cancel_requested();
+    for (std::size_t i = 0; i < devices.size(); ++i) clean = clean && !errors[i] && workers[i];
+    if (clean) {
+        for (std::size_t i = 0; i < devices.size(); ++i) {
+            if (!kits[i]) kits[i] = std::make_shared<tiles_kit>();
+            workers[i]->give_back(*kits[i]);
+            kits[i]->reservation = std::move(reservations[i]);
+        }
+        std::lock_guard lock(rq.memory->mutex);
+        for (std::size_t i = 0; i < devices.size(); ++i) rq.memory->tile_kits[i] = std::move(kits[i]);
+    }
+    kits.clear();   // what was not given back, before the reservations its buffers came from
+    workers.clear();  // drains streams, frees slots
+    reservations.clear();
+    res.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
+    if (rq.run.trace)
+        for (device* d : devices) d->set_trace_sink(nullptr);
+    const std::size_t done = st.done;
+    if (cancel_requested() && done < g.tasks.size())
+        throw cancelled("blas3: cancelled after " + std::to_string(done) + " of " + std::to_string(g.tasks.size()) + " tasks");
+    if (st.recoverable) {
+        if (done < g.tasks.size()) {
+            throw_every_device_failed("blas3", done, g.tasks.size(), "tasks", st.faults, errors);
+        }
+    } else {
+        for (auto& e : errors)
+            if (e) std::rethrow_exception(e);
+        if (done < g.tasks.size())
+            throw device_error("blas3: the run stopped after " + std::to_string(done) + " of " +
+                               std::to_string(g.tasks.size()) + " tasks");
+    }
+    res.faults = std::move(st.faults);
+    res.warnings = std::move(st.warnings);
+    return res;
+}
+
+}  // namespace tilestream::detail::engine

@@ -1,0 +1,65 @@
+// The task executor: runs a task graph on devices. Tasks become ready when the tasks whose tile
+// versions they read (or overwrite) have committed theirs; ready tasks go to the devices from one
+// shared queue by priority (the critical path first), a device preferring among the most urgent
+// the ones whose tiles it holds, and declining work a faster device would finish sooner. Each
+// device runs its tasks through its tile store (slots in its memory: an LRU cache of tile versions,
+// loads on a copy-in stream, kernels on a compute stream, write-back on a copy-out stream), or on
+// the host operands in place. A task commits when its output tiles are back in host memory; a device
+// that fails is dropped and its unfinished tasks rerun elsewhere from the committed versions.
+#pragma once
+
+#include "core/engine/task_graph.hpp"
+#include "core/gemm_memory.hpp"
+
+#include <tilestream/blas3.hpp>
+#include <tilestream/device.hpp>
+#include <tilestream/gemm.hpp>
+
+#include <complex>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace tilestream::detail::engine {
+
+/// One operand of the graph in host memory: element (i, j) at base + (i*row_stride + j*col_stride)*es.
+struct host_operand {
+    char* base = nullptr;
+    index_t ld = 1;
+    layout lay = layout::row_major;
+};
+
+struct run_request {
+    const task_graph* graph = nullptr;
+    std::vector<host_operand> operands;  ///< by graph operand number
+    std::complex<double> alpha{1.0}, beta{0.0};
+    bool in_place = false;               ///< compute on the host operands, no slots
+    int slots = 0;                       ///< tile slots per device (copying runs)
+    std::size_t slot_bytes = 0;
+    /// Diagonal blocks on the reference (reproducible plans).
+    bool deterministic = false;
+    blas3_run_options run;
+    /// A context's memory: each device's tile store (reservation, slots, streams) is taken from it
+    /// and given back after a run that succeeded (null: made and freed here).
+    gemm_memory* memory = nullptr;
+    /// By graph operand: the kept operand it lies in (id 0: none; only operands the call does not
+    /// write), so tiles an earlier call left on a device are used without a copy.
+    std::vector<operand_keep> keeps;
+};
+
+struct run_result {
+    double seconds = 0;
+    std::size_t bytes_h2d = 0, bytes_d2h = 0, peak_device_bytes = 0;
+    std::size_t cache_hits = 0, cache_misses = 0, bytes_saved = 0;
+    std::size_t kept_hits = 0, kept_bytes_saved = 0;
+    std::vector<device_share> devices;
+    std::vector<device_fault> faults;
+    std::vector<std::string> warnings;
+};
+
+/// Runs every task of the graph on the devices (each listed once). Throws cancelled when the run's
+/// cancel flag stopped it, device_error (or out_of_budget) when every device failed, a device's
+/// error when one failed in a run that cannot recover (one device).
+run_result run_tasks(const run_request& request, std::span<device* const> devices);
+
+}  // namespace tilestream::detail::engine

@@ -1,0 +1,233 @@
+// A list-scheduling replay of a task graph: bytes and time the executor should take.
+#include "core/engine/schedule_model.hpp"
+
+#include <algorithm>
+#include <queue>
+#include <set>
+#include <unordered_map>
+#include <utility>
+
+namespace tilestream::detail::engine {
+
+double step_seconds(const task_graph& g, const task_step& s, const device_rates& r) {
+    double t = s.op.flops() / std::max(r.flops, 1.0) + r.op_overhead;
+    if (r.host_memory && s.op.flops() > 0) {
+        // The kernel packs its operands (a strided gather at about half the copy rate).
+        std::size_t bytes = 0;
+        for (int x : {s.a, s.b})
+            if (x >= 0) bytes += g.tile_bytes(x);
+        t += double(bytes) / std::max(r.h2d / 2, 1.0);
+    }
+    return t;
+}
+
+namespace {
+
+/// One device's LRU tile cache: tile -> (version, last use).
+class lru_cache {
+public:
+    explicit lru_cache(int slots) : slots_(std::max(slots, 1)) {}
+    /// Whether (tile, version) is held; touches it.
+    bool hit(int tile, std::uint32_t version) {
+        auto it = entries_.find(tile);
+        if (it == entries_.end() || it->second.first != version) return false;
+        order_.erase({it->second.second, tile});
+        it->second.second = ++clock_;
+        order_.insert({clock_, tile});
+        return true;
+    }
+    bool holds(int tile, std::uint32_t version) const {
+        auto it = entries_.find(tile);
+        return it != entries_.end() && it->second.first == version;
+    }
+    /// The tile's slot now holds `version` (its recency unchanged).
+    void relabel(int tile, std::uint32_t version) {
+        auto it = entries_.find(tile);
+        if (it != entries_.end()) it->second.first = version;
+    }
+    /// Holds (tile, version), evicting the least recently used tile that is not pinned (the
+    /// store's locked slots: the task's outputs and the step's other input).
+    void put(int tile, std::uint32_t version, const std::vector<int>& pinned = {}) {
+        auto it = entries_.find(tile);
+        if (it != entries_.end()) {
+            order_.erase({it->second.second, tile});
+        } else if (int(entries_.size()) >= slots_) {
+            auto v = order_.begin();
+            while (v != order_.end() && std::find(pinned.begin(), pinned.end(), v->second) != pinned.end()) ++v;
+            if (v == order_.end()) v = order_.begin();
+            entries_.erase(v->second);
+            order_.erase(v);
+        }
+        entries_[tile] = {version, ++clock_};
+        order_.insert({clock_, tile});
+    }
+
+private:
+    int slots_;
+    std::uint64_t clock_ = 0;
+    std::unordered_map<int, std::pair<std::uint32_t, std::uint64_t>> entries_;
+    std::set<std::pair<std::uint64_t, int>> order_;
+};
+
+struct model_device_state {
+    double h2d = 0, compute = 0, d2h = 0;  // when each stream is free
+    double busy_compute = 0, busy_h2d = 0, busy_d2h = 0;
+    lru_cache cache;
+    explicit model_device_state(int slots) : cache(slots) {}
+};
+
+}  // namespace
+
+model_result model_run(const task_graph& g, const model_settings& m) {
+    model_result res;
+    const std::size_t n = g.tasks.size();
+    if (n == 0) return res;
+    const device_rates& r = m.rates;
+    const int devices = std::max(1, m.devices);
+    std::vector<model_device_state> dev;
+    for (int d = 0; d < devices; ++d) dev.emplace_back(m.slots);
+    std::vector<int> waiting(n);
+    std::vector<double> ready_time(n, 0.0), finish(n, 0.0), path(n, 0.0);
+    std::vector<std::uint32_t> version(std::size_t(g.tiles), 0);
+    // Tasks whose predecessors are all placed: by ready time, then those ready by priority.
+    using timed = std::pair<double, int>;
+    std::priority_queue<timed, std::vector<timed>, std::greater<>> pending;
+    std::priority_queue<std::pair<double, int>> available;  // (priority, -id): highest first
+    for (std::size_t t = 0; t < n; ++t) {
+        waiting[t] = g.tasks[t].predecessors;
+        if (waiting[t] == 0) pending.push({0.0, int(t)});
+    }
+    const double h2d_rate = std::max(r.h2d, 1.0), d2h_rate = std::max(r.d2h, 1.0);
+    for (std::size_t placed = 0; placed < n; ++placed) {
+        // The device whose compute stream is free first.
+        int d = 0;
+        for (int e = 1; e < devices; ++e)
+            if (dev[std::size_t(e)].compute < dev[std::size_t(d)].compute) d = e;
+        model_device_state& s = dev[std::size_t(d)];
+        double now = s.compute;
+        while (!pending.empty() && pending.top().first <= now) {
+            available.push({g.tasks[std::size_t(pending.top().second)].priority, -pending.top().second});
+            pending.pop();
+        }
+        if (available.empty()) {
+            now = std::max(now, pending.top().first);
+            while (!pending.empty() && pending.top().first <= now) {
+                available.push({g.tasks[std::size_t(pending.top().second)].priority, -pending.top().second});
+                pending.pop();
+            }
+        }
+        // As the executor picks: among the most urgent (within 10% of the top priority, at most 8)
+        // the one whose tiles the device holds most of (outputs count twice).
+        int t = -available.top().second;
+        if (!m.in_place && available.size() > 1) {
+            std::vector<std::pair<double, int>> window;
+            const double top = available.top().first;
+            while (!available.empty() && window.size() < 8 && available.top().first >= 0.9 * top) {
+                window.push_back(available.top());
+                available.pop();
+            }
+            int best = -1, best_score = -1;
+            for (std::size_t w = 0; w < window.size(); ++w) {
+                const tile_task& cand = g.tasks[std::size_t(-window[w].second)];
+                int score = 0;
+                for (const task_output& o : cand.outputs)
+                    if (o.load && s.cache.holds(o.tile, version[std::size_t(o.tile)])) score += 2;
+                for (int x : cand.inputs)
+                    if (s.cache.holds(x, version[std::size_t(x)])) ++score;
+                if (score > best_score) best_score = score, best = int(w);
+            }
+            t = -window[std::size_t(best)].second;
+            for (std::size_t w = 0; w < window.size(); ++w)
+                if (int(w) != best) available.push(window[w]);
+        } else {
+            available.pop();
+        }
+        const tile_task& task = g.tasks[std::size_t(t)];
+        double compute = 0, load_bytes = 0, store_bytes = 0;
+        double chain = 0;
+        for (const task_step& st : task.steps) compute += step_seconds(g, st, r);
+        if (!m.in_place) {
+            // As the store does: outputs take their slots first (found, or the least recently
+            // used one, loaded when their value is read), then each step's inputs.
+            std::vector<int> pinned;
+            for (const task_output& o : task.outputs) {
+                const bool found = s.cache.hit(o.tile, version[std::size_t(o.tile)]);
+                if (!found) s.cache.put(o.tile, version[std::size_t(o.tile)], pinned);
+                pinned.push_back(o.tile);
+                if (o.load) {
+                    if (found) ++res.cache_hits;
+                    else load_bytes += double(g.tile_bytes(o.tile)), ++res.loads;
+                }
+            }
+            const std::size_t outputs = pinned.size();
+            for (const task_step& st : task.steps) {
+                pinned.resize(outputs);
+                for (int x : {st.a, st.b}) {
+                    if (x < 0) continue;
+                    bool own = false;
+                    for (const task_output& o : task.outputs) own = own || o.tile == x;
+                    if (own) continue;
+                    if (s.cache.hit(x, version[std::size_t(x)])) {
+                        ++res.cache_hits;
+                    } else {
+                        load_bytes += double(g.tile_bytes(x));
+                        ++res.loads;
+                        s.cache.put(x, version[std::size_t(x)], pinned);
+                    }
+                    pinned.push_back(x);
+                }
+            }
+            for (const task_output& o : task.outputs) store_bytes += double(g.tile_bytes(o.tile));
+        }
+        res.bytes_h2d += std::size_t(load_bytes);
+        res.bytes_d2h += std::size_t(store_bytes);
+        const double load_s = load_bytes / h2d_rate + (load_bytes > 0 ? r.op_overhead : 0.0);
+        const double store_s = store_bytes / d2h_rate + (store_bytes > 0 ? r.op_overhead : 0.0);
+        const double start = std::max(now, ready_time[std::size_t(t)]);
+        double end = 0;
+        if (m.in_place) {
+            end = start + compute;
+            s.compute = end;
+        } else if (r.host_memory) {
+            // Copies are memcpy on the cores that compute: they add up.
+            end = start + load_s + compute + store_s;
+            s.compute = s.h2d = s.d2h = end;
+        } else {
+            const double loaded = std::max(s.h2d, ready_time[std::size_t(t)]) + load_s;
+            s.h2d = loaded;
+            const double computed = std::max({s.compute, loaded, ready_time[std::size_t(t)]}) + compute;
+            s.compute = computed;
+            end = std::max(s.d2h, computed) + store_s;
+            s.d2h = end;
+        }
+        s.busy_compute += compute;
+        s.busy_h2d += load_s;
+        s.busy_d2h += store_s;
+        finish[std::size_t(t)] = end;
+        for (const task_output& o : task.outputs) {
+            ++version[std::size_t(o.tile)];
+            if (!m.in_place) s.cache.relabel(o.tile, version[std::size_t(o.tile)]);
+        }
+        chain = path[std::size_t(t)] + compute;
+        res.critical_path_seconds = std::max(res.critical_path_seconds, chain);
+        res.seconds = std::max(res.seconds, end);
+        for (int succ : task.successors) {
+            ready_time[std::size_t(succ)] = std::max(ready_time[std::size_t(succ)], end);
+            path[std::size_t(succ)] = std::max(path[std::size_t(succ)], chain);
+            if (--waiting[std::size_t(succ)] == 0) pending.push({ready_time[std::size_t(succ)], succ});
+        }
+    }
+    for (const auto& s : dev) {
+        res.compute_seconds = std::max(res.compute_seconds, s.busy_compute);
+        res.h2d_seconds = std::max(res.h2d_seconds, s.busy_h2d);
+        res.d2h_seconds = std::max(res.d2h_seconds, s.busy_d2h);
+    }
+    const double most = std::max({res.compute_seconds, res.h2d_seconds, res.d2h_seconds});
+    if (res.critical_path_seconds >= 0.9 * res.seconds && res.critical_path_seconds > most) res.bound = "dependencies";
+    else if (most == res.compute_seconds) res.bound = "compute";
+    else if (most == res.h2d_seconds) res.bound = "copy h2d";
+    else res.bound = "copy d2h";
+    return res;
+}
+
+}  // namespace tilestream::detail::engine

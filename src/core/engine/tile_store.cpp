@@ -1,0 +1,223 @@
+// One device's tile store: slots, versions, LRU, loads and write-back (see tile_store.hpp).
+#include "core/engine/tile_store.hpp"
+
+#include "core/fault_injection.hpp"
+
+#include <tilestream/error.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+namespace tilestream::detail::engine {
+
+void copy_region(const copy_2d_desc& d, const host_rect& r, tile_region region, bool to_packed) {
+    (void)to_packed;
+    for (std::size_t line = 0; line < d.height; ++line) {
+        // Line `line` is a row (row-major) or a column (column-major) of the square tile; its
+        // elements in the triangle: row r of lower is [0, r], column c of lower is [c, n).
+        std::size_t first = 0, last = std::size_t(r.inner());
+        const bool rows = r.lay == layout::row_major;
+        const bool lower = region == tile_region::lower;
+        if (region != tile_region::full) {
+            if (rows == lower) last = std::min(last, line + 1);
+            else first = std::min(last, line);
+        }
+        if (last <= first) continue;
+        std::memcpy(static_cast<char*>(d.dst) + line * d.dst_pitch + first * r.es,
+                    static_cast<const char*>(d.src) + line * d.src_pitch + first * r.es, (last - first) * r.es);
+    }
+}
+
+tiles_kit::~tiles_kit() {
+    for (stream* st : {h2d.get(), compute.get(), d2h.get()}) {
+        if (st == nullptr) continue;
+        try {
+            st->synchronize();
+        } catch (...) {
+        }
+    }
+    slots.clear();  // the buffers, then (last member) the reservation they came from
+}
+
+tile_store::tile_store(device& dev, stream& h2d, stream& compute, stream& d2h, int slots, std::size_t slot_bytes,
+                       int least, budget_reservation* from, std::vector<tile_slot>* kept)
+    : dev_(dev), h2d_(h2d), compute_(compute), d2h_(d2h) {
+    slots_.reserve(std::size_t(std::max(slots, 0)));
+    // Slots an earlier call left (same size), with the tiles of kept operands they hold.
+    if (kept != nullptr)
+        for (tile_slot& s : *kept) {
+            if (int(slots_.size()) >= slots || s.buf.size() != slot_bytes) continue;
+            s.tile = -1;
+            s.version = 0;
+            s.last_use = 0;
+            s.locked = false;
+            slots_.push_back(std::move(s));
+        }
+    for (int i = int(slots_.size()); i < slots; ++i) {
+        tile_slot s;
+        try {
+            s.buf = dev.allocate(slot_bytes, from);
+        } catch (const error&) {
+            if (int(slots_.size()) >= least) break;  // run with the slots there are
+            throw;
+        }
+        s.ready = dev.create_event();
+        s.released = dev.create_event();
+        s.written = dev.create_event();
+        slots_.push_back(std::move(s));
+    }
+    if (!dev.host_addressable()) region_stage_ = dev.allocate_host_staging(slot_bytes);
+}
+
+tile_slot& tile_store::victim(int tile) {
+    tile_slot* v = nullptr;
+    // A slot holding an older version of the tile is reused first: that version is of no more use.
+    if (auto it = index_.find(tile); it != index_.end() && !slots_[it->second].locked) v = &slots_[it->second];
+    // Least recently used; among the slots this call has not used, those holding a kept operand's
+    // tile from an earlier call (which a later step may take) go last.
+    const auto rank = [](const tile_slot& s) { return std::pair{s.last_use, s.tile < 0 && s.keep.id != 0}; };
+    if (v == nullptr)
+        for (auto& s : slots_)
+            if (!s.locked && (v == nullptr || rank(s) < rank(*v))) v = &s;
+    if (v == nullptr) throw invalid_argument(dev_.id() + ": every tile slot is in use by one task (too few slots)");
+    if (v->tile >= 0) {
+        auto it = index_.find(v->tile);
+        if (it != index_.end() && &slots_[it->second] == v) index_.erase(it);
+    }
+    v->tile = -1;
+    return *v;
+}
+
+void tile_store::load(tile_slot& s, const host_rect& r) {
+    const std::size_t bytes = r.bytes();
+    counters_.bytes_h2d += bytes;
+    ++counters_.misses;
+    dev_.wait(h2d_, *s.released);
+    dev_.wait(h2d_, *s.written);
+    if (bytes > 0) {
+        if (fault_injection::h2d_fails(dev_)) {
+            const std::string what = dev_.id() + ": copy to the device failed (injected fault)";
+            dev_.enqueue_host(h2d_, [what] { throw device_error(what); }, "injected fault");
+        } else {
+            dev_.copy_2d_to_device(h2d_, packed_copy(s.buf.get(), r, true));
+        }
+    }
+    s.ready->record(h2d_);
+}
+
+tile_slot& tile_store::input(int tile, std::uint32_t version, const host_rect& r, const operand_keep& keep) {
+    ++clock_;
+    if (auto it = index_.find(tile); it != index_.end()) {
+        tile_slot& s = slots_[it->second];
+        if (s.version == version) {
+            s.last_use = clock_;
+            s.locked = true;
+            ++counters_.hits;
+            counters_.bytes_saved += r.bytes();
+            dev_.wait(compute_, *s.ready);
+            return s;
+        }
+    }
+    if (keep.id != 0)
+        for (tile_slot& s : slots_)
+            if (s.tile < 0 && s.keep.id == keep.id && s.keep.generation == keep.generation && s.origin == r) {
+                // Left by an earlier call from the same kept operand, unchanged since.
+                ++counters_.kept_hits;
+                counters_.kept_bytes_saved += r.bytes();
+                dev_.wait(compute_, *s.ready);
+                s.tile = tile;
+                s.version = version;
+                s.last_use = clock_;
+                s.locked = true;
+                index_[tile] = std::size_t(&s - slots_.data());
+                return s;
+            }
+    tile_slot& s = victim(tile);
+    load(s, r);
+    dev_.wait(compute_, *s.ready);
+    s.origin = r;
+    s.keep = keep;
+    s.tile = tile;
+    s.version = version;
+    s.last_use = clock_;
+    s.locked = true;
+    index_[tile] = std::size_t(&s - slots_.data());
+    return s;
+}
+
+tile_slot& tile_store::output(int tile, std::uint32_t version, bool load_it, const host_rect& r) {
+    ++clock_;
+    tile_slot* found = nullptr;
+    if (auto it = index_.find(tile); it != index_.end() && slots_[it->second].version == version)
+        found = &slots_[it->second];
+    tile_slot* s = found;
+    if (found != nullptr) {
+        if (load_it) {
+            ++counters_.hits;
+            counters_.bytes_saved += r.bytes();
+        }
+        // Kernels write it after its load or last writer, and after the copy out of its last version.
+        dev_.wait(compute_, *s->ready);
+        dev_.wait(compute_, *s->written);
+    } else {
+        s = &victim(tile);
+        if (load_it) {
+            load(*s, r);
+            dev_.wait(compute_, *s->ready);
+        } else {
+            dev_.wait(compute_, *s->released);
+            dev_.wait(compute_, *s->written);
+        }
+    }
+    s->origin = host_rect{};
+    s->keep = operand_keep{};
+    s->tile = tile;
+    s->version = version + 1;
+    s->last_use = clock_;
+    s->locked = true;
+    index_[tile] = std::size_t(s - slots_.data());
+    return *s;
+}
+
+void tile_store::store(tile_slot& s, const host_rect& r, tile_region region) {
+    const std::size_t bytes = r.bytes();
+    counters_.bytes_d2h += bytes;
+    dev_.wait(d2h_, *s.ready);
+    if (bytes == 0) {
+        s.written->record(d2h_);
+        return;
+    }
+    if (fault_injection::d2h_fails(dev_)) {
+        // Half of the tile's lines get garbage, as from a copy that broke off.
+        const std::string what = dev_.id() + ": copy to the host failed half way (injected fault)";
+        // (Within the region the copy would write: a triangle's copy never reaches the other one.)
+        std::vector<char> garbage(bytes, char(0x7f));
+        copy_2d_desc d = packed_copy(nullptr, r, false);
+        d.height = (d.height + 1) / 2;
+        dev_.enqueue_host(d2h_, [what, d, r, region, garbage = std::move(garbage)] {
+            copy_2d_desc g = d;
+            g.src = garbage.data();
+            copy_region(g, r, region, false);
+            throw device_error(what);
+        }, "injected fault");
+    } else if (region == tile_region::full) {
+        dev_.copy_2d_to_host(d2h_, packed_copy(s.buf.get(), r, false));
+    } else if (dev_.host_addressable()) {
+        const copy_2d_desc d = packed_copy(s.buf.get(), r, false);
+        dev_.enqueue_host(d2h_, [d, r, region] { copy_region(d, r, region, false); }, "d2h triangle");
+    } else {
+        // The whole tile to host staging, then its triangle into the operand (stream order keeps
+        // the staging buffer's next use after this one).
+        dev_.copy_to_host(d2h_, region_stage_.get(), s.buf.get(), bytes);
+        const copy_2d_desc d = packed_copy(region_stage_.get(), r, false);
+        dev_.enqueue_host(d2h_, [d, r, region] { copy_region(d, r, region, false); }, "d2h triangle");
+    }
+    s.written->record(d2h_);
+}
+
+void tile_store::unlock_all() {
+    for (auto& s : slots_) s.locked = false;
+}
+
+}  // namespace tilestream::detail::engine

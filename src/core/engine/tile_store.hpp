@@ -1,0 +1,102 @@
+// The tile store of one device in a run: slots in its memory holding tile versions (an LRU cache
+// indexed by tile), loaded from and written back to the host operands on the device's copy
+// streams, ordered by events so that a slot is never overwritten before its readers and its
+// write-back are done. Grown from the GEMM engine's slots (core/gemm_memory.hpp): tiles of any
+// operand, read-only or read-write, with versions.
+#pragma once
+
+#include "core/engine/task_graph.hpp"
+#include "core/gemm_memory.hpp"
+
+#include <tilestream/device.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+namespace tilestream::detail::engine {
+
+struct tile_slot {
+    device_buffer buf;
+    std::unique_ptr<event> ready;     ///< after its load, or after the kernels that wrote it
+    std::unique_ptr<event> released;  ///< after the last kernel that read it
+    std::unique_ptr<event> written;   ///< after the last copy out of it
+    int tile = -1;                    ///< the tile it holds (-1: none)
+    std::uint32_t version = 0;        ///< which version of it
+    std::uint64_t last_use = 0;
+    bool locked = false;              ///< in use by the task being issued: not a victim
+    /// The host bytes it holds a copy of and the kept operand (with its generation) they were read
+    /// from: a later call on that operand, unchanged, uses the copy (keep.id 0: never).
+    host_rect origin;
+    operand_keep keep;
+};
+
+/// What a device's store leaves to the next call (context's gemm_memory::tile_kits): its
+/// reservation, slots (with the tiles of kept operands they hold) and streams.
+struct tiles_kit {
+    std::unique_ptr<budget_reservation> reservation;  // first: destroyed after its buffers
+    std::vector<tile_slot> slots;
+    std::unique_ptr<stream> h2d, compute, d2h;
+    ~tiles_kit();
+};
+
+/// Bytes and hits of one device's store.
+struct store_counters {
+    std::size_t bytes_h2d = 0, bytes_d2h = 0;
+    std::size_t hits = 0, misses = 0, bytes_saved = 0;
+    std::size_t kept_hits = 0, kept_bytes_saved = 0;  ///< tiles of kept operands an earlier call left
+};
+
+/// A packed_copy (core/gemm_memory.hpp) run on the host, limited to a triangle (diagonal included) of a square tile.
+void copy_region(const copy_2d_desc& d, const host_rect& r, tile_region region, bool to_packed);
+
+class tile_store {
+public:
+    /// Allocates up to `slots` buffers of `slot_bytes` from the reservation; fewer when the device
+    /// refuses some (at least `least`, else the allocation's error is thrown).
+    tile_store(device& dev, stream& h2d, stream& compute, stream& d2h, int slots, std::size_t slot_bytes, int least,
+               budget_reservation* from, std::vector<tile_slot>* kept = nullptr);
+    tile_store(const tile_store&) = delete;
+    tile_store& operator=(const tile_store&) = delete;
+
+    int slots() const { return int(slots_.size()); }
+
+    /// The slot holding version `version` of `tile`, for kernels on the compute stream: found, or
+    /// loaded into the least recently used unlocked slot (after its readers and write-back).
+    /// `keep`: the kept operand the tile is read from (id 0: none): a slot an earlier call filled
+    /// with the same rectangle of it, at the same generation, is used without a copy.
+    tile_slot& input(int tile, std::uint32_t version, const host_rect& r, const operand_keep& keep = {});
+    /// A slot the task's kernels write `tile` into, holding `version` first when `load` (found or
+    /// loaded); it then holds version + 1 (valid once its ready event, recorded by the caller after
+    /// the kernels, is reached).
+    tile_slot& output(int tile, std::uint32_t version, bool load, const host_rect& r);
+    /// Writes the slot back to the host rectangle (its region) on the copy-out stream after its
+    /// ready event; records `written`.
+    void store(tile_slot& s, const host_rect& r, tile_region region);
+    void unlock_all();
+    /// Whether a slot holds this version of the tile (a task's affinity to this device).
+    bool holds(int tile, std::uint32_t version) const {
+        auto it = index_.find(tile);
+        return it != index_.end() && slots_[it->second].version == version;
+    }
+    const store_counters& counters() const { return counters_; }
+    /// The slots, for the next call (after every stream has drained).
+    std::vector<tile_slot> take_slots() { return std::move(slots_); }
+
+private:
+    /// The slot to overwrite with `tile`: one holding an older version of it, else the least
+    /// recently used unlocked one.
+    tile_slot& victim(int tile);
+    void load(tile_slot& s, const host_rect& r);
+
+    device& dev_;
+    stream &h2d_, &compute_, &d2h_;
+    std::vector<tile_slot> slots_;
+    std::unordered_map<int, std::size_t> index_;  ///< tile -> slot holding its newest version here
+    std::uint64_t clock_ = 0;
+    host_staging_buffer region_stage_;  ///< triangle write-back of devices the host cannot address
+    store_counters counters_;
+};
+
+}  // namespace tilestream::detail::engine

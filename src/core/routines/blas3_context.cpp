@@ -1,0 +1,77 @@
+// The context's Level 3 calls: plans for all its devices, runs one at a time on them.
+#include <tilestream/context.hpp>
+#include <tilestream/error.hpp>
+
+#include "core/gemm_memory.hpp"
+#include "core/routines/routines.hpp"
+
+namespace tilestream {
+
+blas3_plan context::plan(const blas3_problem& problem, const blas3_call_options& call) {
+    blas3_options o;
+    // The Level 3 tile kernels: the call's, else the context's, else vendor (the measured choice of
+    // gemm's direct path covers whole products, not the tiles of a Level 3 plan).
+    o.kernel = call.kernel ? *call.kernel : options_.kernel.value_or(gemm_kernel::vendor);
+    o.math = options_.math;
+    o.tile = call.tile;
+    o.tile_free = call.tile_free;
+    o.tile_k = call.tile_k;
+    o.order = call.order;
+    o.devices = int(device_ptrs_.size());
+    o.in_place = in_place_;
+    o.reproducible = options_.reproducible;
+    for (auto* d : device_ptrs_)
+        if (!d->supports(o.kernel))
+            throw invalid_argument(std::string(to_string(problem.routine)) + ": device " + d->id() + " has no '" +
+                                   std::string(to_string(o.kernel)) + "' kernel (the reference kernel runs on CPU devices only)");
+    // One device in place runs one call whatever the rates: no probe.
+    const bool probe = !problem.quick_return && (!in_place_ || device_ptrs_.size() > 1);
+    device_rates r = call.rates ? *call.rates : options_.rates ? *options_.rates
+                                            : probe ? rates(problem.type, o.kernel)
+                                                    : device_rates{};
+    r.host_memory = computes_on_host_cores(device_ptrs_);
+    try {
+        return plan_blas3(problem, budget(), r, o);
+    } catch (const out_of_budget& e) {
+        throw out_of_budget(names_ + ": " + e.what());
+    }
+}
+
+std::string context::explain(const blas3_plan& p) const { return tilestream::explain(p); }
+
+template <class T>
+blas3_report context::execute(const blas3_plan& p, const blas3_operands<T>& ops, const blas3_call_options& call) {
+    if (p.devices != int(device_ptrs_.size()))
+        throw invalid_argument("context: the plan is for " + std::to_string(p.devices) + " device(s), this context has " +
+                               std::to_string(device_ptrs_.size()) + " (" + names_ + ")");
+    const std::lock_guard lock(mutex_);
+    // Tiles of kept operands the call only reads may come from earlier calls; a kept operand the
+    // call writes into (C, or B of trmm/trsm) has changed once it returns, however it returns.
+    const bool writes_b = p.problem.routine == blas3_routine::trmm || p.problem.routine == blas3_routine::trsm;
+    const auto kept = [&](auto v) {
+        using V = std::remove_const_t<typename decltype(v)::value_type>;
+        return detail::find_kept(*keeps_, v.data(), v.rows(), v.cols(), v.ld(), v.layout(), dtype_of<V>());
+    };
+    std::vector<detail::operand_keep> keeps = {kept(ops.a), writes_b ? detail::operand_keep{} : kept(ops.b), {}};
+    struct written_guard {
+        detail::keep_registry& registry;
+        host_matrix_view<T> c;
+        ~written_guard() {
+            if (c.empty()) return;
+            const index_t outer = c.layout() == layout::row_major ? c.rows() : c.cols();
+            const index_t inner = c.layout() == layout::row_major ? c.cols() : c.rows();
+            detail::kept_written(registry, c.data(), std::size_t((outer - 1) * c.ld() + inner) * sizeof(T));
+        }
+    } written{*keeps_, ops.c};
+    return detail::execute_blas3_kept<T>(p, device_ptrs_, ops, call.run, memory_.get(), keeps);
+}
+
+#define TILESTREAM_INSTANTIATE(T)                                                                          \
+    template blas3_report context::execute<T>(const blas3_plan&, const blas3_operands<T>&, const blas3_call_options&);
+TILESTREAM_INSTANTIATE(float)
+TILESTREAM_INSTANTIATE(double)
+TILESTREAM_INSTANTIATE(std::complex<float>)
+TILESTREAM_INSTANTIATE(std::complex<double>)
+#undef TILESTREAM_INSTANTIATE
+
+}  // namespace tilestream

@@ -1,0 +1,310 @@
+// Planning a Level 3 call: tile sizes (and TRSM's order) chosen by the cost model among
+// candidates, the routine's tasks built for them, and the plan explained.
+#include "core/engine/schedule_model.hpp"
+#include "core/routines/routines.hpp"
+
+#include <tilestream/blas3.hpp>
+#include <tilestream/error.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <optional>
+#include <sstream>
+
+namespace tilestream {
+
+namespace detail::routines {
+
+engine::task_graph build_tasks(const blas3_problem& p, const build_settings& s) {
+    switch (p.routine) {
+        case blas3_routine::trsm: return build_trsm(p, s);
+        case blas3_routine::trmm: return build_trmm(p, s);
+        case blas3_routine::syrk:
+        case blas3_routine::herk: return build_syrk(p, s);
+        case blas3_routine::syr2k:
+        case blas3_routine::her2k: return build_syr2k(p, s);
+        case blas3_routine::symm:
+        case blas3_routine::hemm: return build_symm(p, s);
+    }
+    throw invalid_argument("blas3: unknown routine");
+}
+
+}  // namespace detail::routines
+
+namespace {
+
+using detail::engine::model_result;
+using detail::engine::model_run;
+using detail::engine::model_settings;
+using detail::engine::task_graph;
+using detail::routines::build_settings;
+
+/// Steps a plan may have: more (tiny tiles on a large problem) is refused, naming the tiles.
+constexpr std::size_t max_plan_steps = std::size_t(1) << 20;
+
+bool rank_k(blas3_routine r) {
+    return r == blas3_routine::syrk || r == blas3_routine::herk || r == blas3_routine::syr2k || r == blas3_routine::her2k;
+}
+
+/// The triangular/symmetric dimension and the other one of B or C (syrk family: n and k).
+std::pair<index_t, index_t> dims(const blas3_problem& p) {
+    if (rank_k(p.routine)) return {p.n, p.k};
+    const bool left = p.flags.side == side::left;
+    return {left ? p.m : p.n, left ? p.n : p.m};
+}
+
+struct candidate {
+    build_settings settings;
+    std::shared_ptr<const task_graph> graph;
+    model_result model;
+    int slots = 0;
+    std::size_t slot_bytes = 0;
+};
+
+index_t round_up(index_t v, index_t m) { return (v + m - 1) / m * m; }
+
+/// Evaluates one tiling and order; nullopt when it does not fit the budget or makes too many steps.
+std::optional<candidate> evaluate(const blas3_problem& p, const build_settings& s, std::size_t budget,
+                                  const device_rates& rates, const blas3_options& opt) {
+    candidate c;
+    c.settings = s;
+    // Cheap size checks before building anything.
+    const auto [tri, other] = dims(p);
+    const double nt = std::ceil(double(tri) / double(s.tile)), nf = std::ceil(double(std::max<index_t>(other, 1)) / double(rank_k(p.routine) ? s.tile_k : s.tile_free));
+    const double steps_estimate = p.routine == blas3_routine::syr2k || p.routine == blas3_routine::her2k
+                                      ? nt * nt * nf
+                                      : (rank_k(p.routine) ? nt * nt * nf / 2 : nt * nt * nf);
+    if (steps_estimate > double(max_plan_steps)) return std::nullopt;
+    if (!opt.in_place) {
+        // The largest tile must fit three times (the output and a step's two inputs).
+        const index_t t = std::min(s.tile, std::max<index_t>(tri, 1));
+        const index_t second = rank_k(p.routine) ? std::min(s.tile_k, std::max<index_t>(other, 1))
+                                                 : std::min(s.tile_free, std::max<index_t>(other, 1));
+        const std::size_t largest = std::size_t(t) * std::size_t(std::max(t, second)) * size_of(p.type);
+        if (budget / std::max<std::size_t>(largest, 1) < 3) return std::nullopt;
+    }
+    auto g = std::make_shared<task_graph>(detail::routines::build_tasks(p, s));
+    if (g->steps > max_plan_steps) return std::nullopt;
+    model_settings m;
+    m.rates = rates;
+    m.devices = std::max(1, opt.devices);
+    m.in_place = opt.in_place;
+    if (!opt.in_place) {
+        c.slot_bytes = std::max<std::size_t>(g->max_tile_bytes(), 1);
+        const std::size_t fit = budget / c.slot_bytes;
+        // Each task holds its output and the two inputs of a step.
+        if (fit < 3) return std::nullopt;
+        c.slots = int(std::min<std::size_t>({fit, std::size_t(std::max(g->tiles, 3)), 4096}));
+        m.slots = c.slots;
+    }
+    c.model = model_run(*g, m);
+    c.graph = std::move(g);
+    return c;
+}
+
+bool better(const candidate& a, const candidate& b) {
+    // Within 1% the fewer bytes (then fewer steps: larger calls) win.
+    if (a.model.seconds < b.model.seconds * 0.99) return true;
+    if (b.model.seconds < a.model.seconds * 0.99) return false;
+    const std::size_t ba = a.model.bytes_h2d + a.model.bytes_d2h, bb = b.model.bytes_h2d + b.model.bytes_d2h;
+    if (ba != bb) return ba < bb;
+    return a.graph->steps < b.graph->steps;
+}
+
+}  // namespace
+
+blas3_plan plan_blas3(const blas3_problem& p, std::size_t budget, const device_rates& rates, const blas3_options& opt) {
+    blas3_plan plan;
+    plan.problem = p;
+    plan.kernel = opt.reproducible && opt.kernel == gemm_kernel::vendor ? gemm_kernel::tiled : opt.kernel;
+    plan.math = opt.math;
+    plan.in_place = opt.in_place;
+    plan.reproducible = opt.reproducible;
+    plan.devices = std::max(1, opt.devices);
+    plan.budget = budget;
+    plan.rates = rates;
+    if (opt.tile < 0 || opt.tile_free < 0 || opt.tile_k < 0)
+        throw invalid_argument("blas3: tile sizes must not be negative");
+    if (p.quick_return) {
+        plan.graph = std::make_shared<task_graph>();
+        plan.bound = "nothing to do";
+        return plan;
+    }
+    const auto [tri, other] = dims(p);
+    const bool rk = rank_k(p.routine);
+    const index_t kb = reproducible_k_block(p.type);
+    build_settings base;
+    base.kernel = plan.kernel;
+    base.math = opt.math;
+    base.in_place = opt.in_place;
+    // Reproducible: the summed dimension goes in k-blocks, whatever the budget or devices; the
+    // SYRK family's C tiles too (a diagonal tile's elements are computed by its rank-k kernel,
+    // the others by GEMM tiles: the tiling must not move an element from one to the other).
+    const bool fixed_tile = opt.reproducible;
+    const bool fixed_k = opt.reproducible && rk;
+
+    std::vector<build_settings> tilings;
+    const auto add = [&](index_t tile, index_t tile_free, index_t tile_k) {
+        build_settings s = base;
+        s.tile = std::max<index_t>(1, std::min(fixed_tile ? kb : (opt.tile ? opt.tile : tile), std::max<index_t>(tri, 1)));
+        s.tile_free = std::max<index_t>(1, std::min(opt.tile_free ? opt.tile_free : tile_free, std::max<index_t>(rk ? tri : other, 1)));
+        s.tile_k = std::max<index_t>(1, std::min(fixed_k ? kb : (opt.tile_k ? opt.tile_k : tile_k), std::max<index_t>(rk ? other : 1, 1)));
+        if (rk) s.tile_free = s.tile;
+        for (const build_settings& t : tilings)
+            if (t.tile == s.tile && t.tile_free == s.tile_free && t.tile_k == s.tile_k) return;
+        tilings.push_back(s);
+    };
+    if (opt.in_place) {
+        if (plan.devices == 1) {
+            add(tri, other, other);  // one call on everything (or the k-blocks of a reproducible plan)
+        } else {
+            // Independent blocks of the free dimension (or tiles of C's triangle) to balance the devices.
+            for (int per = 1; per <= 4; ++per) {
+                const index_t parts = index_t(plan.devices) * per;
+                if (rk) {
+                    for (index_t s : {index_t(2), index_t(3), index_t(4), index_t(6), index_t(8)})
+                        add(round_up(std::max<index_t>(1, (tri + s - 1) / s), 16), 0, other);
+                    break;
+                }
+                add(tri, round_up(std::max<index_t>(1, (other + parts - 1) / parts), 16), other);
+                // Few columns to share: split the triangle too (right-looking updates in parallel).
+                if (other < 256 * plan.devices) add(round_up(std::max<index_t>(1, (tri + parts - 1) / parts), 16), other, other);
+            }
+        }
+    } else {
+        for (index_t t : {16, 32, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 12288,
+                          16384, 24576, 32768})
+            add(t, t, t);
+    }
+    std::vector<blas3_order> orders;
+    if (p.routine == blas3_routine::trsm && opt.order == blas3_order::automatic)
+        orders = {blas3_order::left_looking, blas3_order::right_looking};
+    else if (p.routine == blas3_routine::trsm)
+        orders = {opt.order};
+    else
+        orders = {blas3_order::left_looking};
+
+    std::optional<candidate> best;
+    std::map<blas3_order, candidate> best_by_order;
+    std::size_t smallest_need = 0;
+    for (const build_settings& t : tilings)
+        for (blas3_order o : orders) {
+            build_settings s = t;
+            s.order = o;
+            std::optional<candidate> c = evaluate(p, s, budget, rates, opt);
+            if (!c) {
+                if (!opt.in_place) {
+                    // What three tiles of this size would need (for the error message).
+                    const std::size_t es = size_of(p.type);
+                    const std::size_t need = 3 * std::size_t(s.tile) * std::size_t(std::max(s.tile, rk ? s.tile_k : s.tile_free)) * es;
+                    if (smallest_need == 0 || need < smallest_need) smallest_need = need;
+                }
+                continue;
+            }
+            auto it = best_by_order.find(o);
+            if (it == best_by_order.end() || better(*c, it->second)) best_by_order[o] = *c;
+            if (!best || better(*c, *best)) best = std::move(c);
+        }
+    if (!best) {
+        if (opt.in_place)
+            throw invalid_argument(p.describe() + ": every tiling makes more than " + std::to_string(max_plan_steps) +
+                                   " tile operations (tiles too small for the problem)");
+        throw out_of_budget(p.describe() + ": does not fit a budget of " + format_bytes(budget) +
+                            (smallest_need ? " (three tiles need at least " + format_bytes(smallest_need) + ")" : "") +
+                            (opt.tile || opt.tile_free || opt.tile_k ? ", or the tiles given make too many operations" : ""));
+    }
+    const candidate& c = *best;
+    const task_graph& g = *c.graph;
+    plan.graph = c.graph;
+    plan.order = c.settings.order;
+    plan.tile = c.settings.tile;
+    plan.tile_free = c.settings.tile_free;
+    plan.tile_k = c.settings.tile_k;
+    plan.tasks = g.tasks.size();
+    plan.steps = g.steps;
+    plan.dependencies = g.edges;
+    std::map<tile_kind, std::size_t> counts;
+    for (const auto& t : g.tasks)
+        for (const auto& s : t.steps) ++counts[s.op.kind];
+    for (const auto& [k, n] : counts) plan.kernel_counts.emplace_back(k, n);
+    plan.slots = c.slots;
+    plan.slot_bytes = c.slot_bytes;
+    plan.peak_device_bytes = std::size_t(c.slots) * c.slot_bytes;
+    plan.bytes_h2d = c.model.bytes_h2d;
+    plan.bytes_d2h = c.model.bytes_d2h;
+    plan.predicted_seconds = c.model.seconds;
+    plan.predicted_compute_seconds = c.model.compute_seconds;
+    plan.predicted_h2d_seconds = c.model.h2d_seconds;
+    plan.predicted_d2h_seconds = c.model.d2h_seconds;
+    plan.predicted_critical_path_seconds = c.model.critical_path_seconds;
+    plan.bound = c.model.bound;
+    if (p.routine == blas3_routine::trsm && p.reads_ab) {
+        // The other order at the chosen tiles, so explain can compare their traffic.
+        for (blas3_order o : {blas3_order::left_looking, blas3_order::right_looking}) {
+            build_settings s = c.settings;
+            s.order = o;
+            std::optional<candidate> alt = o == c.settings.order ? std::optional<candidate>(c) : evaluate(p, s, budget, rates, opt);
+            if (!alt) continue;
+            plan.alternatives.push_back({o, alt->settings.tile, alt->model.bytes_h2d, alt->model.bytes_d2h, alt->model.seconds});
+        }
+    }
+    return plan;
+}
+
+std::string explain(const blas3_plan& p) {
+    std::ostringstream o;
+    const blas3_problem& q = p.problem;
+    o << "plan: " << q.describe() << ", kernel " << to_string(p.kernel) << "\n";
+    if (q.quick_return) {
+        o << "  nothing to do (BLAS's quick return: no element is read or written)\n";
+        return o.str();
+    }
+    const bool rk = rank_k(q.routine);
+    char line[256];
+    if (q.routine == blas3_routine::trsm)
+        o << "  order           " << to_string(p.order) << "\n";
+    else if (q.routine == blas3_routine::trmm)
+        o << "  order           one task per tile of B, a chain per block " << (q.flags.side == side::left ? "column" : "row")
+          << " (each tile written after the tasks reading its old value)\n";
+    else
+        o << "  order           one task per tile of C, independent\n";
+    if (rk)
+        o << "  tiles           C " << p.tile << " x " << p.tile << ", k " << p.tile_k << "\n";
+    else
+        o << "  tiles           " << p.tile << " along A's order, " << p.tile_free << " along the other dimension\n";
+    o << "  tasks           " << p.tasks << " tasks, " << p.steps << " tile operations (";
+    for (std::size_t i = 0; i < p.kernel_counts.size(); ++i)
+        o << (i ? ", " : "") << to_string(p.kernel_counts[i].first) << " " << p.kernel_counts[i].second;
+    o << "), " << p.dependencies << " dependencies\n";
+    if (p.reproducible)
+        o << "  reproducible    summed dimension in k-blocks of " << reproducible_k_block(q.type)
+          << "; diagonal blocks on the reference kernel, GEMM tiles on '" << to_string(p.kernel) << "'\n";
+    if (p.in_place) {
+        o << "  memory          in place: the devices compute on the operands where they lie (no copies)\n";
+    } else {
+        o << "  device buffers  " << p.slots << " tile slots of " << format_bytes(p.slot_bytes) << " per device (LRU tile cache)\n";
+        o << "  peak memory     " << format_bytes(p.peak_device_bytes) << " of a " << format_bytes(p.budget) << " budget\n";
+    }
+    o << "  bytes h2d       " << format_bytes(p.bytes_h2d) << " (" << p.bytes_h2d << ")\n";
+    o << "  bytes d2h       " << format_bytes(p.bytes_d2h) << " (" << p.bytes_d2h << ")\n";
+    for (const blas3_alternative& a : p.alternatives) {
+        std::snprintf(line, sizeof line, "  %-15s h2d %s, d2h %s, predicted %.4f s%s\n", std::string(to_string(a.order)).c_str(),
+                      format_bytes(a.bytes_h2d).c_str(), format_bytes(a.bytes_d2h).c_str(), a.predicted_seconds,
+                      a.order == p.order ? " (chosen)" : "");
+        o << line;
+    }
+    std::snprintf(line, sizeof line, "  rates           h2d %.2f GB/s, d2h %.2f GB/s, %.1f GFLOP/s (%s)\n", p.rates.h2d * 1e-9,
+                  p.rates.d2h * 1e-9, p.rates.flops * 1e-9, p.rates.measured ? "measured" : "default");
+    o << line;
+    std::snprintf(line, sizeof line,
+                  "  predicted       %.4f s on %d device(s): compute %.4f s, copies h2d %.4f s d2h %.4f s, "
+                  "critical path %.4f s; bound by %s\n",
+                  p.predicted_seconds, p.devices, p.predicted_compute_seconds, p.predicted_h2d_seconds, p.predicted_d2h_seconds,
+                  p.predicted_critical_path_seconds, p.bound.c_str());
+    o << line;
+    return o.str();
+}
+
+}  // namespace tilestream

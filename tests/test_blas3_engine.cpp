@@ -1,0 +1,302 @@
+// The tile-task engine under the Level 3 routines: reproducible results bitwise across device counts
+// and budgets, device faults survived by rerunning tasks from committed tile versions, cancellation,
+// progress, balance, the cost model's bytes against the measured ones, and the tile operations'
+// host-side logic (column-major mapping, the cuBLAS plan).
+#include "blas3_support.hpp"
+
+#include "backends/cuda/cuda_blas3_logic.hpp"
+#include "core/engine/tile_mapping.hpp"
+#include "core/fault_injection.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+namespace tilestream {
+namespace {
+
+using testing::blas3_case;
+using testing::run_and_check;
+namespace fi = fault_injection;
+
+class blas3_faults : public ::testing::Test {
+protected:
+    void TearDown() override { fi::clear(); }
+};
+
+/// One case per routine, sizes beyond a reproducible k-block (256 f64, 384 f32).
+std::vector<blas3_case> one_of_each(index_t big) {
+    std::vector<blas3_case> out;
+    const auto add = [&](blas3_routine r, blas3_flags f, index_t m, index_t n, index_t k, double beta) {
+        blas3_case g;
+        g.routine = r;
+        g.flags = f;
+        g.m = m;
+        g.n = n;
+        g.k = k;
+        g.beta = beta;
+        g.la = layout::col_major;
+        g.seed = 7 + out.size();
+        out.push_back(g);
+    };
+    add(blas3_routine::trsm, {side::left, uplo::lower, op::n, diag::non_unit}, big, 53, 0, 0);
+    add(blas3_routine::trsm, {side::right, uplo::upper, op::t, diag::unit}, 47, big, 0, 0);
+    add(blas3_routine::trmm, {side::left, uplo::upper, op::n, diag::non_unit}, big, 41, 0, 0);
+    add(blas3_routine::symm, {side::right, uplo::lower, op::n, diag::non_unit}, 39, big, 0, 0.5);
+    add(blas3_routine::syrk, {side::left, uplo::lower, op::t, diag::non_unit}, 0, 70, big, 0);
+    add(blas3_routine::syr2k, {side::left, uplo::upper, op::n, diag::non_unit}, 0, 66, big, 1.5);
+    return out;
+}
+
+template <class T>
+void reproducible_everywhere(const std::vector<const char*>& specs) {
+    for (const blas3_case& g : one_of_each(std::is_same_v<T, float> ? 400 : 300)) {
+        std::vector<T> first;
+        std::string first_spec;
+        for (const char* spec : specs) {
+            context ctx(spec, {.reproducible = true});
+            std::vector<T> got;
+            const blas3_report rep = run_and_check<T>(ctx, g, {}, &got);
+            EXPECT_TRUE(rep.plan.reproducible);
+            if (first.empty()) {
+                first = got;
+                first_spec = spec;
+            } else {
+                EXPECT_TRUE(got == first) << g.name() << ": " << spec << " differs from " << first_spec << " ("
+                                          << to_string(dtype_of<T>()) << ")";
+            }
+        }
+    }
+}
+
+TEST(Blas3Engine, ReproducibleIsBitwiseAcrossDevicesAndBudgets) {
+    const std::vector<const char*> specs = {"cpu", "cpu:3", "cpu@3MiB", "cpu:2@2MiB", "cpu,cpu@4MiB"};
+    reproducible_everywhere<double>(specs);
+    reproducible_everywhere<float>(specs);
+}
+
+TEST(Blas3Engine, ReproducibleIsBitwiseAcrossOpenCLSlices) {
+    TILESTREAM_SKIP_WITHOUT_GPU("opencl:0");
+    reproducible_everywhere<double>({"opencl:0@8MiB", "opencl:0x2@4MiB"});
+}
+
+TEST_F(blas3_faults, DeviceFaultsRerunTasksFromCommittedTiles) {
+    struct fault_kind {
+        const char* name;
+        fi::faults f;
+    };
+    std::vector<fault_kind> kinds(3);
+    kinds[0].name = "kernel";
+    kinds[0].f.fail_after_units = 1;
+    kinds[1].name = "copy in";
+    kinds[1].f.fail_h2d_after = 2;
+    kinds[2].name = "copy out half way";
+    kinds[2].f.fail_d2h_after = 1;
+    for (const char* spec : {"cpu:3@48KiB", "cpu:3"}) {
+        const bool copies = std::string(spec).find('@') != std::string::npos;
+        for (const fault_kind& k : kinds) {
+            if (!copies && k.name != std::string("kernel")) continue;
+            for (blas3_case g : one_of_each(90)) {
+                context ctx(spec);
+                fi::arm(*ctx.devices()[1], k.f);
+                // The others slowed down, so the faulty device surely takes a few tasks.
+                const fi::slowdown slow({{ctx.devices()[0]->id(), 0.004}, {ctx.devices()[2]->id(), 0.004}});
+                blas3_call_options call;
+                call.tile = 24;
+                call.tile_free = 24;
+                call.tile_k = 24;
+                const blas3_report rep = run_and_check<double>(ctx, g, call);
+                ASSERT_EQ(rep.faults.size(), 1u) << spec << " " << k.name << " " << g.name();
+                EXPECT_EQ(rep.faults[0].id, ctx.devices()[1]->id());
+                EXPECT_NE(rep.faults[0].message.find("injected"), std::string::npos) << rep.faults[0].message;
+                fi::clear();
+            }
+        }
+    }
+}
+
+TEST_F(blas3_faults, EveryDeviceLostNamesEachCause) {
+    context ctx("cpu:2@64KiB");
+    for (device* d : ctx.devices()) {
+        fi::faults f;
+        f.fail_after_units = 0;
+        fi::arm(*d, f);
+    }
+    host_matrix<double> a(60, 60), b(60, 40);
+    fill_random(a.view(), 1);
+    fill_random(b.view(), 2);
+    try {
+        blas3_call_options call;
+        call.tile = 16;
+        ctx.trmm<double>(side::left, uplo::lower, op::n, diag::unit, 1.0, a.view(), b.view(), call);
+        FAIL() << "no error";
+    } catch (const device_error& e) {
+        const std::string what = e.what();
+        EXPECT_NE(what.find("every device failed"), std::string::npos) << what;
+        EXPECT_NE(what.find("cpu:0"), std::string::npos) << what;
+        EXPECT_NE(what.find("cpu:1"), std::string::npos) << what;
+    }
+    fi::clear();
+    // The devices work again afterwards.
+    blas3_case g = one_of_each(64)[2];
+    run_and_check<double>(ctx, g);
+}
+
+TEST_F(blas3_faults, CancelledFromAnotherThreadReturnsPromptly) {
+    for (const char* spec : {"cpu:2@256KiB", "cpu:2"}) {
+        context ctx(spec);
+        const fi::slowdown slow({{ctx.devices()[0]->id(), 0.02}, {ctx.devices()[1]->id(), 0.02}});
+        host_matrix<double> a(200, 200), b(200, 200), c(200, 200);
+        fill_random(a.view(), 1);
+        fill_random(c.view(), 3);
+        std::atomic<bool> cancel{false};
+        std::atomic<std::size_t> done{0};
+        blas3_call_options call;
+        call.tile = 16;
+        call.run.cancel = &cancel;
+        call.run.on_task_done = [&](std::size_t d, std::size_t) { done = d; };
+        std::thread stopper([&] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+            cancel = true;
+        });
+        const auto t0 = std::chrono::steady_clock::now();
+        EXPECT_THROW(ctx.syrk<double>(uplo::lower, op::n, 1.0, a.view(), 0.0, c.view(), call), cancelled) << spec;
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        stopper.join();
+        EXPECT_LT(s, 1.0) << spec << ": 91 tasks of >= 20 ms each would take over 0.9 s per device";
+        EXPECT_LT(done.load(), 91u);
+        // The context runs again normally.
+        blas3_case g = one_of_each(64)[4];
+        run_and_check<double>(ctx, g);
+    }
+}
+
+TEST(Blas3Engine, ProgressCountsEveryTaskAndSlowDevicesTakeFewer) {
+    context ctx("cpu:2@128KiB");
+    const fi::slowdown slow({{ctx.devices()[1]->id(), 0.01}});
+    std::atomic<std::size_t> calls{0}, last{0}, total{0};
+    blas3_call_options call;
+    call.tile = 24;
+    call.run.on_task_done = [&](std::size_t d, std::size_t t) {
+        ++calls;
+        last = std::max(last.load(), d);
+        total = t;
+    };
+    blas3_case g = one_of_each(150)[3];  // symm: independent tasks
+    const blas3_report rep = run_and_check<double>(ctx, g, call);
+    EXPECT_EQ(calls.load(), rep.plan.tasks);
+    EXPECT_EQ(last.load(), rep.plan.tasks);
+    EXPECT_EQ(total.load(), rep.plan.tasks);
+    ASSERT_EQ(rep.devices.size(), 2u);
+    EXPECT_GT(rep.devices[0].units, rep.devices[1].units) << "the slowed device took as many tasks";
+}
+
+TEST(Blas3Engine, MeasuredBytesAreThePredictedOnes) {
+    // One device, tasks without dependencies and a cache too small to reuse across tasks: the
+    // executor's order and the model's are the same, so are the bytes.
+    for (blas3_case g : {one_of_each(160)[3], one_of_each(160)[4], one_of_each(160)[0]}) {
+        context ctx("cpu@40KiB");
+        blas3_call_options call;
+        call.tile = 32;
+        call.tile_free = 32;
+        call.tile_k = 32;
+        call.run.max_tasks_in_flight = 1;
+        const blas3_report rep = run_and_check<double>(ctx, g, call);
+        EXPECT_EQ(rep.bytes_h2d, rep.plan.bytes_h2d) << g.name();
+        EXPECT_EQ(rep.bytes_d2h, rep.plan.bytes_d2h) << g.name();
+        EXPECT_LE(rep.peak_device_bytes, rep.plan.peak_device_bytes);
+        EXPECT_GT(rep.plan.bytes_h2d, 0u);
+    }
+}
+
+TEST(Blas3Engine, ExplainComparesLeftAndRightLookingTraffic) {
+    context ctx("cpu:2@1MiB");
+    host_matrix<double> a(512, 512), b(512, 128);
+    blas3_operands<double> ops;
+    ops.a = a.view();
+    ops.c = b.view();
+    const blas3_plan p = ctx.plan(describe_blas3<double>(blas3_routine::trsm, {}, ops));
+    const std::string text = ctx.explain(p);
+    EXPECT_NE(text.find("left-looking"), std::string::npos) << text;
+    EXPECT_NE(text.find("right-looking"), std::string::npos) << text;
+    ASSERT_EQ(p.alternatives.size(), 2u);
+    // Right-looking writes each tile of B once per update: more bytes back to the host.
+    const auto& left = p.alternatives[0].order == blas3_order::left_looking ? p.alternatives[0] : p.alternatives[1];
+    const auto& right = p.alternatives[0].order == blas3_order::right_looking ? p.alternatives[0] : p.alternatives[1];
+    EXPECT_GT(right.bytes_d2h, left.bytes_d2h) << text;
+}
+
+TEST(Blas3Engine, KeptOperandsTilesAreReusedAcrossCalls) {
+    // A (kept) in a cache large enough for all its tiles: the second solve loads none of them.
+    context ctx("cpu@1MiB");
+    const index_t n = 160;
+    host_matrix<double> a(n, n, layout::col_major);
+    fill_random(a.view(), 1);
+    for (index_t i = 0; i < n; ++i) a(i, i) = 4.0;
+    blas3_call_options call;  // the same tiles (and slot size) for every call below
+    call.tile = 32;
+    call.tile_free = 32;
+    call.tile_k = 32;
+    const auto solve = [&](std::uint64_t seed) {
+        host_matrix<double> b(n, 40, layout::col_major), x(n, 40, layout::col_major);
+        fill_random(b.view(), seed);
+        std::memcpy(x.data(), b.data(), sizeof(double) * std::size_t(b.size()));
+        const blas3_report r = ctx.trsm<double>(side::left, uplo::lower, op::n, diag::non_unit, 1.0, a.view(), x.view(), call);
+        blas3_operands<double> in;
+        in.a = a.view();
+        in.c = b.view();
+        EXPECT_TRUE(check_blas3<double>(blas3_routine::trsm, {}, in, x.view()).passed);
+        return r;
+    };
+    const blas3_report cold = solve(2);
+    EXPECT_EQ(cold.kept_hits, 0u);
+    kept_operand ka = ctx.keep(a.view());
+    solve(3);  // loads A's tiles, from a kept operand now
+    const blas3_report warm = solve(4);
+    EXPECT_GT(warm.kept_hits, 0u);
+    EXPECT_LT(warm.bytes_h2d, cold.bytes_h2d);
+    ka.changed();  // A "written": nothing of it is reused
+    for (index_t i = 0; i < n; ++i) a(i, i) = 5.0;
+    const blas3_report after = solve(5);
+    EXPECT_EQ(after.kept_hits, 0u);
+    // A call writing into a kept operand (as B of trsm) changes it: a later call reading it (as A of
+    // syrk) loads it again, where without that write it would not.
+    ka.reset();
+    host_matrix<double> x(n, 40, layout::col_major), c(n, n, layout::col_major);
+    fill_random(x.view(), 6);
+    kept_operand kx = ctx.keep(x.view());
+    const auto syrk = [&] { return ctx.syrk<double>(uplo::lower, op::n, 1.0, x.view(), 0.0, c.view(), call); };
+    syrk();
+    EXPECT_GT(syrk().kept_hits, 0u);
+    ctx.trsm<double>(side::left, uplo::lower, op::n, diag::non_unit, 1.0, a.view(), x.view(), call);
+    EXPECT_EQ(syrk().kept_hits, 0u) << "tiles of x read before trsm overwrote it were reused";
+}
+
+TEST(TileOps, CublasPlanScalesWithoutReadingAWhenAlphaIsZero) {
+    tile_op op;
+    op.kind = tile_kind::trsm;
+    op.type = dtype::f64;
+    op.m = 5;
+    op.n = 7;
+    op.alpha = 0.0;
+    op.c.ld = 5;
+    const cuda::cublas_tile_work w = cuda::plan_cublas_tile(op, "cuda:0");
+    EXPECT_TRUE(w.scale_only);
+    EXPECT_EQ(w.scale.beta, 0.0);
+    op.kind = tile_kind::syrk;
+    op.alpha = 1.0;
+    op.k = 0;
+    op.beta = 1.0;
+    EXPECT_TRUE(cuda::plan_cublas_tile(op, "cuda:0").nothing);  // BLAS's quick return
+    op.k = 3;
+    op.a.ld = 5;
+    op.c.lay = layout::row_major;
+    op.a.lay = layout::row_major;
+    const cuda::cublas_tile_work m = cuda::plan_cublas_tile(op, "cuda:0");
+    ASSERT_TRUE(m.call.representable);
+    EXPECT_EQ(m.call.uplo_, uplo::upper);  // a row-major lower triangle is a column-major upper one
+    EXPECT_EQ(m.call.trans, blas_trans::trans);
+}
+
+}  // namespace
+}  // namespace tilestream
