@@ -145,10 +145,13 @@ for sym in pdgemm_:dpb3tst pzgemm_:zpb3tst; do
 done
 rm -f "$work"/bind.*
 
-# The drivers, with Debian's inputs (small problems over grids of 1 to 4 processes). Not xsllt:
-# Debian's xsllt hangs after 109 tests with ScaLAPACK's own PSGEMM too (bookworm, 2.2.1-2).
+# The drivers, with Debian's inputs (small problems over grids of 1 to 4 processes). Not xsllt
+# nor xdllt: both hang after 109 tests (the first 2x2 grid, N = 4) with ScaLAPACK's own routines
+# too (bookworm, 2.2.1-2): in pdporfs's pdlacon two process columns take different branches (one
+# waits in pdamax, the other in pdasum). Without tilestream, xdllt hung there in 2 of 6 runs on
+# the AMD EPYC Zen 4 VM. xzllt (complex Cholesky) passes and stays.
 cp "$tests"/LU.dat "$tests"/LLT.dat "$tests"/QR.dat .
-for driver in xdlu xslu xdllt xdqr xsqr xzlu xclu xzllt xzqr; do
+for driver in xdlu xslu xdqr xsqr xzlu xclu xzllt xzqr; do
   log=$work/$driver.log
   if [ "$driver" = xdlu ] || [ "$driver" = xzlu ]; then
     run_logging_bindings "$tests/$driver" > "$log" 2>&1
