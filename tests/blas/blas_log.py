@@ -30,7 +30,9 @@ def run(command, env_updates, preload, log_path, timeout=60):
     if preload:
         env['LD_PRELOAD'] = preload + (':' + env['LD_PRELOAD'] if env.get('LD_PRELOAD') else '')
         env['TILESTREAM_BLAS_LOG'] = log_path
-        if os.path.exists(log_path):
+        # A fresh log: only a regular file is removed (a test may log to os.devnull, which as root
+        # would otherwise be deleted and then created again as a regular file).
+        if os.path.isfile(log_path) and not os.path.islink(log_path):
             os.remove(log_path)
     # Sanitizer builds: the preloaded drop-in comes before the ASan runtime the client links; and a
     # client thread that opens the context (OpenCL enumeration loads PoCL, whose LLVM installs a
