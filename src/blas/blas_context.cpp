@@ -67,27 +67,26 @@ int open_context(const char* devices, int has_budget, unsigned long long budget,
     return 1;
 }
 
-// C's m x n elements, line by line (the padding between lines is not C's and is never touched).
+// The m x n matrix a call writes (C, or B for trmm/trsm), line by line (the padding between lines
+// is not the matrix's and is never touched), to put back when a routed call fails.
 template <class T>
-class saved_c {
+class saved_lines {
 public:
-    bool save(const tilestream_blas_gemm_call& g) {
-        lines_ = g.row_major ? g.m : g.n;
-        len_ = g.row_major ? g.n : g.m;
-        data_.reset(new (std::nothrow) T[std::size_t(lines_) * std::size_t(len_)]);
+    bool save(T* p, long lines, long len, long ld) {
+        p_ = p, lines_ = lines, len_ = len, ld_ = ld;
+        data_.reset(new (std::nothrow) T[std::size_t(lines) * std::size_t(len)]);
         if (!data_) return false;
-        const T* c = static_cast<const T*>(g.c);
-        for (long i = 0; i < lines_; ++i) std::memcpy(&data_[i * len_], c + i * long(g.ldc), len_ * sizeof(T));
+        for (long i = 0; i < lines_; ++i) std::memcpy(&data_[i * len_], p_ + i * ld_, len_ * sizeof(T));
         return true;
     }
-    void restore(const tilestream_blas_gemm_call& g) const {
-        T* c = static_cast<T*>(g.c);
-        for (long i = 0; i < lines_; ++i) std::memcpy(c + i * long(g.ldc), &data_[i * len_], len_ * sizeof(T));
+    void restore() const {
+        for (long i = 0; i < lines_; ++i) std::memcpy(p_ + i * ld_, &data_[i * len_], len_ * sizeof(T));
     }
 
 private:
     std::unique_ptr<T[]> data_;
-    long lines_ = 0, len_ = 0;
+    T* p_ = nullptr;
+    long lines_ = 0, len_ = 0, ld_ = 0;
 };
 
 // The BLAS character, already checked by the drop-in: C is the conjugate transpose (T on real data).
@@ -106,8 +105,8 @@ std::string run_on_tilestream(context& ctx, const tilestream_blas_gemm_call& g) 
                                       op_b == op::n ? g.n : g.k, order, g.ldb);
     const host_matrix_view<T> c(static_cast<T*>(g.c), g.m, g.n, order, g.ldc);
     const gemm_plan plan = ctx.plan<T>(op_a, op_b, alpha, a, b, beta, c);
-    saved_c<T> saved;
-    if (beta != T(0) && !saved.save(g))
+    saved_lines<T> saved;
+    if (beta != T(0) && !saved.save(static_cast<T*>(g.c), g.row_major ? g.m : g.n, g.row_major ? g.n : g.m, long(g.ldc)))
         throw out_of_budget("no host memory to keep a copy of C for a fallback to the system BLAS");
     try {
         const gemm_report report = ctx.execute<T>(plan, alpha, a, b, beta, c);
@@ -116,7 +115,7 @@ std::string run_on_tilestream(context& ctx, const tilestream_blas_gemm_call& g) 
         for (const auto& w : report.warnings) fields += " warning=\"" + w + "\"";
         return fields;
     } catch (...) {
-        if (beta != T(0)) saved.restore(g);
+        if (beta != T(0)) saved.restore();
         throw;
     }
 }
@@ -149,27 +148,6 @@ int run_gemm(const tilestream_blas_gemm_call* call, char** text) {
 }
 
 // ---- the rest of Level 3 BLAS ----
-
-// The m x n matrix the call writes (C, or B for trmm/trsm), line by line, for a fallback.
-template <class T>
-class saved_lines {
-public:
-    bool save(T* p, long lines, long len, long ld) {
-        p_ = p, lines_ = lines, len_ = len, ld_ = ld;
-        data_.reset(new (std::nothrow) T[std::size_t(lines) * std::size_t(len)]);
-        if (!data_) return false;
-        for (long i = 0; i < lines_; ++i) std::memcpy(&data_[i * len_], p_ + i * ld_, len_ * sizeof(T));
-        return true;
-    }
-    void restore() const {
-        for (long i = 0; i < lines_; ++i) std::memcpy(p_ + i * ld_, &data_[i * len_], len_ * sizeof(T));
-    }
-
-private:
-    std::unique_ptr<T[]> data_;
-    T* p_ = nullptr;
-    long lines_ = 0, len_ = 0, ld_ = 0;
-};
 
 template <class T>
 std::string run_level3_on_tilestream(context& ctx, const tilestream_blas_level3_call& g) {
