@@ -106,7 +106,8 @@ gemm_report context::gemm_batched(op op_a, op op_b, T alpha, host_batch_view<con
     const index_t kb = options_.reproducible ? reproducible_k_block(type) : 0;
     // A stack runs on this thread unless the devices' threads, each taking whole products, finish
     // it sooner after the hand-off (the engine's fixed cost).
-    const double host_seconds = double(batch) * (route.host_fixed + item_flops / std::max(route.host_flops, 1.0));
+    const double host_seconds =
+        route.host_fixed + double(batch) * (route.host_item_fixed + item_flops / std::max(route.host_flops, 1.0));
     // Pointer lists of the whole stack when one stride does not describe it (in place: this thread
     // and host-addressable devices read the matrices where they lie).
     std::vector<const void*> a_list, b_list;
