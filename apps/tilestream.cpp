@@ -709,6 +709,236 @@ int run_gemm(const ts::cli::args& a, ts::dtype type, ts::cli::run_files& files) 
     return ok ? 0 : exit_check_failed;
 }
 
+// ---- stacks of matrices: .npy inputs of 3 or more dimensions ----
+
+/// "(2, 3)", as numpy prints a shape ("()" for none).
+std::string shape_text(const std::vector<ts::index_t>& shape) {
+    std::string s = "(";
+    for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+    return s + (shape.size() == 1 ? ",)" : ")");
+}
+
+/// The leading shape of the result from A's and B's, by numpy's matmul broadcasting (aligned to the
+/// right; each dimension equal, or 1 on one side); an error naming both files otherwise.
+std::vector<ts::index_t> broadcast_leading(const ts::npy_array& x, const ts::npy_array& y) {
+    const auto& lx = x.leading_shape();
+    const auto& ly = y.leading_shape();
+    const std::size_t n = std::max(lx.size(), ly.size());
+    std::vector<ts::index_t> out(n);
+    for (std::size_t d = 0; d < n; ++d) {
+        const std::size_t dx = d + lx.size(), dy = d + ly.size();  // d - (n - size), kept unsigned
+        const ts::index_t vx = dx >= n ? lx[dx - n] : 1, vy = dy >= n ? ly[dy - n] : 1;
+        if (vx != vy && vx != 1 && vy != 1)
+            throw ts::invalid_argument("gemm: the stacks do not broadcast: --a " + x.path() + " has leading shape " +
+                                       shape_text(lx) + " and --b " + y.path() + " " + shape_text(ly) +
+                                       " (numpy's matmul rules: aligned to the right, each leading dimension equal "
+                                       "or 1 on one side)");
+        out[d] = vx == 1 ? vy : vx;
+    }
+    return out;
+}
+
+/// The matrices of file f for each matrix of a result of leading shape `lead` (C order): f's
+/// leading dimensions aligned to the right, a dimension of 1 repeated.
+template <class T>
+std::vector<const T*> stack_pointers(const ts::npy_array& f, const std::vector<ts::index_t>& lead) {
+    const auto& lf = f.leading_shape();
+    const std::size_t n = lead.size(), off = n - lf.size();
+    const ts::host_batch_view<const T> s = f.template stack_view<T>();
+    // Matrices between consecutive entries of each of f's leading dimensions.
+    std::vector<ts::index_t> step(lf.size(), 1);
+    for (std::size_t d = lf.size(); d-- > 1;) step[d - 1] = step[d] * lf[d];
+    ts::index_t count = 1;
+    for (ts::index_t v : lead) count *= v;
+    std::vector<const T*> out;
+    out.reserve(std::size_t(count));
+    std::vector<ts::index_t> idx(n, 0);
+    for (ts::index_t i = 0; i < count; ++i) {
+        ts::index_t which = 0;
+        for (std::size_t d = off; d < n; ++d)
+            if (lf[d - off] != 1) which += idx[d] * step[d - off];
+        out.push_back(s.data(which));
+        for (std::size_t d = n; d-- > 0;) {
+            if (++idx[d] < lead[d]) break;
+            idx[d] = 0;
+        }
+    }
+    return out;
+}
+
+/// gemm on stacks of matrices (--a/--b/--c files of 3 or more dimensions): numpy's matmul
+/// broadcasting of the leading dimensions, op(A) and op(B) on each matrix, one batched call
+/// (context::gemm_batched), the result a C-ordered .npy of the leading shape + (m, n).
+template <class T>
+int run_gemm_stack(const ts::cli::args& a, ts::dtype type, ts::cli::run_files& files) {
+    for (const char* o : {"m", "n", "k", "layout", "seed"})
+        if (a.has(o)) throw ts::invalid_argument(std::string("gemm: --") + o + " is for random inputs, not with --a/--b");
+    for (const char* o : {"strategy", "tile", "tile-m", "tile-n", "tile-k", "transfer", "peer-tiles", "trace",
+                          "timeline"})
+        if (a.has(o))
+            throw ts::invalid_argument(std::string("gemm: --") + o + " does not apply to stacks of matrices (inputs of 3 "
+                                       "or more dimensions run as one batch, planned per group of matrices)");
+    if (a.flag("anchor"))
+        throw ts::invalid_argument("gemm: --anchor times one product; stacks of matrices (inputs of 3 or more "
+                                   "dimensions) have no anchor");
+    const ts::op op_a = ts::parse_op(a.get_or("op-a", "n"));
+    const ts::op op_b = ts::parse_op(a.get_or("op-b", "n"));
+    const T alpha = a.scalar<T>("alpha", 1.0);
+    const T beta = a.scalar<T>("beta", 0.0);
+    const int repeat = static_cast<int>(a.integer("repeat", 1, 1, 100000));
+    const std::optional<ts::gemm_kernel> kernel = ts::parse_kernel_setting(a.get_or("kernel", "auto"));
+    const ts::math_mode math = ts::parse_math_mode(a.get_or("math", "strict"));
+    if (!a.has("a") || !a.has("b")) throw ts::invalid_argument("gemm: --a and --b go together");
+    if (a.has("c") && beta == T(0))
+        throw ts::invalid_argument("gemm: --c " + *a.get("c") + " is given but --beta is 0 (the default), so C's input "
+                                   "would not be read: give --beta (--beta 1 adds it), or leave out --c");
+    if (!a.has("c") && beta != T(0))
+        throw ts::invalid_argument("gemm: --beta is not 0 but no --c file was given (with --a and --b, C's input "
+                                   "comes from --c)");
+    const ts::npy_array fa = ts::read_npy_stack(*a.get("a")), fb = ts::read_npy_stack(*a.get("b"));
+    refuse_vector(fa, "--a");
+    refuse_vector(fb, "--b");
+    const ts::host_matrix_view<const T> a0 = fa.template view<T>(), b0 = fb.template view<T>();
+    const ts::index_t m = op_a == ts::op::n ? a0.rows() : a0.cols();
+    const ts::index_t k = op_a == ts::op::n ? a0.cols() : a0.rows();
+    const ts::index_t n = op_b == ts::op::n ? b0.cols() : b0.rows();
+    ts::validate_gemm(op_a, op_b, a0.rows(), a0.cols(), b0.rows(), b0.cols(), m, n);
+    const std::vector<ts::index_t> lead = broadcast_leading(fa, fb);
+    ts::index_t count = 1;
+    for (ts::index_t v : lead) count = ts::checked_mul(count, v, "gemm: the stack");
+    std::vector<ts::index_t> out_shape = lead;
+    out_shape.push_back(m);
+    out_shape.push_back(n);
+
+    ts::npy_array fc;
+    std::vector<const T*> c_in;
+    if (a.has("c")) {
+        fc = ts::read_npy_stack(*a.get("c"));
+        refuse_vector(fc, "--c");
+        const auto& lc = fc.leading_shape();
+        bool fits = fc.rows() == m && fc.cols() == n && lc.size() <= lead.size();
+        for (std::size_t d = 0; fits && d < lc.size(); ++d) {
+            const ts::index_t want = lead[d + lead.size() - lc.size()];
+            fits = lc[d] == want || lc[d] == 1;
+        }
+        if (!fits) {
+            std::vector<ts::index_t> c_shape = lc;
+            c_shape.push_back(fc.rows());
+            c_shape.push_back(fc.cols());
+            throw ts::invalid_argument("gemm: --c " + fc.path() + " has shape " + shape_text(c_shape) +
+                                       ", which does not broadcast to the result's " + shape_text(out_shape) +
+                                       " (its matrices must be " + std::to_string(m) + "x" + std::to_string(n) +
+                                       ", its leading dimensions those of the result or 1)");
+        }
+    }
+
+    const std::size_t c_bytes = ts::checked_bytes(ts::checked_mul(count, m, "gemm: C"), n, type, "gemm: C");
+    ts::check_host_memory(c_bytes, "gemm: the result stack " + shape_text(out_shape) + " (in memory)");
+    std::vector<T> c_store(std::size_t(std::max<ts::index_t>(1, count * m * n)));  // never null
+    const auto c_view = ts::host_batch_view<T>::strided(
+        ts::host_matrix_view<T>(c_store.data(), m, n, ts::layout::row_major, std::max<ts::index_t>(1, n)), m * n, count);
+    const std::vector<const T*> a_list = stack_pointers<T>(fa, lead), b_list = stack_pointers<T>(fb, lead);
+    if (a.has("c")) c_in = stack_pointers<T>(fc, lead);
+    const auto av = ts::host_batch_view<const T>::pointers(a0, std::span<const T* const>(a_list));
+    const auto bv = ts::host_batch_view<const T>::pointers(b0, std::span<const T* const>(b_list));
+    const ts::host_matrix_view<const T> c_shape = a.has("c") ? fc.template view<T>() : ts::host_matrix_view<const T>();
+    const auto c0_of = [&](ts::index_t i) {
+        return ts::host_matrix_view<const T>(c_in[std::size_t(i)], m, n, c_shape.layout(), c_shape.ld());
+    };
+
+    ts::context_options co;
+    const ts::open_options oo = ts::cli::device_options(a);
+    co.memory_budget = oo.memory_budget;
+    co.cpu_threads = oo.cpu_threads;
+    co.kernel = kernel;
+    co.math = math;
+    co.cache = ts::parse_cache_mode(a.get_or("cache", "auto"));
+    co.reproducible = ts::cli::parse_on_off("reproducible", a.get_or("reproducible", "off"));
+    if (a.has("rates")) co.rates = ts::parse_rates(*a.get("rates"));
+    ts::context ctx(a.get_or("devices", "cpu"), co);
+    ts::cli::check_budgets(ctx.devices());
+    check_math_mode(math, type, kernel.value_or(ts::gemm_kernel::vendor), ctx);
+
+    std::vector<double> seconds;
+    ts::gemm_report last;
+    for (int r = 0; r < repeat; ++r) {
+        for (ts::index_t i = 0; i < count; ++i) {
+            if (beta == T(0)) {
+                ts::fill_nan(c_view[i]);  // beta = 0 must overwrite whatever C holds
+            } else {
+                const auto from = c0_of(i);
+                const auto to = c_view[i];
+                for (ts::index_t x = 0; x < m; ++x)
+                    for (ts::index_t y = 0; y < n; ++y) to(x, y) = from(x, y);
+            }
+        }
+        last = ctx.gemm_batched<T>(op_a, op_b, alpha, av, bv, beta, c_view);
+        seconds.push_back(last.seconds);
+        ts::cli::as_runtime_failure([&] {
+            fa.check_unchanged();
+            fb.check_unchanged();
+            fc.check_unchanged();
+        });
+    }
+    const double secs = median(seconds);
+    const double flops = double(ts::dtype_traits(type).flops_per_multiply_add) * double(count) * double(m) *
+                         double(n) * double(k);
+    const double gflops = flops > 0 && secs > 0 ? flops / secs * 1e-9 : 0.0;
+    if (a.flag("explain")) std::fprintf(stderr, "%s", ctx.explain(last.plan).c_str());
+
+    // --check: every product against the reference; the worst one is reported.
+    std::optional<ts::gemm_check_result> check;
+    bool ok = true;
+    if (a.flag("check"))
+        for (ts::index_t i = 0; i < count; ++i) {
+            const ts::host_matrix_view<const T> ci = c_view[i];
+            const auto r = ts::check_gemm<T>(op_a, op_b, alpha, av[i], bv[i], beta, beta != T(0) ? c0_of(i) : ci, ci,
+                                             math);
+            if (!check || (ok && (!r.passed() || r.error > check->error))) check = r;
+            ok = ok && r.passed();
+        }
+    if (ok && files.has("--out")) {
+        const ts::host_batch_view<const T> result = c_view;
+        files.write("--out", [&lead, result](ts::detail::output_file& f) { ts::detail::write_npy_stack_to<T>(f, lead, result); });
+    }
+
+    std::FILE* out = files.report();
+    const std::string devs = ctx.device_names();
+    if (a.flag("json")) {
+        using ts::detail::json;
+        json o = {{"batch", count}, {"leading_shape", lead}, {"m", m}, {"n", n}, {"k", k},
+                  {"dtype", std::string(ts::to_string(type))}, {"kernel", std::string(ts::to_string(last.plan.kernel))},
+                  {"math", std::string(ts::to_string(math))}, {"devices", devs},
+                  {"op_a", std::string(ts::to_string(op_a))}, {"op_b", std::string(ts::to_string(op_b))},
+                  {"alpha", ts::as_scalar(alpha).real()}, {"beta", ts::as_scalar(beta).real()}, {"repeat", repeat},
+                  {"seconds", secs}, {"gflops", gflops}, {"strategy", std::string(ts::to_string(last.plan.strategy))},
+                  {"batch_group", last.plan.batch_group}, {"bytes_h2d", last.bytes_h2d}, {"bytes_d2h", last.bytes_d2h},
+                  {"peak_device_bytes", last.peak_device_bytes}, {"peak_rss_bytes", peak_rss_bytes()}};
+        if constexpr (ts::is_complex_v<T>)
+            o["alpha_imag"] = alpha.imag(), o["beta_imag"] = beta.imag();
+        if (check) {
+            o["rel_error"] = check->error, o["tolerance"] = check->tolerance, o["check_passed"] = ok;
+            o["check_method"] = std::string(ts::to_string(check->method));
+        }
+        json written = json::array();
+        if (ok && a.has("out")) written.push_back(*a.get("out"));
+        o["files_written"] = written;
+        std::fprintf(out, "%s\n", ts::detail::json_line(o).c_str());
+    } else {
+        std::fprintf(out, "gemm batch %s of %lldx%lldx%lld %s op(A)=%s op(B)=%s kernel=%s strategy=%s on %s: %.4f s "
+                          "(median of %d), %.1f GFLOP/s\n",
+                     shape_text(lead).c_str(), (long long)m, (long long)n, (long long)k,
+                     std::string(ts::to_string(type)).c_str(), std::string(ts::to_string(op_a)).c_str(),
+                     std::string(ts::to_string(op_b)).c_str(), std::string(ts::to_string(last.plan.kernel)).c_str(),
+                     std::string(ts::to_string(last.plan.strategy)).c_str(), devs.c_str(), secs, repeat, gflops);
+        if (check) std::fprintf(out, "check: %s (the %s product of %lld)\n", check->summary().c_str(),
+                                ok ? "worst" : "first failing", (long long)count);
+        if (a.has("out")) std::fprintf(out, ok ? "wrote %s\n" : "not written (the check failed): %s\n", a.get("out")->c_str());
+    }
+    files.commit();
+    return ok ? 0 : exit_check_failed;
+}
+
 int cmd_gemm(int argc, char** argv) {
     ts::cli::args a("gemm", "C <- alpha op(A) op(B) + beta C on one or more devices.");
     declare_gemm_options(a);
@@ -722,16 +952,19 @@ int cmd_gemm(int argc, char** argv) {
     if (auto p = a.get("trace")) files.output("--trace", *p, ts::cli::file_format::json);
     if (auto p = a.get("timeline")) files.output("--timeline", *p, ts::cli::file_format::svg);
     ts::dtype type = ts::parse_dtype(a.get_or("dtype", "f32"));
+    bool stacked = false;  // an input of 3 or more dimensions: a stack of matrices
     if (a.has("a")) {
         // The dtype comes from the files and must match across them.
         if (!a.has("b")) throw ts::invalid_argument("gemm: --a and --b go together");
-        const auto fa = ts::read_npy(*a.get("a"));
-        const auto fb = ts::read_npy(*a.get("b"));
+        const auto fa = ts::read_npy_stack(*a.get("a"));
+        const auto fb = ts::read_npy_stack(*a.get("b"));
+        stacked = fa.ndim() > 2 || fb.ndim() > 2;
         if (fa.type() != fb.type())
             throw ts::invalid_argument("gemm: dtypes differ: " + fa.path() + " is " + std::string(ts::to_string(fa.type())) +
                                        ", " + fb.path() + " is " + std::string(ts::to_string(fb.type())));
         if (a.has("c")) {
-            const auto fc = ts::read_npy(*a.get("c"));
+            const auto fc = ts::read_npy_stack(*a.get("c"));
+            stacked = stacked || fc.ndim() > 2;
             if (fc.type() != fa.type())
                 throw ts::invalid_argument("gemm: dtypes differ: " + fa.path() + " is " + std::string(ts::to_string(fa.type())) +
                                            ", " + fc.path() + " is " + std::string(ts::to_string(fc.type())));
@@ -741,7 +974,7 @@ int cmd_gemm(int argc, char** argv) {
                                        std::string(ts::to_string(fa.type())));
         type = fa.type();
     }
-    return ts::visit_dtype(type, [&]<class T>() { return run_gemm<T>(a, type, files); });
+    return ts::visit_dtype(type, [&]<class T>() { return stacked ? run_gemm_stack<T>(a, type, files) : run_gemm<T>(a, type, files); });
 }
 
 /// Prints an error message with the bytes that would steer a terminal (escape sequences from a

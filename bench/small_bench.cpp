@@ -114,7 +114,7 @@ ts::detail::json batched(ts::context& ctx, ts::index_t count, ts::index_t n, int
 int main(int argc, char** argv) {
     ts::bench::arguments args(argc, argv,
                               "usage: small_bench [--out F] [--git-hash H] [--devices cpu] [--max-n 4096] [--reps 51] "
-                              "[--dtypes f32,f64] [--batch 10000] [--batch-sizes 4,16,64]");
+                              "[--dtypes f32,f64] [--batch 10000] [--small-batch 10] [--batch-sizes 4,16,64]");
     const std::string out = args.get("out", "");
     const std::string hash = args.get("git-hash", "unknown");
     const std::string devices = args.get("devices", "cpu");
@@ -122,6 +122,8 @@ int main(int argc, char** argv) {
     const int most_reps = int(args.number("reps", 51));
     const auto dtypes = ts::bench::split(args.get("dtypes", "f32,f64"), ',');
     const ts::index_t batch = args.number("batch", 10000);
+    // A short stack too (a few products: the batched call's fixed cost shows there); 0: none.
+    const ts::index_t small_batch = args.number("small-batch", 10);
     const auto batch_sizes = ts::bench::split(args.get("batch-sizes", "4,16,64"), ',');
     if (!args.finish()) return 2;
 
@@ -148,8 +150,11 @@ int main(int argc, char** argv) {
             const ts::index_t n = std::stoll(nb);
             // No goal against the C loop (the goal, 1.5x, is against numpy's matmul): recorded.
             bool ignored = true;
-            if (d == "f32") stacks.push_back(batched<float>(ctx, batch, n, most_reps, 0.0, ignored));
-            else stacks.push_back(batched<double>(ctx, batch, n, most_reps, 0.0, ignored));
+            for (const ts::index_t count : {batch, small_batch}) {
+                if (count <= 0) continue;
+                if (d == "f32") stacks.push_back(batched<float>(ctx, count, n, most_reps, 0.0, ignored));
+                else stacks.push_back(batched<double>(ctx, count, n, most_reps, 0.0, ignored));
+            }
         }
     auto result = header.json();
     result["conditions"] = "alternating runs (ours, anchor, anchor, ours, ...), medians, after one warm-up of each";

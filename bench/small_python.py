@@ -63,6 +63,8 @@ def main():
     p.add_argument("--dtypes", default="f32,f64")
     p.add_argument("--batch", type=int, default=10000)
     p.add_argument("--batch-sizes", default="4,16,64")
+    p.add_argument("--small-batch", type=int, default=10,
+                   help="also stacks of this many matrices (the per-stack fixed cost; goal: near numpy's), 0: none")
     args = p.parse_args()
     rng = np.random.default_rng(27)
     shapes = []
@@ -89,17 +91,23 @@ def main():
             calls.append({"dtype": name, "m": m, "n": n, "k": k, "reps": reps, "seconds": ours, "numpy_seconds": anchor,
                           "fixed_cost_us": (ours - anchor) * 1e6, "ratio": ratio, "goal": 0.90, "met": ok})
         for s in (int(x) for x in args.batch_sizes.split(",")):
-            a = rng.standard_normal((args.batch, s, s)).astype(dt)
-            b = rng.standard_normal((args.batch, s, s)).astype(dt)
-            reps = reps_for(2.0 * args.batch * s ** 3, args.reps)
-            ours, anchor = alternate(reps, lambda: tilestream.matmul(a, b), lambda: np.matmul(a, b))
-            ratio = anchor / ours if ours > 0 else 0.0
-            ok = ratio >= 1.5
-            met = met and ok
-            print(f"  {name} batch {args.batch} of {s}x{s}  ours {ours * 1e6:10.1f} us  np.matmul {anchor * 1e6:10.1f} us  "
-                  f"ratio {ratio:.3f} (goal 1.5){'' if ok else '  NOT MET'}")
-            stacks.append({"dtype": name, "count": args.batch, "n": s, "reps": reps, "seconds": ours,
-                           "numpy_matmul_seconds": anchor, "ratio": ratio, "goal": 1.5, "met": ok})
+            for count in (args.batch, args.small_batch):
+                if count <= 0:
+                    continue
+                a = rng.standard_normal((count, s, s)).astype(dt)
+                b = rng.standard_normal((count, s, s)).astype(dt)
+                reps = reps_for(2.0 * count * s ** 3, args.reps)
+                ours, anchor = alternate(reps, lambda: tilestream.matmul(a, b), lambda: np.matmul(a, b))
+                ratio = anchor / ours if ours > 0 else 0.0
+                # The goal (1.5x numpy) is for stacks of 10,000; a short stack is recorded
+                # beside numpy (its fixed cost per stack) with no goal.
+                goal = 1.5 if count == args.batch else None
+                ok = goal is None or ratio >= goal
+                met = met and ok
+                print(f"  {name} batch {count} of {s}x{s}  ours {ours * 1e6:10.1f} us  np.matmul {anchor * 1e6:10.1f} us  "
+                      f"ratio {ratio:.3f} (goal {goal if goal else 'none'}){'' if ok else '  NOT MET'}")
+                stacks.append({"dtype": name, "count": count, "n": s, "reps": reps, "seconds": ours,
+                               "numpy_matmul_seconds": anchor, "ratio": ratio, "goal": goal, "met": ok})
     git = args.git_hash or subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True,
                                           text=True).stdout.strip()
     model, isa = cpu_fields()

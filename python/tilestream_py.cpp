@@ -473,6 +473,34 @@ struct raw_operand {
     ts::index_t rows = 0, cols = 0, ld = 1;
     ts::layout lay = ts::layout::row_major;
 };
+/// The last two axes of x (nd >= 2) as a BLAS matrix operand: its layout and leading dimension.
+bool raw_stack_matrix(PyArrayObject* x, raw_operand& out) {
+    const int nd = PyArray_NDIM(x);
+    if (!PyArray_ISALIGNED(x)) return false;
+    const npy_intp es = PyArray_ITEMSIZE(x);
+    const npy_intp rows = PyArray_DIM(x, nd - 2), cols = PyArray_DIM(x, nd - 1);
+    const npy_intp s0 = PyArray_STRIDE(x, nd - 2), s1 = PyArray_STRIDE(x, nd - 1);
+    out.data = PyArray_DATA(x);
+    out.rows = rows, out.cols = cols;
+    if (rows == 0 || cols == 0) {
+        out.ld = std::max<npy_intp>(cols, 1);
+        return true;
+    }
+    if (s0 % es != 0 || s1 % es != 0) return false;
+    const npy_intp e0 = s0 / es, e1 = s1 / es;
+    if ((cols == 1 || e1 == 1) && (rows == 1 || e0 >= cols)) {
+        out.lay = ts::layout::row_major;
+        out.ld = rows == 1 ? cols : e0;
+        return true;
+    }
+    if ((rows == 1 || e0 == 1) && (cols == 1 || e1 >= rows)) {
+        out.lay = ts::layout::col_major;
+        out.ld = cols == 1 ? rows : e1;
+        return true;
+    }
+    return false;
+}
+
 bool raw_blas_operand(PyArrayObject* x, bool vector_as_row, raw_operand& out) {
     if (!PyArray_ISALIGNED(x)) return false;
     const npy_intp es = PyArray_ITEMSIZE(x);
@@ -490,26 +518,7 @@ bool raw_blas_operand(PyArrayObject* x, bool vector_as_row, raw_operand& out) {
         }
         return true;
     }
-    const npy_intp rows = PyArray_DIM(x, 0), cols = PyArray_DIM(x, 1);
-    out.rows = rows, out.cols = cols;
-    if (rows == 0 || cols == 0) {
-        out.ld = std::max<npy_intp>(cols, 1);
-        return true;
-    }
-    const npy_intp s0 = PyArray_STRIDE(x, 0), s1 = PyArray_STRIDE(x, 1);
-    if (s0 % es != 0 || s1 % es != 0) return false;
-    const npy_intp e0 = s0 / es, e1 = s1 / es;
-    if ((cols == 1 || e1 == 1) && (rows == 1 || e0 >= cols)) {
-        out.lay = ts::layout::row_major;
-        out.ld = rows == 1 ? cols : e0;
-        return true;
-    }
-    if ((rows == 1 || e0 == 1) && (cols == 1 || e1 >= rows)) {
-        out.lay = ts::layout::col_major;
-        out.ld = cols == 1 ? rows : e1;
-        return true;
-    }
-    return false;
+    return raw_stack_matrix(x, out);
 }
 
 template <class T>
@@ -539,6 +548,92 @@ PyObject* direct_matmul(ts::context& ctx, PyArrayObject* a, PyArrayObject* b, in
     return result;
 }
 
+/// The step, in elements, between consecutive matrices of x over the result's leading axes `lead`
+/// (numpy's broadcasting: x's leading axes aligned to the right, 0 along an axis x broadcasts),
+/// when one step describes them all; false otherwise (the general path takes the stack then).
+bool stack_step(PyArrayObject* x, const npy_intp* lead, int nlead, ts::index_t& step) {
+    const int xl = PyArray_NDIM(x) - 2;
+    const npy_intp es = PyArray_ITEMSIZE(x);
+    bool have = false;
+    npy_intp covered = 1, st = 0;
+    for (int d = nlead - 1; d >= 0; --d) {
+        if (lead[d] == 1) continue;
+        const int xd = d - (nlead - xl);
+        npy_intp s = 0;
+        if (xd >= 0 && PyArray_DIM(x, xd) != 1) {
+            if (PyArray_STRIDE(x, xd) % es != 0) return false;
+            s = PyArray_STRIDE(x, xd) / es;
+        }
+        if (!have) {
+            st = s;
+            covered = lead[d];
+            have = true;
+        } else if (s != st * covered) {
+            return false;
+        } else {
+            covered *= lead[d];
+        }
+    }
+    if (st < 0) return false;
+    step = ts::index_t(st);
+    return true;
+}
+
+/// A stack product on this thread's call (context::gemm_batched, which runs small stacks on this
+/// thread and larger ones on the devices): the result array, or None when the general path must
+/// take it (shapes that do not broadcast or have no element, operands that are no strided stack,
+/// work long enough that Ctrl-C and progress need the general path's waiting loop).
+template <class T>
+PyObject* direct_matmul_stack(ts::context& ctx, PyArrayObject* a, PyArrayObject* b, int type_num) {
+    raw_operand ra, rb;
+    if (!ctx.computes_in_place()) Py_RETURN_NONE;  // staged devices: the general path, with its waiting loop
+    if (!raw_stack_matrix(a, ra) || !raw_stack_matrix(b, rb) || ra.cols != rb.rows) Py_RETURN_NONE;
+    const int nda = PyArray_NDIM(a), ndb = PyArray_NDIM(b);
+    const int nlead = std::max(nda, ndb) - 2;
+    if (nlead > NPY_MAXDIMS - 2) Py_RETURN_NONE;
+    npy_intp dims[NPY_MAXDIMS];
+    ts::index_t count = 1;
+    for (int d = 0; d < nlead; ++d) {
+        const int da = d - (nlead - (nda - 2)), db = d - (nlead - (ndb - 2));
+        const npy_intp la = da >= 0 ? PyArray_DIM(a, da) : 1, lb = db >= 0 ? PyArray_DIM(b, db) : 1;
+        if (la != lb && la != 1 && lb != 1) Py_RETURN_NONE;  // numpy's error comes from the general path
+        dims[d] = std::max(la, lb);
+        count *= ts::index_t(dims[d]);
+    }
+    const ts::index_t m = ra.rows, n = rb.cols, k = ra.cols;
+    if (count == 0 || m == 0 || n == 0 || k == 0) Py_RETURN_NONE;
+    const double flops = double(ts::dtype_traits(ts::dtype_of<T>()).flops_per_multiply_add) * double(count) *
+                         double(m) * double(n) * double(k);
+    if (flops > 5e7) Py_RETURN_NONE;
+    ts::index_t step_a = 0, step_b = 0;
+    if (!stack_step(a, dims, nlead, step_a) || !stack_step(b, dims, nlead, step_b)) Py_RETURN_NONE;
+    dims[nlead] = m;
+    dims[nlead + 1] = n;
+    PyObject* result = PyArray_EMPTY(nlead + 2, dims, type_num, 0);
+    if (result == nullptr) return nullptr;
+    const auto av = ts::host_batch_view<const T>::strided(
+        ts::host_matrix_view<const T>(static_cast<const T*>(ra.data), m, k, ra.lay, ra.ld), step_a, count);
+    const auto bv = ts::host_batch_view<const T>::strided(
+        ts::host_matrix_view<const T>(static_cast<const T*>(rb.data), k, n, rb.lay, rb.ld), step_b, count);
+    const auto cv = ts::host_batch_view<T>::strided(
+        ts::host_matrix_view<T>(static_cast<T*>(PyArray_DATA(reinterpret_cast<PyArrayObject*>(result))), m, n,
+                                ts::layout::row_major, n),
+        m * n, count);
+    try {
+        if (flops < 2e5) {
+            ctx.gemm_batched<T>(ts::op::n, ts::op::n, T(1), av, bv, T(0), cv);
+        } else {
+            py::gil_scoped_release release;
+            const in_flight counted;
+            ctx.gemm_batched<T>(ts::op::n, ts::op::n, T(1), av, bv, T(0), cv);
+        }
+    } catch (...) {
+        Py_DECREF(result);
+        throw;
+    }
+    return result;
+}
+
 /// tilestream._tilestream.matmul_direct(capsule, a, b): a @ b computed on this thread when both are
 /// float32 or both float64 ndarrays (1-D or 2-D) that are BLAS operands as they lie and the
 /// context runs the shape on its direct path; None otherwise (the Python layer then takes its
@@ -551,9 +646,24 @@ PyObject* matmul_direct(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     auto* a = reinterpret_cast<PyArrayObject*>(args[1]);
     auto* b = reinterpret_cast<PyArrayObject*>(args[2]);
     const int nda = PyArray_NDIM(a), ndb = PyArray_NDIM(b);
-    if (nda < 1 || nda > 2 || ndb < 1 || ndb > 2 || (nda == 1 && ndb == 1)) Py_RETURN_NONE;
     const int ta = PyArray_TYPE(a);
-    if (ta != PyArray_TYPE(b) || (ta != NPY_FLOAT64 && ta != NPY_FLOAT32)) Py_RETURN_NONE;
+    if (ta != PyArray_TYPE(b)) Py_RETURN_NONE;
+    if (nda >= 2 && ndb >= 2 && (nda > 2 || ndb > 2)) {
+        // Stacks of matrices, every precision: one batched call.
+        try {
+            switch (ta) {
+                case NPY_FLOAT32: return direct_matmul_stack<float>(*ctx, a, b, ta);
+                case NPY_FLOAT64: return direct_matmul_stack<double>(*ctx, a, b, ta);
+                case NPY_COMPLEX64: return direct_matmul_stack<std::complex<float>>(*ctx, a, b, ta);
+                case NPY_COMPLEX128: return direct_matmul_stack<std::complex<double>>(*ctx, a, b, ta);
+                default: Py_RETURN_NONE;
+            }
+        } catch (...) {
+            Py_RETURN_NONE;  // the general path raises the same error with the module's translation
+        }
+    }
+    if (nda < 1 || nda > 2 || ndb < 1 || ndb > 2 || (nda == 1 && ndb == 1)) Py_RETURN_NONE;
+    if (ta != NPY_FLOAT64 && ta != NPY_FLOAT32) Py_RETURN_NONE;
     try {
         return ta == NPY_FLOAT64 ? direct_matmul<double>(*ctx, a, b, ta) : direct_matmul<float>(*ctx, a, b, ta);
     } catch (...) {

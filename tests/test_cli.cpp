@@ -6,7 +6,9 @@
 #include <tilestream/npy.hpp>
 #include <tilestream/verify.hpp>
 
+#include <filesystem>
 #include <fstream>
+#include <vector>
 
 namespace tilestream {
 namespace {
@@ -186,6 +188,142 @@ TEST(cli, HelpForEveryCommandAndSuggestions) {
     EXPECT_EQ(r.exit_code, 0) << r.out;
     EXPECT_NE(r.out.find("\"k\": 7"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("\"alpha\": -2"), std::string::npos) << r.out;
+}
+
+
+// ---- stacks of matrices: .npy inputs of 3 or more dimensions (issue 27) ----
+
+/// A stack file of `count` random matrices rows x cols (C order) with leading shape `lead`;
+/// returns the values.
+template <class T>
+std::vector<T> write_stack(const std::string& path, const std::vector<index_t>& lead, index_t rows, index_t cols,
+                           std::uint64_t seed) {
+    index_t count = 1;
+    for (index_t d : lead) count *= d;
+    std::vector<T> v(std::size_t(std::max<index_t>(1, count * rows * cols)));
+    fill_random(host_matrix_view<T>(v.data(), std::max<index_t>(1, count * rows), cols), seed);
+    write_npy_stack<T>(path, lead, host_batch_view<const T>::strided(host_matrix_view<const T>(v.data(), rows, cols),
+                                                                      rows * cols, count));
+    return v;
+}
+
+// Each case: the leading shapes of A and B, op(A), a 2-D A stored column-major, whether C is given.
+struct stack_case {
+    std::vector<index_t> lead_a, lead_b, lead_out;
+    bool trans_a;
+    bool with_c;
+};
+
+TEST(cli_stacks, StacksBroadcastAsNumpysMatmulAndEveryProductMatchesTheReference) {
+    const index_t m = 5, n = 3, k = 7;
+    const stack_case cases[] = {
+        {{3}, {3}, {3}, false, false},             // (b, m, k) @ (b, k, n)
+        {{2, 1}, {3}, {2, 3}, true, false},        // leading axes broadcast both ways; op(A) = A^T
+        {{}, {4}, {4}, false, true},               // a 2-D A for every product, C added (beta)
+        {{2, 3}, {1}, {2, 3}, false, true},
+    };
+    for (dtype type : all_dtypes)
+        visit_dtype(type, [&]<class T>() {
+            for (const stack_case& sc : cases) {
+                SCOPED_TRACE(std::string(to_string(type)) + " case " + std::to_string(&sc - cases));
+                temp_dir dir;
+                const index_t ar = sc.trans_a ? k : m, ac = sc.trans_a ? m : k;
+                std::vector<T> av, bv = write_stack<T>(dir.file("b.npy"), sc.lead_b, k, n, 2);
+                host_matrix<T> a2(ar, ac, layout::col_major);
+                if (sc.lead_a.empty()) {
+                    fill_random(a2.view(), 1);
+                    write_npy<T>(dir.file("a.npy"), a2.view());
+                } else {
+                    av = write_stack<T>(dir.file("a.npy"), sc.lead_a, ar, ac, 1);
+                }
+                host_matrix<T> c2(m, n);
+                fill_random(c2.view(), 3);
+                std::string args = "gemm --a " + dir.file("a.npy") + " --b " + dir.file("b.npy") + " --check --out " +
+                                   dir.file("out.npy") + (sc.trans_a ? " --op-a t" : "");
+                const T alpha = T(1.5), beta = sc.with_c ? T(-0.5) : T(0);
+                args += " --alpha 1.5";
+                if (sc.with_c) {
+                    write_npy<T>(dir.file("c.npy"), c2.view());
+                    args += " --c " + dir.file("c.npy") + " --beta -0.5";
+                }
+                const auto r = run_cli(args);
+                ASSERT_EQ(r.exit_code, 0) << args << "\n" << r.out;
+                EXPECT_NE(r.out.find("gemm batch"), std::string::npos) << r.out;
+                const npy_array out = read_npy_stack(dir.file("out.npy"));
+                ASSERT_EQ(out.leading_shape(), sc.lead_out);
+                ASSERT_EQ(out.rows(), m);
+                ASSERT_EQ(out.cols(), n);
+                ASSERT_EQ(out.type(), type);
+                // Product i's A and B by numpy's rules: leading axes aligned right, 1 repeated.
+                const auto matrix_of = [&](const std::vector<index_t>& lead, index_t i) {
+                    std::vector<index_t> idx(sc.lead_out.size());
+                    for (std::size_t d = sc.lead_out.size(); d-- > 0;) {
+                        idx[d] = i % sc.lead_out[d];
+                        i /= sc.lead_out[d];
+                    }
+                    index_t which = 0;
+                    const std::size_t off = sc.lead_out.size() - lead.size();
+                    for (std::size_t d = 0; d < lead.size(); ++d) which = which * lead[d] + (lead[d] == 1 ? 0 : idx[d + off]);
+                    return which;
+                };
+                const auto result = out.stack_view<T>();
+                for (index_t i = 0; i < result.count(); ++i) {
+                    const host_matrix_view<const T> ai =
+                        sc.lead_a.empty() ? host_matrix_view<const T>(a2.view())
+                                          : host_matrix_view<const T>(av.data() + matrix_of(sc.lead_a, i) * ar * ac, ar, ac);
+                    const host_matrix_view<const T> bi(bv.data() + matrix_of(sc.lead_b, i) * k * n, k, n);
+                    const auto chk = check_gemm<T>(sc.trans_a ? op::t : op::n, op::n, alpha, ai, bi, beta, c2.view(),
+                                                   result[i]);
+                    EXPECT_TRUE(chk.passed()) << "product " << i << ": " << chk.summary();
+                }
+            }
+        });
+}
+
+TEST(cli_stacks, ShapesThatDoNotBroadcastAreClearErrorsAndWriteNothing) {
+    temp_dir dir;
+    write_stack<float>(dir.file("a2.npy"), {2}, 4, 3, 1);
+    write_stack<float>(dir.file("b3.npy"), {3}, 3, 5, 2);
+    write_stack<float>(dir.file("b2.npy"), {2}, 4, 5, 3);  // inner dimension 4, A's is 3
+    write_stack<float>(dir.file("c.npy"), {3}, 4, 5, 4);
+    write_stack<double>(dir.file("bd.npy"), {2}, 3, 5, 5);
+    // A Fortran-ordered stack: the header says so (its matrices are not contiguous).
+    write_stack<float>(dir.file("f.npy"), {2}, 4, 3, 6);
+    {
+        std::ifstream in(dir.file("f.npy"), std::ios::binary);
+        std::string bytes((std::istreambuf_iterator<char>(in)), {});
+        const auto at = bytes.find("'fortran_order': False");
+        ASSERT_NE(at, std::string::npos);
+        bytes.replace(at, 22, "'fortran_order': True ");
+        std::ofstream(dir.file("f.npy"), std::ios::binary) << bytes;
+    }
+    const std::string out = " --out " + dir.file("out.npy");
+    const std::string a = " --a " + dir.file("a2.npy");
+    expect_usage_error("gemm" + a + " --b " + dir.file("b3.npy") + out, "the stacks do not broadcast");
+    expect_usage_error("gemm" + a + " --b " + dir.file("b3.npy") + out, "leading shape (2,)");
+    expect_usage_error("gemm" + a + " --b " + dir.file("b2.npy") + out, "inner dimensions differ");
+    write_stack<float>(dir.file("b.npy"), {2}, 3, 5, 7);
+    expect_usage_error("gemm" + a + " --b " + dir.file("b.npy") + " --c " + dir.file("c.npy") + " --beta 1" + out,
+                       "does not broadcast to the result's (2, 4, 5)");
+    expect_usage_error("gemm" + a + " --b " + dir.file("bd.npy") + out, "dtypes differ");
+    expect_usage_error("gemm --a " + dir.file("f.npy") + " --b " + dir.file("b.npy") + out, "Fortran-ordered");
+    expect_usage_error("gemm" + a + " --b " + dir.file("b.npy") + " --strategy tiles-3d" + out,
+                       "does not apply to stacks");
+    // Other commands still take 2-D files only, and say so.
+    expect_usage_error("syrk --a " + dir.file("a2.npy") + out, "stacks of matrices");
+    EXPECT_FALSE(std::filesystem::exists(dir.file("out.npy")));
+    // A good run next to them works, and an empty stack (a zero leading dimension) is numpy's empty result.
+    ASSERT_EQ(run_cli("gemm" + a + " --b " + dir.file("b.npy") + out).exit_code, 0);
+    write_stack<float>(dir.file("a0.npy"), {0}, 4, 3, 8);
+    const auto r = run_cli("gemm --a " + dir.file("a0.npy") + " --b " + dir.file("b.npy") + " --out " + dir.file("e.npy"));
+    ASSERT_EQ(r.exit_code, 2) << r.out;  // (0,) and (2,) do not broadcast
+    write_stack<float>(dir.file("b1.npy"), {1}, 3, 5, 9);
+    const auto r0 = run_cli("gemm --a " + dir.file("a0.npy") + " --b " + dir.file("b1.npy") + " --out " + dir.file("e.npy"));
+    ASSERT_EQ(r0.exit_code, 0) << r0.out;
+    const npy_array e = read_npy_stack(dir.file("e.npy"));
+    EXPECT_EQ(e.leading_shape(), std::vector<index_t>{0});
+    EXPECT_EQ(e.rows(), 4);
+    EXPECT_EQ(e.cols(), 5);
 }
 
 }  // namespace

@@ -301,7 +301,9 @@ TEST(ComplexGemm, TiledRowsAreBitwiseEqualInEverySubProblem) {
                         int threads;
                     };
                     for (const part& q : {part{0, m, 0, n, true, 3}, part{5, 18, 0, n, false, 3},
-                                          part{1, 2, 3, 40, true, 1}, part{13, 50, 11, 30, true, 3}}) {
+                                          part{1, 2, 3, 40, true, 1}, part{13, 50, 11, 30, true, 3},
+                                          // small sub-problems: the small-product kernel (gemm_small_1m)
+                                          part{3, 6, 2, 6, false, 1}, part{50, 53, 38, 41, true, 3}}) {
                         const index_t rows = q.r1 - q.r0, cols = q.c1 - q.c0;
                         stored<T> sub(rows, cols, lc, 0, T());
                         for (index_t i = 0; i < rows; ++i)

@@ -315,7 +315,10 @@ TEST_P(CpuIsaGemm, RowsAreBitwiseEqualInEverySubProblem) {
         };
         const part parts[] = {{0, m, 0, n, 3, true, layout::row_major},  {5, 18, 0, n, 2, false, layout::row_major},
                               {1, 2, 3, 80, 1, true, layout::row_major},  {40, 97, 7, 8, 2, true, layout::row_major},
-                              {13, 61, 11, 50, 3, false, layout::col_major}, {0, m, 0, n, 2, false, layout::col_major}};
+                              {13, 61, 11, 50, 3, false, layout::col_major}, {0, m, 0, n, 2, false, layout::col_major},
+                              // Small sub-problems: the small-product kernel, no packed A (gemm_small).
+                              {2, 9, 4, 8, 1, false, layout::row_major},     {2, 9, 4, 8, 2, true, layout::col_major},
+                              {90, 97, 80, 83, 1, false, layout::row_major}};
         for (const part& q : parts) {
             SCOPED_TRACE("rows [" + std::to_string(q.r0) + "," + std::to_string(q.r1) + ") cols [" +
                          std::to_string(q.c0) + "," + std::to_string(q.c1) + ") threads " + std::to_string(q.threads));

@@ -4,6 +4,7 @@
 // names the tile counts).
 #include "test_support.hpp"
 
+#include <tilestream/context.hpp>
 #include <tilestream/devices.hpp>
 #include <tilestream/error.hpp>
 #include <tilestream/gemm.hpp>
@@ -153,6 +154,61 @@ INSTANTIATE_TEST_SUITE_P(opencl_complex, reproducible_gemm_opencl,
                          ::testing::Combine(::testing::Values(gemm_kernel::naive, gemm_kernel::tiled),
                                             ::testing::Values(dtype::c32, dtype::c64), ::testing::Values(3)),
                          reproducible_name);
+
+// Reproducible mode promises the same bits whatever C's layout, as whatever the device count: the
+// same values of A, B and C with C stored row-major and column-major, through a context (the direct
+// path and the engine, one and three CPU devices), every precision, complex scalars, conjugates.
+// The 1m complex kernel once computed a column-major C as C^T, which reversed the order of the two
+// products of each imaginary part (issue 25).
+TEST(reproducible_layouts, ResultsDoNotDependOnTheLayoutOfC) {
+    for (dtype type : all_dtypes)
+        visit_dtype(type, [&]<class T>() {
+            const index_t kb = reproducible_k_block(type);
+            for (const index_t m : {index_t(5), index_t(37)}) {
+                const index_t n = m == 5 ? 3 : 29, k = 2 * kb + 13;
+                host_matrix<T> a(k, m, layout::row_major), b(k, n, layout::col_major), c0(m, n);
+                fill_random(a.view(), 71);
+                fill_random(b.view(), 72);
+                fill_random(c0.view(), 73);
+                const T alpha = scalar_as<T>({0.625, -0.375});
+                for (const T beta : {scalar_as<T>({-1.5, 0.25}), T(0)}) {
+                    std::vector<T> first;
+                    for (const char* spec : {"cpu", "cpu:3"}) {
+                        context_options o;
+                        o.reproducible = true;
+                        context ctx(spec, o);
+                        for (layout lc : {layout::row_major, layout::col_major}) {
+                            SCOPED_TRACE(std::string(to_string(type)) + " " + std::to_string(m) + "x" +
+                                         std::to_string(n) + "x" + std::to_string(k) + " beta " +
+                                         (beta == T(0) ? "0" : "complex") + " on " + spec + ", C " +
+                                         std::string(to_string(lc)));
+                            host_matrix<T> c(m, n, lc);
+                            if (beta == T(0))
+                                fill_nan(c.view());
+                            else
+                                for (index_t i = 0; i < m; ++i)
+                                    for (index_t j = 0; j < n; ++j) c(i, j) = c0(i, j);
+                            ctx.gemm<T>(op::c, op::n, alpha, a.view(), b.view(), beta, c.view());
+                            const double err = gemm_relative_error<T>(op::c, op::n, alpha, a.view(), b.view(), beta,
+                                                                      c0.view(), c.view());
+                            ASSERT_LE(err, gemm_tolerance(type, k));
+                            std::vector<T> got;
+                            for (index_t i = 0; i < m; ++i)
+                                for (index_t j = 0; j < n; ++j) got.push_back(c(i, j));
+                            if (first.empty()) {
+                                first = got;
+                                continue;
+                            }
+                            index_t differ = 0;
+                            for (std::size_t e = 0; e < got.size(); ++e)
+                                differ += std::memcmp(&got[e], &first[e], sizeof(T)) != 0;
+                            EXPECT_EQ(differ, 0) << "elements with other bits than the first run's (cpu, row-major C)";
+                        }
+                    }
+                }
+            }
+        });
+}
 
 TEST(reproducible_plan, TileKIsRoundedUpToTheKBlockAndExplainSaysSo) {
     gemm_problem q;

@@ -3,11 +3,13 @@
 // (atomically: a temporary file renamed into place).
 #pragma once
 
+#include <tilestream/batch.hpp>
 #include <tilestream/matrix.hpp>
 #include <tilestream/types.hpp>
 
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace tilestream {
 
@@ -18,21 +20,30 @@ class output_file;
 }
 
 /// A 2-D array read from a .npy file. C order is row-major, Fortran order column-major.
-/// A 1-D array of length n reads as n x 1.
+/// A 1-D array of length n reads as n x 1. read_npy_stack also reads arrays of 3 or more
+/// dimensions (C order), stacks of matrices: rows() and cols() are then the last two dimensions.
 class npy_array {
 public:
     dtype type() const { return type_; }
     index_t rows() const { return rows_; }
     index_t cols() const { return cols_; }
     tilestream::layout layout() const { return layout_; }
-    /// Dimensions of the array in the file: 2, or 1 for a vector (read as a column).
+    /// Dimensions of the array in the file: 2, or 1 for a vector (read as a column); 3 or more
+    /// for a stack (read_npy_stack).
     int ndim() const { return ndim_; }
+    /// A stack's leading dimensions (all but the last two; empty for 1-D and 2-D arrays).
+    const std::vector<index_t>& leading_shape() const { return lead_; }
+    /// Matrices in the array: the product of the leading dimensions (1 for 1-D and 2-D arrays).
+    index_t count() const;
     const void* data() const { return data_; }
     const std::string& path() const { return path_; }
 
     /// A typed view; throws invalid_argument when T does not match the file's dtype.
     template <class T>
     host_matrix_view<const T> view() const;
+    /// The array as a stack: its matrices one after another (a 2-D array: a stack of one).
+    template <class T>
+    host_batch_view<const T> stack_view() const;
 
     /// Throws file_error when the file was truncated or rewritten since read_npy mapped it, so
     /// that results computed from it must not be trusted. A mapped file truncated under a reader
@@ -53,6 +64,7 @@ public:
 
 private:
     friend npy_array read_npy(const std::string& path);
+    friend npy_array read_npy_stack(const std::string& path);
     std::shared_ptr<void> storage_;  // the mapping (or buffer) that owns data_
     std::shared_ptr<const detail::npy_mapping> mapping_;  // the file as mapped (null for a copy)
     const void* data_ = nullptr;
@@ -60,6 +72,7 @@ private:
     index_t rows_ = 0, cols_ = 0;
     tilestream::layout layout_ = layout::row_major;
     int ndim_ = 2;
+    std::vector<index_t> lead_;
     std::string path_;
 };
 
@@ -99,6 +112,9 @@ private:
 
 /// Reads a .npy file (memory-mapped). Throws file_error naming the file and what is wrong.
 npy_array read_npy(const std::string& path);
+/// read_npy that also takes arrays of 3 or more dimensions in C order (stacks of matrices, as
+/// numpy's matmul reads them); a Fortran-ordered stack is a file_error saying how to save it.
+npy_array read_npy_stack(const std::string& path);
 
 /// Checks, before any work, that an output file (.npy, trace, image) can be written at `path`:
 /// its directory exists and is writable and `path` is not a directory, or it is a device or FIFO
@@ -112,5 +128,10 @@ void check_output_path(const std::string& path);
 /// (/dev/null, /dev/stdout) is written in place, as cp does.
 template <class T>
 void write_npy(const std::string& path, host_matrix_view<const T> m);
+
+/// Writes a stack of matrices as one .npy array of shape `lead` + (rows, cols) in C order (as
+/// numpy's matmul returns stacks), atomically like write_npy; `lead`'s product must be s.count().
+template <class T>
+void write_npy_stack(const std::string& path, const std::vector<index_t>& lead, host_batch_view<const T> s);
 
 }  // namespace tilestream

@@ -133,3 +133,28 @@ def test_broadcast_errors_are_numpys(in_place):
         in_place.matmul(np.ones((2, 3, 4)), np.ones((2, 5, 5)))
     with pytest.raises(ValueError, match="strategy and tile do not apply"):
         in_place.matmul(np.ones((2, 3, 4)), np.ones((2, 4, 5)), strategy="tiles-3d")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
+def test_small_stacks_on_the_direct_call_give_the_bits_of_the_general_path(rng, dtype):
+    """matmul(a, b) with nothing else given takes stacks straight to the library's batched call
+    (argument checks once per stack); the general path (out= given) runs the same products, so the
+    bits agree, for every broadcasting case, views of stacks and every precision."""
+    ctx = tilestream.Context("cpu")
+    cases = CASES + [((6, 4, 4), (6, 4, 4)), ((10, 3, 5), (1, 5, 2))]
+    for sa, sb in cases:
+        a, b = random(rng, sa), random(rng, sb)
+        if np.dtype(dtype).kind == "c":
+            a = a + 1j * random(rng, sa)
+            b = b + 1j * random(rng, sb)
+        a, b = a.astype(dtype), b.astype(dtype)
+        pairs = [(a, b)]
+        if a.ndim >= 2:
+            pairs.append((a.swapaxes(-1, -2).copy().swapaxes(-1, -2), b))  # column-major matrices of A
+        for x, y in pairs:
+            fast = ctx.matmul(x, y)
+            out = np.full(np.matmul(x, y).shape, np.nan, dtype)
+            ctx.matmul(x, y, out)
+            assert fast.shape == out.shape and fast.dtype == out.dtype, (sa, sb)
+            check(fast, x, y, dtype=dtype)
+            assert np.array_equal(fast, out), (sa, sb)

@@ -7,6 +7,7 @@
 
 #include "core/context_routes.hpp"
 #include "core/gemm_direct.hpp"
+#include "core/gemm_memory.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -103,21 +104,49 @@ gemm_report context::gemm_batched(op op_a, op op_b, T alpha, host_batch_view<con
 
     const gemm_call item0 = detail::host_gemm_call<T>(op_a, op_b, alpha, a[0], b[0], beta, c[0], route.host_kernel);
     const index_t kb = options_.reproducible ? reproducible_k_block(type) : 0;
-    // A stack whose whole work costs less than handing it to a device runs on this thread.
-    const double host_seconds = double(batch) * (route.host_fixed + item_flops / std::max(route.host_flops, 1.0));
-    if (route.direct_possible && in_place_ && host_seconds <= routes_->engine_fixed()) {
+    // A stack runs on this thread unless the devices' threads, each taking whole products, finish
+    // it sooner after the hand-off (the engine's fixed cost).
+    const double host_seconds =
+        route.host_fixed + double(batch) * (route.host_item_fixed + item_flops / std::max(route.host_flops, 1.0));
+    // Pointer lists of the whole stack when one stride does not describe it (in place: this thread
+    // and host-addressable devices read the matrices where they lie).
+    std::vector<const void*> a_list, b_list;
+    std::vector<void*> c_list;
+    if (in_place_ && (!a.is_strided() || !b.is_strided() || !c.is_strided())) {
+        a_list.resize(std::size_t(batch));
+        b_list.resize(std::size_t(batch));
+        c_list.resize(std::size_t(batch));
+        for (index_t i = 0; i < batch; ++i) {
+            a_list[std::size_t(i)] = a.data(i);
+            b_list[std::size_t(i)] = b.data(i);
+            c_list[std::size_t(i)] = c.data(i);
+        }
+    }
+    int threads = 0;
+    for (const device* d : device_ptrs_) threads += std::max(1, d->info().threads);
+    const double spread = double(std::min<index_t>(batch, std::max(1, threads)));
+    const auto engine_fixed = [&] { return route.engine_fixed > 0 ? route.engine_fixed : routes_->engine_fixed(); };
+    if (route.direct_possible && in_place_ && host_seconds <= engine_fixed() + host_seconds / spread) {
         rep.plan.strategy = gemm_strategy::direct;
         rep.plan.kernel = route.host_kernel;
         rep.plan.units = rep.plan.steps = 1;
         rep.plan.batch_group = batch;
         rep.plan.predicted_seconds = host_seconds;
-        for (index_t i = 0; i < batch; ++i) {
-            gemm_call g = item0;
-            g.a = a.data(i);
-            g.b = b.data(i);
-            g.c = c.data(i);
-            detail::host_gemm(g, 1, kb);
+        // One call over the stack: kernel settings (OpenBLAS's threads, the tiled kernel's blocking)
+        // made once, then only the products.
+        gemm_batched_call g;
+        g.call = item0;
+        g.count = batch;
+        if (a_list.empty()) {
+            g.stride_a = a.stride();
+            g.stride_b = b.stride();
+            g.stride_c = c.stride();
+        } else {
+            g.a_list = a_list.data();
+            g.b_list = b_list.data();
+            g.c_list = c_list.data();
         }
+        detail::host_gemm_batched(g, kb);
         rep.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
         if (call.run.on_step_done) call.run.on_step_done(1);
         if (call.run.on_unit_done) call.run.on_unit_done(1);
@@ -192,19 +221,6 @@ gemm_report context::gemm_batched(op op_a, op op_b, T alpha, host_batch_view<con
     rep.plan.k_block = kb;
     rep.plan.predicted_seconds = double(batch) * item_flops / std::max(rate * double(devices), 1.0);
 
-    // Pointer lists of the whole stack (host-addressable devices read the matrices where they lie).
-    std::vector<const void*> a_list, b_list;
-    std::vector<void*> c_list;
-    if (in_place_ && (!a.is_strided() || !b.is_strided() || !c.is_strided())) {
-        a_list.resize(std::size_t(batch));
-        b_list.resize(std::size_t(batch));
-        c_list.resize(std::size_t(batch));
-        for (index_t i = 0; i < batch; ++i) {
-            a_list[std::size_t(i)] = a.data(i);
-            b_list[std::size_t(i)] = b.data(i);
-            c_list[std::size_t(i)] = c.data(i);
-        }
-    }
 
     const std::lock_guard lock(mutex_);  // runs queue, as GEMM runs do
     std::atomic<index_t> next{0}, done{0};
@@ -242,7 +258,27 @@ gemm_report context::gemm_batched(op op_a, op op_b, T alpha, host_batch_view<con
 
     const auto in_place_worker = [&](std::size_t d) {
         device& dev = *device_ptrs_[d];
-        const auto s = dev.create_stream(stream_priority::high);
+        // The compute stream the context keeps for its GEMM runs (a CPU stream is a thread: making
+        // one per call would cost more than a small stack), given back when the stack is done.
+        std::unique_ptr<stream> s;
+        {
+            const std::lock_guard kept(memory_->mutex);
+            if (d < memory_->kits.size() && memory_->kits[d] && memory_->kits[d]->compute)
+                s = std::move(memory_->kits[d]->compute);
+        }
+        if (!s) s = dev.create_stream(stream_priority::high);
+        struct give_back {
+            detail::gemm_memory& memory;
+            std::size_t d;
+            std::unique_ptr<stream>& s;
+            ~give_back() {
+                if (!s || std::uncaught_exceptions() > 0) return;
+                const std::lock_guard kept(memory.mutex);
+                if (d >= memory.kits.size()) return;
+                if (!memory.kits[d]) memory.kits[d] = std::make_unique<detail::device_kit>();
+                if (!memory.kits[d]->compute) memory.kits[d]->compute = std::move(s);
+            }
+        } back{*memory_, d, s};
         for (;;) {
             if (stopping()) return;
             const index_t u = next++;

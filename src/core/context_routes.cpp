@@ -145,6 +145,7 @@ route context_routes::measure(dtype t, shape_class c, std::optional<gemm_kernel>
         }
     }
     r.kernels_text = text.str();
+    if (r.direct_possible) r.host_item_fixed = batched_item_seconds(t, r.host_kernel);
 
     // In place, the crossover: the direct path while its predicted time is below the engine's (a
     // fixed cost more, at the devices' rates) and below a step's bound (past it the engine cuts the

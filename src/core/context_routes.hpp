@@ -29,6 +29,7 @@ struct route {
     gemm_kernel host_kernel = gemm_kernel::vendor;  ///< the direct path's kernel
     double host_flops = 0;                          ///< its rate on the calling thread (FLOP/s)
     double host_fixed = 0;                          ///< its fixed cost per call (s)
+    double host_item_fixed = 0;                     ///< its fixed cost per product of a stack (s)
     /// The engine's kernel on each device (in the context's order), and their rates there.
     std::vector<gemm_kernel> device_kernels;
     std::vector<double> device_flops;

@@ -14,6 +14,14 @@ void host_gemm(const gemm_call& call, int openblas_threads, index_t k_block) {
     for_each_k_block(call, k_block, [&](const gemm_call& part) { cpu::gemm_on_calling_thread(part, openblas_threads); });
 }
 
+void host_gemm_batched(const gemm_batched_call& batch, index_t k_block) {
+    if (k_block <= 0 || batch.call.k <= k_block) {
+        cpu::gemm_items_on_calling_thread(batch, 0, batch.count);
+        return;
+    }
+    for (index_t i = 0; i < batch.count; ++i) host_gemm(batch.item(i), 1, k_block);
+}
+
 int host_threads(std::span<device* const> devices) {
     int threads = 0;
     for (const device* d : devices)

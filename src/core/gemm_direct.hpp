@@ -62,6 +62,11 @@ void for_each_k_block(const gemm_call& call, index_t kb, F&& f) {
 /// bits it gives on a CPU device for the same call (the tiled kernel's do not depend on threads).
 void host_gemm(const gemm_call& call, int openblas_threads, index_t k_block = 0);
 
+/// The products of `batch` (host pointers) on the calling thread, one after the other, each with
+/// one thread (vendor: OpenBLAS single-threaded), the kernel's settings made once for the stack;
+/// k_block > 0 as host_gemm. Each product's bits are those host_gemm gives it.
+void host_gemm_batched(const gemm_batched_call& batch, index_t k_block = 0);
+
 /// The threads a host call may use: the context's CPU devices' threads, else the host's cores.
 int host_threads(std::span<device* const> devices);
 

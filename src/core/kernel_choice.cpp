@@ -221,6 +221,29 @@ kernel_choice choose_host_kernel(dtype t, shape_class c, int openblas_threads) {
     return choice;
 }
 
+double detail::batched_item_seconds(dtype t, gemm_kernel k) {
+    static auto& cache = *new std::map<std::pair<int, int>, double>;
+    const auto key = std::make_pair(int(t), int(k));
+    {
+        std::lock_guard lock(cache_mutex());
+        if (auto it = cache.find(key); it != cache.end()) return it->second;
+    }
+    double seconds = 1e-6;
+    visit_dtype(t, [&]<class T>() {
+        host_operands<T> ops(probe_shape{1, 1, 1});
+        gemm_batched_call g;
+        g.call = ops.call(k);
+        g.count = 64;  // strides 0: the same 1x1x1 product 64 times, one after the other
+        try {
+            seconds = seconds_per_call({[&] { detail::host_gemm_batched(g); }}).front() / double(g.count);
+        } catch (const error&) {
+        }
+    });
+    std::lock_guard lock(cache_mutex());
+    cache.emplace(key, seconds);
+    return seconds;
+}
+
 double direct_call_seconds() {
     static const double seconds = [] {
         host_operands<double> ops(probe_shape{1, 1, 1});

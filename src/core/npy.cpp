@@ -410,6 +410,24 @@ void npy_array::release_resident() const {
 }
 
 npy_array read_npy(const std::string& path) {
+    npy_array a = read_npy_stack(path);
+    if (a.ndim() > 2) {
+        std::vector<index_t> shape = a.leading_shape();
+        shape.push_back(a.rows());
+        shape.push_back(a.cols());
+        fail(path, "unsupported shape " + shape_text(shape) + ": tilestream reads 1-D and 2-D arrays here (stacks of "
+                   "matrices, 3 or more dimensions, are read by gemm in one process)");
+    }
+    return a;
+}
+
+index_t npy_array::count() const {
+    index_t n = 1;
+    for (index_t d : lead_) n *= d;
+    return n;
+}
+
+npy_array read_npy_stack(const std::string& path) {
     if (path.empty()) throw file_error("read_npy: empty file name");
 
     // O_NONBLOCK so that a FIFO given by mistake is rejected below instead of blocking open().
@@ -494,16 +512,22 @@ npy_array read_npy(const std::string& path) {
                        (h.descr_is_string ? detail::quote_text(h.descr) : detail::printable_text(h.descr)) +
                        " (tilestream reads " + accepted_descrs() + ")");
 
-    if (h.shape.empty() || h.shape.size() > 2)
-        fail(path,
-             "unsupported shape " + shape_text(h.shape) + ": tilestream reads 1-D and 2-D arrays");
-    const index_t rows = h.shape[0];
-    const index_t cols = h.shape.size() == 2 ? h.shape[1] : 1;
+    if (h.shape.empty())
+        fail(path, "unsupported shape " + shape_text(h.shape) + ": tilestream reads 1-D and 2-D arrays, and stacks "
+                   "of matrices (3 or more dimensions) for gemm");
+    const std::size_t nd = h.shape.size();
+    if (nd > 2 && h.fortran_order)
+        fail(path, "a Fortran-ordered array of shape " + shape_text(h.shape) + ": tilestream reads stacks of matrices "
+                   "(3 or more dimensions) in C order, where each matrix is contiguous; save it with "
+                   "np.save(path, np.ascontiguousarray(a))");
+    const index_t rows = nd == 1 ? h.shape[0] : h.shape[nd - 2];
+    const index_t cols = nd == 1 ? 1 : h.shape[nd - 1];
 
     index_t data_bytes = 0;
     try {
-        data_bytes = checked_mul(checked_mul(rows, cols, "shape"),
-                                 static_cast<index_t>(size_of(type)), "shape");
+        index_t elements = checked_mul(rows, cols, "shape");
+        for (std::size_t d = 0; d + 2 < nd; ++d) elements = checked_mul(elements, h.shape[d], "shape");
+        data_bytes = checked_mul(elements, static_cast<index_t>(size_of(type)), "shape");
     } catch (const size_overflow&) {
         fail(path, "shape " + shape_text(h.shape) + " " + h.descr + " needs more than 2^63 bytes");
     }
@@ -535,6 +559,7 @@ npy_array read_npy(const std::string& path) {
     a.cols_ = cols;
     a.layout_ = h.fortran_order ? layout::col_major : layout::row_major;
     a.ndim_ = static_cast<int>(h.shape.size());
+    if (nd > 2) a.lead_.assign(h.shape.begin(), h.shape.end() - 2);
     a.path_ = path;
     return a;
 }
@@ -548,6 +573,15 @@ host_matrix_view<const T> npy_array::view() const {
     return host_matrix_view<const T>(static_cast<const T*>(data_), rows_, cols_, layout_);
 }
 
+template <class T>
+host_batch_view<const T> npy_array::stack_view() const {
+    return host_batch_view<const T>::strided(view<T>(), rows_ * cols_, count());
+}
+
+template host_batch_view<const float> npy_array::stack_view<float>() const;
+template host_batch_view<const double> npy_array::stack_view<double>() const;
+template host_batch_view<const std::complex<float>> npy_array::stack_view<std::complex<float>>() const;
+template host_batch_view<const std::complex<double>> npy_array::stack_view<std::complex<double>>() const;
 template host_matrix_view<const float> npy_array::view<float>() const;
 template host_matrix_view<const double> npy_array::view<double>() const;
 template host_matrix_view<const std::complex<float>> npy_array::view<std::complex<float>>() const;
@@ -555,10 +589,12 @@ template host_matrix_view<const std::complex<double>> npy_array::view<std::compl
 
 namespace {
 
-std::string npy_preamble(dtype type, bool fortran_order, index_t rows, index_t cols) {
+std::string npy_preamble(dtype type, bool fortran_order, const std::vector<index_t>& shape) {
+    std::string dims;
+    for (std::size_t i = 0; i < shape.size(); ++i) dims += (i ? ", " : "") + std::to_string(shape[i]);
+    if (shape.size() == 1) dims += ",";
     std::string dict = "{'descr': '" + std::string(descr_of(type)) +
-                       "', 'fortran_order': " + (fortran_order ? "True" : "False") +
-                       ", 'shape': (" + std::to_string(rows) + ", " + std::to_string(cols) + "), }";
+                       "', 'fortran_order': " + (fortran_order ? "True" : "False") + ", 'shape': (" + dims + "), }";
     // numpy pads with spaces and a final newline so that the data starts on a 64-byte boundary.
     const auto padded = [&](std::size_t length_bytes) {
         const std::size_t unpadded = npy_magic_size + 2 + length_bytes + dict.size() + 1;
@@ -579,6 +615,10 @@ std::string npy_preamble(dtype type, bool fortran_order, index_t rows, index_t c
     pre.append(header_len - dict.size() - 1, ' ');
     pre += '\n';
     return pre;
+}
+
+std::string npy_preamble(dtype type, bool fortran_order, index_t rows, index_t cols) {
+    return npy_preamble(type, fortran_order, std::vector<index_t>{rows, cols});
 }
 
 }  // namespace
@@ -625,12 +665,71 @@ template void write_npy_to<double>(output_file&, host_matrix_view<const double>)
 template void write_npy_to<std::complex<float>>(output_file&, host_matrix_view<const std::complex<float>>);
 template void write_npy_to<std::complex<double>>(output_file&, host_matrix_view<const std::complex<double>>);
 
+template <class T>
+void write_npy_stack_to(output_file& out, const std::vector<index_t>& lead, host_batch_view<const T> s) {
+    const dtype type = dtype_of<T>();
+    std::vector<index_t> shape = lead;
+    shape.push_back(s.rows());
+    shape.push_back(s.cols());
+    index_t count = 1;
+    for (index_t d : lead) count = checked_mul(count, d, "write_npy_stack");
+    if (count != s.count())
+        throw invalid_argument("write_npy_stack: the leading shape holds " + std::to_string(count) +
+                               " matrices, the stack " + std::to_string(s.count()));
+    checked_bytes(checked_mul(count, s.rows(), "write_npy_stack"), s.cols(), type, "write_npy_stack");
+    const std::string pre = npy_preamble(type, false, shape);
+    out.write(pre.data(), pre.size());
+    if (count == 0 || s.rows() == 0 || s.cols() == 0) return;
+    // Row-major matrices one after another: one write; anything else goes row by row through a
+    // chunk of about 1 MiB.
+    if (s.is_strided() && s.layout() == layout::row_major && s.ld() == s.cols() && s.stride() == s.rows() * s.cols()) {
+        out.write(s.data(0), static_cast<std::size_t>(count * s.rows() * s.cols()) * sizeof(T));
+        return;
+    }
+    constexpr std::size_t chunk_elements = (std::size_t{1} << 20) / sizeof(T);
+    std::vector<T> chunk;
+    chunk.reserve(std::max<std::size_t>(chunk_elements, std::size_t(s.cols())));
+    for (index_t i = 0; i < count; ++i) {
+        const host_matrix_view<const T> m = s[i];
+        for (index_t r = 0; r < m.rows(); ++r) {
+            if (chunk.size() + std::size_t(m.cols()) > chunk.capacity()) {
+                out.write(chunk.data(), chunk.size() * sizeof(T));
+                chunk.clear();
+            }
+            for (index_t c = 0; c < m.cols(); ++c) chunk.push_back(m(r, c));
+        }
+    }
+    out.write(chunk.data(), chunk.size() * sizeof(T));
+}
+
+template void write_npy_stack_to<float>(output_file&, const std::vector<index_t>&, host_batch_view<const float>);
+template void write_npy_stack_to<double>(output_file&, const std::vector<index_t>&, host_batch_view<const double>);
+template void write_npy_stack_to<std::complex<float>>(output_file&, const std::vector<index_t>&,
+                                                      host_batch_view<const std::complex<float>>);
+template void write_npy_stack_to<std::complex<double>>(output_file&, const std::vector<index_t>&,
+                                                       host_batch_view<const std::complex<double>>);
+
 std::size_t npy_file_bytes(dtype type, index_t rows, index_t cols, tilestream::layout lay) {
     const std::size_t data = checked_bytes(rows, cols, type, "npy file");
     return npy_preamble(type, lay == layout::col_major, rows, cols).size() + data;
 }
 
 }  // namespace detail
+
+template <class T>
+void write_npy_stack(const std::string& path, const std::vector<index_t>& lead, host_batch_view<const T> s) {
+    if (path.empty()) throw file_error("write_npy_stack: empty file name");
+    detail::output_file out(path);
+    detail::write_npy_stack_to<T>(out, lead, s);
+    out.commit();
+}
+
+template void write_npy_stack<float>(const std::string&, const std::vector<index_t>&, host_batch_view<const float>);
+template void write_npy_stack<double>(const std::string&, const std::vector<index_t>&, host_batch_view<const double>);
+template void write_npy_stack<std::complex<float>>(const std::string&, const std::vector<index_t>&,
+                                                   host_batch_view<const std::complex<float>>);
+template void write_npy_stack<std::complex<double>>(const std::string&, const std::vector<index_t>&,
+                                                    host_batch_view<const std::complex<double>>);
 
 template <class T>
 void write_npy(const std::string& path, host_matrix_view<const T> m) {

@@ -23,4 +23,9 @@ std::vector<std::optional<double>> probe_gemm_seconds(device& dev, dtype type, s
 /// 5% (the probes' noise on a busy machine); c.measured when any was.
 void pick_fastest(kernel_choice& c);
 
+/// The fixed cost of one product inside a stack run on the calling thread (host_gemm_batched over
+/// 64 products of 1x1x1 with kernel k, per product; seconds), measured once per process, type and
+/// kernel: what a batched call costs per product beyond its arithmetic, below a direct call's.
+double batched_item_seconds(dtype t, gemm_kernel k);
+
 }  // namespace tilestream::detail

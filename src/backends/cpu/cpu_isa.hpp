@@ -54,6 +54,15 @@ template <class T>
 using micro_kernel = void (*)(index_t kc, const T* a, const T* b, T* c, index_t rs_c, T alpha,
                               T beta, int mr, int nr);
 
+/// The small-product kernel: C (m x nr, rows rs_c apart, unit column stride) = alpha * A * B +
+/// beta * C, A read where it lies (a[i * rs_a + p * cs_a]), B a panel of kc rows rs_b apart, zero
+/// past nr (nr up to isa_config's small_cols). Each element of C gets the micro-kernel's operations
+/// in the same order, so its bits are the micro-kernel's; small products skip the packing of A and
+/// the full register tile (gemm_micro_kernel.hpp).
+template <class T>
+using small_kernel = void (*)(index_t kc, index_t m, const T* a, index_t rs_a, index_t cs_a, const T* b,
+                              index_t rs_b, T* c, index_t rs_c, T alpha, T beta, int nr);
+
 /// One registry entry: the micro-kernel of each real value type with its register tile, and the shares
 /// of each cache level the blocks are sized to fill.
 struct isa_config {
@@ -65,6 +74,11 @@ struct isa_config {
     double l1_share = 0.5;  ///< of L1 for the KC x NR micro-panel of B
     double l2_share = 0.5;  ///< of L2 for the MC x KC block of A
     double l3_share = 0.5;  ///< of this core's L3 share for the KC x NC block of B
+    /// The small-product kernels and the widest panel they take (4 vectors), in real elements.
+    small_kernel<float> small_f32 = nullptr;
+    int small_cols_f32 = 0;
+    small_kernel<double> small_f64 = nullptr;
+    int small_cols_f64 = 0;
 };
 /// The registry entry of an instruction set (compiled on every x86-64 build).
 const isa_config& config_for(isa s);
@@ -81,6 +95,22 @@ micro_kernel<T> kernel_of(const isa_config& cfg) {
         return cfg.kernel_f32;
     else
         return cfg.kernel_f64;
+}
+
+/// The entry's small-product kernel for real type T, and its widest panel (real elements).
+template <class T>
+small_kernel<T> small_kernel_of(const isa_config& cfg) {
+    if constexpr (std::is_same_v<T, float>)
+        return cfg.small_f32;
+    else
+        return cfg.small_f64;
+}
+template <class T>
+int small_cols_of(const isa_config& cfg) {
+    if constexpr (std::is_same_v<T, float>)
+        return cfg.small_cols_f32;
+    else
+        return cfg.small_cols_f64;
 }
 
 /// Block sizes of `cfg` for `type` on a CPU with `caches` (BLIS's analytical model): KC from L1,

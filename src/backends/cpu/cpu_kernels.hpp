@@ -25,6 +25,8 @@ void gemm_vendor(const gemm_call& call, thread_pool& pool);  ///< split over the
 /// per-thread packing buffers, once.
 void gemm_on_calling_thread(const gemm_call& call, int openblas_threads);
 void gemm_tiled_serial(const gemm_call& call);
+/// Products [begin, end) of a batch with the tiled kernel on the calling thread (blocking chosen once).
+void gemm_tiled_serial_items(const gemm_batched_call& batch, index_t begin, index_t end);
 /// Products [begin, end) of a batch on the calling thread, one after the other, single-threaded.
 void gemm_items_on_calling_thread(const gemm_batched_call& batch, index_t begin, index_t end);
 /// A batch on the pool: small products split over the workers, one thread each; large ones (or

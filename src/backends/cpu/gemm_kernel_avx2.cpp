@@ -60,7 +60,8 @@ constexpr int mr_f32 = 6, nv_f32 = 2, mr_f64 = 6, nv_f64 = 2;
 constinit const isa_config avx2_config{isa::avx2,
                              &micro::kernel<avx2_f32, mr_f32, nv_f32>, mr_f32, nv_f32 * avx2_f32::width,
                              &micro::kernel<avx2_f64, mr_f64, nv_f64>, mr_f64, nv_f64 * avx2_f64::width,
-                             /*l1_share=*/0.5, /*l2_share=*/1.0, /*l3_share=*/0.5};
+                             /*l1_share=*/0.5, /*l2_share=*/1.0, /*l3_share=*/0.5,
+    &micro::small_kernel<avx2_f32>, 4 * avx2_f32::width, &micro::small_kernel<avx2_f64>, 4 * avx2_f64::width};
 
 }  // namespace tilestream::cpu
 #endif

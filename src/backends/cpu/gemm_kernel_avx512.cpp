@@ -62,7 +62,8 @@ constinit const isa_config avx512_config{
     isa::avx512,
     &micro::kernel<avx512_f32, mr_f32, nv_f32>, mr_f32, nv_f32 * avx512_f32::width,
     &micro::kernel<avx512_f64, mr_f64, nv_f64>, mr_f64, nv_f64 * avx512_f64::width,
-    /*l1_share=*/1.0, /*l2_share=*/0.125, /*l3_share=*/0.5};
+    /*l1_share=*/1.0, /*l2_share=*/0.125, /*l3_share=*/0.5,
+    &micro::small_kernel<avx512_f32>, 4 * avx512_f32::width, &micro::small_kernel<avx512_f64>, 4 * avx512_f64::width};
 
 }  // namespace tilestream::cpu
 #endif

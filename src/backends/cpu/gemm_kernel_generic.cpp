@@ -38,6 +38,7 @@ constinit const isa_config generic_config{
     isa::generic,
     &micro::kernel<generic_f32, mr_f32, nv_f32>, mr_f32, nv_f32 * generic_f32::width,
     &micro::kernel<generic_f64, mr_f64, nv_f64>, mr_f64, nv_f64 * generic_f64::width,
-    /*l1_share=*/0.5, /*l2_share=*/0.5, /*l3_share=*/0.5};
+    /*l1_share=*/0.5, /*l2_share=*/0.5, /*l3_share=*/0.5,
+    &micro::small_kernel<generic_f32>, 4 * generic_f32::width, &micro::small_kernel<generic_f64>, 4 * generic_f64::width};
 
 }  // namespace tilestream::cpu

@@ -94,3 +94,77 @@ void kernel(index_t kc, const typename V::value* __restrict a, const typename V:
 }
 
 }  // namespace tilestream::cpu::micro
+
+namespace tilestream::cpu::micro {
+
+/// The small-product kernel's rows: MR rows of C (rs_c apart) from rows of A read where they lie
+/// (a[i * rs_a + p * cs_a]) and a B panel of NV vectors a row (rows rs_b apart, zero past nr).
+/// Each element gets the micro-kernel's operations in its order (a zero accumulator, one
+/// multiply-add per step p, update_rows), so its bits are the micro-kernel's: a small product
+/// skips packing A and the full MR x NR register tile without changing any result.
+template <class V, int MR, int NV>
+__attribute__((always_inline)) inline void small_rows(index_t kc, const typename V::value* a, index_t rs_a,
+                                                      index_t cs_a, const typename V::value* b, index_t rs_b,
+                                                      typename V::value* c, index_t rs_c, typename V::value alpha,
+                                                      typename V::value beta, int nr) {
+    using T = typename V::value;
+    using reg = typename V::reg;
+    constexpr int NR = NV * V::width;
+    reg acc[MR][NV];
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) acc[i][v] = V::zero();
+    for (index_t p = 0; p < kc; ++p) {
+        reg bv[NV];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) bv[v] = V::load(b + p * rs_b + v * V::width);
+#pragma GCC unroll 8
+        for (int i = 0; i < MR; ++i) {
+            const reg ai = V::broadcast(a + i * rs_a + p * cs_a);
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; ++v) acc[i][v] = V::fma(ai, bv[v], acc[i][v]);
+        }
+    }
+    if (nr == NR) {
+        update_rows<V, MR, NV>(acc, c, rs_c, alpha, beta);
+        return;
+    }
+    alignas(64) T tile[MR * NR];
+    if (beta != T(0))
+        for (int i = 0; i < MR; ++i)
+            for (int j = 0; j < NR; ++j) tile[i * NR + j] = j < nr ? c[i * rs_c + j] : T(0);
+    update_rows<V, MR, NV>(acc, tile, NR, alpha, beta);
+    for (int i = 0; i < MR; ++i)
+        for (int j = 0; j < nr; ++j) c[i * rs_c + j] = tile[i * NR + j];
+}
+
+/// m rows of C: groups of rows sharing each load of B (fewer when the panel is wide, so that the
+/// accumulators stay in 16 registers), then the remaining rows one at a time.
+template <class V, int NV>
+void small_panel(index_t kc, index_t m, const typename V::value* a, index_t rs_a, index_t cs_a,
+                 const typename V::value* b, index_t rs_b, typename V::value* c, index_t rs_c,
+                 typename V::value alpha, typename V::value beta, int nr) {
+    constexpr int MR = NV <= 2 ? 4 : 2;
+    index_t i = 0;
+    for (; i + MR <= m; i += MR)
+        small_rows<V, MR, NV>(kc, a + i * rs_a, rs_a, cs_a, b, rs_b, c + i * rs_c, rs_c, alpha, beta, nr);
+    for (; i < m; ++i) small_rows<V, 1, NV>(kc, a + i * rs_a, rs_a, cs_a, b, rs_b, c + i * rs_c, rs_c, alpha, beta, nr);
+}
+
+/// The small-product kernel (cpu_isa.hpp's small_kernel): C (m x nr, rows rs_c apart) = alpha *
+/// A * B panel + beta * C for nr up to 4 vectors, beta == 0 never reading C.
+template <class V>
+void small_kernel(index_t kc, index_t m, const typename V::value* a, index_t rs_a, index_t cs_a,
+                  const typename V::value* b, index_t rs_b, typename V::value* c, index_t rs_c,
+                  typename V::value alpha, typename V::value beta, int nr) {
+    switch ((nr + V::width - 1) / V::width) {
+        case 1: small_panel<V, 1>(kc, m, a, rs_a, cs_a, b, rs_b, c, rs_c, alpha, beta, nr); return;
+        case 2: small_panel<V, 2>(kc, m, a, rs_a, cs_a, b, rs_b, c, rs_c, alpha, beta, nr); return;
+        case 3: small_panel<V, 3>(kc, m, a, rs_a, cs_a, b, rs_b, c, rs_c, alpha, beta, nr); return;
+        case 4: small_panel<V, 4>(kc, m, a, rs_a, cs_a, b, rs_b, c, rs_c, alpha, beta, nr); return;
+        default: return;  // the caller keeps nr within 4 vectors (isa_config::small_cols)
+    }
+}
+
+}  // namespace tilestream::cpu::micro

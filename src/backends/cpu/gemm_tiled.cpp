@@ -20,8 +20,9 @@ namespace {
 
 constexpr std::size_t vector_bytes = 64;
 
-// Problem in the form the blocked loops use: C(i, j) = c[i * rs_c + j] (unit column stride);
-// conj_a/conj_b: op(A)/op(B) are read conjugated (complex types).
+// Problem in the form the blocked loops use: C(i, j) = c[i * rs_c + j * cs_c] (cs_c is 1 but for a
+// column-major complex C, see gemm_tiled_typed); conj_a/conj_b: op(A)/op(B) are read conjugated
+// (complex types).
 template <class T>
 struct strided_problem {
     index_t m, n, k;
@@ -32,7 +33,7 @@ struct strided_problem {
     index_t rs_b, cs_b;
     bool conj_b;
     T* c;
-    index_t rs_c;
+    index_t rs_c, cs_c;
     T alpha, beta;
 };
 
@@ -44,8 +45,8 @@ struct aligned_free {
 };
 template <class T>
 T* packing_buffer(int which, std::size_t elements) {
-    thread_local std::unique_ptr<T, aligned_free> buffers[2];
-    thread_local std::size_t capacity[2] = {0, 0};
+    thread_local std::unique_ptr<T, aligned_free> buffers[3];
+    thread_local std::size_t capacity[3] = {0, 0, 0};
     if (capacity[which] < elements) {
         buffers[which].reset();
         buffers[which].reset(static_cast<T*>(
@@ -149,9 +150,45 @@ void scale_block(const strided_problem<T>& pr, index_t m0, index_t m1, index_t n
     for (index_t i = m0; i < m1; ++i) {
         T* row = pr.c + i * pr.rs_c;
         if (pr.beta == T(0))
-            for (index_t j = n0; j < n1; ++j) row[j] = T(0);
+            for (index_t j = n0; j < n1; ++j) row[j * pr.cs_c] = T(0);
         else
-            for (index_t j = n0; j < n1; ++j) row[j] = tilestream::detail::mul(row[j], pr.beta);
+            for (index_t j = n0; j < n1; ++j) row[j * pr.cs_c] = tilestream::detail::mul(row[j * pr.cs_c], pr.beta);
+    }
+}
+
+// ---- small products: no packing of A, no full register tile ----
+//
+// A product whose C rows fit a few vectors (small_cols) runs the small-product kernel on rows of A
+// where they lie and one packed panel of B as wide as the product: at 4x4 the blocked path would
+// pack a whole MR x KC and KC x NR panel with zeros and compute an MR x NR tile for 16 elements.
+// Each element gets the same operations in the same order as in the blocked path (the same k-blocks,
+// the micro-kernel's chain and update), so results are bitwise those of the blocked path, for any
+// sub-problem (RowsAreBitwiseEqualInEverySubProblem checks both paths against each other).
+
+/// Whether the small path takes the sub-rectangle: C rows within the kernel's panel (real
+/// elements) and little enough work that skipping the packing of A cannot cost L1 reuse.
+constexpr bool small_product(index_t m, index_t n_real, index_t k, int small_cols) {
+    return n_real <= small_cols && double(m) * double(n_real) * double(k) <= 32768.0;
+}
+
+template <class T>
+void gemm_small(const strided_problem<T>& pr, const block_sizes& bl, small_kernel<T> kernel, int width, index_t m0,
+                index_t m1, index_t n0, index_t n1) {
+    const index_t nc = n1 - n0;
+    const index_t rs_bp = round_up(nc, width);
+    const index_t kc_step = even_block(pr.k, bl.kc, 1);
+    T* bp = packing_buffer<T>(0, static_cast<std::size_t>(kc_step * rs_bp));
+    for (index_t pc = 0; pc < pr.k; pc += kc_step) {
+        const index_t kc = std::min<index_t>(kc_step, pr.k - pc);
+        const T beta = pc == 0 ? pr.beta : T(1);
+        const T* b = pr.b + pc * pr.rs_b + n0 * pr.cs_b;
+        for (index_t p = 0; p < kc; ++p) {
+            T* d = bp + p * rs_bp;
+            for (index_t j = 0; j < nc; ++j) d[j] = b[p * pr.rs_b + j * pr.cs_b];
+            for (index_t j = nc; j < rs_bp; ++j) d[j] = T(0);
+        }
+        kernel(kc, m1 - m0, pr.a + m0 * pr.rs_a + pc * pr.cs_a, pr.rs_a, pr.cs_a, bp, rs_bp, pr.c + m0 * pr.rs_c + n0,
+               pr.rs_c, pr.alpha, beta, static_cast<int>(nc));
     }
 }
 
@@ -246,6 +283,7 @@ void gemm_block_1m(const strided_problem<std::complex<R>>& pr, const block_sizes
     const index_t kc_step = even_block(pr.k, bl.kc, 1);
     R* bp = packing_buffer<R>(0, static_cast<std::size_t>(4 * kc_step * round_up(nc_step, NRc)));
     R* ap = packing_buffer<R>(1, static_cast<std::size_t>(2 * kc_step * bl.mc));
+    R* ct = pr.cs_c == 1 ? nullptr : packing_buffer<R>(2, static_cast<std::size_t>(MR * 2 * NRc));
     const bool fold_alpha = pr.alpha.imag() != R(0);
     const R alpha = fold_alpha ? R(1) : pr.alpha.real();
     const bool real_beta = pr.beta.imag() == R(0);
@@ -254,8 +292,8 @@ void gemm_block_1m(const strided_problem<std::complex<R>>& pr, const block_sizes
         const index_t nc = std::min<index_t>(nc_step, n1 - jc);
         if (!real_beta)
             for (index_t i = m0; i < m1; ++i) {
-                Z* row = pr.c + i * pr.rs_c + jc;
-                for (index_t j = 0; j < nc; ++j) row[j] = tilestream::detail::mul(row[j], pr.beta);
+                Z* row = pr.c + i * pr.rs_c + jc * pr.cs_c;
+                for (index_t j = 0; j < nc; ++j) row[j * pr.cs_c] = tilestream::detail::mul(row[j * pr.cs_c], pr.beta);
             }
         for (index_t pc = 0; pc < pr.k; pc += kc_step) {
             const index_t kc = std::min<index_t>(kc_step, pr.k - pc);
@@ -269,13 +307,94 @@ void gemm_block_1m(const strided_problem<std::complex<R>>& pr, const block_sizes
                     const int nr = static_cast<int>(2 * std::min<index_t>(NRc, nc - jr));
                     for (index_t ir = 0; ir < mc; ir += MR) {
                         const int mr = static_cast<int>(std::min<index_t>(MR, mc - ir));
-                        R* c = reinterpret_cast<R*>(pr.c + (ic + ir) * pr.rs_c + jc + jr);
-                        kernel(2 * kc, ap + ir * 2 * kc, bp + jr * 4 * kc, c, 2 * pr.rs_c, alpha, beta, mr, nr);
+                        Z* cz = pr.c + (ic + ir) * pr.rs_c + (jc + jr) * pr.cs_c;
+                        if (pr.cs_c == 1) {
+                            kernel(2 * kc, ap + ir * 2 * kc, bp + jr * 4 * kc, reinterpret_cast<R*>(cz), 2 * pr.rs_c,
+                                   alpha, beta, mr, nr);
+                            continue;
+                        }
+                        // A column-major C: the tile goes through a row-major copy, so that every
+                        // element's operations are those of a row-major C (see gemm_tiled_typed).
+                        R* tile = ct;
+                        const index_t ldt = 2 * NRc;
+                        if (beta != R(0))
+                            for (int i = 0; i < mr; ++i)
+                                for (int j = 0; j < nr / 2; ++j) {
+                                    const Z v = cz[i * pr.rs_c + j * pr.cs_c];
+                                    tile[i * ldt + 2 * j] = v.real();
+                                    tile[i * ldt + 2 * j + 1] = v.imag();
+                                }
+                        kernel(2 * kc, ap + ir * 2 * kc, bp + jr * 4 * kc, tile, ldt, alpha, beta, mr, nr);
+                        for (int i = 0; i < mr; ++i)
+                            for (int j = 0; j < nr / 2; ++j)
+                                cz[i * pr.rs_c + j * pr.cs_c] = Z(tile[i * ldt + 2 * j], tile[i * ldt + 2 * j + 1]);
                     }
                 }
             }
         }
     }
+}
+
+// The small path of a complex sub-rectangle: gemm_block_1m's operations (1m packing of A rows and
+// of one B panel as wide as the product, alpha folded, beta applied as there) on the small-product
+// kernel. A column-major C goes through a row-major copy of the block.
+template <class R>
+void gemm_small_1m(const strided_problem<std::complex<R>>& pr, const block_sizes& bl, small_kernel<R> kernel, int width,
+                   index_t m0, index_t m1, index_t n0, index_t n1) {
+    using Z = std::complex<R>;
+    const index_t mc = m1 - m0, nc = n1 - n0;
+    const index_t rs_bp = round_up(2 * nc, width);
+    const index_t kc_step = even_block(pr.k, bl.kc, 1);
+    R* bp = packing_buffer<R>(0, static_cast<std::size_t>(2 * kc_step * rs_bp));
+    R* ap = packing_buffer<R>(1, static_cast<std::size_t>(2 * kc_step * mc));
+    const bool fold_alpha = pr.alpha.imag() != R(0);
+    const R alpha = fold_alpha ? R(1) : pr.alpha.real();
+    const bool real_beta = pr.beta.imag() == R(0);
+    const R sign_a = pr.conj_a ? R(-1) : R(1);
+
+    Z* c = pr.c + m0 * pr.rs_c + n0 * pr.cs_c;
+    Z* work = c;  // C's block with unit column stride: C itself, or a row-major copy
+    index_t rs_w = pr.rs_c;
+    if (pr.cs_c != 1) {
+        work = reinterpret_cast<Z*>(packing_buffer<R>(2, static_cast<std::size_t>(2 * mc * nc)));
+        rs_w = nc;
+        if (pr.beta != Z(0))
+            for (index_t i = 0; i < mc; ++i)
+                for (index_t j = 0; j < nc; ++j) work[i * rs_w + j] = c[i * pr.rs_c + j * pr.cs_c];
+    }
+    if (!real_beta)
+        for (index_t i = 0; i < mc; ++i)
+            for (index_t j = 0; j < nc; ++j) work[i * rs_w + j] = tilestream::detail::mul(work[i * rs_w + j], pr.beta);
+    for (index_t pc = 0; pc < pr.k; pc += kc_step) {
+        const index_t kc = std::min<index_t>(kc_step, pr.k - pc);
+        const R beta = pc == 0 && real_beta ? pr.beta.real() : R(1);
+        const Z* b = pr.b + pc * pr.rs_b + n0 * pr.cs_b;
+        for (index_t p = 0; p < kc; ++p) {
+            R* d0 = bp + 2 * p * rs_bp;
+            R* d1 = d0 + rs_bp;
+            for (index_t j = 0; j < nc; ++j) {
+                const Z x = tilestream::detail::conj_if(b[p * pr.rs_b + j * pr.cs_b], pr.conj_b);
+                const Z v = fold_alpha ? tilestream::detail::mul(pr.alpha, x) : x;
+                d0[2 * j] = v.real();
+                d0[2 * j + 1] = v.imag();
+                d1[2 * j] = -v.imag();
+                d1[2 * j + 1] = v.real();
+            }
+            for (index_t j = 2 * nc; j < rs_bp; ++j) d0[j] = d1[j] = R(0);
+        }
+        const Z* a = pr.a + m0 * pr.rs_a + pc * pr.cs_a;
+        for (index_t i = 0; i < mc; ++i)
+            for (index_t p = 0; p < kc; ++p) {
+                const Z v = a[i * pr.rs_a + p * pr.cs_a];
+                ap[i * 2 * kc + 2 * p] = v.real();
+                ap[i * 2 * kc + 2 * p + 1] = sign_a * v.imag();
+            }
+        kernel(2 * kc, mc, ap, 2 * kc, 1, bp, rs_bp, reinterpret_cast<R*>(work), 2 * rs_w, alpha, beta,
+               static_cast<int>(2 * nc));
+    }
+    if (work != c)
+        for (index_t i = 0; i < mc; ++i)
+            for (index_t j = 0; j < nc; ++j) c[i * pr.rs_c + j * pr.cs_c] = work[i * rs_w + j];
 }
 
 template <class T>
@@ -285,8 +404,11 @@ void gemm_tiled_typed(const isa_config& cfg, const block_sizes& bl, const gemm_c
     pr.beta = scalar_as<T>(call.beta);
     pr.k = call.k;
     // A column-major C is a row-major C^T = op(B)^T op(A)^T: swapping the operands keeps the
-    // micro-kernel's vector direction along C's contiguous dimension.
-    const bool row = call.layout_c == layout::row_major;
+    // micro-kernel's vector direction along C's contiguous dimension. Not for complex types: the 1m
+    // method adds the two products of an imaginary part in the order of the operands (re a im b,
+    // then im a re b), which the swap would reverse, so a column-major C would get other bits
+    // than a row-major one; complex C is read and written through row-major tiles instead.
+    const bool row = call.layout_c == layout::row_major || is_complex_v<T>;
     const operand_desc da = call.a_desc(), db = call.b_desc();
     const operand_desc& x = row ? da : db;
     const operand_desc& y = row ? db : da;
@@ -301,7 +423,9 @@ void gemm_tiled_typed(const isa_config& cfg, const block_sizes& bl, const gemm_c
     pr.cs_b = row ? y.col_stride() : y.row_stride();
     pr.conj_b = y.conjugated();
     pr.c = static_cast<T*>(call.c);
-    pr.rs_c = call.ldc;
+    const bool c_columns = is_complex_v<T> && call.layout_c == layout::col_major;
+    pr.rs_c = c_columns ? 1 : call.ldc;
+    pr.cs_c = c_columns ? call.ldc : 1;
     const bool scale_only = call.alpha == 0.0 || call.k == 0;  // alpha == 0 never reads A or B
 
     // Each worker runs the whole blocked algorithm on its own slab of C, split along the longer
@@ -323,12 +447,21 @@ void gemm_tiled_typed(const isa_config& cfg, const block_sizes& bl, const gemm_c
             n1 = std::min(pr.n, t1 * NR);
         }
         if (m0 >= m1 || n0 >= n1) return;
+        using R = real_type_t<T>;
+        const int small_cols = small_cols_of<R>(cfg);
         if (scale_only)
             scale_block(pr, m0, m1, n0, n1);
-        else if constexpr (is_complex_v<T>)
-            gemm_block_1m(pr, bl, kernel_of<real_type_t<T>>(cfg), m0, m1, n0, n1);
-        else
-            gemm_block(pr, bl, kernel_of<T>(cfg), m0, m1, n0, n1);
+        else if constexpr (is_complex_v<T>) {
+            if (small_product(m1 - m0, 2 * (n1 - n0), pr.k, small_cols))
+                gemm_small_1m(pr, bl, small_kernel_of<R>(cfg), small_cols / 4, m0, m1, n0, n1);
+            else
+                gemm_block_1m(pr, bl, kernel_of<R>(cfg), m0, m1, n0, n1);
+        } else {
+            if (small_product(m1 - m0, n1 - n0, pr.k, small_cols))
+                gemm_small(pr, bl, small_kernel_of<T>(cfg), small_cols / 4, m0, m1, n0, n1);
+            else
+                gemm_block(pr, bl, kernel_of<T>(cfg), m0, m1, n0, n1);
+        }
     };
     // Without a pool (the calling thread's own kernel) there is one slab and no std::function.
     if (parts <= 1)
@@ -350,6 +483,16 @@ void gemm_tiled_serial(const gemm_call& call) {
     const isa s = selected_isa();
     const block_sizes bl = derive_block_sizes(config_for(s), call.type, host_cache_sizes());
     visit_dtype(call.type, [&]<class T>() { gemm_tiled_typed<T>(config_for(s), bl, call, nullptr); });
+}
+
+void gemm_tiled_serial_items(const gemm_batched_call& batch, index_t begin, index_t end) {
+    const gemm_call& call = batch.call;
+    if (call.m <= 0 || call.n <= 0 || begin >= end) return;
+    const isa_config& cfg = config_for(selected_isa());
+    const block_sizes bl = derive_block_sizes(cfg, call.type, host_cache_sizes());
+    visit_dtype(call.type, [&]<class T>() {
+        for (index_t i = begin; i < end; ++i) gemm_tiled_typed<T>(cfg, bl, batch.item(i), nullptr);
+    });
 }
 
 void gemm_tiled(const gemm_call& call, thread_pool& pool) {

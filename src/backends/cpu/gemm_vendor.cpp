@@ -119,6 +119,10 @@ void gemm_vendor(const gemm_call& call, thread_pool& pool, bool openblas_threads
 void gemm_items_on_calling_thread(const gemm_batched_call& batch, index_t begin, index_t end) {
     if (begin >= end || batch.call.m <= 0 || batch.call.n <= 0) return;
     const gemm_call& call = batch.call;
+    if (call.kernel == gemm_kernel::tiled) {
+        gemm_tiled_serial_items(batch, begin, end);
+        return;
+    }
     if (call.kernel != gemm_kernel::vendor || call.alpha == 0.0 || call.k == 0) {
         for (index_t i = begin; i < end; ++i) gemm_on_calling_thread(batch.item(i), 1);
         return;
