@@ -634,6 +634,16 @@ PyObject* direct_matmul_stack(ts::context& ctx, PyArrayObject* a, PyArrayObject*
     return result;
 }
 
+/// Whether b is a's transpose on the same data (numpy's test for a @ a.T, which it gives to ?syrk)
+/// and the product is at least _GRAM_MIN_MNK (tilestream/__init__.py) multiply-adds: the Python
+/// layer then runs SYRK on one triangle. Smaller products stay on the direct GEMM.
+bool gram_form(PyArrayObject* a, PyArrayObject* b) {
+    if (PyArray_NDIM(a) != 2 || PyArray_NDIM(b) != 2 || PyArray_DATA(a) != PyArray_DATA(b)) return false;
+    const npy_intp *sa = PyArray_DIMS(a), *sb = PyArray_DIMS(b), *ta = PyArray_STRIDES(a), *tb = PyArray_STRIDES(b);
+    if (sa[0] != sb[1] || sa[1] != sb[0] || ta[0] != tb[1] || ta[1] != tb[0]) return false;
+    return double(sa[0]) * double(sa[0]) * double(sa[1]) >= 400.0 * 400.0 * 400.0;
+}
+
 /// tilestream._tilestream.matmul_direct(capsule, a, b): a @ b computed on this thread when both are
 /// float32 or both float64 ndarrays (1-D or 2-D) that are BLAS operands as they lie and the
 /// context runs the shape on its direct path; None otherwise (the Python layer then takes its
@@ -663,6 +673,7 @@ PyObject* matmul_direct(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
         }
     }
     if (nda < 1 || nda > 2 || ndb < 1 || ndb > 2 || (nda == 1 && ndb == 1)) Py_RETURN_NONE;
+    if (gram_form(a, b)) Py_RETURN_NONE;  // a @ a.T: the Python layer runs SYRK (Context._gram)
     if (ta != NPY_FLOAT64 && ta != NPY_FLOAT32) Py_RETURN_NONE;
     try {
         return ta == NPY_FLOAT64 ? direct_matmul<double>(*ctx, a, b, ta) : direct_matmul<float>(*ctx, a, b, ta);

@@ -189,3 +189,37 @@ def test_errors_name_the_argument():
         blas.ssyrk(1.0, a, transpose=1)
     assert "dtrsm" in blas.__all__ and "zher2k" in blas.__all__ and "dherk" not in blas.__all__
     assert tilestream.blas is blas
+
+
+@pytest.mark.parametrize("prefix", "sdcz")
+def test_matmul_of_a_and_its_transpose_runs_syrk_as_numpy_does(prefix, monkeypatch):
+    """tilestream.matmul(a, a.T) and (a.T, a): SYRK on one triangle, the other copied (as numpy's
+    a @ a.T is ?syrk), equal to numpy's product and exactly symmetric; other products stay GEMM."""
+    calls = []
+    gram = tilestream.Context._gram
+
+    def counted(self, x, progress):
+        calls.append(x.shape)
+        return gram(self, x, progress)
+
+    monkeypatch.setattr(tilestream.Context, "_gram", counted)
+    rng = np.random.default_rng(11)
+    for shape, order in (((431, 401), "C"), ((409, 450), "F"), ((650, 420), "C")):
+        a = rand(shape, prefix, rng, order)
+        for x in (a, a.T):
+            calls.clear()
+            got = tilestream.matmul(x, x.T)
+            assert calls == [x.shape]
+            assert got.dtype == x.dtype and got.shape == (x.shape[0], x.shape[0])
+            assert got.flags.c_contiguous
+            assert np.array_equal(got, got.T)  # symmetric (not Hermitian), bit for bit
+            close(got, np.asarray(x, np.complex128 if prefix in "cz" else np.float64)
+                  @ np.asarray(x.T, np.complex128 if prefix in "cz" else np.float64), prefix)
+    # Not the same data, a copy, or below the size where SYRK pays: GEMM.
+    a = rand((301, 277), prefix, rng)
+    calls.clear()
+    tilestream.matmul(a, a.T.copy())
+    tilestream.matmul(a, rand((277, 301), prefix, rng))
+    tilestream.matmul(a[:40, :40], a[:40, :40].T)
+    tilestream.matmul(a, a.T)  # 301 x 301 x 277: below _GRAM_MIN_MNK
+    assert calls == []

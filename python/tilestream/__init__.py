@@ -159,6 +159,42 @@ class _ProgressBar:
 
 
 
+# a @ a.T (and a.T @ a) below this many multiply-adds stay on GEMM: the direct path's fixed cost is
+# smaller than the engine's, and halving the flops does not pay for it (gram_form in
+# tilestream_py.cpp has the same bound). Under load on the 2-core VM, f64: 256^3 SYRK 1.3 ms
+# against GEMM 0.8 ms, 384^3 even, 1024^3 68 against 80 ms, 2048^3 385 against 650 ms.
+_GRAM_MIN_MNK = 400 ** 3
+
+
+def _gram_operand(a, b):
+    """x when b is x.T, as numpy tells an a @ a.T product (which it gives to ?syrk): two 2-D arrays
+    of one BLAS dtype, on the same data, b's shape and strides a's reversed; else None."""
+    if type(a) is not np.ndarray or type(b) is not np.ndarray or a.ndim != 2 or b.ndim != 2:
+        return None
+    if a.dtype != b.dtype or a.dtype.char not in "fdFD" or not a.dtype.isnative:
+        return None
+    if b.shape != a.shape[::-1] or b.strides != a.strides[::-1]:
+        return None
+    if a.__array_interface__["data"][0] != b.__array_interface__["data"][0]:
+        return None
+    n, k = a.shape
+    if n * n * k < _GRAM_MIN_MNK or _native.operand_layout(a) is None:
+        return None
+    return a
+
+
+def _mirror_lower(c, block=512):
+    """Copies the lower triangle of the square array c into its upper one, a block row at a time."""
+    n = c.shape[0]
+    for j0 in range(0, n, block):
+        j1 = min(n, j0 + block)
+        d = c[j0:j1, j0:j1]
+        upper = np.triu_indices(j1 - j0, 1)
+        d[upper] = d.T[upper]
+        if j1 < n:
+            c[j0:j1, j1:] = c[j1:, j0:j1].T
+
+
 def _wait(run, progress):
     """Waits for a run with the GIL released, POLL_SECONDS at a time, so that Ctrl-C (raised by
     Python between waits) and progress calls happen on this thread. On KeyboardInterrupt, or an
@@ -352,12 +388,17 @@ class Context:
                explain=False, progress=None):
         """alpha * a @ b + beta * c on all the context's devices, out-of-core when the operands do
         not fit the budget. See tilestream.matmul."""
-        if (out is None and c is None and kernel is None and tile is None and not explain and progress is None
-                and strategy == "auto" and type(alpha) is int and alpha == 1 and type(beta) is int and beta == 0):
+        plain = (out is None and c is None and kernel is None and tile is None and not explain
+                 and strategy == "auto" and type(alpha) is int and alpha == 1 and type(beta) is int and beta == 0)
+        if plain and progress is None:
             result = _native.matmul_direct(self._direct, a, b)
             if result is not None:
                 return result
         progress = _checks.progress_callable(progress, lambda: _ProgressBar("matmul"))
+        if plain:
+            x = _gram_operand(a, b)
+            if x is not None:
+                return self._gram(x, progress)
         run, finish, copied = self._start_gemm(a, b, out, alpha, beta, c, strategy, tile, kernel, False)
         report = _wait(run, progress)
         result = finish()
@@ -374,6 +415,15 @@ class Context:
                          f"({report['kept_bytes_saved']} bytes not copied)")
         lines += [f"warning: {w}" for w in report["warnings"]]
         return result, "\n".join(lines) + "\n"
+
+    def _gram(self, x, progress):
+        """x @ x.T as numpy computes it: SYRK on the lower triangle (half GEMM's flops), the upper
+        one copied from it, so the result is exactly symmetric."""
+        n = x.shape[0]
+        c = np.empty((n, n), x.dtype)
+        _wait(self._native.start_blas3("syrk", "left", "lower", "n", "non-unit", 1, 0, x, None, c), progress)
+        _mirror_lower(c)
+        return c
 
     def keep(self, a):
         """Promises that array `a` (2-D float32/float64/complex64/complex128, read in place by matmul) keeps its values
@@ -538,6 +588,9 @@ def matmul(a, b, out=None, *, alpha=1, beta=0, c=None, devices="all", memory_bud
     host's kernel on the calling thread).
     kernel: 'auto' (on each device the fastest measured for the precision and shape), or a kernel.
     explain: True returns (result, text): the plan, the operands copied, measured against predicted.
+    a @ a.T-style products (b is a.T on the same data, numpy's test; a.T @ a too) with nothing else
+    given run SYRK on one triangle and copy it to the other, as numpy's ?syrk call does: half the
+    flops and an exactly symmetric result (from 400^3 multiply-adds; smaller ones stay GEMM).
     progress: a callable (done_steps, total_steps), called on this thread, or True for a bar on stderr
     (a step is at most about 0.2 s of work).
 
