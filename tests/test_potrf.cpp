@@ -249,19 +249,27 @@ TEST(Potrf, EmptyAndNonSquareMatrices) {
                  dimension_mismatch);
 }
 
-TEST(Potrf, OnOpenCLMatchesLapack) {
+TEST(PotrfOpenCL, MatchesLapack) {
     TILESTREAM_SKIP_WITHOUT_GPU("opencl:0");
+    // The vendor path (CLBlast's dtrsm and dsyrk, GEMM tiles; the potrf tiles on the host
+    // reference through staging), both orders: f64, whose CLBlast kernels the Level 3 OpenCL tests
+    // build too (PoCL compiles each once per build tree).
     context ctx("opencl:0@256KiB");
     blas3_call_options call;
     call.tile = 24;
     for (blas3_order o : {blas3_order::left_looking, blas3_order::right_looking}) {
         call.order = o;
-        check_potrf<double>(ctx, 61, uplo::lower, layout::col_major, 101, call);
-        check_potrf<float>(ctx, 61, uplo::upper, layout::row_major, 102, call);
-        check_potrf<std::complex<float>>(ctx, 53, uplo::lower, layout::row_major, 103, call);
-        check_potrf<std::complex<double>>(ctx, 53, uplo::upper, layout::col_major, 104, call);
+        check_potrf<double>(ctx, 61, o == blas3_order::left_looking ? uplo::lower : uplo::upper,
+                            o == blas3_order::left_looking ? layout::col_major : layout::row_major, 101, call);
     }
-    check_potrf<double>(ctx, 61, uplo::upper, layout::row_major, 105, {}, 29);  // the planner's tiles, info 30
+    check_potrf<double>(ctx, 61, uplo::upper, layout::row_major, 105, call, 29);  // info 30
+    // Every precision in reproducible mode: GEMM tiles on tilestream's own OpenCL kernel, the
+    // diagonal tiles (potrf, trsm, syrk/herk) on the host reference (no CLBlast program to build).
+    context rep("opencl:0@2MiB", {.reproducible = true});
+    check_potrf<float>(rep, 401, uplo::lower, layout::row_major, 106);
+    check_potrf<std::complex<float>>(rep, 203, uplo::upper, layout::col_major, 107);
+    check_potrf<std::complex<double>>(rep, 140, uplo::lower, layout::col_major, 108);
+    check_potrf<double>(rep, 270, uplo::upper, layout::col_major, 109, {}, 260);  // info 261, in the second tile
 }
 
 TEST(Potrf, ReproducibleIsBitwiseAcrossDevicesAndBudgets) {
