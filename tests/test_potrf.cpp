@@ -272,6 +272,21 @@ TEST(PotrfOpenCL, MatchesLapack) {
     check_potrf<double>(rep, 270, uplo::upper, layout::col_major, 109, {}, 260);  // info 261, in the second tile
 }
 
+TEST(PotrfCuda, MatchesLapack) {
+    // scripts/gpu-check.sh runs it (*Cuda*): cuBLAS trsm, syrk/herk and GEMM tiles, the potrf
+    // tiles on the host reference through staging; out of core through 1 MiB.
+    TILESTREAM_SKIP_WITHOUT_GPU("cuda:0");
+    context ctx("cuda:0@1MiB");
+    blas3_call_options call;
+    call.tile = 64;
+    for (blas3_order o : {blas3_order::left_looking, blas3_order::right_looking}) {
+        call.order = o;
+        check_potrf<double>(ctx, 301, uplo::lower, layout::col_major, 131, call);
+        check_potrf<std::complex<float>>(ctx, 203, uplo::upper, layout::row_major, 132, call);
+    }
+    check_potrf<double>(ctx, 301, uplo::upper, layout::col_major, 133, {}, 150);  // info 151
+}
+
 TEST(Potrf, ReproducibleIsBitwiseAcrossDevicesAndBudgets) {
     // Past one k-block (256 f64, 128 c64): several tiles, diagonal ones on the reference kernel.
     const std::vector<const char*> specs = {"cpu", "cpu:3", "cpu@3MiB", "cpu:2@2MiB"};
