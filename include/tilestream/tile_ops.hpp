@@ -31,7 +31,8 @@ diag parse_diag(std::string_view s);
 
 /// The operations a device may run on tiles in its memory. `gemm` is every off-diagonal update;
 /// the others are the diagonal blocks of the Level 3 routines (BLAS semantics, below).
-enum class tile_kind { gemm, syrk, herk, syr2k, her2k, symm, hemm, trmm, trsm };
+enum class tile_kind { gemm, syrk, herk, syr2k, her2k, symm, hemm, trmm, trsm,
+                       potrf };  ///< potrf: Cholesky's diagonal tile (LAPACK semantics)
 std::string_view to_string(tile_kind k) noexcept;
 
 /// One matrix operand of a tile operation: element (i, j) at data[i * ld + j] (row-major) or
@@ -52,6 +53,9 @@ struct tile_matrix {
 ///          A symmetric with its `uplo` triangle stored; hemm: Hermitian
 ///   trmm   C(m x n) = alpha op(A) C (left; A m x m) or alpha C op(A) (right), A triangular
 ///   trsm   solves op(A) X = alpha C (left) or X op(A) = alpha C (right); C <- X
+///   potrf  C(n x n) <- its Cholesky factor (LAPACK ?potrf): L with C = L L^H (lower) or U with
+///          C = U^H U (upper), only the `uplo` triangle read and written; the first non-positive
+///          pivot's 1-based index within the tile (0 when none) is written to *info
 /// beta == 0 never reads C; alpha == 0 never reads A or B (trmm/trsm: C <- 0). syrk-family ops
 /// use n and k (m is ignored), trans_a for op(A) (and op(B)).
 struct tile_op {
@@ -66,6 +70,8 @@ struct tile_op {
     index_t m = 0, n = 0, k = 0;
     std::complex<double> alpha{1.0}, beta{0.0};
     tile_matrix a, b, c;
+    /// potrf: where the kernel writes LAPACK's info for the tile (host memory; null: not reported).
+    int* info = nullptr;
 
     /// Whether the operation reads A (and B): alpha != 0 and, for products, k > 0.
     bool reads_ab() const;

@@ -37,6 +37,7 @@ std::string_view to_string(tile_kind k) noexcept {
         case tile_kind::hemm: return "hemm";
         case tile_kind::trmm: return "trmm";
         case tile_kind::trsm: return "trsm";
+        case tile_kind::potrf: return "potrf";
     }
     return "?";
 }
@@ -76,6 +77,7 @@ bool tile_op::reads_ab() const {
 
 bool tile_op::reads_c() const {
     if (kind == tile_kind::trmm || kind == tile_kind::trsm) return alpha != 0.0;
+    if (kind == tile_kind::potrf) return true;
     return beta != 0.0;
 }
 
@@ -98,6 +100,7 @@ double tile_op::multiply_adds2(double dm, double dn, double dk) const {
         case tile_kind::hemm: return side == side::left ? 2.0 * dm * dm * dn : 2.0 * dm * dn * dn;
         case tile_kind::trmm:
         case tile_kind::trsm: return side == side::left ? dm * dm * dn : dm * dn * dn;
+        case tile_kind::potrf: return dn * dn * dn / 3.0;  // n^3/6 multiply-adds
     }
     return 0.0;
 }

@@ -1,0 +1,33 @@
+// The LAPACK routines tilestream calls in the OpenBLAS it links (Fortran interface: 32-bit
+// integers, every argument by address, the hidden length of a character argument last), as one
+// template over the four precisions: Cholesky's ?potrf.
+#pragma once
+
+#include <complex>
+#include <cstddef>
+#include <type_traits>
+
+extern "C" {
+void spotrf_(const char* uplo, const int* n, float* a, const int* lda, int* info, std::size_t uplo_len);
+void dpotrf_(const char* uplo, const int* n, double* a, const int* lda, int* info, std::size_t uplo_len);
+void cpotrf_(const char* uplo, const int* n, std::complex<float>* a, const int* lda, int* info, std::size_t uplo_len);
+void zpotrf_(const char* uplo, const int* n, std::complex<double>* a, const int* lda, int* info, std::size_t uplo_len);
+}
+
+namespace tilestream::detail {
+
+/// ?potrf on the column-major n x n matrix a (uplo 'L' or 'U'); returns LAPACK's info.
+template <class T>
+int lapack_potrf(char uplo, int n, T* a, int lda) {
+    int info = 0;
+    if constexpr (std::is_same_v<T, float>) spotrf_(&uplo, &n, a, &lda, &info, 1);
+    else if constexpr (std::is_same_v<T, double>) dpotrf_(&uplo, &n, a, &lda, &info, 1);
+    else if constexpr (std::is_same_v<T, std::complex<float>>) cpotrf_(&uplo, &n, a, &lda, &info, 1);
+    else {
+        static_assert(std::is_same_v<T, std::complex<double>>, "lapack_potrf: f32, f64, c32 or c64");
+        zpotrf_(&uplo, &n, a, &lda, &info, 1);
+    }
+    return info;
+}
+
+}  // namespace tilestream::detail
