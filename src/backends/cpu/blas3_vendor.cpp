@@ -98,7 +98,9 @@ void call_typed(const column_major_tile& r) {
             else if constexpr (t == dtype::c64) cblas_zher2k(o, ul, tr, n, k, &alpha, a, lda, b, ldb, beta_re, c, ldc);
             else break;
             return;
-        case tile_kind::gemm: break;
+        case tile_kind::gemm:
+        case tile_kind::getrf:
+        case tile_kind::laswp: break;
     }
     throw invalid_argument(std::string("OpenBLAS tile kernel: no '") + std::string(to_string(r.kind)) + "' for " +
                            std::string(to_string(t)));

@@ -73,7 +73,9 @@ void run_typed(cublasHandle_t h, const ::tilestream::detail::engine::column_majo
             else if constexpr (t == dtype::c64) TS_CUDA_CHECK(cublasZher2k(h, ul, tr, n, k, alpha, a, lda, b, ldb, &beta_re, c, ldc), id);
             else break;
             return;
-        case tile_kind::gemm: break;
+        case tile_kind::gemm:
+        case tile_kind::getrf:
+        case tile_kind::laswp: break;
     }
 #undef TS_CUBLAS
     throw invalid_argument(id + ": no cuBLAS tile kernel for " + std::string(to_string(r.kind)) + " " +
