@@ -47,6 +47,7 @@ std::string formula(blas3_routine r) {
         case blas3_routine::her2k: return "C <- alpha op(A) op(B)^H + conj(alpha) op(B) op(A)^H + beta C on the triangle";
         case blas3_routine::trmm: return "B <- alpha op(A) B (left) or alpha B op(A) (right), A triangular";
         case blas3_routine::trsm: return "solves op(A) X = alpha B (left) or X op(A) = alpha B (right); B <- X";
+        case blas3_routine::potrf: return "Cholesky factorization (tilestream potrf)";
     }
     return "";
 }

@@ -52,6 +52,7 @@ const char* usage_text =
     "  jacobi [options]                 2-D Laplace by Jacobi iteration across devices\n"
     "  symm|hemm|syrk|herk|syr2k|her2k|trmm|trsm [options]\n"
     "                                   the rest of Level 3 BLAS on one or more devices, out of core\n"
+    "  potrf|posv [options]             Cholesky factorization and solve, on one or more devices, out of core\n"
     "  scale gemm|jacobi [options]      the same problem on several device sets: speedup, efficiency\n"
     "  timeline run.json run.svg        draw a saved trace\n"
     "  --version                        the version and the git commit built\n"
@@ -760,6 +761,7 @@ int run_command(int argc, char** argv) {
     if (cmd == "timeline") return ts::cli::cmd_timeline(argc, argv);
     if (cmd == "jacobi") return ts::cli::cmd_jacobi(argc, argv);
     if (ts::cli::is_blas3_command(cmd)) return ts::cli::cmd_blas3(cmd, argc, argv);
+    if (ts::cli::is_factor_command(cmd)) return ts::cli::cmd_factor(cmd, argc, argv);
     if (cmd == "--help" || cmd == "help" || cmd == "-h") {
         std::cout << usage_text;
         return 0;
@@ -771,7 +773,7 @@ int run_command(int argc, char** argv) {
     std::cerr << "tilestream: unknown command '" << ts::detail::terminal_safe(cmd) << "'"
               << ts::cli::did_you_mean(cmd, {"devices", "gemm", "jacobi", "scale", "timeline", "help", "--version",
                                                                           "symm", "hemm", "syrk", "herk", "syr2k", "her2k",
-                                                                          "trmm", "trsm"})
+                                                                          "trmm", "trsm", "potrf", "posv"})
               << "\n"
               << usage_text;
     return exit_usage;

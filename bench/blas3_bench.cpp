@@ -123,6 +123,7 @@ void openblas(operands<T>& o, ts::index_t rows, ts::index_t cols, T* c) {
         case ts::blas3_routine::her2k:
             if constexpr (z) cblas_zher2k(CblasColMajor, u, t, n, k, &alpha, a, ld, b, ld, beta_re, c, ld);
             break;
+        case ts::blas3_routine::potrf: break;  // potrf_bench.cpp
     }
 }
 

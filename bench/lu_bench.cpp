@@ -70,8 +70,8 @@ int main(int argc, char** argv) {
                 else pristine(i, j) = T(u(rng));
             }
         const std::size_t bytes = std::size_t(size) * std::size_t(size) * sizeof(T);
-        std::vector<ts::index_t> ipiv(std::size_t(size));
-        std::vector<int> lapack_ipiv(std::size_t(size));
+        std::vector<ts::index_t> ipiv(static_cast<std::size_t>(size));
+        std::vector<int> lapack_ipiv(static_cast<std::size_t>(size));
         const auto refresh = [&] { std::memcpy(a.data(), pristine.data(), bytes); };
         const auto ours = [&](ts::context& ctx) {
             refresh();

@@ -19,6 +19,8 @@ status=0
 "$build/bench/jacobi_bench" --git-hash "$hash" --devices "cpu;cpu:2" --out "bench/results/jacobi-cpu-$host-$date.json"
 # The rest of Level 3 BLAS: in core / OpenBLAS, out of core / in core, cpu:2 efficiency (goals: exit 1 below one).
 "$build/bench/blas3_bench" --git-hash "$hash" --out "bench/results/blas3-cpu-$host-$date.json" || status=$?
+# Cholesky (issue 29): potrf in core / OpenBLAS ?potrf, out of core (a quarter fits) / in core (goals: exit 1 below one).
+"$build/bench/potrf_bench" --git-hash "$hash" --out "bench/results/potrf-cpu-$host-$date.json" || status=$?
 # Process start with the BLAS drop-in preloaded, beside the system BLAS alone (goal: < 5 ms, < 10 MB).
 if [ -f "$build/src/blas/libtilestream_blas.so" ]; then
   python3 bench/blas_startup.py --shim "$build/src/blas/libtilestream_blas.so" --git-hash "$hash" \

@@ -593,7 +593,7 @@ std::unique_ptr<background_run> start_blas3(py::object ctx_obj, ts::context& ctx
     ts::blas3_operands<T> ops;
     ops.alpha = blas3_scalar<T>(alpha, "alpha");
     ops.beta = blas3_scalar<T>(beta, "beta");
-    ops.a = view_of<const T>(py::array(a), "a");
+    if (!a.is_none()) ops.a = view_of<const T>(py::array(a), "a");  // None: potrf (A is c)
     if (!b.is_none()) ops.b = view_of<const T>(py::array(b), "b");
     ops.c = view_of<T>(c, "c");
     if (!c.writeable()) throw ts::invalid_argument("the output array is read-only");
@@ -608,11 +608,12 @@ std::unique_ptr<background_run> start_blas3(py::object ctx_obj, ts::context& ctx
             call.run.on_task_done = [&run](std::size_t done, std::size_t) { run.set_done(done); };
             call.run.cancel = run.cancel_flag();
             const ts::blas3_report report = ctxp->execute<T>(plan, ops, call);
-            run.set_finish([text = ctxp->explain(plan), seconds = report.seconds, tasks = plan.tasks] {
+            run.set_finish([text = ctxp->explain(plan), seconds = report.seconds, tasks = plan.tasks, info = report.info] {
                 py::dict d;
                 d["text"] = text;
                 d["seconds"] = seconds;
                 d["tasks"] = tasks;
+                d["info"] = info;  // potrf: LAPACK's info
                 return py::object(d);
             });
         });

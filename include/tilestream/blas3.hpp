@@ -17,6 +17,7 @@
 #include <tilestream/tile_ops.hpp>
 
 #include <atomic>
+#include <cstdint>
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -32,7 +33,8 @@ namespace detail::engine {
 struct task_graph;
 }
 
-enum class blas3_routine { symm, hemm, syrk, herk, syr2k, her2k, trmm, trsm };
+enum class blas3_routine { symm, hemm, syrk, herk, syr2k, her2k, trmm, trsm,
+                           potrf };  ///< potrf: Cholesky of C in place (LAPACK semantics, info in the report)
 std::string_view to_string(blas3_routine r) noexcept;
 /// "trsm", "dtrsm", ... (a precision letter is accepted and ignored); invalid_argument otherwise.
 blas3_routine parse_blas3_routine(std::string_view s);
@@ -169,6 +171,9 @@ struct blas3_report {
     /// Devices lost during the run; their unfinished tasks were rerun elsewhere from the tiles'
     /// committed versions.
     std::vector<device_fault> faults;
+    /// Factorizations (potrf): LAPACK's info, the 1-based index of the first non-positive pivot
+    /// (0: the factor is complete).
+    std::int64_t info = 0;
 };
 
 /// Runs a plan on devices (the plan's device count). Faults: with two or more devices a device

@@ -310,6 +310,18 @@ public:
     template <class T>
     gesv_report gesv(host_matrix_view<T> a, std::span<index_t> ipiv, host_matrix_view<T> b,
                      const getrf_call_options& call = {});
+    // ---- Cholesky: LAPACK's potrf, potrs and posv, all devices, out of core (potrf_context.cpp) ----
+    /// Factors the Hermitian (symmetric) positive definite A in place: A = L L^H (lower) or U^H U
+    /// (upper), only the `u` triangle read and written; report.info is LAPACK's (the 1-based index
+    /// of the first non-positive pivot, 0 when the factor is complete).
+    template <class T>
+    blas3_report potrf(uplo u, host_matrix_view<T> a, const blas3_call_options& call = {});
+    /// Solves A X = B with A's Cholesky factor from potrf (two triangular solves); B <- X.
+    template <class T>
+    blas3_report potrs(uplo u, host_matrix_view<const T> a, host_matrix_view<T> b, const blas3_call_options& call = {});
+    /// potrf, then potrs when the factor is complete (B unchanged when info > 0).
+    template <class T>
+    blas3_report posv(uplo u, host_matrix_view<T> a, host_matrix_view<T> b, const blas3_call_options& call = {});
 
     /// Keeps `v` (see kept_operand): its tiles survive between calls while the handle lives.
     template <class T>

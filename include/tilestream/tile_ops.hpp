@@ -31,10 +31,11 @@ diag parse_diag(std::string_view s);
 
 /// The operations a device may run on tiles in its memory. `gemm` is every off-diagonal update;
 /// the others are the diagonal blocks of the Level 3 routines (BLAS semantics, below) and the
-/// factorizations' panels.
+/// factorizations' panels and diagonal tiles.
 enum class tile_kind {
     gemm, syrk, herk, syr2k, her2k, symm, hemm, trmm, trsm,
-    getrf, laswp  // LU (LAPACK semantics, below)
+    potrf,        // Cholesky's diagonal tile (LAPACK semantics)
+    getrf, laswp  // LU's panel and row interchanges (LAPACK semantics, below)
 };
 std::string_view to_string(tile_kind k) noexcept;
 
@@ -61,6 +62,9 @@ struct tile_matrix {
 ///          rows of C, as real values; an exactly zero pivot leaves its column unscaled
 ///   laswp  C(m x n): for i in [0, k), rows i and piv(i) - 1 of C swapped in turn (LAPACK's ?laswp
 ///          with incx 1), piv(i) the real part of A(0, i) (A 1 x k)
+///   potrf  C(n x n) <- its Cholesky factor (LAPACK ?potrf): L with C = L L^H (lower) or U with
+///          C = U^H U (upper), only the `uplo` triangle read and written; the first non-positive
+///          pivot's 1-based index within the tile (0 when none) is written to *info
 /// beta == 0 never reads C; alpha == 0 never reads A or B (trmm/trsm: C <- 0). syrk-family ops
 /// use n and k (m is ignored), trans_a for op(A) (and op(B)). getrf and laswp always read C and
 /// ignore the scalars.
@@ -76,6 +80,8 @@ struct tile_op {
     index_t m = 0, n = 0, k = 0;
     std::complex<double> alpha{1.0}, beta{0.0};
     tile_matrix a, b, c;
+    /// potrf: where the kernel writes LAPACK's info for the tile (host memory; null: not reported).
+    int* info = nullptr;
 
     /// Whether the operation reads A (and B): alpha != 0 and, for products, k > 0.
     bool reads_ab() const;

@@ -2,12 +2,14 @@
 // ?syr2k) in column-major form, either one call with OpenBLAS's threads or the tile split over the
 // device's workers (independent columns or rows; the rank-k kinds in row bands of equal area).
 #include "cpu_kernels.hpp"
+#include "openblas_memory.hpp"
 
 #include "backends/reference/reference_kernels.hpp"
 #include "core/blas_mapping.hpp"
 #include "core/cblas_gemm.hpp"
 #include "core/engine/tile_kernels.hpp"
 #include "core/engine/tile_mapping.hpp"
+#include "core/lapack_calls.hpp"
 
 #include <tilestream/error.hpp>
 
@@ -16,6 +18,8 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <complex>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -100,7 +104,8 @@ void call_typed(const column_major_tile& r) {
             return;
         case tile_kind::gemm:
         case tile_kind::getrf:
-        case tile_kind::laswp: break;
+        case tile_kind::laswp:
+        case tile_kind::potrf: break;  // potrf: LAPACK's, potrf_vendor
     }
     throw invalid_argument(std::string("OpenBLAS tile kernel: no '") + std::string(to_string(r.kind)) + "' for " +
                            std::string(to_string(t)));
@@ -197,11 +202,36 @@ std::vector<tile_op> band_ops(const tile_op& op, index_t r0, index_t r1) {
     return ops;
 }
 
+/// A diagonal tile of Cholesky through LAPACK ?potrf: one call, with OpenBLAS's threads when the
+/// device is the process's only CPU device (a factorization does not split over workers).
+void potrf_vendor(const tile_op& op, thread_pool& pool, bool openblas_threads) {
+    if (op.n == 0) {
+        if (op.info != nullptr) *op.info = 0;
+        return;
+    }
+    const column_major_tile r = tilestream::detail::engine::as_column_major(op);
+    if (!r.representable || !fits_int(r)) {
+        reference::execute(op);
+        return;
+    }
+    const int threads = openblas_threads ? int(pool.size()) : 1;
+    set_openblas_threads(threads);
+    const openblas_call announced(threads);
+    const char u = r.uplo_ == uplo::lower ? 'L' : 'U';
+    const int n = int(r.n), ld = int(r.ldc);
+    int info = 0;
+    visit_dtype(op.type, [&]<class T>() { info = tilestream::detail::lapack_potrf<T>(u, n, static_cast<T*>(r.c), ld); });
+    if (info < 0) throw device_error("LAPACK ?potrf refused argument " + std::to_string(-info) + " of a tile (n " +
+                                     std::to_string(n) + ", ld " + std::to_string(ld) + ")");
+    if (op.info != nullptr) *op.info = info;
+}
+
 }  // namespace
 
 bool tile_vendor_supports(tile_kind kind, dtype type) { return tilestream::detail::engine::blas_has(kind, type); }
 
 void tile_vendor(const tile_op& op, thread_pool& pool, bool openblas_threads) {
+    if (op.kind == tile_kind::potrf) return potrf_vendor(op, pool, openblas_threads);
     if (!tile_vendor_supports(op.kind, op.type))
         throw invalid_argument(std::string("OpenBLAS tile kernel: no '") + std::string(to_string(op.kind)) + "' for " +
                                std::string(to_string(op.type)));

@@ -286,6 +286,7 @@ public:
     bool supports(tile_kind kind, dtype type, gemm_kernel k) const override {
         if (kind == tile_kind::gemm) return true;
         if (cpu::lu_vendor_supports(kind)) return k == gemm_kernel::vendor || k == gemm_kernel::reference;
+        if (kind == tile_kind::potrf) return k == gemm_kernel::vendor || k == gemm_kernel::reference;
         const bool hermitian = kind == tile_kind::herk || kind == tile_kind::her2k || kind == tile_kind::hemm;
         if (k == gemm_kernel::reference) return !hermitian || !(type == dtype::f32 || type == dtype::f64);
         return k == gemm_kernel::vendor && cpu::tile_vendor_supports(kind, type);

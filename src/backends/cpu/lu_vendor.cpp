@@ -5,6 +5,7 @@
 #include "openblas_memory.hpp"
 
 #include "backends/reference/reference_kernels.hpp"
+#include "core/lapack_calls.hpp"
 
 #include <tilestream/error.hpp>
 
@@ -12,25 +13,14 @@
 #include <complex>
 #include <vector>
 
-extern "C" {
-// LAPACK's Fortran entries (OpenBLAS exports them; Debian ships no lapacke.h beside it).
-void sgetrf_(const int* m, const int* n, float* a, const int* lda, int* ipiv, int* info);
-void dgetrf_(const int* m, const int* n, double* a, const int* lda, int* ipiv, int* info);
-void cgetrf_(const int* m, const int* n, std::complex<float>* a, const int* lda, int* ipiv, int* info);
-void zgetrf_(const int* m, const int* n, std::complex<double>* a, const int* lda, int* ipiv, int* info);
-}
-
 namespace tilestream::cpu {
 
 namespace {
 
+/// ?getrf_; an exactly zero pivot (info > 0) is found again from U's diagonal by the planner.
 template <class T>
-void lapack_getrf(int m, int n, T* a, int lda, int* ipiv) {
-    int info = 0;  // an exactly zero pivot (info > 0) is found again from U's diagonal by the planner
-    if constexpr (std::is_same_v<T, float>) sgetrf_(&m, &n, a, &lda, ipiv, &info);
-    else if constexpr (std::is_same_v<T, double>) dgetrf_(&m, &n, a, &lda, ipiv, &info);
-    else if constexpr (std::is_same_v<T, std::complex<float>>) cgetrf_(&m, &n, a, &lda, ipiv, &info);
-    else zgetrf_(&m, &n, a, &lda, ipiv, &info);
+void getrf_checked(int m, int n, T* a, int lda, int* ipiv) {
+    const int info = tilestream::detail::lapack_getrf<T>(m, n, a, lda, ipiv);
     if (info < 0) throw invalid_argument("?getrf: LAPACK refused argument " + std::to_string(-info));
 }
 
@@ -44,13 +34,13 @@ void getrf_typed(const tile_op& op, int threads) {
     const openblas_call announced(threads);
     set_openblas_threads(threads);
     if (op.c.lay == layout::col_major) {
-        lapack_getrf<T>(int(op.m), int(op.n), c, int(std::max<index_t>(op.c.ld, std::max<index_t>(op.m, 1))), ipiv.data());
+        getrf_checked<T>(int(op.m), int(op.n), c, int(std::max<index_t>(op.c.ld, std::max<index_t>(op.m, 1))), ipiv.data());
     } else {
         // LAPACK is column-major: the panel through a column-major copy (a panel is thin).
         std::vector<T> cm(std::size_t(op.m) * std::size_t(op.n));
         for (index_t i = 0; i < op.m; ++i)
             for (index_t j = 0; j < op.n; ++j) cm[std::size_t(i + j * op.m)] = c[i * op.c.ld + j];
-        lapack_getrf<T>(int(op.m), int(op.n), cm.data(), int(std::max<index_t>(op.m, 1)), ipiv.data());
+        getrf_checked<T>(int(op.m), int(op.n), cm.data(), int(std::max<index_t>(op.m, 1)), ipiv.data());
         for (index_t i = 0; i < op.m; ++i)
             for (index_t j = 0; j < op.n; ++j) c[i * op.c.ld + j] = cm[std::size_t(i + j * op.m)];
     }

@@ -75,7 +75,8 @@ void run_typed(cublasHandle_t h, const ::tilestream::detail::engine::column_majo
             return;
         case tile_kind::gemm:
         case tile_kind::getrf:
-        case tile_kind::laswp: break;
+        case tile_kind::laswp:
+        case tile_kind::potrf: break;  // LAPACK: the engine runs it on the host
     }
 #undef TS_CUBLAS
     throw invalid_argument(id + ": no cuBLAS tile kernel for " + std::string(to_string(r.kind)) + " " +

@@ -311,6 +311,45 @@ void laswp_tile(const tile_op& o) {
     }
 }
 
+/// Cholesky of the `uplo` triangle of C, column by column in double (complex<double>): LAPACK's
+/// unblocked ?potf2 order. Stops at the first pivot that is not positive (or NaN), as LAPACK does,
+/// leaving the columns before it factored; the other triangle is never touched.
+template <class T>
+void potrf_tile(const tile_op& o) {
+    using W = typename wide<T>::type;
+    const index_t n = o.n;
+    const bool lower = o.uplo == uplo::lower;
+    const view<T> in(o.c);
+    const out_view<T> c(o.c);
+    // The factor in W, lower-stored: l(i, j) for i >= j (the upper case is its conjugate transpose).
+    std::vector<W> l(std::size_t(n) * std::size_t(n));
+    const auto at = [&](index_t i, index_t j) -> W& { return l[std::size_t(i) + std::size_t(j) * std::size_t(n)]; };
+    for (index_t j = 0; j < n; ++j)
+        for (index_t i = j; i < n; ++i) at(i, j) = lower ? in(i, j) : conj_of(in(j, i));
+    int info = 0;
+    for (index_t j = 0; j < n && info == 0; ++j) {
+        double d = real_of(at(j, j));
+        for (index_t p = 0; p < j; ++p) d -= std::norm(std::complex<double>(at(j, p)));
+        if (!(d > 0.0)) {
+            info = int(j + 1);
+            break;
+        }
+        const double djj = std::sqrt(d);
+        at(j, j) = W(djj);
+        for (index_t i = j + 1; i < n; ++i) {
+            W v = at(i, j);
+            for (index_t p = 0; p < j; ++p) v -= at(i, p) * conj_of(at(j, p));
+            at(i, j) = v / djj;
+        }
+        // Column j is final: written back now, so a failure later leaves it factored.
+        for (index_t i = j; i < n; ++i) {
+            if (lower) c(i, j) = narrow<T>(at(i, j));
+            else c(j, i) = narrow<T>(conj_of(at(i, j)));
+        }
+    }
+    if (o.info != nullptr) *o.info = info;
+}
+
 template <class T>
 void execute_typed(const tile_op& o) {
     switch (o.kind) {
@@ -325,6 +364,7 @@ void execute_typed(const tile_op& o) {
         case tile_kind::trsm: return trsm_tile<T>(o);
         case tile_kind::getrf: return getrf_tile<T>(o);
         case tile_kind::laswp: return laswp_tile<T>(o);
+        case tile_kind::potrf: return potrf_tile<T>(o);
     }
 }
 

@@ -32,7 +32,7 @@ using clock_type = std::chrono::steady_clock;
 struct shared_state {
     shared_state(const task_graph& graph, std::size_t devices)
         : g(graph), waiting(graph.tasks.size()), taken(graph.tasks.size(), 0), version(std::size_t(graph.tiles)),
-          rate(devices, 0.0), queued_flops(devices, 0.0), active(devices, true) {
+          tile_info(std::size_t(graph.tiles), 0), rate(devices, 0.0), queued_flops(devices, 0.0), active(devices, true) {
         for (std::size_t t = 0; t < g.tasks.size(); ++t) {
             waiting[t] = g.tasks[t].predecessors;
             if (waiting[t] == 0) ready.insert({-g.tasks[t].priority, int(t)});
@@ -47,6 +47,8 @@ struct shared_state {
     std::vector<char> taken;                 ///< issued to a device (until committed or given back)
     std::set<std::pair<double, int>> ready;  ///< (-priority, task): most urgent first
     std::vector<std::atomic<std::uint32_t>> version;  ///< committed version per tile
+    /// potrf steps' info per output tile (written by the kernel on its stream, read after the run).
+    std::vector<int> tile_info;
     std::size_t done = 0;
     double remaining_flops = 0;              ///< of tasks not taken
     bool stop = false;
@@ -386,6 +388,7 @@ private:
             b.op.a = operand(s.a, sa);
             b.op.b = operand(s.b, sb);
             b.op.c = operand(s.c, unused);
+            if (b.op.kind == tile_kind::potrf) b.op.info = &st_.tile_info[std::size_t(s.c)];
             if (s.a >= 0) b.a_bytes = g_.tile_bytes(s.a);
             if (s.b >= 0) b.b_bytes = g_.tile_bytes(s.b);
             b.c_bytes = g_.tile_bytes(s.c);
@@ -430,6 +433,7 @@ private:
             b.a_at = s.a_at;
             b.b_at = s.b_at;
             b.c_at = s.c_at;
+            if (b.op.kind == tile_kind::potrf) b.op.info = &st_.tile_info[std::size_t(s.c)];
             run_step(b);
             if (inject && &s == &task.steps.front()) injected_kernel_failure();
         }
@@ -735,6 +739,13 @@ run_result run_tasks(const run_request& rq, std::span<device* const> devices) {
     }
     res.faults = std::move(st.faults);
     res.warnings = std::move(st.warnings);
+    // LAPACK's info: the first failing pivot in the order of the matrix (a tile after a failed
+    // one computes on an incomplete factor and may fail too; the smallest index is the first).
+    for (int t = 0; t < g.tiles; ++t)
+        if (st.tile_info[std::size_t(t)] > 0) {
+            const std::int64_t at = std::int64_t(g.where(t).row0) + st.tile_info[std::size_t(t)];
+            if (res.info == 0 || at < res.info) res.info = at;
+        }
     return res;
 }
 

@@ -16,6 +16,7 @@
 #include <tilestream/gemm.hpp>
 
 #include <complex>
+#include <cstdint>
 #include <span>
 #include <string>
 #include <vector>
@@ -55,6 +56,8 @@ struct run_result {
     std::vector<device_share> devices;
     std::vector<device_fault> faults;
     std::vector<std::string> warnings;
+    /// potrf steps: the smallest global 1-based index of a non-positive pivot (0: none).
+    std::int64_t info = 0;
 };
 
 /// Runs every task of the graph on the devices (each listed once). Throws cancelled when the run's

@@ -147,6 +147,14 @@ column_major_tile as_column_major(const tile_op& o) {
             r.representable = true;
             return r;
         }
+        case tile_kind::potrf: {
+            // A row-major C is the column-major A^T = conj(A): its factor's other triangle is the
+            // same storage (lower L of A is upper U = L^T of A^T), so only the triangle flips.
+            if (c_row) r.uplo_ = flip(o.uplo);
+            r.ldc = ld_for(o.c.ld, o.n, o.n);
+            r.representable = true;
+            return r;
+        }
     }
     return r;
 }

@@ -39,6 +39,7 @@ std::string_view to_string(tile_kind k) noexcept {
         case tile_kind::trsm: return "trsm";
         case tile_kind::getrf: return "getrf";
         case tile_kind::laswp: return "laswp";
+        case tile_kind::potrf: return "potrf";
     }
     return "?";
 }
@@ -80,6 +81,7 @@ bool tile_op::reads_ab() const {
 bool tile_op::reads_c() const {
     if (kind == tile_kind::getrf || kind == tile_kind::laswp) return true;
     if (kind == tile_kind::trmm || kind == tile_kind::trsm) return alpha != 0.0;
+    if (kind == tile_kind::potrf) return true;
     return beta != 0.0;
 }
 
@@ -109,6 +111,7 @@ double tile_op::multiply_adds2(double dm, double dn, double dk) const {
             return big * small * small - small * small * small / 3.0;
         }
         case tile_kind::laswp: return 0.0;  // memory traffic only
+        case tile_kind::potrf: return dn * dn * dn / 3.0;  // n^3/6 multiply-adds
     }
     return 0.0;
 }

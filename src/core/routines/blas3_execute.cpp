@@ -100,6 +100,7 @@ blas3_report detail::execute_blas3_kept(const blas3_plan& plan, std::span<device
     rep.kept_bytes_saved = r.kept_bytes_saved;
     rep.devices = std::move(r.devices);
     rep.faults = std::move(r.faults);
+    rep.info = r.info;
     for (auto& w : r.warnings) rep.warnings.push_back(std::move(w));
     return rep;
 }

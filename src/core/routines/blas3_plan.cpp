@@ -27,6 +27,7 @@ engine::task_graph build_tasks(const blas3_problem& p, const build_settings& s) 
         case blas3_routine::her2k: return build_syr2k(p, s);
         case blas3_routine::symm:
         case blas3_routine::hemm: return build_symm(p, s);
+        case blas3_routine::potrf: return build_potrf(p, s);
     }
     throw invalid_argument("blas3: unknown routine");
 }
@@ -50,7 +51,7 @@ bool rank_k(blas3_routine r) {
 
 /// The triangular/symmetric dimension and the other one of B or C (syrk family: n and k).
 std::pair<index_t, index_t> dims(const blas3_problem& p) {
-    if (rank_k(p.routine)) return {p.n, p.k};
+    if (rank_k(p.routine) || p.routine == blas3_routine::potrf) return {p.n, p.k};
     const bool left = p.flags.side == side::left;
     return {left ? p.m : p.n, left ? p.n : p.m};
 }
@@ -75,6 +76,7 @@ std::optional<candidate> evaluate(const blas3_problem& p, const build_settings& 
     const double nt = std::ceil(double(tri) / double(s.tile)), nf = std::ceil(double(std::max<index_t>(other, 1)) / double(rank_k(p.routine) ? s.tile_k : s.tile_free));
     const double steps_estimate = p.routine == blas3_routine::syr2k || p.routine == blas3_routine::her2k
                                       ? nt * nt * nf
+                                      : p.routine == blas3_routine::potrf ? nt * nt * nt / 6 + nt * nt
                                       : (rank_k(p.routine) ? nt * nt * nf / 2 : nt * nt * nf);
     if (steps_estimate > double(max_plan_steps)) return std::nullopt;
     if (!opt.in_place) {
@@ -152,6 +154,7 @@ blas3_plan plan_blas3(const blas3_problem& p, std::size_t budget, const device_r
         s.tile_free = std::max<index_t>(1, std::min(opt.tile_free ? opt.tile_free : tile_free, std::max<index_t>(rk ? tri : other, 1)));
         s.tile_k = std::max<index_t>(1, std::min(fixed_k ? kb : (opt.tile_k ? opt.tile_k : tile_k), std::max<index_t>(rk ? other : 1, 1)));
         if (rk) s.tile_free = s.tile;
+        if (p.routine == blas3_routine::potrf) s.tile_free = s.tile_k = s.tile;  // square tiles of A
         for (const build_settings& t : tilings)
             if (t.tile == s.tile && t.tile_free == s.tile_free && t.tile_k == s.tile_k) return;
         tilings.push_back(s);
@@ -163,6 +166,12 @@ blas3_plan plan_blas3(const blas3_problem& p, std::size_t budget, const device_r
             // Independent blocks of the free dimension (or tiles of C's triangle) to balance the devices.
             for (int per = 1; per <= 4; ++per) {
                 const index_t parts = index_t(plan.devices) * per;
+                if (p.routine == blas3_routine::potrf) {
+                    // Tiles along the order: the updates of a panel run on the devices in parallel.
+                    for (index_t s : {index_t(2), index_t(3), index_t(4), index_t(6), index_t(8), index_t(12), index_t(16)})
+                        add(round_up(std::max<index_t>(1, (tri + s - 1) / s), 16), 0, 0);
+                    break;
+                }
                 if (rk) {
                     for (index_t s : {index_t(2), index_t(3), index_t(4), index_t(6), index_t(8)})
                         add(round_up(std::max<index_t>(1, (tri + s - 1) / s), 16), 0, other);
@@ -179,9 +188,10 @@ blas3_plan plan_blas3(const blas3_problem& p, std::size_t budget, const device_r
             add(t, t, t);
     }
     std::vector<blas3_order> orders;
-    if (p.routine == blas3_routine::trsm && opt.order == blas3_order::automatic)
+    const bool ordered = p.routine == blas3_routine::trsm || p.routine == blas3_routine::potrf;
+    if (ordered && opt.order == blas3_order::automatic)
         orders = {blas3_order::left_looking, blas3_order::right_looking};
-    else if (p.routine == blas3_routine::trsm)
+    else if (ordered)
         orders = {opt.order};
     else
         orders = {blas3_order::left_looking};
@@ -240,7 +250,7 @@ blas3_plan plan_blas3(const blas3_problem& p, std::size_t budget, const device_r
     plan.predicted_d2h_seconds = c.model.d2h_seconds;
     plan.predicted_critical_path_seconds = c.model.critical_path_seconds;
     plan.bound = c.model.bound;
-    if (p.routine == blas3_routine::trsm && p.reads_ab) {
+    if ((p.routine == blas3_routine::trsm || p.routine == blas3_routine::potrf) && p.reads_ab) {
         // The other order at the chosen tiles, so explain can compare their traffic.
         for (blas3_order o : {blas3_order::left_looking, blas3_order::right_looking}) {
             build_settings s = c.settings;
@@ -265,6 +275,9 @@ std::string explain(const blas3_plan& p) {
     char line[256];
     if (q.routine == blas3_routine::trsm)
         o << "  order           " << to_string(p.order) << "\n";
+    else if (q.routine == blas3_routine::potrf)
+        o << "  order           " << to_string(p.order)
+          << " (potrf and trsm tiles on the critical path first: the look-ahead)\n";
     else if (q.routine == blas3_routine::trmm)
         o << "  order           one task per tile of B, a chain per block " << (q.flags.side == side::left ? "column" : "row")
           << " (each tile written after the tasks reading its old value)\n";

@@ -39,6 +39,7 @@ std::string_view to_string(blas3_routine r) noexcept {
         case blas3_routine::her2k: return "her2k";
         case blas3_routine::trmm: return "trmm";
         case blas3_routine::trsm: return "trsm";
+        case blas3_routine::potrf: return "potrf";
     }
     return "?";
 }
@@ -47,14 +48,15 @@ blas3_routine parse_blas3_routine(std::string_view s) {
     std::string v(s);
     for (char& ch : v) ch = char(std::tolower(static_cast<unsigned char>(ch)));
     for (blas3_routine r : {blas3_routine::symm, blas3_routine::hemm, blas3_routine::syrk, blas3_routine::herk,
-                            blas3_routine::syr2k, blas3_routine::her2k, blas3_routine::trmm, blas3_routine::trsm}) {
+                            blas3_routine::syr2k, blas3_routine::her2k, blas3_routine::trmm, blas3_routine::trsm,
+                            blas3_routine::potrf}) {
         const std::string name(to_string(r));
         if (v == name) return r;
         if (v.size() == name.size() + 1 && v.substr(1) == name && std::string("sdcz").find(v[0]) != std::string::npos)
             return r;
     }
     throw invalid_argument("unknown Level 3 routine '" + std::string(s) +
-                           "' (symm, hemm, syrk, herk, syr2k, her2k, trmm, trsm)");
+                           "' (symm, hemm, syrk, herk, syr2k, her2k, trmm, trsm, potrf)");
 }
 
 std::string_view to_string(blas3_order o) noexcept {
@@ -92,6 +94,7 @@ double blas3_problem::multiply_adds2() const {
         case blas3_routine::her2k: return 2.0 * dn * (dn + 1) * dk;
         case blas3_routine::trmm:
         case blas3_routine::trsm: return left ? dm * dm * dn : dm * dn * dn;
+        case blas3_routine::potrf: return dn * dn * dn / 3.0;
     }
     return 0.0;
 }
@@ -117,6 +120,9 @@ std::string blas3_problem::describe() const {
             s += " side=" + std::string(to_string(flags.side)) + " uplo=" + std::string(to_string(flags.uplo)) +
                  " trans=" + std::string(to_string(flags.trans)) + " diag=" + std::string(to_string(flags.diag)) +
                  ": B " + shape(m, n) + ", A " + (flags.side == side::left ? shape(m, m) : shape(n, n));
+            break;
+        case blas3_routine::potrf:
+            s += " uplo=" + std::string(to_string(flags.uplo)) + ": A " + shape(n, n);
             break;
     }
     return s + ", " + t;
@@ -219,6 +225,17 @@ blas3_problem describe_blas3(blas3_routine routine, const blas3_flags& flags, co
             p.quick_return = p.m == 0 || p.n == 0;
             break;
         }
+        case blas3_routine::potrf: {
+            // A is `c`, factored in place (a and b unused).
+            if (c.rows() != c.cols())
+                throw dimension_mismatch(name + ": A is " + shape(c.rows(), c.cols()) + ", it must be square");
+            p.m = p.n = p.k = c.rows();
+            p.flags.trans = op::n;
+            p.reads_ab = p.n > 0;
+            p.reads_c = p.n > 0;
+            p.quick_return = p.n == 0;
+            break;
+        }
     }
     return p;
 }
@@ -251,6 +268,7 @@ void reference_blas3(blas3_routine routine, const blas3_flags& flags, const blas
         case blas3_routine::her2k: op.kind = tile_kind::her2k; break;
         case blas3_routine::trmm: op.kind = tile_kind::trmm; break;
         case blas3_routine::trsm: op.kind = tile_kind::trsm; break;
+        case blas3_routine::potrf: op.kind = tile_kind::potrf; break;  // info not reported here
     }
     reference::execute(op);
 }

@@ -3,6 +3,7 @@
 // sequential oracle and the residual check.
 #include "core/engine/executor.hpp"
 #include "core/engine/task_graph.hpp"
+#include "core/lapack_calls.hpp"
 #include "core/routines/routines.hpp"
 
 #include <tilestream/error.hpp>
@@ -21,13 +22,6 @@
 #include <limits>
 #include <vector>
 
-extern "C" {
-// LAPACK's Fortran entries in the OpenBLAS libtilestream links (no lapacke.h beside it on Debian).
-void sgetrf_(const int* m, const int* n, float* a, const int* lda, int* ipiv, int* info);
-void dgetrf_(const int* m, const int* n, double* a, const int* lda, int* ipiv, int* info);
-void cgetrf_(const int* m, const int* n, std::complex<float>* a, const int* lda, int* ipiv, int* info);
-void zgetrf_(const int* m, const int* n, std::complex<double>* a, const int* lda, int* ipiv, int* info);
-}
 
 namespace tilestream {
 
@@ -269,12 +263,8 @@ blas_anchor time_host_getrf(host_matrix_view<const T> a, int repeat) {
     std::vector<int> ipiv(std::size_t(std::max<index_t>(std::min(m, n), 1)));
     const int im = int(m), in = int(n), lda = int(std::max<index_t>(m, 1));
     const auto run = [&] {
-        int info = 0;
         if (m == 0 || n == 0) return;
-        if constexpr (std::is_same_v<T, float>) sgetrf_(&im, &in, work.data(), &lda, ipiv.data(), &info);
-        else if constexpr (std::is_same_v<T, double>) dgetrf_(&im, &in, work.data(), &lda, ipiv.data(), &info);
-        else if constexpr (std::is_same_v<T, std::complex<float>>) cgetrf_(&im, &in, work.data(), &lda, ipiv.data(), &info);
-        else zgetrf_(&im, &in, work.data(), &lda, ipiv.data(), &info);
+        (void)detail::lapack_getrf<T>(im, in, work.data(), lda, ipiv.data());
     };
     const int before = openblas_get_num_threads();
     const int threads = int(std::max(1u, std::thread::hardware_concurrency()));

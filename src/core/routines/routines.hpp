@@ -32,6 +32,8 @@ engine::task_graph build_trmm(const blas3_problem& p, const build_settings& s);
 engine::task_graph build_syrk(const blas3_problem& p, const build_settings& s);  ///< syrk, herk
 engine::task_graph build_syr2k(const blas3_problem& p, const build_settings& s); ///< syr2k, her2k
 engine::task_graph build_symm(const blas3_problem& p, const build_settings& s);  ///< symm, hemm
+/// Cholesky of C in place (potrf_plan.cpp); s.order: left- or right-looking.
+engine::task_graph build_potrf(const blas3_problem& p, const build_settings& s);
 
 /// The SYRK family's tiles and tasks (syrk_plan.cpp); `two`: syr2k, her2k.
 engine::task_graph build_rank_k(const blas3_problem& p, const build_settings& s, bool two);

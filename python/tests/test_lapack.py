@@ -1,0 +1,105 @@
+"""tilestream.lapack: scipy.linalg.lapack's Cholesky names, arguments and (c, info) returns, against
+numpy.linalg.cholesky on random Hermitian positive definite matrices (complex with both parts
+non-zero), odd orders, every precision, both triangles, in place and out of core; the triangle not
+named is never read (NaN there) and LAPACK's info for a matrix that is not positive definite."""
+
+import numpy as np
+import pytest
+
+import tilestream
+from tilestream import lapack
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _leave_the_context_cache_as_found():
+    before = set(tilestream._contexts)
+    yield
+    with tilestream._contexts_lock:
+        for key in [k for k in tilestream._contexts if k not in before]:
+            del tilestream._contexts[key]
+
+
+PREFIXES = {"s": np.float32, "d": np.float64, "c": np.complex64, "z": np.complex128}
+TOL = {"s": 2e-4, "d": 1e-11, "c": 2e-4, "z": 1e-11}
+
+
+def spd(n, prefix, rng, bad=None):
+    """L D L^H with L unit lower (small entries) and D in [1, 2] (D[bad] = -0.5: not positive definite,
+    info bad + 1)."""
+    l = np.tril(rng.uniform(-1, 1, (n, n)), -1) / np.sqrt(n)
+    if prefix in "cz":
+        l = l + 1j * np.tril(rng.uniform(-1, 1, (n, n)), -1) / np.sqrt(n)
+    l = l + np.eye(n)
+    d = rng.uniform(1, 2, n)
+    if bad is not None:
+        d[bad] = -0.5
+    return (l * d) @ l.conj().T
+
+
+def poisoned(a, lower, prefix, order):
+    """a's `lower` (or upper) triangle, NaN in the other one."""
+    x = np.array(a, dtype=PREFIXES[prefix], order=order)
+    x[np.triu_indices(len(a), 1) if lower else np.tril_indices(len(a), -1)] = np.nan
+    return x
+
+
+@pytest.mark.parametrize("prefix", "sdcz")
+@pytest.mark.parametrize("lower", [0, 1])
+@pytest.mark.parametrize("where", ["in place", "out of core"])
+def test_potrf_matches_numpy_cholesky(prefix, lower, where):
+    rng = np.random.default_rng(7 + lower)
+    n = 71
+    a = spd(n, prefix, rng)
+    extras = {"devices": "cpu"} if where == "in place" else {"devices": "cpu:2", "memory_budget": "48KiB"}
+    fn = getattr(lapack, prefix + "potrf")
+    x = poisoned(a, lower, prefix, "F" if lower else "C")
+    c, info = fn(x, lower=lower, **extras)
+    assert info == 0
+    want = np.linalg.cholesky(a)
+    if not lower:
+        want = want.conj().T
+    assert c.dtype == PREFIXES[prefix]
+    scale = float(np.max(np.abs(want)))
+    assert np.max(np.abs(c - want)) <= TOL[prefix] * scale  # clean=1: zeros in the other triangle
+    assert np.isnan(x[np.triu_indices(n, 1) if lower else np.tril_indices(n, -1)]).all()  # a untouched
+
+
+@pytest.mark.parametrize("prefix", "dz")
+def test_info_and_clean_as_lapack(prefix):
+    rng = np.random.default_rng(3)
+    a = spd(40, prefix, rng, bad=17)
+    c, info = getattr(lapack, prefix + "potrf")(a, lower=1, clean=0, devices="cpu:3")
+    assert info == 18
+    with pytest.raises(np.linalg.LinAlgError, match="18-th leading minor"):
+        lapack.cho_factor(a, devices="cpu")
+    good = spd(40, prefix, rng)
+    c, info = getattr(lapack, prefix + "potrf")(good, lower=0, clean=0)
+    assert info == 0
+    np.testing.assert_array_equal(np.tril(c, -1), np.tril(good, -1))  # clean=0 leaves a's values
+
+
+@pytest.mark.parametrize("prefix", "sdcz")
+def test_posv_potrs_and_cho_solve(prefix):
+    rng = np.random.default_rng(11)
+    n = 53
+    a = spd(n, prefix, rng)
+    b = rng.uniform(-1, 1, (n, 4)).astype(PREFIXES[prefix])
+    c, x, info = getattr(lapack, prefix + "posv")(a, b, lower=1, devices="cpu:2", memory_budget="40KiB")
+    assert info == 0
+    want = np.linalg.solve(a, b)
+    tol = 50 * TOL[prefix]
+    assert np.max(np.abs(x - want)) <= tol * max(1.0, float(np.max(np.abs(want))))
+    x2, info = getattr(lapack, prefix + "potrs")(c, b[:, 0], lower=1)
+    assert info == 0 and x2.shape == (n,)
+    assert np.max(np.abs(x2 - want[:, 0])) <= tol * max(1.0, float(np.max(np.abs(want))))
+    x3 = lapack.cho_solve(lapack.cho_factor(a.astype(PREFIXES[prefix])), b)
+    assert np.max(np.abs(x3 - want)) <= tol * max(1.0, float(np.max(np.abs(want))))
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match="dpotrf: a must be square"):
+        lapack.dpotrf(np.ones((3, 4)))
+    with pytest.raises(ValueError, match="dposv: b has 2 rows"):
+        lapack.dposv(np.eye(3), np.ones((2, 1)))
+    with pytest.raises(TypeError, match="complex"):
+        lapack.dpotrf(np.eye(3) * 1j)

@@ -1,0 +1,163 @@
+"""Factorizations with the names, arguments and return values of scipy.linalg.lapack, run by
+tilestream (all devices, out of core when the matrix does not fit):
+
+    from tilestream import lapack
+    c, info = lapack.dpotrf(a, lower=1)              # a = c @ c.T, c lower triangular (info 0)
+    x, info = lapack.dpotrs(c, b, lower=1)           # solves a x = b with that factor
+    c, x, info = lapack.zposv(a, b)                  # both (upper triangle of a by default)
+    x = lapack.cho_solve(lapack.cho_factor(a), b)    # scipy.linalg.cho_factor / cho_solve
+
+Functions (s, d: float32, float64; c, z: complex64, complex128):
+    ?potrf(a, lower=0, clean=1, overwrite_a=0) -> (c, info)
+    ?potrs(c, b, lower=0, overwrite_b=0) -> (x, info)
+    ?posv(a, b, lower=0, overwrite_a=0, overwrite_b=0) -> (c, x, info)
+and cho_factor(a, lower=False, overwrite_a=False, check_finite=True) -> (c, lower),
+cho_solve((c, lower), b, overwrite_b=False, check_finite=True) -> x.
+
+As scipy's: lower=0 means the upper triangle (a = U^H U); only that triangle of a is read. info > 0
+is LAPACK's: the leading minor of that order is not positive definite (the factor is incomplete);
+cho_factor raises numpy.linalg.LinAlgError then. clean=1 zeros the other triangle of c; clean=0
+leaves a's values there. The result is a new Fortran-ordered array, or a (b) itself when
+overwrite_a (overwrite_b) is set and it already is a writable 2-D array of the dtype with one
+unit-stride axis. b may be 1-D (one right-hand side), as scipy allows.
+
+Keyword-only extras: devices (default 'all'), memory_budget (bytes or '8MiB'), kernel ('vendor',
+'tiled', 'naive', 'reference'): the settings of tilestream.matmul's contexts, shared with it.
+"""
+
+import numpy as np
+
+from . import _context, _wait
+from .blas import _DTYPES, _matrix, _output, _run
+
+__all__ = ["cho_factor", "cho_solve"]
+
+_EXTRAS = ("devices", "memory_budget", "kernel")
+
+
+def _square(a, dtype, name, fname):
+    m = _matrix(a, dtype, name, fname)
+    if m.shape[0] != m.shape[1]:
+        raise ValueError(f"{fname}: {name} must be square, got shape {m.shape}")
+    return m
+
+
+def _factor(c, lower, devices, memory_budget, kernel):
+    """Runs potrf on c (written in place) and returns LAPACK's info."""
+    ctx = _context(devices, memory_budget, kernel)
+    run = ctx._native.start_blas3("potrf", "left", "lower" if lower else "upper", "n", "non-unit", 1.0, 0.0,
+                                  None, None, c)
+    return int(_wait(run, None)["info"])
+
+
+def _rhs(b, n, dtype, overwrite, fname):
+    """B as the 2-D array the solves write, and whether the caller gave a 1-D one."""
+    b_arr = np.asarray(b)
+    if b_arr.ndim not in (1, 2):
+        raise ValueError(f"{fname}: b must be 1-D or 2-D, got shape {b_arr.shape}")
+    if b_arr.shape[0] != n:
+        raise ValueError(f"{fname}: b has {b_arr.shape[0]} rows but the matrix is of order {n}")
+    if b_arr.ndim == 1:
+        return _output(b_arr.reshape(n, 1), (n, 1), dtype, False, "b", fname), True
+    return _output(b, b_arr.shape, dtype, overwrite, "b", fname), False
+
+
+def _solve(c, x, lower, extras):
+    # a = L L^H: L y = b, then L^H x = y. a = U^H U: U^H y = b, then U x = y.
+    first, second = (0, 2) if lower else (2, 0)
+    for trans in (first, second):
+        _run("trsm", 1.0, c, None, x, lower=lower, trans=trans, **extras)
+    return x
+
+
+def _make_potrf(prefix):
+    dtype = _DTYPES[prefix]
+    fname = prefix + "potrf"
+
+    def potrf(a, lower=0, clean=1, overwrite_a=0, *, devices="all", memory_budget=None, kernel="vendor"):
+        m = _square(a, dtype, "a", fname)
+        c = _output(a, m.shape, dtype, overwrite_a, "a", fname)
+        lower = bool(lower)
+        info = _factor(c, lower, devices, memory_budget, kernel)
+        if clean:
+            n = c.shape[0]
+            c[np.triu_indices(n, 1) if lower else np.tril_indices(n, -1)] = 0
+        return c, info
+
+    potrf.__name__ = potrf.__qualname__ = fname
+    potrf.__doc__ = (f"Cholesky factor of a Hermitian positive definite a: (c, info) with a = c^H c (lower=0) or "
+                     f"c c^H (lower=1); scipy.linalg.lapack.{fname}(a, lower=0, clean=1, overwrite_a=0).")
+    return potrf
+
+
+def _make_potrs(prefix):
+    dtype = _DTYPES[prefix]
+    fname = prefix + "potrs"
+
+    def potrs(c, b, lower=0, overwrite_b=0, *, devices="all", memory_budget=None, kernel="vendor"):
+        cm = _square(c, dtype, "c", fname)
+        x, one = _rhs(b, cm.shape[0], dtype, overwrite_b, fname)
+        _solve(cm, x, bool(lower), dict(devices=devices, memory_budget=memory_budget, kernel=kernel))
+        return (x[:, 0] if one else x), 0
+
+    potrs.__name__ = potrs.__qualname__ = fname
+    potrs.__doc__ = (f"Solves a x = b from a's Cholesky factor c: (x, info); scipy.linalg.lapack.{fname}(c, b, lower=0, "
+                     f"overwrite_b=0).")
+    return potrs
+
+
+def _make_posv(prefix):
+    dtype = _DTYPES[prefix]
+    fname = prefix + "posv"
+
+    def posv(a, b, lower=0, overwrite_a=0, overwrite_b=0, *, devices="all", memory_budget=None, kernel="vendor"):
+        m = _square(a, dtype, "a", fname)
+        x, one = _rhs(b, m.shape[0], dtype, overwrite_b, fname)
+        c = _output(a, m.shape, dtype, overwrite_a, "a", fname)
+        lower = bool(lower)
+        info = _factor(c, lower, devices, memory_budget, kernel)
+        if info == 0:
+            _solve(c, x, lower, dict(devices=devices, memory_budget=memory_budget, kernel=kernel))
+        return c, (x[:, 0] if one else x), info
+
+    posv.__name__ = posv.__qualname__ = fname
+    posv.__doc__ = (f"Solves a x = b, a Hermitian positive definite, through its Cholesky factor: (c, x, info); "
+                    f"scipy.linalg.lapack.{fname}(a, b, lower=0, overwrite_a=0, overwrite_b=0).")
+    return posv
+
+
+def _prefix_of(*arrays):
+    """The LAPACK prefix scipy's find_best_lapack_type picks: s, d, c or z (integers: d)."""
+    t = np.result_type(*[np.asarray(x).dtype for x in arrays], np.float32)
+    if t == np.float32:
+        return "s"
+    if t == np.complex64:
+        return "c"
+    return "z" if np.issubdtype(t, np.complexfloating) else "d"
+
+
+def cho_factor(a, lower=False, overwrite_a=False, check_finite=True, **extras):
+    """scipy.linalg.cho_factor: (c, lower), c holding the factor in its `lower` triangle (the other
+    triangle keeps a's values); numpy.linalg.LinAlgError when a is not positive definite."""
+    a = np.asarray_chkfinite(a) if check_finite else np.asarray(a)
+    c, info = globals()[_prefix_of(a) + "potrf"](a, lower=lower, clean=0, overwrite_a=overwrite_a, **extras)
+    if info > 0:
+        raise np.linalg.LinAlgError(f"{info}-th leading minor of the array is not positive definite")
+    return c, lower
+
+
+def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True, **extras):
+    """scipy.linalg.cho_solve: x with a x = b, from cho_factor's (c, lower)."""
+    c, lower = c_and_lower
+    if check_finite:
+        c, b = np.asarray_chkfinite(c), np.asarray_chkfinite(b)
+    x, _ = globals()[_prefix_of(c, b) + "potrs"](c, b, lower=lower, overwrite_b=overwrite_b, **extras)
+    return x
+
+
+for _p in "sdcz":
+    for _make in (_make_potrf, _make_potrs, _make_posv):
+        _f = _make(_p)
+        globals()[_f.__name__] = _f
+        __all__.append(_f.__name__)
+del _p, _make, _f
