@@ -39,4 +39,6 @@ if [ -f "$build/src/blas/libtilestream_blas.so" ]; then
         --sizes 1,2,4,8,16,32,64,128,256,512,1024,2048,4096 > "bench/results/blas-shim-numpy-$dt-$host-$date.json" || status=1
   done
 fi
+# Issue 29: getrf beside OpenBLAS's dgetrf_/zgetrf_ (n = 8192 f64, 4096 c64) and out of core (goals: exit 1 below one).
+"$build/bench/lu_bench" --git-hash "$hash" --out "bench/results/lu-cpu-$host-$date.json" || status=$?
 exit $status

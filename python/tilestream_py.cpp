@@ -33,6 +33,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <utility>
@@ -739,6 +740,67 @@ std::unique_ptr<background_run> start_blas3(py::object ctx_obj, ts::context& ctx
         });
 }
 
+/// ipiv of an LU call: a 1-D contiguous int64 array of at least `count` entries (the Python layer makes it).
+std::int64_t* pivots_of(const py::array& ipiv, ts::index_t count) {
+    if (!ipiv.dtype().is(py::dtype::of<std::int64_t>()) || ipiv.ndim() != 1 || ipiv.shape(0) < count ||
+        (ipiv.strides(0) != py::ssize_t(sizeof(std::int64_t)) && ipiv.shape(0) > 1))
+        throw ts::invalid_argument("internal: ipiv must be a contiguous int64 array of at least " + std::to_string(count) +
+                                   " entries");
+    return static_cast<std::int64_t*>(const_cast<void*>(ipiv.data()));
+}
+
+/// getrf on the context (LAPACK's semantics): `a` is factored in place and `ipiv` gets the 1-based
+/// pivots; the finish dict carries info.
+template <class T>
+std::unique_ptr<background_run> start_getrf(py::object ctx_obj, ts::context& ctx, py::array a, py::array ipiv) {
+    const ts::host_matrix_view<T> av = view_of<T>(a, "a");
+    if (!a.writeable()) throw ts::invalid_argument("the array to factor is read-only");
+    const ts::index_t mn = std::min(av.rows(), av.cols());
+    const std::span<ts::index_t> piv(pivots_of(ipiv, mn), std::size_t(mn));
+    const ts::getrf_problem problem = ts::describe_getrf<T>(av);
+    ts::context* ctxp = &ctx;
+    return std::make_unique<background_run>(
+        a, std::vector<py::object>{std::move(ctx_obj), std::move(ipiv)}, [=](background_run& run) mutable {
+            ts::getrf_call_options call;
+            const ts::getrf_plan plan = ctxp->plan(problem, call);
+            run.set_total(plan.tasks);
+            call.run.on_task_done = [&run](std::size_t done, std::size_t) { run.set_done(done); };
+            call.run.cancel = run.cancel_flag();
+            const ts::getrf_report report = ctxp->execute<T>(plan, av, piv, call);
+            run.set_finish([text = ctxp->explain(plan), seconds = report.seconds, tasks = plan.tasks, info = report.info] {
+                py::dict d;
+                d["text"] = text;
+                d["seconds"] = seconds;
+                d["tasks"] = tasks;
+                d["info"] = info;
+                return py::object(d);
+            });
+        });
+}
+
+/// getrs on the context: B <- op(A)^-1 B with A's LU factors `lu` and 1-based pivots `ipiv`.
+template <class T>
+std::unique_ptr<background_run> start_getrs(py::object ctx_obj, ts::context& ctx, ts::op trans, py::array lu,
+                                            py::array ipiv, py::array b) {
+    const ts::host_matrix_view<const T> lv = view_of<const T>(lu, "lu");
+    const ts::host_matrix_view<T> bv = view_of<T>(b, "b");
+    if (!b.writeable()) throw ts::invalid_argument("the right-hand sides' array is read-only");
+    const std::span<const ts::index_t> piv(pivots_of(ipiv, lv.rows()), std::size_t(lv.rows()));
+    ts::context* ctxp = &ctx;
+    return std::make_unique<background_run>(
+        b, std::vector<py::object>{std::move(ctx_obj), std::move(lu), std::move(ipiv)}, [=](background_run& run) mutable {
+            ts::blas3_call_options call;
+            call.run.cancel = run.cancel_flag();
+            const ts::getrs_report report = ctxp->getrs<T>(trans, lv, piv, bv, call);
+            run.set_finish([seconds = report.seconds] {
+                py::dict d;
+                d["text"] = std::string();
+                d["seconds"] = seconds;
+                return py::object(d);
+            });
+        });
+}
+
 struct jacobi_args {
     ts::index_t nx = 0, ny = 0;
     std::string dtype = "f64";
@@ -1022,6 +1084,32 @@ PYBIND11_MODULE(_tilestream, m) {
             },
             py::arg("routine"), py::arg("side"), py::arg("uplo"), py::arg("trans"), py::arg("diag"), py::arg("alpha"),
             py::arg("beta"), py::arg("a"), py::arg("b"), py::arg("c"))
+        .def(
+            "start_getrf",
+            [](py::object self, py::array a, py::array ipiv) {
+                auto& ctx = self.cast<ts::context&>();
+                if (a.dtype().is(py::dtype::of<float>())) return start_getrf<float>(self, ctx, a, ipiv);
+                if (a.dtype().is(py::dtype::of<double>())) return start_getrf<double>(self, ctx, a, ipiv);
+                if (a.dtype().is(py::dtype::of<std::complex<float>>())) return start_getrf<std::complex<float>>(self, ctx, a, ipiv);
+                if (a.dtype().is(py::dtype::of<std::complex<double>>()))
+                    return start_getrf<std::complex<double>>(self, ctx, a, ipiv);
+                throw ts::invalid_argument("internal: a is not float32, float64, complex64 or complex128");
+            },
+            py::arg("a"), py::arg("ipiv"))
+        .def(
+            "start_getrs",
+            [](py::object self, const std::string& trans, py::array lu, py::array ipiv, py::array b) {
+                auto& ctx = self.cast<ts::context&>();
+                const ts::op t = ts::parse_op(trans);
+                if (b.dtype().is(py::dtype::of<float>())) return start_getrs<float>(self, ctx, t, lu, ipiv, b);
+                if (b.dtype().is(py::dtype::of<double>())) return start_getrs<double>(self, ctx, t, lu, ipiv, b);
+                if (b.dtype().is(py::dtype::of<std::complex<float>>()))
+                    return start_getrs<std::complex<float>>(self, ctx, t, lu, ipiv, b);
+                if (b.dtype().is(py::dtype::of<std::complex<double>>()))
+                    return start_getrs<std::complex<double>>(self, ctx, t, lu, ipiv, b);
+                throw ts::invalid_argument("internal: b is not float32, float64, complex64 or complex128");
+            },
+            py::arg("trans"), py::arg("lu"), py::arg("ipiv"), py::arg("b"))
         .def(
             "start_jacobi",
             [](py::object self, const jacobi_args& j, const py::object& start) {

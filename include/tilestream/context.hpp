@@ -24,6 +24,7 @@
 
 #include <tilestream/batch.hpp>
 #include <tilestream/blas3.hpp>
+#include <tilestream/lu.hpp>
 #include <tilestream/device.hpp>
 #include <tilestream/gemm.hpp>
 #include <tilestream/jacobi.hpp>
@@ -120,6 +121,28 @@ struct blas3_call_options {
     std::optional<gemm_kernel> kernel;            ///< the context's when absent
     std::optional<device_rates> rates;            ///< the context's (declared or measured) when absent
     blas3_run_options run;                        ///< trace, progress, cancel
+};
+
+/// What one LU call (getrf, gesv; lu.hpp) may change.
+struct getrf_call_options {
+    lu_order order = lu_order::automatic;
+    index_t tile = 0;                             ///< block columns' width; 0 = the planner's choice
+    std::optional<gemm_kernel> kernel;            ///< the context's when absent
+    std::optional<device_rates> rates;            ///< the context's (declared or measured) when absent
+    blas3_run_options run;                        ///< trace, progress, cancel
+};
+
+/// A solve with an LU factorization: its two triangular solves (TRSM on the engine).
+struct getrs_report {
+    blas3_report first, second;  ///< L then U (trans n), or U^T then L^T
+    double seconds = 0;          ///< both solves and the row interchanges
+};
+
+/// gesv: the factorization, and the solve when info == 0 (LAPACK computes none otherwise).
+struct gesv_report {
+    getrf_report factor;
+    getrs_report solve;
+    index_t info = 0;
 };
 
 class context {
@@ -267,6 +290,26 @@ public:
         return blas3<T>(blas3_routine::her2k, {side::left, u, trans, diag::non_unit}, {alpha, T(beta), a, b, c}, call);
     }
 
+    // ---- LU (lu.hpp), LAPACK semantics, all devices, out of core ----
+    /// Plans getrf for all the context's devices (in place on CPU devices without a budget).
+    getrf_plan plan(const getrf_problem& problem, const getrf_call_options& call = {});
+    std::string explain(const getrf_plan& p) const;
+    template <class T>
+    getrf_report execute(const getrf_plan& p, host_matrix_view<T> a, std::span<index_t> ipiv,
+                         const getrf_call_options& call = {});
+    /// A = P L U in place, min(m, n) pivots into ipiv (1-based); the report's info is LAPACK's.
+    template <class T>
+    getrf_report getrf(host_matrix_view<T> a, std::span<index_t> ipiv, const getrf_call_options& call = {}) {
+        return execute<T>(plan(describe_getrf<T>(a), call), a, ipiv, call);
+    }
+    /// Solves op(A) X = B (n x n A factored by getrf into lu and ipiv), B <- X (LAPACK's ?getrs).
+    template <class T>
+    getrs_report getrs(op trans, host_matrix_view<const T> lu, std::span<const index_t> ipiv, host_matrix_view<T> b,
+                       const blas3_call_options& call = {});
+    /// A X = B: getrf of A (overwritten by its factors), then getrs when info == 0 (LAPACK's ?gesv).
+    template <class T>
+    gesv_report gesv(host_matrix_view<T> a, std::span<index_t> ipiv, host_matrix_view<T> b,
+                     const getrf_call_options& call = {});
     // ---- Cholesky: LAPACK's potrf, potrs and posv, all devices, out of core (potrf_context.cpp) ----
     /// Factors the Hermitian (symmetric) positive definite A in place: A = L L^H (lower) or U^H U
     /// (upper), only the `u` triangle read and written; report.info is LAPACK's (the 1-based index

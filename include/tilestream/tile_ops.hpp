@@ -30,9 +30,13 @@ uplo parse_uplo(std::string_view s);
 diag parse_diag(std::string_view s);
 
 /// The operations a device may run on tiles in its memory. `gemm` is every off-diagonal update;
-/// the others are the diagonal blocks of the Level 3 routines (BLAS semantics, below).
-enum class tile_kind { gemm, syrk, herk, syr2k, her2k, symm, hemm, trmm, trsm,
-                       potrf };  ///< potrf: Cholesky's diagonal tile (LAPACK semantics)
+/// the others are the diagonal blocks of the Level 3 routines (BLAS semantics, below) and the
+/// factorizations' panels and diagonal tiles.
+enum class tile_kind {
+    gemm, syrk, herk, syr2k, her2k, symm, hemm, trmm, trsm,
+    potrf,        // Cholesky's diagonal tile (LAPACK semantics)
+    getrf, laswp  // LU's panel and row interchanges (LAPACK semantics, below)
+};
 std::string_view to_string(tile_kind k) noexcept;
 
 /// One matrix operand of a tile operation: element (i, j) at data[i * ld + j] (row-major) or
@@ -53,11 +57,17 @@ struct tile_matrix {
 ///          A symmetric with its `uplo` triangle stored; hemm: Hermitian
 ///   trmm   C(m x n) = alpha op(A) C (left; A m x m) or alpha C op(A) (right), A triangular
 ///   trsm   solves op(A) X = alpha C (left) or X op(A) = alpha C (right); C <- X
+///   getrf  C(m x n) = P L U in place (LAPACK's ?getrf: partial pivoting, the first largest |x| (complex:
+///          |re| + |im|) of each column); B (1 x min(m, n), C's type) gets the pivots, 1-based
+///          rows of C, as real values; an exactly zero pivot leaves its column unscaled
+///   laswp  C(m x n): for i in [0, k), rows i and piv(i) - 1 of C swapped in turn (LAPACK's ?laswp
+///          with incx 1), piv(i) the real part of A(0, i) (A 1 x k)
 ///   potrf  C(n x n) <- its Cholesky factor (LAPACK ?potrf): L with C = L L^H (lower) or U with
 ///          C = U^H U (upper), only the `uplo` triangle read and written; the first non-positive
 ///          pivot's 1-based index within the tile (0 when none) is written to *info
 /// beta == 0 never reads C; alpha == 0 never reads A or B (trmm/trsm: C <- 0). syrk-family ops
-/// use n and k (m is ignored), trans_a for op(A) (and op(B)).
+/// use n and k (m is ignored), trans_a for op(A) (and op(B)). getrf and laswp always read C and
+/// ignore the scalars.
 struct tile_op {
     tile_kind kind = tile_kind::gemm;
     dtype type = dtype::f32;

@@ -103,3 +103,86 @@ def test_bad_arguments_are_named():
         lapack.dposv(np.eye(3), np.ones((2, 1)))
     with pytest.raises(TypeError, match="complex"):
         lapack.dpotrf(np.eye(3) * 1j)
+
+
+# ---- LU: ?getrf, ?getrs, ?gesv, lu_factor, lu_solve against scipy.linalg.lapack (OpenBLAS) ----
+
+def known_pivots(m, n, prefix, rng):
+    """P0 L0 U0 with |L0| <= 1/2 (|re| + |im| for complex): partial pivoting picks P0's rows with a
+    margin of 2 whatever the rounding, so piv is compared exactly."""
+    k = min(m, n)
+    lm, um = min(0.5, 4 / np.sqrt(m)), min(1.0, 4 / np.sqrt(n))  # small: both factors well conditioned
+    l = np.tril(rng.uniform(-lm, lm, (m, k)), -1)
+    u = np.triu(rng.uniform(-um, um, (k, n)))
+    if prefix in "cz":
+        l = np.tril(rng.uniform(-lm / 2, lm / 2, (m, k)) + 1j * rng.uniform(-lm / 2, lm / 2, (m, k)), -1)
+        u = np.triu(u + 1j * rng.uniform(-um, um, (k, n)))
+    l[np.arange(k), np.arange(k)] = 1
+    u[np.arange(k), np.arange(k)] += np.where(u.real[np.arange(k), np.arange(k)] < 0, -1.5, 1.5)
+    return (l @ u)[rng.permutation(m)].astype(PREFIXES[prefix])
+
+
+@pytest.mark.parametrize("prefix", "sdcz")
+@pytest.mark.parametrize("shape", [(97, 97), (130, 71), (53, 120)])
+@pytest.mark.parametrize("where", ["in place", "out of core"])
+def test_getrf_matches_scipy(prefix, shape, where):
+    scipy_lapack = pytest.importorskip("scipy.linalg.lapack")
+    rng = np.random.default_rng(sum(shape))
+    a = known_pivots(*shape, prefix, rng)
+    extras = {"devices": "cpu"} if where == "in place" else {"devices": "cpu:2", "memory_budget": "160KiB"}
+    order = "F" if shape[0] % 2 else "C"
+    x = np.array(a, order=order)
+    lu, piv, info = getattr(lapack, prefix + "getrf")(x, **extras)
+    want_lu, want_piv, want_info = getattr(scipy_lapack, prefix + "getrf")(a)
+    assert info == want_info == 0
+    assert piv.dtype == want_piv.dtype and np.array_equal(piv, want_piv)
+    assert np.array_equal(x, a), "a changed without overwrite_a"
+    assert np.allclose(lu, want_lu, rtol=0, atol=TOL[prefix] * 10)
+
+
+@pytest.mark.parametrize("prefix", "sdcz")
+def test_getrf_singular_gives_lapacks_info_and_overwrites_in_place(prefix):
+    scipy_lapack = pytest.importorskip("scipy.linalg.lapack")
+    rng = np.random.default_rng(3)
+    a = known_pivots(60, 60, prefix, rng)
+    a[:, 17] = 0
+    x = np.asfortranarray(a)
+    lu, piv, info = getattr(lapack, prefix + "getrf")(x, overwrite_a=1, devices="cpu")
+    assert lu is x
+    _, want_piv, want_info = getattr(scipy_lapack, prefix + "getrf")(a)
+    assert info == want_info == 18
+    assert np.array_equal(piv, want_piv)
+
+
+@pytest.mark.parametrize("prefix", "sdcz")
+@pytest.mark.parametrize("trans", [0, 1, 2])
+def test_getrs_gesv_lu_solve_solve(prefix, trans):
+    rng = np.random.default_rng(11 + trans)
+    n = 83
+    a = known_pivots(n, n, prefix, rng)
+    b = np.asarray(rng.uniform(-1, 1, (n, 5)), dtype=PREFIXES[prefix])
+    extras = {"devices": "cpu:2", "memory_budget": "128KiB"}
+    lu, piv, info = getattr(lapack, prefix + "getrf")(a, **extras)
+    x, info2 = getattr(lapack, prefix + "getrs")(lu, piv, b, trans=trans, **extras)
+    assert info == info2 == 0
+    op = a if trans == 0 else a.T if trans == 1 else a.conj().T
+    assert np.allclose(op @ x, b, rtol=0, atol=TOL[prefix] * 50)
+    lu2, piv2, x2, info3 = getattr(lapack, prefix + "gesv")(a, b[:, 0], **extras)
+    assert info3 == 0 and x2.shape == (n,)
+    assert np.allclose(a @ x2, b[:, 0], rtol=0, atol=TOL[prefix] * 50)
+    x3 = lapack.lu_solve(lapack.lu_factor(a, **extras), b, trans=trans, **extras)
+    assert x3.dtype == PREFIXES[prefix]
+    assert np.allclose(op @ x3, b, rtol=0, atol=TOL[prefix] * 50)
+
+
+def test_gesv_singular_solves_nothing_and_lu_factor_warns():
+    a = np.eye(4)
+    a[2, 2] = 0
+    b = np.ones((4, 1))
+    lu, piv, x, info = lapack.dgesv(a, b, devices="cpu")
+    assert info == 3
+    assert np.array_equal(x, b)
+    with pytest.warns(RuntimeWarning, match="Diagonal number 3 is exactly zero"):
+        lapack.lu_factor(a, devices="cpu")
+    with pytest.raises(ValueError, match="piv"):
+        lapack.dgetrs(lu, np.array([0, 1]), b)

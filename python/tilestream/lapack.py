@@ -13,6 +13,12 @@ Functions (s, d: float32, float64; c, z: complex64, complex128):
     ?posv(a, b, lower=0, overwrite_a=0, overwrite_b=0) -> (c, x, info)
 and cho_factor(a, lower=False, overwrite_a=False, check_finite=True) -> (c, lower),
 cho_solve((c, lower), b, overwrite_b=False, check_finite=True) -> x.
+LU with partial pivoting (LAPACK's pivots, piv 0-based int32 as scipy returns it):
+    ?getrf(a, overwrite_a=0) -> (lu, piv, info)       (info > 0: U[info-1, info-1] is exactly zero)
+    ?getrs(lu, piv, b, trans=0, overwrite_b=0) -> (x, info)
+    ?gesv(a, b, overwrite_a=0, overwrite_b=0) -> (lu, piv, x, info)
+and lu_factor(a, overwrite_a=False, check_finite=True) -> (lu, piv), lu_solve((lu, piv), b, trans=0,
+overwrite_b=False, check_finite=True) -> x.
 
 As scipy's: lower=0 means the upper triangle (a = U^H U); only that triangle of a is read. info > 0
 is LAPACK's: the leading minor of that order is not positive definite (the factor is incomplete);
@@ -28,9 +34,9 @@ Keyword-only extras: devices (default 'all'), memory_budget (bytes or '8MiB'), k
 import numpy as np
 
 from . import _context, _wait
-from .blas import _DTYPES, _matrix, _output, _run
+from .blas import _DTYPES, _flag, _matrix, _output, _run
 
-__all__ = ["cho_factor", "cho_solve"]
+__all__ = ["cho_factor", "cho_solve", "lu_factor", "lu_solve"]
 
 _EXTRAS = ("devices", "memory_budget", "kernel")
 
@@ -157,6 +163,114 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True, **extras):
 
 for _p in "sdcz":
     for _make in (_make_potrf, _make_potrs, _make_posv):
+        _f = _make(_p)
+        globals()[_f.__name__] = _f
+        __all__.append(_f.__name__)
+del _p, _make, _f
+
+
+# ---- LU: ?getrf, ?getrs, ?gesv (the native start_getrf / start_getrs: tilestream's getrf and getrs) ----
+
+def _pivots_in(piv, n, fname):
+    """scipy's 0-based pivots as the library's 1-based int64 ones, checked."""
+    p = np.asarray(piv)
+    if p.ndim != 1 or p.shape[0] < n or not np.issubdtype(p.dtype, np.integer):
+        raise ValueError(f"{fname}: piv must be a 1-D integer array of {n} entries (0-based, as ?getrf returns)")
+    p = p[:n].astype(np.int64) + 1
+    if n and (p.min() < 1 or p.max() > n):
+        raise ValueError(f"{fname}: piv holds a row outside 0..{n - 1}")
+    return np.ascontiguousarray(p)
+
+
+def _getrf_into(lu, ipiv, devices, memory_budget, kernel):
+    """Factors lu in place (ipiv: int64, 1-based) and returns LAPACK's info."""
+    if lu.size == 0:
+        return 0
+    ctx = _context(devices, memory_budget, kernel)
+    return int(_wait(ctx._native.start_getrf(lu, ipiv), None)["info"])
+
+
+def _make_getrf(prefix):
+    dtype = _DTYPES[prefix]
+    fname = prefix + "getrf"
+
+    def getrf(a, overwrite_a=0, *, devices="all", memory_budget=None, kernel="vendor"):
+        m = _matrix(a, dtype, "a", fname)
+        lu = _output(a, m.shape, dtype, overwrite_a, "a", fname)
+        ipiv = np.zeros(min(lu.shape), dtype=np.int64)
+        info = _getrf_into(lu, ipiv, devices, memory_budget, kernel)
+        return lu, (ipiv - 1).astype(np.int32), info
+
+    getrf.__name__ = getrf.__qualname__ = fname
+    getrf.__doc__ = (f"a = P L U with partial pivoting: (lu, piv, info), piv 0-based, info > 0 when U[info-1, info-1] "
+                     f"is exactly zero (the factorization is complete); scipy.linalg.lapack.{fname}(a, overwrite_a=0).")
+    return getrf
+
+
+def _make_getrs(prefix):
+    dtype = _DTYPES[prefix]
+    fname = prefix + "getrs"
+
+    def getrs(lu, piv, b, trans=0, overwrite_b=0, *, devices="all", memory_budget=None, kernel="vendor"):
+        trans = _flag(trans, "trans", (0, 1, 2), fname)
+        lu_m = _square(lu, dtype, "lu", fname)
+        n = lu_m.shape[0]
+        ipiv = _pivots_in(piv, n, fname)
+        x, one = _rhs(b, n, dtype, overwrite_b, fname)
+        if x.size:
+            ctx = _context(devices, memory_budget, kernel)
+            _wait(ctx._native.start_getrs("ntc"[trans], lu_m, ipiv, x), None)
+        return (x[:, 0] if one else x), 0
+
+    getrs.__name__ = getrs.__qualname__ = fname
+    getrs.__doc__ = (f"Solves op(a) x = b (trans 0: a, 1: a^T, 2: a^H) with {prefix}getrf's lu and piv: (x, info); "
+                     f"scipy.linalg.lapack.{fname}(lu, piv, b, trans=0, overwrite_b=0).")
+    return getrs
+
+
+def _make_gesv(prefix):
+    dtype = _DTYPES[prefix]
+    fname = prefix + "gesv"
+
+    def gesv(a, b, overwrite_a=0, overwrite_b=0, *, devices="all", memory_budget=None, kernel="vendor"):
+        m = _square(a, dtype, "a", fname)
+        x, one = _rhs(b, m.shape[0], dtype, overwrite_b, fname)
+        lu = _output(a, m.shape, dtype, overwrite_a, "a", fname)
+        ipiv = np.zeros(m.shape[0], dtype=np.int64)
+        info = _getrf_into(lu, ipiv, devices, memory_budget, kernel)
+        if info == 0 and x.size:
+            ctx = _context(devices, memory_budget, kernel)
+            _wait(ctx._native.start_getrs("n", lu, ipiv, x), None)
+        return lu, (ipiv - 1).astype(np.int32), (x[:, 0] if one else x), info
+
+    gesv.__name__ = gesv.__qualname__ = fname
+    gesv.__doc__ = (f"Solves a x = b through a = P L U: (lu, piv, x, info), x not solved when info > 0; "
+                    f"scipy.linalg.lapack.{fname}(a, b, overwrite_a=0, overwrite_b=0).")
+    return gesv
+
+
+def lu_factor(a, overwrite_a=False, check_finite=True, **extras):
+    """scipy.linalg.lu_factor: (lu, piv); a RuntimeWarning (scipy: LinAlgWarning) when U has an exactly
+    zero diagonal element."""
+    a = np.asarray_chkfinite(a) if check_finite else np.asarray(a)
+    lu, piv, info = globals()[_prefix_of(a) + "getrf"](a, overwrite_a=overwrite_a, **extras)
+    if info > 0:
+        import warnings
+        warnings.warn(f"Diagonal number {info} is exactly zero. Singular matrix.", RuntimeWarning, stacklevel=2)
+    return lu, piv
+
+
+def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True, **extras):
+    """scipy.linalg.lu_solve: x with op(a) x = b from lu_factor's (lu, piv)."""
+    lu, piv = lu_and_piv
+    if check_finite:
+        lu, b = np.asarray_chkfinite(lu), np.asarray_chkfinite(b)
+    x, _ = globals()[_prefix_of(lu, b) + "getrs"](lu, piv, b, trans=trans, overwrite_b=overwrite_b, **extras)
+    return x
+
+
+for _p in "sdcz":
+    for _make in (_make_getrf, _make_getrs, _make_gesv):
         _f = _make(_p)
         globals()[_f.__name__] = _f
         __all__.append(_f.__name__)

@@ -103,6 +103,8 @@ void call_typed(const column_major_tile& r) {
             else break;
             return;
         case tile_kind::gemm:
+        case tile_kind::getrf:
+        case tile_kind::laswp:
         case tile_kind::potrf: break;  // potrf: LAPACK's, potrf_vendor
     }
     throw invalid_argument(std::string("OpenBLAS tile kernel: no '") + std::string(to_string(r.kind)) + "' for " +

@@ -285,6 +285,7 @@ public:
 
     bool supports(tile_kind kind, dtype type, gemm_kernel k) const override {
         if (kind == tile_kind::gemm) return true;
+        if (cpu::lu_vendor_supports(kind)) return k == gemm_kernel::vendor || k == gemm_kernel::reference;
         if (kind == tile_kind::potrf) return k == gemm_kernel::vendor || k == gemm_kernel::reference;
         const bool hermitian = kind == tile_kind::herk || kind == tile_kind::her2k || kind == tile_kind::hemm;
         if (k == gemm_kernel::reference) return !hermitian || !(type == dtype::f32 || type == dtype::f64);
@@ -298,6 +299,7 @@ public:
                                    std::string(to_string(op.kind)) + " tile kernel for " + std::string(to_string(op.type)));
         inner(s).push({[this, op] {
                            if (op.kernel == gemm_kernel::reference) reference::execute(op);
+                           else if (cpu::lu_vendor_supports(op.kind)) cpu::lu_vendor(op, pool_, live_devices() == 1);
                            else cpu::tile_vendor(op, pool_, live_devices() == 1);
                        },
                        false, span_kind::kernel,

@@ -42,6 +42,11 @@ void tile_vendor(const tile_op& op, thread_pool& pool, bool openblas_threads);
 /// Whether tile_vendor has a routine for this kind and type.
 bool tile_vendor_supports(tile_kind kind, dtype type);
 
+/// LU's panel (getrf: LAPACK's ?getrf_ from OpenBLAS, with its threads when `openblas_threads`)
+/// and row interchanges (laswp) on one tile (lu_vendor.cpp).
+void lu_vendor(const tile_op& op, thread_pool& pool, bool openblas_threads);
+bool lu_vendor_supports(tile_kind kind);
+
 /// Jacobi sweep: rows split over the workers, inner loop vectorised.
 void jacobi_sweep(const jacobi_call& call, thread_pool& pool);
 

@@ -74,6 +74,8 @@ void run_typed(cublasHandle_t h, const ::tilestream::detail::engine::column_majo
             else break;
             return;
         case tile_kind::gemm:
+        case tile_kind::getrf:
+        case tile_kind::laswp:
         case tile_kind::potrf: break;  // LAPACK: the engine runs it on the host
     }
 #undef TS_CUBLAS

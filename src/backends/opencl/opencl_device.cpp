@@ -1117,9 +1117,11 @@ void ocl_device::execute(stream& s, const tile_op& op) {
     const detail::engine::column_major_tile r = detail::engine::as_column_major(op);
     if (!r.representable) throw invalid_argument(id() + ": " + std::string(to_string(op.kind)) + " tile: " + r.why);
     const std::size_t es = size_of(op.type);
-    const auto locate = [&](const void* p, index_t ld, index_t stored_cols, const char* name) {
-        const auto w = addresses().find(p, std::size_t(ld * std::max<index_t>(stored_cols, 1)) * es, id(),
-                                        std::string(to_string(op.kind)) + " operand " + name);
+    // The bytes a column-major stored_rows x stored_cols operand spans (the last column ends at its
+    // last row, not at ld: an operand may be a block inside a tile, as LU's steps use).
+    const auto locate = [&](const void* p, index_t ld, index_t stored_cols, index_t stored_rows, const char* name) {
+        const index_t span = ld * (std::max<index_t>(stored_cols, 1) - 1) + std::max<index_t>(stored_rows, 1);
+        const auto w = addresses().find(p, std::size_t(span) * es, id(), std::string(to_string(op.kind)) + " operand " + name);
         if (w.offset % es != 0)
             throw invalid_argument(std::string(to_string(op.kind)) + " on " + id() + ": " + name + " is not aligned");
         return std::make_pair(w.mem, std::size_t(w.offset / es));
@@ -1129,10 +1131,13 @@ void ocl_device::execute(stream& s, const tile_op& op) {
     const index_t a_cols = rank_k ? (tn ? r.k : r.n) : na;
     cl_mem a_mem = nullptr, b_mem = nullptr, c_mem = nullptr;
     std::size_t a_off = 0, b_off = 0, c_off = 0;
-    std::tie(a_mem, a_off) = locate(r.a, r.lda, a_cols, "A");
-    if (op.kind == tile_kind::syr2k || op.kind == tile_kind::her2k) std::tie(b_mem, b_off) = locate(r.b, r.ldb, a_cols, "B");
-    if (op.kind == tile_kind::symm || op.kind == tile_kind::hemm) std::tie(b_mem, b_off) = locate(r.b, r.ldb, r.n, "B");
-    std::tie(c_mem, c_off) = locate(r.c, r.ldc, r.n, "C");
+    const index_t a_rows = rank_k ? (tn ? r.n : r.k) : na;
+    const index_t c_rows = rank_k ? r.n : r.m;
+    std::tie(a_mem, a_off) = locate(r.a, r.lda, a_cols, a_rows, "A");
+    if (op.kind == tile_kind::syr2k || op.kind == tile_kind::her2k)
+        std::tie(b_mem, b_off) = locate(r.b, r.ldb, a_cols, a_rows, "B");
+    if (op.kind == tile_kind::symm || op.kind == tile_kind::hemm) std::tie(b_mem, b_off) = locate(r.b, r.ldb, r.n, r.m, "B");
+    std::tie(c_mem, c_off) = locate(r.c, r.ldc, r.n, c_rows, "C");
     const CLBlastLayout lay = CLBlastLayoutColMajor;
     const CLBlastSide sd = r.side_ == side::left ? CLBlastSideLeft : CLBlastSideRight;
     const CLBlastTriangle tri = r.uplo_ == uplo::lower ? CLBlastTriangleLower : CLBlastTriangleUpper;

@@ -4,8 +4,10 @@
 
 #include <tilestream/error.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <complex>
+#include <limits>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -250,6 +252,65 @@ void trsm_tile(const tile_op& o) {
     }
 }
 
+/// |re| + |im| (the magnitude LAPACK's i?amax compares), or |x|.
+template <class T>
+real_type_t<T> abs1(T x) {
+    if constexpr (std::is_arithmetic_v<T>) return x < T(0) ? -x : x;
+    else return std::abs(x.real()) + std::abs(x.imag());
+}
+
+/// LU with partial pivoting of C (m x n) in place, column by column as LAPACK's ?getf2 does, in
+/// C's own precision (so the pivots are LAPACK's up to ties); pivots (1-based) into B's first row.
+template <class T>
+void getrf_tile(const tile_op& o) {
+    using R = real_type_t<T>;
+    const out_view<T> c(o.c);
+    const out_view<T> piv(o.b);
+    const index_t steps = std::min(o.m, o.n);
+    const R small = std::numeric_limits<R>::min();
+    for (index_t j = 0; j < steps; ++j) {
+        index_t p = j;
+        R best = abs1(c(j, j));
+        for (index_t i = j + 1; i < o.m; ++i)
+            if (const R v = abs1(c(i, j)); v > best) {
+                best = v;
+                p = i;
+            }
+        piv(0, j) = T(R(p + 1));
+        if (c(p, j) != T(0)) {
+            if (p != j)
+                for (index_t q = 0; q < o.n; ++q) std::swap(c(j, q), c(p, q));
+            const T d = c(j, j);
+            if (abs1(d) >= small) {  // LAPACK: a reciprocal unless it would overflow
+                const T r = T(1) / d;
+                for (index_t i = j + 1; i < o.m; ++i) c(i, j) *= r;
+            } else {
+                for (index_t i = j + 1; i < o.m; ++i) c(i, j) /= d;
+            }
+        }
+        for (index_t q = j + 1; q < o.n; ++q) {
+            const T u = c(j, q);
+            if (u == T(0)) continue;
+            for (index_t i = j + 1; i < o.m; ++i) c(i, q) -= c(i, j) * u;
+        }
+    }
+}
+
+/// Row interchanges of C (m x n) from the pivots in A's first row (k of them), in order.
+template <class T>
+void laswp_tile(const tile_op& o) {
+    const out_view<T> c(o.c);
+    const view<T> piv(o.a);
+    for (index_t i = 0; i < o.k; ++i) {
+        const index_t p = index_t(real_of(piv(0, i))) - 1;
+        if (p < 0 || p >= o.m)
+            throw invalid_argument("laswp: pivot " + std::to_string(p + 1) + " of row " + std::to_string(i + 1) +
+                                   " is outside the tile's " + std::to_string(o.m) + " rows");
+        if (p != i)
+            for (index_t q = 0; q < o.n; ++q) std::swap(c(i, q), c(p, q));
+    }
+}
+
 /// Cholesky of the `uplo` triangle of C, column by column in double (complex<double>): LAPACK's
 /// unblocked ?potf2 order. Stops at the first pivot that is not positive (or NaN), as LAPACK does,
 /// leaving the columns before it factored; the other triangle is never touched.
@@ -301,6 +362,8 @@ void execute_typed(const tile_op& o) {
         case tile_kind::hemm: return symm_tile<T>(o);
         case tile_kind::trmm: return trmm_tile<T>(o);
         case tile_kind::trsm: return trsm_tile<T>(o);
+        case tile_kind::getrf: return getrf_tile<T>(o);
+        case tile_kind::laswp: return laswp_tile<T>(o);
         case tile_kind::potrf: return potrf_tile<T>(o);
     }
 }

@@ -63,9 +63,20 @@ struct shared_state {
 
 /// Per-step operand sizes (bytes) for the host fallback's staging.
 struct bound_step {
-    tile_op op;
+    tile_op op;  ///< operands at their tiles' first elements
     std::size_t a_bytes = 0, b_bytes = 0, c_bytes = 0;
+    tile_offset a_at, b_at, c_at;  ///< where the step's operands start in those tiles
 };
+
+/// The step's operation on its operands' parts (tile_offset) of the tiles op points at.
+tile_op at_offsets(const bound_step& b) {
+    tile_op op = b.op;
+    const std::size_t es = size_of(op.type);
+    if (op.a.data != nullptr) op.a = shifted(op.a, b.a_at.i, b.a_at.j, es);
+    if (op.b.data != nullptr) op.b = shifted(op.b, b.b_at.i, b.b_at.j, es);
+    if (op.c.data != nullptr) op.c = shifted(op.c, b.c_at.i, b.c_at.j, es);
+    return op;
+}
 
 class device_worker {
 public:
@@ -381,6 +392,9 @@ private:
             if (s.a >= 0) b.a_bytes = g_.tile_bytes(s.a);
             if (s.b >= 0) b.b_bytes = g_.tile_bytes(s.b);
             b.c_bytes = g_.tile_bytes(s.c);
+            b.a_at = s.a_at;
+            b.b_at = s.b_at;
+            b.c_at = s.c_at;
             run_step(b);
             for (tile_slot* x : {sa, sb})
                 if (x != nullptr) {
@@ -416,6 +430,9 @@ private:
             if (s.a >= 0) b.op.a = host_tile(s.a);
             if (s.b >= 0) b.op.b = host_tile(s.b);
             b.op.c = host_tile(s.c);
+            b.a_at = s.a_at;
+            b.b_at = s.b_at;
+            b.c_at = s.c_at;
             if (b.op.kind == tile_kind::potrf) b.op.info = &st_.tile_info[std::size_t(s.c)];
             run_step(b);
             if (inject && &s == &task.steps.front()) injected_kernel_failure();
@@ -428,10 +445,10 @@ private:
     void run_step(bound_step& b) {
         flops_ += b.op.flops();
         switch (route_of(dev_, b.op, rq_.deterministic)) {
-            case tile_route::device_kernel: dev_.execute(*compute_, b.op); break;
+            case tile_route::device_kernel: dev_.execute(*compute_, at_offsets(b)); break;
             case tile_route::device_vendor:
                 b.op.kernel = gemm_kernel::vendor;
-                dev_.execute(*compute_, b.op);
+                dev_.execute(*compute_, at_offsets(b));
                 break;
             case tile_route::host_reference: reference_on_host(b); break;
         }
@@ -446,11 +463,13 @@ private:
     /// operands to host staging, the kernel, the output back), all in compute-stream order.
     void reference_on_host(const bound_step& b) {
         if (dev_.host_addressable() || rq_.in_place) {
-            const tile_op op = b.op;
+            const tile_op op = at_offsets(b);
             dev_.enqueue_host(*compute_, [op] { reference::execute(op); }, std::string(to_string(op.kind)) + " reference");
             return;
         }
-        const std::size_t total = b.a_bytes + b.b_bytes + b.c_bytes;
+        // Sized once for any step (three slots' worth): a buffer replaced here could still be in
+        // use by steps queued before on the stream.
+        const std::size_t total = std::max(b.a_bytes + b.b_bytes + b.c_bytes, 3 * rq_.slot_bytes);
         if (fallback_stage_.size() < total) fallback_stage_ = dev_.allocate_host_staging(total);
         char* base = static_cast<char*>(fallback_stage_.get());
         tile_op op = b.op;
@@ -466,8 +485,15 @@ private:
         char* c_host = base + b.a_bytes + b.b_bytes;
         if (op.reads_c()) dev_.copy_to_host(*compute_, c_host, c_device, b.c_bytes);
         op.c.data = c_host;
-        dev_.enqueue_host(*compute_, [op] { reference::execute(op); }, std::string(to_string(op.kind)) + " reference");
+        // Whole tiles went to staging; the step's parts of them are found there.
+        bound_step staged = b;
+        staged.op = op;
+        const tile_op at = at_offsets(staged);
+        dev_.enqueue_host(*compute_, [at] { reference::execute(at); }, std::string(to_string(at.kind)) + " reference");
         dev_.copy_to_device(*compute_, c_device, c_host, b.c_bytes);
+        // LU's panel also writes its pivots into B (one of the task's outputs).
+        if (op.kind == tile_kind::getrf && b.b_bytes > 0 && b.op.b.data != nullptr)
+            dev_.copy_to_device(*compute_, const_cast<void*>(b.op.b.data), base + b.a_bytes, b.b_bytes);
     }
 
     void cancel_point() {

@@ -38,11 +38,18 @@ enum class scalar_role : std::uint8_t { zero, one, minus_one, alpha, beta, conj_
 
 /// One tile operation of a task. op holds the kind, flags, sizes and kernel; its scalars and its
 /// operands' data are bound when the task runs, to tiles a (and b) read and the output tile c.
+/// Where a step's operand starts inside its tile (element row i, column j): steps on part of a
+/// tile (LU's block columns: the diagonal block, the rows below it).
+struct tile_offset {
+    index_t i = 0, j = 0;
+};
+
 struct task_step {
     tile_op op;
     int a = -1, b = -1;  ///< tiles read (-1: unused); may be one of the task's outputs
     int c = -1;          ///< the output tile written
     scalar_role alpha = scalar_role::one, beta = scalar_role::one;
+    tile_offset a_at, b_at, c_at;  ///< the operands' first elements in their tiles (op's sizes say how far)
 };
 
 struct task_output {

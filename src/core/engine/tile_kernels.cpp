@@ -49,6 +49,8 @@ bool blas_has(tile_kind kind, dtype type) noexcept {
         case tile_kind::hemm:
         case tile_kind::herk:
         case tile_kind::her2k: return is_complex(type);
+        case tile_kind::getrf:
+        case tile_kind::laswp: return false;  // LAPACK, not BLAS: each backend says (supports)
         case tile_kind::potrf: return false;  // LAPACK, not BLAS: only devices that name it (CPU)
     }
     return false;

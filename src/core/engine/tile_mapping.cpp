@@ -81,6 +81,8 @@ column_major_tile as_column_major(const tile_op& o) {
     switch (o.kind) {
         case tile_kind::gemm:
             throw invalid_argument("as_column_major: gemm tiles go through device::gemm");
+        case tile_kind::getrf:
+        case tile_kind::laswp: return refuse(r, "LU's panel and row swaps are no BLAS call");
         case tile_kind::syrk:
         case tile_kind::syr2k:
         case tile_kind::herk:

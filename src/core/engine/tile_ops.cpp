@@ -37,6 +37,8 @@ std::string_view to_string(tile_kind k) noexcept {
         case tile_kind::hemm: return "hemm";
         case tile_kind::trmm: return "trmm";
         case tile_kind::trsm: return "trsm";
+        case tile_kind::getrf: return "getrf";
+        case tile_kind::laswp: return "laswp";
         case tile_kind::potrf: return "potrf";
     }
     return "?";
@@ -64,6 +66,7 @@ diag parse_diag(std::string_view s) {
 }
 
 bool tile_op::reads_ab() const {
+    if (kind == tile_kind::getrf || kind == tile_kind::laswp) return kind == tile_kind::laswp && k > 0;
     if (alpha == 0.0) return false;
     switch (kind) {
         case tile_kind::gemm:
@@ -76,6 +79,7 @@ bool tile_op::reads_ab() const {
 }
 
 bool tile_op::reads_c() const {
+    if (kind == tile_kind::getrf || kind == tile_kind::laswp) return true;
     if (kind == tile_kind::trmm || kind == tile_kind::trsm) return alpha != 0.0;
     if (kind == tile_kind::potrf) return true;
     return beta != 0.0;
@@ -85,6 +89,7 @@ double tile_op::flops() const {
     // Counted in multiply-adds of two flops; complex ones are four real products and four sums.
     const double per = double(dtype_traits(type).flops_per_multiply_add) / 2.0;
     const double dm = double(m), dn = double(n), dk = double(k);
+    if (kind == tile_kind::getrf) return per * multiply_adds2(dm, dn, dk);
     if (!reads_ab()) return 0.0;
     return per * multiply_adds2(dm, dn, dk);
 }
@@ -100,6 +105,12 @@ double tile_op::multiply_adds2(double dm, double dn, double dk) const {
         case tile_kind::hemm: return side == side::left ? 2.0 * dm * dm * dn : 2.0 * dm * dn * dn;
         case tile_kind::trmm:
         case tile_kind::trsm: return side == side::left ? dm * dm * dn : dm * dn * dn;
+        case tile_kind::getrf: {
+            // LAPACK's count for ?getrf: m n^2 - n^3/3 flops (m >= n; the transpose otherwise).
+            const double big = std::max(dm, dn), small = std::min(dm, dn);
+            return big * small * small - small * small * small / 3.0;
+        }
+        case tile_kind::laswp: return 0.0;  // memory traffic only
         case tile_kind::potrf: return dn * dn * dn / 3.0;  // n^3/6 multiply-adds
     }
     return 0.0;

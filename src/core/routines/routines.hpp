@@ -65,3 +65,20 @@ blas3_report execute_blas3_kept(const blas3_plan& plan, std::span<device* const>
                                 const blas3_run_options& run, gemm_memory* memory, const std::vector<operand_keep>& keeps);
 
 }  // namespace tilestream::detail
+
+// ---- LU (getrf_plan.cpp, getrf_execute.cpp) ----
+#include <tilestream/lu.hpp>
+
+namespace tilestream::detail::routines {
+/// getrf's tasks over block columns of width nb: operand 0 is A (tiles m x nb), operand 1 the
+/// pivots (one row, a tile per panel).
+engine::task_graph build_getrf(const getrf_problem& p, index_t nb, lu_order order, gemm_kernel kernel, math_mode math);
+}  // namespace tilestream::detail::routines
+
+namespace tilestream::detail {
+/// execute_getrf with each device's tile store taken from a context's memory and given back after
+/// a run that succeeded.
+template <class T>
+getrf_report execute_getrf_kept(const getrf_plan& plan, std::span<device* const> devices, host_matrix_view<T> a,
+                                std::span<index_t> ipiv, const blas3_run_options& run, gemm_memory* memory);
+}  // namespace tilestream::detail

@@ -1,0 +1,111 @@
+// LU's goals in one run (issue 29: getrf f64 at n = 8192, c64 at n = 4096), runs alternated with
+// their anchors: getrf through a context with default options against OpenBLAS's own ?getrf_ (all
+// cores), and out of core with a budget of a quarter of A against in core. Each timed run first
+// copies the pristine A over the working one (getrf overwrites it), on both sides alike. Writes
+// JSON; exits 1 when a figure is below its goal.
+#include "bench_common.hpp"
+
+#include <tilestream/context.hpp>
+#include <tilestream/lu.hpp>
+
+#include <cstdio>
+#include <cstring>
+#include <random>
+
+extern "C" {
+void dgetrf_(const int* m, const int* n, double* a, const int* lda, int* ipiv, int* info);
+void zgetrf_(const int* m, const int* n, std::complex<double>* a, const int* lda, int* ipiv, int* info);
+}
+
+namespace ts = tilestream;
+
+namespace {
+
+struct row {
+    std::string name, anchor;
+    double ours = 0, anchor_seconds = 0, ratio = 0, goal = 0;
+    bool ok = true;
+};
+
+template <class T>
+void lapack_getrf(int n, T* a, int* ipiv) {
+    int info = 0;
+    if constexpr (ts::is_complex_v<T>) zgetrf_(&n, &n, a, &n, ipiv, &info);
+    else dgetrf_(&n, &n, a, &n, ipiv, &info);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    ts::bench::arguments args(argc, argv,
+                              "usage: lu_bench [--out F] [--git-hash H] [--reps R] [--n 8192] [--complex-n 4096] "
+                              "[--only incore,ooc] [--margin 1.0]");
+    const std::string out = args.get("out", ""), git = args.get("git-hash", "unknown");
+    const int reps = int(args.number("reps", 3));
+    const ts::index_t n = args.number("n", 8192), complex_n = args.number("complex-n", 4096);
+    const auto only = ts::bench::split(args.get("only", "incore,ooc"), ',');
+    const double margin = args.real("margin", 1.0);
+    if (!args.finish()) return 2;
+    const auto wanted = [&](const char* part) { return std::find(only.begin(), only.end(), part) != only.end(); };
+    const int cores = ts::inventory().cpu_cores;
+    std::vector<row> rows;
+    const auto report = [&](row r) {
+        r.ratio = r.anchor_seconds / r.ours;
+        r.ok = r.goal <= 0 || r.ratio >= r.goal * margin;
+        std::printf("%-52s %9.4f s  anchor %9.4f s  ratio %6.3f  goal >= %.2f  %s\n", r.name.c_str(), r.ours,
+                    r.anchor_seconds, r.ratio, r.goal, r.ok ? "ok" : "BELOW GOAL");
+        std::fflush(stdout);
+        rows.push_back(std::move(r));
+    };
+    ts::context one("cpu");
+    const auto run = [&]<class T>(ts::index_t size) {
+        const std::string type(ts::to_string(ts::dtype_of<T>()));
+        // Random entries: well conditioned enough for partial pivoting, the pivots' cost realistic.
+        ts::host_matrix<T> pristine(size, size, ts::layout::col_major), a(size, size, ts::layout::col_major);
+        std::mt19937_64 rng(7);
+        std::uniform_real_distribution<double> u(-1.0, 1.0);
+        for (ts::index_t j = 0; j < size; ++j)
+            for (ts::index_t i = 0; i < size; ++i) {
+                if constexpr (ts::is_complex_v<T>) pristine(i, j) = T(u(rng), u(rng));
+                else pristine(i, j) = T(u(rng));
+            }
+        const std::size_t bytes = std::size_t(size) * std::size_t(size) * sizeof(T);
+        std::vector<ts::index_t> ipiv(static_cast<std::size_t>(size));
+        std::vector<int> lapack_ipiv(static_cast<std::size_t>(size));
+        const auto refresh = [&] { std::memcpy(a.data(), pristine.data(), bytes); };
+        const auto ours = [&](ts::context& ctx) {
+            refresh();
+            ctx.getrf<T>(a.view(), ipiv);
+        };
+        const std::string label = "getrf " + type + " n=" + std::to_string(size);
+        if (wanted("incore")) {
+            ts::bench::pair_timing t = ts::bench::alternate(reps, [&] { ours(one); }, [&] {
+                refresh();
+                openblas_set_num_threads(cores);
+                lapack_getrf<T>(int(size), a.data(), lapack_ipiv.data());
+            });
+            report({"in core / OpenBLAS, " + label, std::string(1, ts::dtype_traits(ts::dtype_of<T>()).blas_prefix) +
+                                                        "getrf_ (OpenBLAS, all cores)",
+                    t.ours, t.anchor, 0, 0.90});
+        }
+        if (wanted("ooc")) {
+            ts::context quarter("cpu", {.memory_budget = bytes / 4});
+            ts::bench::pair_timing t = ts::bench::alternate(reps, [&] { ours(quarter); }, [&] { ours(one); });
+            report({"out of core (25% budget) / in core, " + label, "in core, default", t.ours, t.anchor, 0, 0.80});
+        }
+    };
+    run.template operator()<double>(n);
+    run.template operator()<std::complex<double>>(complex_n);
+    bool ok = true;
+    for (const row& r : rows) ok = ok && r.ok;
+    if (!out.empty()) {
+        ts::bench::json_builder j = ts::bench::result_header("lu_bench", git, "cpu");
+        ts::detail::json items = ts::detail::json::array();
+        for (const row& r : rows)
+            items.push_back({{"name", r.name}, {"anchor", r.anchor}, {"seconds", r.ours}, {"anchor_seconds", r.anchor_seconds},
+                             {"ratio", r.ratio}, {"goal", r.goal}, {"met", r.ok}});
+        j.add("n", n).add("complex_n", complex_n).add("reps", reps).add("margin", margin).add("rows", items).add("all_goals_met", ok);
+        ts::bench::write_file_atomically(out, j.text());
+    }
+    return ok ? 0 : 1;
+}
