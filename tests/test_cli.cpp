@@ -128,7 +128,7 @@ TEST(cli, DevicesListsTheCpu) {
 TEST(cli, DevicesShowsTheKernelsMeasuredAndTheDefaultChosen) {
     auto r = run_cli("devices --kernels");
     EXPECT_EQ(r.exit_code, 0) << r.out;
-    for (const char* line : {"f32 square", "f64 small", "c32 thin-k", "c64 thin-mn", "vendor ", "tiled ", "GFLOP/s"})
+    for (const char* line : {"f32 square", "f64 small", "c32 thin-k", "c64 thin-m", "f32 thin-n", "vendor ", "tiled ", "GFLOP/s"})
         EXPECT_NE(r.out.find(line), std::string::npos) << line << "\n" << r.out;
     EXPECT_TRUE(r.out.find("-> default vendor") != std::string::npos || r.out.find("-> default tiled") != std::string::npos)
         << r.out;

@@ -201,11 +201,13 @@ std::vector<gemm_unit> plan_units(const gemm_plan& plan);
 std::string explain(const gemm_plan& plan);
 
 /// Shapes of products whose kernels are measured and chosen apart: `small` (no dimension above
-/// 128), `thin_k` (k the smallest and below 64: rank-k updates), `thin_mn` (m or n the smallest
-/// and below 64: panels, matrix-vector-like), `square` (the rest).
-enum class shape_class { small, thin_k, thin_mn, square };
-inline constexpr shape_class all_shape_classes[] = {shape_class::small, shape_class::thin_k, shape_class::thin_mn,
-                                                    shape_class::square};
+/// 128), `thin_k` (k the smallest and below 64: rank-k updates), `thin_m` (m the smallest of m and n
+/// and below 64: a few rows, vector-matrix-like), `thin_n` (n below 64 and below m: a few columns,
+/// matrix-vector-like), `square` (the rest). m-thin and n-thin are apart because a tiled kernel's
+/// register tile (mr x nr) is not square: a thin side pads up to a whole mr or nr, not the same waste.
+enum class shape_class { small, thin_k, thin_m, thin_n, square };
+inline constexpr shape_class all_shape_classes[] = {shape_class::small, shape_class::thin_k, shape_class::thin_m,
+                                                    shape_class::thin_n, shape_class::square};
 std::string_view to_string(shape_class c) noexcept;
 shape_class classify_gemm(index_t m, index_t n, index_t k) noexcept;
 
@@ -227,9 +229,11 @@ struct kernel_choice {
 
 /// Measures the kernels a device's default chooses between (vendor and tiled) with one short
 /// probe each on `dev` for the shape class (square 512^3 on CPUs, 256^3 emulated, 2048^3 on
-/// GPUs; thin and small shapes likewise; the kernels alternating), and picks the fastest; a kernel
-/// within 5% of vendor's rate does not displace it (the probes' noise on a busy machine). Kept for the process per device, threads, precision, class
-/// and math mode.
+/// GPUs; thin-m and thin-n keep their thin side at 16, a representative one; thin-k k = 32; small 64^3; the
+/// kernels alternating), and picks the fastest; a kernel within 5% of vendor's rate does not
+/// displace it (the probes' noise on a busy machine). A square probe that would displace vendor is
+/// confirmed at twice the side (the verdict then applies to every size of the class, and vendor
+/// libraries gain with size). Kept for the process per device, threads, precision, class and math mode.
 kernel_choice choose_kernel(device& dev, dtype t, shape_class c, math_mode math = math_mode::strict);
 
 /// The same choice for the host's kernels run on the calling thread (a context's direct path):

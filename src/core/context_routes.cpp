@@ -60,7 +60,7 @@ bool automatic_call(const gemm_call_options& call) {
 context_routes::context_routes(setup s) : s_(std::move(s)), host_threads_(detail::host_threads(s_.devices)) {}
 
 const route& context_routes::get(dtype t, shape_class c, std::optional<gemm_kernel> kernel) {
-    const std::size_t i = (std::size_t(t) * 4 + std::size_t(c)) * 5 + kernel_index(kernel);
+    const std::size_t i = (std::size_t(t) * std::size(all_shape_classes) + std::size_t(c)) * 5 + kernel_index(kernel);
     if (const route* r = routes_[i].load(std::memory_order_acquire)) return *r;
     std::lock_guard lock(mutex_);  // one measurement at a time; a second caller finds it made
     if (const route* r = routes_[i].load(std::memory_order_acquire)) return *r;

@@ -85,7 +85,7 @@ private:
     int host_threads_ = 1;
     std::mutex mutex_;        ///< measurements, one at a time
     std::mutex plans_mutex_;  ///< the plan cache
-    static constexpr std::size_t slots = 4 * 4 * 5;  // dtype x shape class x (auto + 4 kernels)
+    static constexpr std::size_t slots = 4 * std::size(all_shape_classes) * 5;  // dtype x shape class x (auto + 4 kernels)
     std::array<std::atomic<const route*>, slots> routes_{};
     std::vector<std::unique_ptr<route>> owned_;
     std::optional<double> engine_fixed_;

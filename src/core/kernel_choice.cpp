@@ -23,7 +23,8 @@ std::string_view to_string(shape_class c) noexcept {
     switch (c) {
         case shape_class::small: return "small";
         case shape_class::thin_k: return "thin-k";
-        case shape_class::thin_mn: return "thin-mn";
+        case shape_class::thin_m: return "thin-m";
+        case shape_class::thin_n: return "thin-n";
         case shape_class::square: return "square";
     }
     return "?";
@@ -33,28 +34,34 @@ shape_class classify_gemm(index_t m, index_t n, index_t k) noexcept {
     if (std::max({m, n, k}) <= 128) return shape_class::small;
     const index_t mn = std::min(m, n);
     if (k < 64 && k <= mn) return shape_class::thin_k;
-    if (mn < 64) return shape_class::thin_mn;
+    if (mn < 64) return m <= n ? shape_class::thin_m : shape_class::thin_n;
     return shape_class::square;
 }
 
-namespace {
-
-constexpr gemm_kernel candidates[] = {gemm_kernel::vendor, gemm_kernel::tiled};
-
-struct probe_shape {
-    index_t m, n, k;
-};
-
-/// The probe of a class, its large sides `side` (thin shapes keep their thin side at 32).
-probe_shape probe_of(shape_class c, index_t side) {
+detail::probe_shape detail::probe_of(shape_class c, index_t side) noexcept {
+    // A thin side of 16: what panels and skinny products have (4096x16x4096, 16x4096x4096). It pads
+    // a tiled micro-tile as such shapes do (half of a 32-wide nr, 16 of 24 rows of two 12-row mr),
+    // where a wider probe side (32, a whole nr) would hide that waste and favour tiled.
     switch (c) {
         case shape_class::small: return {64, 64, 64};
-        case shape_class::thin_k: return {side, side, 32};
-        case shape_class::thin_mn: return {32, side, side};
+        case shape_class::thin_k: return {side, side, 32};  // k is not padded by a micro-tile
+        case shape_class::thin_m: return {16, side, side};
+        case shape_class::thin_n: return {side, 16, side};
         case shape_class::square: break;
     }
     return {side, side, side};
 }
+
+bool detail::confirm_on_larger_probe(const kernel_choice& c, shape_class cls) noexcept {
+    return cls == shape_class::square && c.measured && c.kernel != gemm_kernel::vendor;
+}
+
+namespace {
+
+using detail::probe_of;
+using detail::probe_shape;
+
+constexpr gemm_kernel candidates[] = {gemm_kernel::vendor, gemm_kernel::tiled};
 
 double flops_of(dtype t, const probe_shape& s) {
     return double(dtype_traits(t).flops_per_multiply_add) * double(s.m) * double(s.n) * double(s.k);
@@ -147,34 +154,41 @@ kernel_choice choose_kernel(device& dev, dtype t, shape_class c, math_mode math)
         return (std::size_t(s.m) * std::size_t(s.k) + std::size_t(s.k) * std::size_t(s.n) + std::size_t(s.m) * std::size_t(s.n)) * es;
     };
     while (side > 64 && bytes(probe_of(c, side)) > free / 4) side /= 2;
-    kernel_choice choice;
-    const probe_shape s = probe_of(c, side);
-    choice.m = s.m;
-    choice.n = s.n;
-    choice.k = s.k;
-    bool complete = true;
     std::vector<gemm_kernel> run;
     for (gemm_kernel k : candidates)
         if (dev.supports(k)) run.push_back(k);
-    const auto seconds = detail::probe_gemm_seconds(dev, t, run, math, s.m, s.n, s.k, 5);
-    for (gemm_kernel k : candidates) {
-        kernel_rate r;
-        r.kernel = k;
-        const auto at = std::find(run.begin(), run.end(), k);
-        if (at == run.end()) {
-            r.note = "not on this device";
-        } else if (const auto sec = seconds[std::size_t(at - run.begin())]) {
-            r.flops = flops_of(t, s) / *sec;
-            r.measured = true;
-        } else {
-            r.note = seconds.size() > 1 && std::any_of(seconds.begin(), seconds.end(), [](auto& x) { return x.has_value(); })
-                         ? "failed on this device"
-                         : "the probe does not fit the budget";
-            complete = complete && r.note != "the probe does not fit the budget";
+    bool complete = true;
+    const auto measure = [&](const probe_shape& s) {
+        kernel_choice choice;
+        choice.m = s.m;
+        choice.n = s.n;
+        choice.k = s.k;
+        const auto seconds = detail::probe_gemm_seconds(dev, t, run, math, s.m, s.n, s.k, 5);
+        for (gemm_kernel k : candidates) {
+            kernel_rate r;
+            r.kernel = k;
+            const auto at = std::find(run.begin(), run.end(), k);
+            if (at == run.end()) {
+                r.note = "not on this device";
+            } else if (const auto sec = seconds[std::size_t(at - run.begin())]) {
+                r.flops = flops_of(t, s) / *sec;
+                r.measured = true;
+            } else {
+                r.note = seconds.size() > 1 && std::any_of(seconds.begin(), seconds.end(), [](auto& x) { return x.has_value(); })
+                             ? "failed on this device"
+                             : "the probe does not fit the budget";
+                complete = complete && r.note != "the probe does not fit the budget";
+            }
+            choice.rates.push_back(std::move(r));
         }
-        choice.rates.push_back(std::move(r));
+        detail::pick_fastest(choice);
+        return choice;
+    };
+    kernel_choice choice = measure(probe_of(c, side));
+    if (detail::confirm_on_larger_probe(choice, c) && bytes(probe_of(c, 2 * side)) <= free / 4) {
+        // The larger probe's verdict stands (with its rates, which it was decided on).
+        if (kernel_choice larger = measure(probe_of(c, 2 * side)); larger.measured) choice = std::move(larger);
     }
-    detail::pick_fastest(choice);
     if (complete) {
         std::lock_guard lock(cache_mutex());
         cache.emplace(key, choice);
@@ -189,33 +203,38 @@ kernel_choice choose_host_kernel(dtype t, shape_class c, int openblas_threads) {
         std::lock_guard lock(cache_mutex());
         if (auto it = cache.find(key); it != cache.end()) return it->second;
     }
-    kernel_choice choice;
-    const probe_shape s = probe_of(c, 512);
-    choice.m = s.m;
-    choice.n = s.n;
-    choice.k = s.k;
-    visit_dtype(t, [&]<class T>() {
-        host_operands<T> ops(s);
-        std::vector<std::function<void()>> calls;
-        for (gemm_kernel k : candidates)
-            calls.push_back([call = ops.call(k), openblas_threads] { detail::host_gemm(call, openblas_threads); });
-        std::vector<double> per_call;
-        std::string failure;
-        try {
-            per_call = seconds_per_call(calls);
-        } catch (const error& e) {
-            failure = e.what();  // OpenBLAS refused (an address-space limit)
-        }
-        for (std::size_t i = 0; i < std::size(candidates); ++i) {
-            kernel_rate r;
-            r.kernel = candidates[i];
-            r.measured = failure.empty();
-            if (r.measured) r.flops = flops_of(t, s) / per_call[i];
-            r.note = failure;
-            choice.rates.push_back(std::move(r));
-        }
-    });
-    detail::pick_fastest(choice);
+    const auto measure = [&](const probe_shape& s) {
+        kernel_choice choice;
+        choice.m = s.m;
+        choice.n = s.n;
+        choice.k = s.k;
+        visit_dtype(t, [&]<class T>() {
+            host_operands<T> ops(s);
+            std::vector<std::function<void()>> calls;
+            for (gemm_kernel k : candidates)
+                calls.push_back([call = ops.call(k), openblas_threads] { detail::host_gemm(call, openblas_threads); });
+            std::vector<double> per_call;
+            std::string failure;
+            try {
+                per_call = seconds_per_call(calls);
+            } catch (const error& e) {
+                failure = e.what();  // OpenBLAS refused (an address-space limit)
+            }
+            for (std::size_t i = 0; i < std::size(candidates); ++i) {
+                kernel_rate r;
+                r.kernel = candidates[i];
+                r.measured = failure.empty();
+                if (r.measured) r.flops = flops_of(t, s) / per_call[i];
+                r.note = failure;
+                choice.rates.push_back(std::move(r));
+            }
+        });
+        detail::pick_fastest(choice);
+        return choice;
+    };
+    kernel_choice choice = measure(probe_of(c, 512));
+    if (detail::confirm_on_larger_probe(choice, c))
+        if (kernel_choice larger = measure(probe_of(c, 1024)); larger.measured) choice = std::move(larger);
     std::lock_guard lock(cache_mutex());
     cache.emplace(key, choice);
     return choice;
