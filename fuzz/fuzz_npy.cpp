@@ -14,7 +14,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         tilestream::visit_dtype(a.type(), [&]<class T>() {
             const auto v = a.view<T>();
             for (tilestream::index_t i = 0; i < v.rows(); ++i)
-                for (tilestream::index_t j = 0; j < v.cols(); ++j) sum += double(v(i, j));
+                for (tilestream::index_t j = 0; j < v.cols(); ++j) {
+                    if constexpr (tilestream::is_complex_v<T>)
+                        sum += double(v(i, j).real()) + double(v(i, j).imag());
+                    else
+                        sum += double(v(i, j));
+                }
         });
         a.check_unchanged();
         volatile double sink = sum;

@@ -134,7 +134,10 @@ blas3_plan plan_blas3(const blas3_problem& p, std::size_t budget, const device_r
         plan.bound = "nothing to do";
         return plan;
     }
-    const auto [tri, other] = dims(p);
+    // Named copies, not a structured binding: the lambda below captures them (clang 14, which the
+    // fuzz build uses, cannot capture structured bindings).
+    const auto dims_p = dims(p);
+    const index_t tri = dims_p.first, other = dims_p.second;
     const bool rk = rank_k(p.routine);
     const index_t kb = reproducible_k_block(p.type);
     build_settings base;
