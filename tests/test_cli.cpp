@@ -200,8 +200,10 @@ std::vector<T> write_stack(const std::string& path, const std::vector<index_t>& 
                            std::uint64_t seed) {
     index_t count = 1;
     for (index_t d : lead) count *= d;
-    std::vector<T> v(std::size_t(std::max<index_t>(1, count * rows * cols)));
-    fill_random(host_matrix_view<T>(v.data(), std::max<index_t>(1, count * rows), cols), seed);
+    // At least one element, filled as a whole (an empty stack still gets a valid buffer to view).
+    const index_t all_rows = std::max<index_t>(1, count * rows), all_cols = std::max<index_t>(1, cols);
+    std::vector<T> v(std::size_t(all_rows * all_cols));
+    fill_random(host_matrix_view<T>(v.data(), all_rows, all_cols), seed);
     write_npy_stack<T>(path, lead, host_batch_view<const T>::strided(host_matrix_view<const T>(v.data(), rows, cols),
                                                                       rows * cols, count));
     return v;
