@@ -3,6 +3,7 @@
 // the anchor of a run.
 #include <tilestream/blas3.hpp>
 #include <tilestream/error.hpp>
+#include "core/check/host_anchor.hpp"
 
 #include <cblas.h>
 
@@ -277,27 +278,9 @@ blas_anchor time_host_blas3(blas3_routine routine, const blas3_flags& f, const b
         }
     };
 #undef TS_CBLAS
-    const int before = openblas_get_num_threads();
-    const int threads = int(std::max(1u, std::thread::hardware_concurrency()));
-    openblas_set_num_threads(threads);
-    std::vector<double> times;
-    for (int r = 0; r <= std::max(1, repeat); ++r) {
-        std::memcpy(c.data(), c0.data(), c0.size() * sizeof(T));
-        const auto t0 = std::chrono::steady_clock::now();
-        run();
-        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        if (r > 0) times.push_back(s);  // the first run warms up
-    }
-    openblas_set_num_threads(before);
-    std::sort(times.begin(), times.end());
-    blas_anchor out;
-    out.name = "OpenBLAS cblas_" + std::string(1, dtype_traits(dtype_of<T>()).blas_prefix) + std::string(to_string(routine)) + " on the host, " +
-               std::to_string(threads) + " threads";
-    out.seconds = times[times.size() / 2];
-    out.gflops = out.seconds > 0 ? p.flops() / out.seconds * 1e-9 : 0;
-    out.threads = threads;
-    out.repeat = int(times.size());
-    return out;
+    return detail::time_host_anchor("cblas_" + std::string(1, dtype_traits(dtype_of<T>()).blas_prefix) +
+                                        std::string(to_string(routine)),
+                                    p.flops(), repeat, [&] { std::memcpy(c.data(), c0.data(), c0.size() * sizeof(T)); }, run);
 }
 
 #define TILESTREAM_INSTANTIATE(T)                                                                                  \

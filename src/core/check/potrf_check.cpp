@@ -4,6 +4,7 @@
 #include <tilestream/error.hpp>
 
 #include "core/lapack_calls.hpp"
+#include "core/check/host_anchor.hpp"
 
 #include <cblas.h>
 
@@ -164,28 +165,11 @@ blas_anchor time_host_potrf(uplo u, host_matrix_view<const T> a, int repeat) {
         for (index_t i = 0; i < n; ++i) a0[std::size_t(i + j * n)] = a(i, j);
     const char c = u == uplo::lower ? 'L' : 'U';
     const int ni = int(n), ld = int(std::max<index_t>(n, 1));
-    const int before = openblas_get_num_threads();
-    const int threads = int(std::max(1u, std::thread::hardware_concurrency()));
-    openblas_set_num_threads(threads);
-    std::vector<double> times;
-    for (int r = 0; r <= std::max(1, repeat); ++r) {
-        std::memcpy(work.data(), a0.data(), a0.size() * sizeof(T));
-        const auto t0 = std::chrono::steady_clock::now();
-        detail::lapack_potrf<T>(c, ni, work.data(), ld);
-        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        if (r > 0) times.push_back(s);  // the first run warms up
-    }
-    openblas_set_num_threads(before);
-    std::sort(times.begin(), times.end());
-    blas_anchor out;
-    out.name = "OpenBLAS LAPACK " + std::string(1, dtype_traits(dtype_of<T>()).blas_prefix) + "potrf on the host, " +
-               std::to_string(threads) + " threads";
-    out.seconds = times[times.size() / 2];
     const double flops = double(dtype_traits(dtype_of<T>()).flops_per_multiply_add) / 2.0 * double(n) * double(n) * double(n) / 3.0;
-    out.gflops = out.seconds > 0 ? flops / out.seconds * 1e-9 : 0;
-    out.threads = threads;
-    out.repeat = int(times.size());
-    return out;
+    return detail::time_host_anchor(
+        "LAPACK " + std::string(1, dtype_traits(dtype_of<T>()).blas_prefix) + "potrf", flops, repeat,
+        [&] { std::memcpy(work.data(), a0.data(), a0.size() * sizeof(T)); },
+        [&] { detail::lapack_potrf<T>(c, ni, work.data(), ld); });
 }
 
 #define TILESTREAM_INSTANTIATE(T)                                                                                  \

@@ -2,6 +2,7 @@
 // then LAPACK's ipiv (global, 1-based) and info read back; the row interchanges of a solve, the
 // sequential oracle and the residual check.
 #include "core/engine/executor.hpp"
+#include "core/check/host_anchor.hpp"
 #include "core/engine/task_graph.hpp"
 #include "core/lapack_calls.hpp"
 #include "core/routines/routines.hpp"
@@ -266,27 +267,9 @@ blas_anchor time_host_getrf(host_matrix_view<const T> a, int repeat) {
         if (m == 0 || n == 0) return;
         (void)detail::lapack_getrf<T>(im, in, work.data(), lda, ipiv.data());
     };
-    const int before = openblas_get_num_threads();
-    const int threads = int(std::max(1u, std::thread::hardware_concurrency()));
-    openblas_set_num_threads(threads);
-    std::vector<double> times;
-    for (int r = 0; r <= std::max(1, repeat); ++r) {
-        std::memcpy(work.data(), a0.data(), a0.size() * sizeof(T));
-        const auto t0 = std::chrono::steady_clock::now();
-        run();
-        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        if (r > 0) times.push_back(s);  // the first run warms up
-    }
-    openblas_set_num_threads(before);
-    std::sort(times.begin(), times.end());
-    blas_anchor out;
-    out.name = "OpenBLAS " + std::string(1, dtype_traits(dtype_of<T>()).blas_prefix) + "getrf_ on the host, " +
-               std::to_string(threads) + " threads";
-    out.seconds = times[times.size() / 2];
-    out.gflops = out.seconds > 0 ? describe_getrf<T>(a).flops() / out.seconds * 1e-9 : 0;
-    out.threads = threads;
-    out.repeat = int(times.size());
-    return out;
+    return detail::time_host_anchor(std::string(1, dtype_traits(dtype_of<T>()).blas_prefix) + "getrf_",
+                                    describe_getrf<T>(a).flops(), repeat,
+                                    [&] { std::memcpy(work.data(), a0.data(), a0.size() * sizeof(T)); }, run);
 }
 
 #define TILESTREAM_INSTANTIATE(T)                                                                                     \
