@@ -347,6 +347,10 @@ private:
     gemm_report run_direct(const gemm_plan& p, T alpha, host_matrix_view<const T> a, host_matrix_view<const T> b,
                            T beta, host_matrix_view<T> c, const gemm_call_options& call);
     double engine_fixed_seconds();
+    /// The rates a tile routine's planner gets (the call's, the context's, measured, or none when
+    /// one device in place runs one call), after checking that every device has `kernel`.
+    device_rates routine_rates(std::string_view routine, dtype type, gemm_kernel kernel, bool quick_return,
+                               const std::optional<device_rates>& declared);
     /// Throws device_error in a child made with fork() after the context was opened when it has
     /// devices other than CPUs (their runtimes do not survive fork; CPU devices start their
     /// threads again in the child).

@@ -20,21 +20,25 @@ blas3_plan context::plan(const blas3_problem& problem, const blas3_call_options&
     o.devices = int(device_ptrs_.size());
     o.in_place = in_place_;
     o.reproducible = options_.reproducible;
-    for (auto* d : device_ptrs_)
-        if (!d->supports(o.kernel))
-            throw invalid_argument(std::string(to_string(problem.routine)) + ": device " + d->id() + " has no '" +
-                                   std::string(to_string(o.kernel)) + "' kernel (the reference kernel runs on CPU devices only)");
-    // One device in place runs one call whatever the rates: no probe.
-    const bool probe = !problem.quick_return && (!in_place_ || device_ptrs_.size() > 1);
-    device_rates r = call.rates ? *call.rates : options_.rates ? *options_.rates
-                                            : probe ? rates(problem.type, o.kernel)
-                                                    : device_rates{};
-    r.host_memory = computes_on_host_cores(device_ptrs_);
+    const device_rates r = routine_rates(to_string(problem.routine), problem.type, o.kernel, problem.quick_return, call.rates);
     try {
         return plan_blas3(problem, budget(), r, o);
     } catch (const out_of_budget& e) {
         throw out_of_budget(names_ + ": " + e.what());
     }
+}
+
+device_rates context::routine_rates(std::string_view routine, dtype type, gemm_kernel kernel, bool quick_return,
+                                    const std::optional<device_rates>& declared) {
+    for (auto* d : device_ptrs_)
+        if (!d->supports(kernel))
+            throw invalid_argument(std::string(routine) + ": device " + d->id() + " has no '" +
+                                   std::string(to_string(kernel)) + "' kernel (the reference kernel runs on CPU devices only)");
+    // One device in place runs one call whatever the rates: no probe.
+    const bool probe = !quick_return && (!in_place_ || device_ptrs_.size() > 1);
+    device_rates r = declared ? *declared : options_.rates ? *options_.rates : probe ? rates(type, kernel) : device_rates{};
+    r.host_memory = computes_on_host_cores(device_ptrs_);
+    return r;
 }
 
 std::string context::explain(const blas3_plan& p) const { return tilestream::explain(p); }

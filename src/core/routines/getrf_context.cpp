@@ -19,15 +19,7 @@ getrf_plan context::plan(const getrf_problem& problem, const getrf_call_options&
     o.devices = int(device_ptrs_.size());
     o.in_place = in_place_;
     o.reproducible = options_.reproducible;
-    for (auto* d : device_ptrs_)
-        if (!d->supports(o.kernel))
-            throw invalid_argument("getrf: device " + d->id() + " has no '" + std::string(to_string(o.kernel)) +
-                                   "' kernel (the reference kernel runs on CPU devices only)");
-    const bool probe = !problem.quick_return() && (!in_place_ || device_ptrs_.size() > 1);
-    device_rates r = call.rates ? *call.rates : options_.rates ? *options_.rates
-                                            : probe ? rates(problem.type, o.kernel)
-                                                    : device_rates{};
-    r.host_memory = computes_on_host_cores(device_ptrs_);
+    const device_rates r = routine_rates("getrf", problem.type, o.kernel, problem.quick_return(), call.rates);
     try {
         return plan_getrf(problem, budget(), r, o);
     } catch (const out_of_budget& e) {
