@@ -3,8 +3,12 @@
 # and complex: every kernel, op c, out of core, two logical devices; ComplexGemmCuda.* and the
 # cuda instances of complex_gemm_on_device),
 # runs them again under compute-sanitizer memcheck and racecheck (reduced filters), runs the GPU
-# benchmark, and writes logs and the benchmark JSON under $OUT (default ./gpu-check-out).
-# Run from the repository root on a machine with an NVIDIA GPU; it ends within about 9 minutes.
+# benchmark and the CLI as users run it (GEMM in and out of core, trsm, syrk, potrf; JSON lines),
+# and writes logs and the benchmark JSON under $OUT (default ./gpu-check-out).
+# Run from the repository root on a machine with an NVIDIA GPU; it ends within about 9 minutes
+# (GPU_CHECK_SECONDS). With GPU_CHECK_PREBUILT=1 it runs binaries built elsewhere by
+# scripts/gpu-bundle.sh (which says how), leaving a short lease's minutes to the checks;
+# GPU_CHECK_PACK_LOGS=1 packs the logs into one archive (the device tool returns 8 files at most).
 #
 # It needs CUDA (nvcc, cudart, cuBLAS), CMake and Ninja. GoogleTest and OpenBLAS are used when
 # present; without them it still builds and tests the CUDA backend:
@@ -64,6 +68,7 @@ run_step() {
 export PATH=$PATH:/usr/local/cuda/bin
 {
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)   host: $(hostname)"
+    echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-) x $(nproc); avx512f: $(grep -qw avx512f /proc/cpuinfo && echo yes || echo no); OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}"
     nvidia-smi -L 2>&1 || echo "nvidia-smi: not available"
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1 || true
     nvcc --version 2>&1 | tail -2
@@ -81,6 +86,26 @@ fi
 sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer \
     /usr/local/cuda/compute-sanitizer/compute-sanitizer 2>/dev/null | head -1)
 
+# GPU_CHECK_PREBUILT=1: build-gpu/ already holds the binaries, built for sm_90 on a machine without a
+# GPU by scripts/gpu-bundle.sh (with the OpenBLAS, OpenCL and CLBlast libraries they link); nothing
+# is configured or built here, which leaves the lease's minutes to the tests and benchmarks. When the
+# prebuilt test binary does not start on this machine, the script builds as below.
+test_filter_full="*Cuda*:*cuda*:*CUDA*:*Cublas*:*Gpu*:*gpu*:blas_mapping.*:device_identity.*:context_persist.*"
+prebuilt=no
+if [ "${GPU_CHECK_PREBUILT:-0}" = 1 ] && [ -x "$build/tests/tilestream_tests" ]; then
+    if "$build/tests/tilestream_tests" --gtest_list_tests >/dev/null 2>>"$log_build"; then
+        prebuilt=yes
+    else
+        say "the prebuilt test binary does not start here; building instead"
+    fi
+fi
+if [ $prebuilt = yes ]; then
+    say "prebuilt binaries in $build (GPU_CHECK_PREBUILT=1): no configure or build"
+    gtest_mode=prebuilt blas_found=yes configured=full with_tests=ON lib_ok=yes
+    test_bin=$build/tests/tilestream_tests test_filter=$test_filter_full
+    bench_bin=$build/bench/gpu/gpu_bench
+    [ -x "$bench_bin" ] || bench_bin=""
+else
 missing=""
 for tool in nvcc cmake ninja g++; do command -v $tool >/dev/null || missing="$missing $tool"; done
 if [ -n "$missing" ]; then
@@ -448,7 +473,7 @@ test_bin="" test_filter=""
 if [ $lib_ok = yes ] && [ $configured = full ] && [ $with_tests = ON ]; then
     if run_step build-tests 240 30 "$log_build" ninja -C "$build" -j "$jobs" tilestream_tests; then
         test_bin=$build/tests/tilestream_tests
-        test_filter="*Cuda*:*cuda*:*CUDA*:blas_mapping.*:device_identity.*"
+        test_filter=$test_filter_full
     else
         skipped_notes+=("the project's test binary did not build: ran the CUDA tests alone")
     fi
@@ -466,15 +491,57 @@ if [ $lib_ok = yes ] && [ -z "$test_bin" ]; then
     fi
 fi
 
+fi  # not prebuilt
 # ---------------------------------------------------------------- run
 
 tests_log=$out/tests.log
 : >"$tests_log"
 if [ -n "$test_bin" ]; then
-    run_step gpu-tests 150 20 "$tests_log" "$test_bin" "--gtest_filter=$test_filter"
+    # One run per test suite, each with its own limit: on the first H200 lease one hanging test
+    # took the whole step's budget and the suites after it never ran.
+    # Lines "suite<TAB>suite.test:suite.test..." for the tests the filter selects.
+    suites=$("$test_bin" "--gtest_filter=$test_filter" --gtest_list_tests 2>/dev/null | awk '
+        /^[^ ]/ { if (suite != "" && names != "") print suite "\t" names; suite = $1; sub(/\.$/, "", suite); names = ""; next }
+        /^  [^ ]/ { names = names (names == "" ? "" : ":") suite "." $1 }
+        END { if (suite != "" && names != "") print suite "\t" names }')
+    if [ -z "$suites" ]; then
+        run_step gpu-tests 150 20 "$tests_log" "$test_bin" "--gtest_filter=$test_filter"
+    else
+        while IFS=$'\t' read -r suite names; do
+            run_step "tests $suite" "${GPU_CHECK_SUITE_SECONDS:-60}" 5 "$tests_log" "$test_bin" "--gtest_filter=$names"
+        done <<<"$suites"
+    fi
     bench_json=$out/gpu-bench-$gpu_tag-$date_tag.json
     if [ -n "$bench_bin" ]; then
         run_step gpu-bench 150 30 "$out/bench.log" "$bench_bin" --out "$bench_json" --git-hash "$git_hash"
+    fi
+    # The product as users run it: the CLI with host operands on the GPU (copies, planning and the
+    # default kernel choice included), in core, out of core (a budget below the operands), with the
+    # CPU beside the GPU, and the Level 3 and Cholesky routines; each --check'ed. One JSON line per run.
+    cli=$build/apps/tilestream
+    cli_json=$out/cli-$gpu_tag-$date_tag.jsonl
+    if [ -x "$cli" ]; then
+        cli_run() {  # NAME ARGS...: one CLI run, its JSON appended to cli_json, stderr to cli.log
+            local name=$1
+            shift
+            run_step "cli-$name" 45 15 "$out/cli.log" bash -c '
+                j=$("$@" --json 2>>"$0.stderr"); rc=$?
+                cat "$0.stderr"; rm -f "$0.stderr"
+                [ -n "$j" ] && printf "%s\n" "$j" | tee -a "$0"
+                exit $rc' "$cli_json" "$cli" "$@"
+        }
+        # Level 3 and potrf at a quarter of GEMM's order, with --explain and a timeline: on the
+        # first H200 lease they did not finish within 15 s at 8192 (GEMM at 16384 took 0.2 s).
+        big=${GPU_CHECK_CLI_N:-16384} med=$((${GPU_CHECK_CLI_N:-16384} / 4))
+        cli_run gemm-f32 gemm --devices cuda:0 --m "$big" --n "$big" --k "$big" --dtype f32 --repeat 3 --check --quiet
+        cli_run gemm-f64 gemm --devices cuda:0 --m "$big" --n "$big" --k "$big" --dtype f64 --repeat 3 --check --quiet
+        cli_run gemm-c64 gemm --devices cuda:0 --m $((big / 2)) --n $((big / 2)) --k $((big / 2)) --dtype c64 --repeat 3 --check --quiet
+        cli_run gemm-f64-ooc gemm --devices cuda:0@2GiB --m "$big" --n "$big" --k "$big" --dtype f64 --repeat 3 --check --explain --quiet
+        cli_run trsm-f64 trsm --devices cuda:0 --m "$med" --n "$med" --dtype f64 --repeat 3 --check --explain --timeline "$out/trsm-f64.svg"
+        cli_run syrk-f64 syrk --devices cuda:0 --n "$med" --k "$med" --dtype f64 --repeat 3 --check --explain --timeline "$out/syrk-f64.svg"
+        cli_run potrf-f64 potrf --devices cuda:0 --n "$med" --dtype f64 --check --explain --timeline "$out/potrf-f64.svg"
+        cli_run potrf-f64-ooc potrf --devices cuda:0@64MiB --n "$med" --dtype f64 --check --explain --timeline "$out/potrf-f64-ooc.svg"
+        cli_run gemm-f64-gpu-cpu gemm --devices cuda:0,cpu --m "$big" --n "$big" --k "$big" --dtype f64 --repeat 3 --check --quiet
     fi
     if [ -n "$sanitizer" ]; then
         # Reduced filters: small shapes, copies, streams, Jacobi; racecheck on tilestream's own
@@ -488,7 +555,8 @@ if [ -n "$test_bin" ]; then
     fi
     # With a GPU, discovery keeps the CUDA backend loaded; a CPU run still maps none of it.
     if [ $configured = full ] && command -v python3 >/dev/null &&
-        run_step build-loading-check 120 10 "$log_build" ninja -C "$build" -j "$jobs" tilestream_cli tilestream_maps_at_exit; then
+        { [ $prebuilt = yes ] ||
+            run_step build-loading-check 120 10 "$log_build" ninja -C "$build" -j "$jobs" tilestream_cli tilestream_maps_at_exit; }; then
         run_step backend-loading 60 10 "$out/backend-loading.log" python3 tests/backend_loading.py \
             "$build/apps/tilestream" "$build/tests/libtilestream_maps_at_exit.so" "$build/backend-loading"
     fi
@@ -520,6 +588,11 @@ summary=$out/summary.txt
     for note in "${skipped_notes[@]}"; do echo "note: $note"; done
 } >"$summary"
 cat "$summary"
+# The device tool returns at most 8 files: the logs travel as one archive beside the summary and JSON.
+if [ "${GPU_CHECK_PACK_LOGS:-0}" = 1 ]; then
+    (cd "$out" && shopt -s nullglob && files=(*.log *.svg *.trace.json) &&
+        [ ${#files[@]} -gt 0 ] && tar -czf logs.tar.gz "${files[@]}" && rm -f "${files[@]}")
+fi
 failed=0
 for s in "${step_status[@]}"; do [[ $s == FAILED* || $s == TIMEOUT* ]] && failed=1; done
 exit $failed

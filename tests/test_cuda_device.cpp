@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <limits>
@@ -234,9 +235,9 @@ TEST(CudaCopy, RoundTrip1DThroughPageablePinnedAndRegisteredMemory) {
 }
 
 #ifdef TILESTREAM_HAVE_CUDA
-// A .npy input is mapped PROT_READ: it must be pinned with cudaHostRegisterReadOnly where the GPU
-// supports it, and a refusal is a device_error that says why (never silent).
-TEST(CudaCopy, ReadOnlyMappedInputIsPinnedReadOnly) {
+// A .npy input is mapped PROT_READ: register_host refuses to pin it with a device_error that says
+// why (never silent), and copies from it work pageable.
+TEST(CudaCopy, ReadOnlyMappedInputIsRefusedPinningAndCopiedPageable) {
     SKIP_WITHOUT_CUDA_GPU();
     auto d = open_gpu();
     auto s = d->create_stream();
@@ -258,22 +259,16 @@ TEST(CudaCopy, ReadOnlyMappedInputIsPinnedReadOnly) {
     std::filesystem::remove(path);
     ASSERT_NE(mapped, MAP_FAILED);
 
-    int supported = 0;
-    ASSERT_EQ(cudaDeviceGetAttribute(&supported, cudaDevAttrHostRegisterReadOnlySupported, 0),
-              cudaSuccess);
+    // Not pinned (cudaHostRegister with cudaHostRegisterReadOnly hung on an H200 VM for such a
+    // mapping): register_host refuses with the reason, and copies from it still arrive whole.
     bool pinned = false;
     try {
         d->register_host(mapped, bytes);
         pinned = true;
     } catch (const device_error& e) {
-        EXPECT_FALSE(supported) << "refused although the GPU registers read-only memory: " << e.what();
         EXPECT_TRUE(contains(e.what(), "read-only")) << e.what();
     }
-    if (pinned) {
-        cudaPointerAttributes attr{};
-        ASSERT_EQ(cudaPointerGetAttributes(&attr, mapped), cudaSuccess);
-        EXPECT_NE(attr.type, cudaMemoryTypeUnregistered) << "register_host left it pageable";
-    }
+    EXPECT_FALSE(pinned) << "a read-only mapping was pinned";
     device_buffer x = d->allocate(bytes);
     d->copy_to_device(*s, x.get(), mapped, bytes);
     std::vector<float> back(n, 0.0f);

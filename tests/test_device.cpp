@@ -93,7 +93,12 @@ TEST_P(device_layer, PeerCopyReachesTheOtherDevice) {
 
 TEST_P(device_layer, EventsOrderStreams) {
     // Stream t must not copy out before stream s has finished writing, even though s is slow.
+    // The host buffers are registered: on CUDA a copy from pageable memory blocks the calling
+    // thread until s is idle, so this thread could never open the gate (seen on an H200, where
+    // this test hung until registration was added).
     std::vector<int> host(4096, 7), back(4096, 0);
+    dev().register_host(host.data(), host.size() * sizeof(int));
+    dev().register_host(back.data(), back.size() * sizeof(int));
     auto buf = dev().allocate(4096 * sizeof(int));
     auto s = dev().create_stream();
     auto t = dev().create_stream(stream_priority::high);
@@ -112,6 +117,8 @@ TEST_P(device_layer, EventsOrderStreams) {
     t->synchronize();
     EXPECT_TRUE(e->ready());
     EXPECT_EQ(back, host);
+    dev().unregister_host(back.data());
+    dev().unregister_host(host.data());
 }
 
 TEST_P(device_layer, StreamErrorsSurfaceAtSynchronize) {

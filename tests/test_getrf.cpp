@@ -245,6 +245,24 @@ TEST(Getrf, OnOpenCLMatchesLapack) {
     factor_and_compare<double>(ctx, known_pivots<double>(131, 150, 22), layout::row_major, call, "opencl f64 row-major");
 }
 
+TEST(GetrfCuda, MatchesLapack) {
+    // scripts/gpu-check.sh runs it (*Cuda*): cuBLAS GEMM and trsm tiles, the panels and row swaps
+    // through staging; out of core through 1 MiB, both orders, a singular column (LAPACK's info).
+    TILESTREAM_SKIP_WITHOUT_GPU("cuda:0");
+    context ctx("cuda:0@1MiB");
+    getrf_call_options call;
+    call.tile = 64;
+    for (lu_order o : {lu_order::left_looking, lu_order::right_looking}) {
+        call.order = o;
+        factor_and_compare<double>(ctx, known_pivots<double>(301, 277, 31), layout::col_major, call, "cuda f64");
+        factor_and_compare<std::complex<float>>(ctx, random_matrix<std::complex<float>>(190, 203, 32), layout::row_major,
+                                                call, "cuda c32 row-major");
+    }
+    matrix<double> a = random_matrix<double>(200, 200, 33);
+    for (index_t i = 0; i < a.m; ++i) a(i, 141) = 0.0;
+    EXPECT_EQ(factor_and_compare<double>(ctx, a, layout::col_major, call, "cuda singular").info, 142);
+}
+
 TEST(Getrf, ExactlyZeroColumnGivesLapacksInfoAndCompletes) {
     for (const char* spec : {"cpu", "cpu:2@96KiB"}) {
         context ctx(spec);

@@ -272,7 +272,10 @@ public:
     virtual void wait(stream& s, event& e) = 0;
     /// Blocks until all streams of this device are idle.
     virtual void synchronize() = 0;
-    /// Enqueues a host function on s (runs after everything before it on s).
+    /// Enqueues a host function on s (runs after everything before it on s). On CUDA it runs on the
+    /// runtime's callback thread: it must not call CUDA, and it must not wait for host work that
+    /// the enqueuing thread does later, since a copy from pageable host memory blocks that thread
+    /// until s is idle (CUDA's rule; registered or staging memory does not).
     virtual void enqueue_host(stream& s, std::function<void()> fn, const std::string& name) = 0;
 
     // ---- copies (asynchronous on s; src/dst are in the spaces the names say) ----

@@ -12,6 +12,7 @@
 #include <tilestream/error.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstdint>
 #include <cstdio>
@@ -47,6 +48,71 @@ device_guard::device_guard(int ordinal, std::nothrow_t) noexcept {
 
 device_guard::~device_guard() {
     if (switched_ && cudaSetDevice(previous_) != cudaSuccess) (void)cudaGetLastError();
+}
+
+// ------------------------------------------------------------------ callback threads
+//
+// CUDA forbids CUDA calls in a host function (cudaLaunchHostFunc): they fail with
+// cudaErrorNotPermitted (compute-sanitizer reports each one) and may deadlock. A host function's
+// captures can hold the last owner of a CUDA event (an engine task's completion event, a waiter's
+// handle), so its destructor may run there. Such handles are parked and destroyed by the next
+// ordinary thread that enters the backend (recording an event, enqueueing a host function,
+// synchronizing a stream) or at exit.
+
+namespace {
+thread_local bool on_cuda_callback_thread = false;
+
+struct parked_events {
+    std::mutex mutex;
+    std::vector<std::pair<int, cudaEvent_t>> events;  // (ordinal, handle)
+    std::atomic<bool> any{false};
+};
+parked_events& parked() {
+    static auto* p = new parked_events;  // never destroyed: callbacks may run during exit
+    return *p;
+}
+
+void destroy_event_now(int ordinal, cudaEvent_t event) noexcept {
+    device_guard guard(ordinal, std::nothrow);
+    if (cudaEventDestroy(event) != cudaSuccess) (void)cudaGetLastError();
+}
+
+/// Marks the running thread as a CUDA callback thread for its lifetime (declared before anything
+/// the callback destroys, so it outlives them).
+struct callback_thread_scope {
+    callback_thread_scope() noexcept { on_cuda_callback_thread = true; }
+    ~callback_thread_scope() { on_cuda_callback_thread = false; }
+    callback_thread_scope(const callback_thread_scope&) = delete;
+    callback_thread_scope& operator=(const callback_thread_scope&) = delete;
+};
+}  // namespace
+
+void destroy_event(int ordinal, cudaEvent_t event) noexcept {
+    if (event == nullptr) return;
+    if (!on_cuda_callback_thread) {
+        destroy_event_now(ordinal, event);
+        return;
+    }
+    parked_events& p = parked();
+    try {
+        std::lock_guard lock(p.mutex);
+        p.events.emplace_back(ordinal, event);
+        p.any.store(true, std::memory_order_release);
+    } catch (...) {
+        // Out of memory while parking: the handle leaks rather than breaking the callback.
+    }
+}
+
+void destroy_parked_events() noexcept {
+    parked_events& p = parked();
+    if (on_cuda_callback_thread || !p.any.load(std::memory_order_acquire)) return;
+    std::vector<std::pair<int, cudaEvent_t>> events;
+    {
+        std::lock_guard lock(p.mutex);
+        events.swap(p.events);
+        p.any.store(false, std::memory_order_release);
+    }
+    for (auto [ordinal, event] : events) destroy_event_now(ordinal, event);
 }
 
 // ------------------------------------------------------------------ helpers
@@ -133,11 +199,7 @@ std::string gemm_span_name(const gemm_call& c) {
 
 // ------------------------------------------------------------------ clock_anchor
 
-clock_anchor::~clock_anchor() {
-    if (event == nullptr) return;
-    device_guard guard(ordinal, std::nothrow);
-    if (cudaEventDestroy(event) != cudaSuccess) (void)cudaGetLastError();
-}
+clock_anchor::~clock_anchor() { destroy_event(ordinal, event); }
 
 // ------------------------------------------------------------------ cuda_stream
 
@@ -174,6 +236,7 @@ cuda_stream::~cuda_stream() {
 }
 
 void cuda_stream::synchronize() {
+    destroy_parked_events();
     device_guard guard(dev_.ordinal(), dev_.id());
     const cudaError_t e = cudaStreamSynchronize(stream_);
     if (e != cudaSuccess)
@@ -267,11 +330,7 @@ void cuda_stream::report_finished_spans() noexcept {
 
 // ------------------------------------------------------------------ cuda_event
 
-native_event::~native_event() {
-    if (event == nullptr) return;
-    device_guard guard(ordinal, std::nothrow);
-    if (cudaEventDestroy(event) != cudaSuccess) (void)cudaGetLastError();
-}
+native_event::~native_event() { destroy_event(ordinal, event); }
 
 cuda_event::cuda_event(cuda_device& dev) : device_id_(dev.id()) {}
 
@@ -281,6 +340,7 @@ void cuda_event::record(stream& s) {
         throw invalid_argument("event of " + device_id_ + " cannot be recorded on a stream of " +
                                s.owner().id() + ", which is not a CUDA device");
     const int gpu = cs->gpu().ordinal();
+    destroy_parked_events();
     device_guard guard(gpu, cs->gpu().id());
     std::lock_guard lock(mutex_);
     // A CUDA event is recorded on a stream of its own GPU, and a handle a waiter holds keeps
@@ -331,6 +391,7 @@ cuda_device::cuda_device(device_info info, int ordinal) : device(std::move(info)
 }
 
 cuda_device::~cuda_device() {
+    destroy_parked_events();
     device_guard guard(ordinal_, std::nothrow);
     anchor_.reset();
     if (anchor_stream_ != nullptr && cudaStreamDestroy(anchor_stream_) != cudaSuccess)
@@ -528,8 +589,10 @@ struct host_call {
     std::string name;
 };
 
-// Runs on a CUDA runtime thread: must not call CUDA, must not throw.
+// Runs on a CUDA runtime thread: must not call CUDA (CUDA events its captures release are parked,
+// see destroy_event), must not throw.
 void CUDART_CB run_host_call(void* data) {
+    const callback_thread_scope scope;  // outlives `call` and what it owns
     std::unique_ptr<host_call> call(static_cast<host_call*>(data));
     device& dev = call->stream->owner();
     trace_sink* sink = dev.trace();
@@ -557,6 +620,7 @@ void CUDART_CB run_host_call(void* data) {
 
 void cuda_device::enqueue_host(stream& s, std::function<void()> fn, const std::string& name) {
     cuda_stream& cs = own_stream(s, "enqueue_host");
+    destroy_parked_events();
     auto call = std::make_unique<host_call>(host_call{std::move(fn), &cs, name});
     device_guard guard(ordinal_, id());
     TS_CUDA_CHECK(cudaLaunchHostFunc(cs.native(), run_host_call, call.get()), id());

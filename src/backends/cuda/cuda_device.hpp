@@ -104,6 +104,12 @@ private:
     std::deque<pending_span> spans_;
 };
 
+/// Destroys a CUDA event handle; on a CUDA callback thread (a host function), where CUDA calls are
+/// not permitted, the handle is parked and destroyed by destroy_parked_events() on the next
+/// ordinary thread that records, enqueues or synchronizes.
+void destroy_event(int ordinal, cudaEvent_t event) noexcept;
+void destroy_parked_events() noexcept;
+
 /// One CUDA event handle and the GPU it lives on; destroyed with its last owner.
 struct native_event {
     cudaEvent_t event = nullptr;

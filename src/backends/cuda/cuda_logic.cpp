@@ -93,9 +93,8 @@ host_registration_choice choose_host_registration(bool read_only_memory,
         c.pin = true;
         c.flags = host_register_portable;
     } else if (device_supports_read_only) {
-        // Without the flag CUDA refuses memory the process cannot write (a PROT_READ mapping).
-        c.pin = true;
-        c.flags = host_register_portable | host_register_read_only;
+        c.reason = "the memory is read-only (a mapped input): tilestream does not pin it, since "
+                   "cudaHostRegister with cudaHostRegisterReadOnly hung on such memory";
     } else {
         c.reason = "the memory is read-only and this GPU cannot register read-only memory "
                    "(cudaDevAttrHostRegisterReadOnlySupported is 0)";

@@ -64,9 +64,11 @@ struct host_registration_choice {
     unsigned flags = 0;   ///< host_register_flag bits
     std::string reason;   ///< when !pin: why, for the warning
 };
-/// Memory the process may not write (a read-only mapped .npy input) must be registered read-only,
-/// which needs a GPU that supports it (cudaDevAttrHostRegisterReadOnlySupported); writable memory
-/// is registered portable.
+/// Writable memory is registered portable. Memory the process may not write (a read-only mapped
+/// .npy input) is not pinned: CUDA needs the read-only flag for it, and cudaHostRegister with that
+/// flag on a read-only file mapping hung (over 150 s for 16 MiB, never returned) on the first GPU
+/// this project ran on (H200, driver 580.159.04, Firecracker VM, 2026-11-26). Copies from such
+/// memory stay pageable: slower, never stuck. device_supports_read_only only shapes the reason.
 host_registration_choice choose_host_registration(bool read_only_memory,
                                                   bool device_supports_read_only);
 
