@@ -442,6 +442,8 @@ TEST(Getrf, TallPanelsNarrowWhenA16WideBlockColumnDoesNotFit) {
             EXPECT_LT(rep.plan.tile, 16) << where;
             EXPECT_FALSE(rep.plan.in_place) << where;
             EXPECT_LE(rep.peak_device_bytes, std::size_t(200) << 10) << where;
+            EXPECT_NE(explain(rep.plan).find("narrower than 16: three 16-wide block columns need 750.0 KiB"),
+                      std::string::npos) << explain(rep.plan);
         }
         // 1500 rows of c32: a 16-wide block column is 188 KiB, three 5-wide ones fit.
         factor_and_compare<std::complex<float>>(ctx, known_pivots<std::complex<float>>(1500, 97, 32), layout::row_major, {},

@@ -337,6 +337,10 @@ std::string explain(const getrf_plan& p) {
     char line[256];
     o << "  order           " << to_string(p.order) << "\n";
     o << "  tiles           block columns of " << p.tile << " (as tall as A: each panel's pivot search sees its whole column)\n";
+    const std::size_t sixteen_wide = 3 * std::size_t(p.problem.m) * 16 * size_of(p.problem.type);
+    if (!p.in_place && p.tile < std::min<index_t>(16, p.problem.n) && sixteen_wide > p.budget)
+        o << "                  narrower than 16: three 16-wide block columns need " << format_bytes(sixteen_wide)
+          << ", more than the budget (a tall panel)\n";
     o << "  tasks           " << p.tasks << " tasks, " << p.steps << " tile operations (";
     for (std::size_t i = 0; i < p.kernel_counts.size(); ++i)
         o << (i ? ", " : "") << to_string(p.kernel_counts[i].first) << " " << p.kernel_counts[i].second;
