@@ -2,6 +2,7 @@
 // Level 3 routine with BLAS's arguments on random or .npy operands, through a context.
 #include "cli_args.hpp"
 #include "cli_files.hpp"
+#include "cli_routines.hpp"
 #include "commands.hpp"
 #include "core/json_text.hpp"
 #include "core/npy_write.hpp"
@@ -131,14 +132,6 @@ void poison(host_matrix_view<T> m) {
         }
 }
 
-template <class T>
-host_matrix<T> copy_of(host_matrix_view<const T> v) {
-    host_matrix<T> m(v.rows(), v.cols(), v.layout());
-    for (index_t i = 0; i < v.rows(); ++i)
-        for (index_t j = 0; j < v.cols(); ++j) m(i, j) = v(i, j);
-    return m;
-}
-
 /// A file's elements as T.
 template <class T>
 host_matrix_view<const T> file_view(const npy_array& f) {
@@ -199,9 +192,7 @@ int run(const args& a, blas3_routine r, dtype type, run_files& out_files) {
         }
     } else {
         const auto big = std::numeric_limits<index_t>::max();
-        const std::string lay = a.get_or("layout", "row");
-        if (lay != "row" && lay != "col") throw invalid_argument("--layout expects row or col, got '" + lay + "'");
-        const layout l = lay == "row" ? layout::row_major : layout::col_major;
+        const layout l = random_layout(a);
         index_t m = 0, n = 0, k = 0;
         if (rk) {
             if (!a.has("n") || !a.has("k")) throw invalid_argument(name + ": give --n and --k (random inputs) or --a (files)");
@@ -260,16 +251,7 @@ int run(const args& a, blas3_routine r, dtype type, run_files& out_files) {
     ops.c = out.view();
     const blas3_problem problem = describe_blas3<T>(r, f, ops);
 
-    context_options co;
-    const open_options oo = device_options(a);
-    co.memory_budget = oo.memory_budget;
-    co.cpu_threads = oo.cpu_threads;
-    co.kernel = parse_gemm_kernel(a.get_or("kernel", "vendor"));
-    const std::string reproducible = a.get_or("reproducible", "off");
-    if (reproducible != "on" && reproducible != "off")
-        throw invalid_argument("--reproducible expects on or off, got '" + reproducible + "'");
-    co.reproducible = reproducible == "on";
-    if (a.has("rates")) co.rates = parse_rates(*a.get("rates"));
+    const context_options co = routine_context_options(a);
     context ctx(a.get_or("devices", "cpu"), co);
     blas3_call_options call;
     const index_t big = std::numeric_limits<index_t>::max();
@@ -291,12 +273,8 @@ int run(const args& a, blas3_routine r, dtype type, run_files& out_files) {
         if (rep > 0) std::memcpy(out.data(), copy_of<T>(start).data(), sizeof(T) * std::size_t(out.size()));
         last = ctx.execute<T>(plan, ops, call);
         seconds.push_back(last.seconds);
-        for (const auto& fl : last.faults) {
-            std::fprintf(stderr, "warning: device %s failed and was dropped (%zu of its tasks rerun by the others): %s\n",
-                         fl.id.c_str(), fl.units_redone, fl.message.c_str());
-            faults.push_back(fl);
-        }
-        for (const auto& w : last.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
+        print_faults_and_warnings(last.faults, last.warnings);
+        faults.insert(faults.end(), last.faults.begin(), last.faults.end());
         for (auto& file : files) as_runtime_failure([&] { file.check_unchanged(); });
     }
     const double secs = median_of(seconds);
@@ -354,14 +332,8 @@ int run(const args& a, blas3_routine r, dtype type, run_files& out_files) {
             shares.push_back({{"id", d.id}, {"tasks", d.units}, {"flops", d.flops}, {"bytes_h2d", d.bytes_h2d},
                               {"cache_hits", d.cache_hits}});
         o["device_shares"] = shares;
-        json alternatives = json::array();
-        for (const auto& alt : plan.alternatives)
-            alternatives.push_back({{"order", std::string(to_string(alt.order))}, {"bytes_h2d", alt.bytes_h2d},
-                                    {"bytes_d2h", alt.bytes_d2h}, {"predicted_seconds", alt.predicted_seconds}});
-        o["orders"] = alternatives;
-        json lost = json::array();
-        for (const auto& fl : faults) lost.push_back({{"device", fl.id}, {"message", fl.message}, {"tasks_rerun", fl.units_redone}});
-        o["faults"] = lost;
+        o["orders"] = orders_json(plan);
+        o["faults"] = faults_json(faults);
         if (check) {
             o["check_passed"] = ok, o["check_method"] = check->method, o["rel_error"] = check->error;
             o["check_tolerance"] = check->tolerance, o["check_seconds"] = check->seconds;
@@ -371,11 +343,7 @@ int run(const args& a, blas3_routine r, dtype type, run_files& out_files) {
             o["anchor"] = anchor->name, o["anchor_seconds"] = anchor->seconds, o["anchor_gflops"] = anchor->gflops;
             o["ratio_to_anchor"] = anchor->gflops > 0 ? gflops / anchor->gflops : 0.0;
         }
-        json written = json::array();
-        if (ok)
-            for (const char* o2 : {"out", "trace", "timeline"})
-                if (a.has(o2)) written.push_back(*a.get(o2));
-        o["files_written"] = written;
+        o["files_written"] = written_json(a, ok, {"out", "trace", "timeline"});
         std::fprintf(report, "%s\n", detail::json_line(o).c_str());
     } else {
         std::fprintf(report, "%s on %s: %.4f s (median of %d), %.1f GFLOP/s, %zu tasks (%s, tiles %lld/%lld%s)\n",
@@ -386,9 +354,7 @@ int run(const args& a, blas3_routine r, dtype type, run_files& out_files) {
             std::fprintf(report, "anchor: %s: %.4f s (median of %d), %.1f GFLOP/s; this run / anchor = %.2f\n", anchor->name.c_str(),
                         anchor->seconds, anchor->repeat, anchor->gflops, anchor->gflops > 0 ? gflops / anchor->gflops : 0.0);
         if (check) std::fprintf(report, "check: %s\n", check->summary().c_str());
-        for (const char* o2 : {"out", "trace", "timeline"})
-            if (a.has(o2))
-                std::fprintf(report, ok ? "wrote %s\n" : "not written (the check failed): %s\n", a.get(o2)->c_str());
+        print_written(report, a, ok, {"out", "trace", "timeline"}, "the check failed");
     }
     out_files.commit();
     return ok ? 0 : 1;
@@ -416,22 +382,7 @@ int cmd_blas3(const std::string& cmd, int argc, char** argv) {
     if (auto p = a.get("out")) files.output("--out", *p, file_format::npy, solves(r) ? "--b" : "--c");
     if (auto p = a.get("trace")) files.output("--trace", *p, file_format::json);
     if (auto p = a.get("timeline")) files.output("--timeline", *p, file_format::svg);
-    dtype type = parse_dtype(a.get_or("dtype", "f32"));
-    if (a.has("a")) {
-        // The dtype comes from the files and must be one for all of them.
-        const npy_array fa = read_npy(*a.get("a"));
-        for (const char* o : {"b", "c"}) {
-            if (!a.has(o)) continue;
-            const npy_array fo = read_npy(*a.get(o));
-            if (fo.type() != fa.type())
-                throw invalid_argument(cmd + ": dtypes differ: " + fa.path() + " is " + std::string(to_string(fa.type())) +
-                                       ", " + fo.path() + " is " + std::string(to_string(fo.type())));
-        }
-        if (a.has("dtype") && type != fa.type())
-            throw invalid_argument(cmd + ": --dtype " + *a.get("dtype") + " but " + fa.path() + " holds " +
-                                   std::string(to_string(fa.type())));
-        type = fa.type();
-    }
+    const dtype type = routine_dtype(a, cmd, {"b", "c"});
     return visit_dtype(type, [&]<class T>() { return run<T>(a, r, type, files); });
 }
 

@@ -18,7 +18,7 @@ int cmd_distributed(const std::string& cmd, int argc, char** argv);
 /// The Level 3 commands (symm, hemm, syrk, herk, syr2k, her2k, trmm, trsm; cmd_blas3.cpp).
 bool is_blas3_command(const std::string& cmd);
 int cmd_blas3(const std::string& cmd, int argc, char** argv);
-/// The factorizations and their solves (potrf, posv; cmd_factor.cpp).
+/// The factorizations and their solves (potrf, posv, getrf, gesv; cmd_factor.cpp).
 bool is_factor_command(const std::string& cmd);
 int cmd_factor(const std::string& cmd, int argc, char** argv);
 /// "tilestream 0.1.0 (git abcdef123456)": the version and the commit built (version.cpp).

@@ -53,6 +53,7 @@ const char* usage_text =
     "  symm|hemm|syrk|herk|syr2k|her2k|trmm|trsm [options]\n"
     "                                   the rest of Level 3 BLAS on one or more devices, out of core\n"
     "  potrf|posv [options]             Cholesky factorization and solve, on one or more devices, out of core\n"
+    "  getrf|gesv [options]             LU factorization (partial pivoting) and solve, on one or more devices, out of core\n"
     "  scale gemm|jacobi [options]      the same problem on several device sets: speedup, efficiency\n"
     "  timeline run.json run.svg        draw a saved trace\n"
     "  --version                        the version and the git commit built\n"
@@ -1012,7 +1013,7 @@ int run_command(int argc, char** argv) {
     std::cerr << "tilestream: unknown command '" << ts::detail::terminal_safe(cmd) << "'"
               << ts::cli::did_you_mean(cmd, {"devices", "gemm", "jacobi", "scale", "timeline", "help", "--version",
                                                                           "symm", "hemm", "syrk", "herk", "syr2k", "her2k",
-                                                                          "trmm", "trsm", "potrf", "posv"})
+                                                                          "trmm", "trsm", "potrf", "posv", "getrf", "gesv"})
               << "\n"
               << usage_text;
     return exit_usage;

@@ -430,7 +430,43 @@ TEST(Getrf, BadArgumentsAreNamed) {
     std::vector<index_t> p(8);
     EXPECT_THROW(ctx.gesv<double>(a.view(), p, b.view()), dimension_mismatch);
     EXPECT_THROW(parse_lu_order("sideways"), invalid_argument);
-    EXPECT_THROW(context("cpu@16KiB").getrf<double>(random_matrix<double>(400, 400, 1).view(), ipiv), out_of_budget);
+    // 400 rows of f64: three single columns need 9600 bytes, more than 8 KiB.
+    EXPECT_THROW(context("cpu@8KiB").getrf<double>(random_matrix<double>(400, 400, 1).view(), ipiv), out_of_budget);
+    // A fixed width that does not fit is refused, naming the widest that would.
+    std::vector<index_t> piv(400);
+    getrf_call_options wide;
+    wide.tile = 32;
+    try {
+        context("cpu@64KiB").getrf<double>(random_matrix<double>(400, 400, 1).view(), piv, wide);
+        ADD_FAILURE() << "32-wide block columns of 400 rows were planned in 64 KiB";
+    } catch (const out_of_budget& e) {
+        EXPECT_NE(std::string(e.what()).find("block columns of at most 6 fit"), std::string::npos) << e.what();
+    }
+}
+
+TEST(Getrf, TallPanelsNarrowWhenA16WideBlockColumnDoesNotFit) {
+    // 2000 rows of f64: a 16-wide block column is 250 KiB, more than the whole 200 KiB budget;
+    // three 4-wide ones fit. The pivots are still LAPACK's (each panel searches its whole column).
+    for (const char* spec : {"cpu@200KiB", "opencl:0@200KiB"}) {
+        std::string why;
+        ASSERT_FALSE(testing::gpu_missing(spec, why)) << why;  // PoCL in CI: never skipped
+        context ctx(spec);
+        for (lu_order order : {lu_order::left_looking, lu_order::right_looking}) {
+            getrf_call_options call;
+            call.order = order;
+            const std::string where = std::string(spec) + " " + std::string(to_string(order));
+            const getrf_report rep = factor_and_compare<double>(ctx, known_pivots<double>(2000, 150, 31), layout::col_major,
+                                                                call, where);
+            EXPECT_LT(rep.plan.tile, 16) << where;
+            EXPECT_FALSE(rep.plan.in_place) << where;
+            EXPECT_LE(rep.peak_device_bytes, std::size_t(200) << 10) << where;
+            EXPECT_NE(explain(rep.plan).find("narrower than 16: three 16-wide block columns need 750.0 KiB"),
+                      std::string::npos) << explain(rep.plan);
+        }
+        // 1500 rows of c32: a 16-wide block column is 188 KiB, three 5-wide ones fit.
+        factor_and_compare<std::complex<float>>(ctx, known_pivots<std::complex<float>>(1500, 97, 32), layout::row_major, {},
+                                                std::string(spec) + " c32 row-major");
+    }
 }
 
 }  // namespace

@@ -589,11 +589,11 @@ template host_matrix_view<const std::complex<double>> npy_array::view<std::compl
 
 namespace {
 
-std::string npy_preamble(dtype type, bool fortran_order, const std::vector<index_t>& shape) {
+std::string npy_preamble(std::string_view descr, bool fortran_order, const std::vector<index_t>& shape) {
     std::string dims;
     for (std::size_t i = 0; i < shape.size(); ++i) dims += (i ? ", " : "") + std::to_string(shape[i]);
     if (shape.size() == 1) dims += ",";
-    std::string dict = "{'descr': '" + std::string(descr_of(type)) +
+    std::string dict = "{'descr': '" + std::string(descr) +
                        "', 'fortran_order': " + (fortran_order ? "True" : "False") + ", 'shape': (" + dims + "), }";
     // numpy pads with spaces and a final newline so that the data starts on a 64-byte boundary.
     const auto padded = [&](std::size_t length_bytes) {
@@ -615,6 +615,10 @@ std::string npy_preamble(dtype type, bool fortran_order, const std::vector<index
     pre.append(header_len - dict.size() - 1, ' ');
     pre += '\n';
     return pre;
+}
+
+std::string npy_preamble(dtype type, bool fortran_order, const std::vector<index_t>& shape) {
+    return npy_preamble(descr_of(type), fortran_order, shape);
 }
 
 std::string npy_preamble(dtype type, bool fortran_order, index_t rows, index_t cols) {
@@ -708,6 +712,13 @@ template void write_npy_stack_to<std::complex<float>>(output_file&, const std::v
                                                       host_batch_view<const std::complex<float>>);
 template void write_npy_stack_to<std::complex<double>>(output_file&, const std::vector<index_t>&,
                                                        host_batch_view<const std::complex<double>>);
+
+void write_npy_indices_to(output_file& out, std::span<const index_t> v) {
+    static_assert(sizeof(index_t) == 8 && std::endian::native == std::endian::little, "'<i8' is a little-endian int64");
+    const std::string pre = npy_preamble("<i8", false, std::vector<index_t>{index_t(v.size())});
+    out.write(pre.data(), pre.size());
+    if (!v.empty()) out.write(v.data(), v.size() * sizeof(index_t));
+}
 
 std::size_t npy_file_bytes(dtype type, index_t rows, index_t cols, tilestream::layout lay) {
     const std::size_t data = checked_bytes(rows, cols, type, "npy file");

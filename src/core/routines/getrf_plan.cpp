@@ -263,6 +263,15 @@ getrf_plan plan_getrf(const getrf_problem& p, std::size_t budget, const device_r
         return opt.in_place || budget / std::max<std::size_t>(std::size_t(p.m) * std::size_t(t) * size_of(p.type), 1) >= 3;
     };
     const auto columns = [&](index_t t) { return (p.n + t - 1) / t; };
+    // A tall panel: when not even a 16-wide block column fits three times, narrower ones are tried,
+    // down to a single column. A panel's pivot search still sees its whole column; the updates
+    // run with a thinner inner dimension and each narrower panel reads the columns right of it
+    // again, so this is the slow way through, taken only when nothing wider fits. Not for a width
+    // the caller fixed (--tile) nor reproducible mode (its width is the k-block).
+    const std::size_t one_column = std::max<std::size_t>(std::size_t(p.m) * size_of(p.type), 1);
+    const index_t widest_fitting = index_t(std::min<std::size_t>(budget / (3 * one_column), std::size_t(p.n)));
+    if (!opt.in_place && !opt.reproducible && opt.tile == 0 && std::none_of(tiles.begin(), tiles.end(), fits))
+        for (index_t t = std::min<index_t>(widest_fitting, 15); t >= 1; t /= 2) add(t);
     if (std::any_of(tiles.begin(), tiles.end(), [&](index_t t) { return fits(t) && columns(t) <= 256; }))
         std::erase_if(tiles, [&](index_t t) { return columns(t) > 256; });
     std::vector<lu_order> orders;
@@ -278,11 +287,15 @@ getrf_plan plan_getrf(const getrf_problem& p, std::size_t budget, const device_r
         if (opt.in_place)
             throw invalid_argument(p.describe() + ": every tiling makes more than " + std::to_string(max_plan_steps) +
                                    " tile operations (tiles too small for the problem)");
-        const index_t narrowest = opt.reproducible ? reproducible_k_block(p.type) : opt.tile > 0 ? opt.tile : 16;
+        const index_t narrowest = opt.reproducible ? reproducible_k_block(p.type) : opt.tile > 0 ? opt.tile : 1;
         const std::size_t need = 3 * std::size_t(p.m) * std::size_t(std::min(narrowest, p.n)) * size_of(p.type);
+        const bool narrower_fits = opt.tile > 0 && !opt.reproducible && widest_fitting >= 1;
         throw out_of_budget(p.describe() + ": does not fit a budget of " + format_bytes(budget) +
                             " (three block columns of width " + std::to_string(std::min(narrowest, p.n)) + " need " +
-                            format_bytes(need) + ")");
+                            format_bytes(need) + ")" +
+                            (narrower_fits ? "; block columns of at most " + std::to_string(widest_fitting) +
+                                                 " fit (without a tile width the planner narrows them)"
+                                           : std::string()));
     }
     const candidate& c = *best;
     const task_graph& g = *c.graph;
@@ -324,6 +337,10 @@ std::string explain(const getrf_plan& p) {
     char line[256];
     o << "  order           " << to_string(p.order) << "\n";
     o << "  tiles           block columns of " << p.tile << " (as tall as A: each panel's pivot search sees its whole column)\n";
+    const std::size_t sixteen_wide = 3 * std::size_t(p.problem.m) * 16 * size_of(p.problem.type);
+    if (!p.in_place && p.tile < std::min<index_t>(16, p.problem.n) && sixteen_wide > p.budget)
+        o << "                  narrower than 16: three 16-wide block columns need " << format_bytes(sixteen_wide)
+          << ", more than the budget (a tall panel)\n";
     o << "  tasks           " << p.tasks << " tasks, " << p.steps << " tile operations (";
     for (std::size_t i = 0; i < p.kernel_counts.size(); ++i)
         o << (i ? ", " : "") << to_string(p.kernel_counts[i].first) << " " << p.kernel_counts[i].second;
