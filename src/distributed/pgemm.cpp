@@ -171,12 +171,15 @@ pgemm_report pgemm(const process_grid& grid, op op_a, op op_b, index_t m, index_
         sa.col0 = 0;
         sa.kmap = da.cols;
     } else {
-        sa.kmap = dim_map{panel, 0, grid.cols(), 0};
+        // Not transposed, A keeps its own k-columns and only its rows move to C's (a sub-matrix at
+        // another offset); transposed, it is laid out anew in panel-wide k-blocks.
+        sa.kmap = na ? da.cols : dim_map{panel, 0, grid.cols(), 0};
         const index_t lk = sa.kmap.owned(k, grid.my_col());
         sa.owned.resize(std::size_t(std::max<index_t>(1, lr * lk)));
         redistribute<T>(grid, a, da.ld, da.rows, da.cols, op_a, dc.rows, sa.kmap, m, k, sa.owned.data(), rep);
         sa.data = sa.owned.data();
         sa.ld = std::max<index_t>(1, lr);
+        sa.col0 = -sa.kmap.first_local(grid.my_col());  // kmap.local counts from the map's first local column
         rep.redistributed_a = true;
     }
     // op(B): k down the process rows, C's columns across the process columns.
@@ -188,12 +191,14 @@ pgemm_report pgemm(const process_grid& grid, op op_a, op op_b, index_t m, index_
         sb.col0 = db.cols.first_local(grid.my_col());
         sb.kmap = db.rows;
     } else {
-        sb.kmap = dim_map{panel, 0, grid.rows(), 0};
+        // Not transposed, B keeps its own k-rows and only its columns move to C's.
+        sb.kmap = nb_ ? db.rows : dim_map{panel, 0, grid.rows(), 0};
         const index_t lk = sb.kmap.owned(k, grid.my_row());
         sb.owned.resize(std::size_t(std::max<index_t>(1, lk * lc)));
         redistribute<T>(grid, b, db.ld, db.rows, db.cols, op_b, sb.kmap, dc.cols, k, n, sb.owned.data(), rep);
         sb.data = sb.owned.data();
         sb.ld = std::max<index_t>(1, lk);
+        sb.row0 = -sb.kmap.first_local(grid.my_row());
         rep.redistributed_b = true;
     }
 
