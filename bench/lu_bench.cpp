@@ -1,8 +1,9 @@
 // LU's goals in one run (issue 29: getrf f64 at n = 8192, c64 at n = 4096), runs alternated with
 // their anchors: getrf through a context with default options against OpenBLAS's own ?getrf_ (all
 // cores), and out of core with a budget of a quarter of A against in core. Each timed run first
-// copies the pristine A over the working one (getrf overwrites it), on both sides alike. Writes
-// JSON; exits 1 when a figure is below its goal.
+// copies the pristine A over the working one (getrf overwrites it), on both sides alike. gesv with
+// many right-hand sides (n/4) at the same ratios: against OpenBLAS's ?gesv_, and out of core against
+// in core. Writes JSON; exits 1 when a figure is below its goal.
 #include "bench_common.hpp"
 
 #include <tilestream/context.hpp>
@@ -15,6 +16,9 @@
 extern "C" {
 void dgetrf_(const int* m, const int* n, double* a, const int* lda, int* ipiv, int* info);
 void zgetrf_(const int* m, const int* n, std::complex<double>* a, const int* lda, int* ipiv, int* info);
+void dgesv_(const int* n, const int* nrhs, double* a, const int* lda, int* ipiv, double* b, const int* ldb, int* info);
+void zgesv_(const int* n, const int* nrhs, std::complex<double>* a, const int* lda, int* ipiv, std::complex<double>* b,
+            const int* ldb, int* info);
 }
 
 namespace ts = tilestream;
@@ -34,16 +38,23 @@ void lapack_getrf(int n, T* a, int* ipiv) {
     else dgetrf_(&n, &n, a, &n, ipiv, &info);
 }
 
+template <class T>
+void lapack_gesv(int n, int nrhs, T* a, int* ipiv, T* b) {
+    int info = 0;
+    if constexpr (ts::is_complex_v<T>) zgesv_(&n, &nrhs, a, &n, ipiv, b, &n, &info);
+    else dgesv_(&n, &nrhs, a, &n, ipiv, b, &n, &info);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     ts::bench::arguments args(argc, argv,
                               "usage: lu_bench [--out F] [--git-hash H] [--reps R] [--n 8192] [--complex-n 4096] "
-                              "[--only incore,ooc] [--margin 1.0]");
+                              "[--only incore,ooc,gesv] [--margin 1.0]");
     const std::string out = args.get("out", ""), git = args.get("git-hash", "unknown");
     const int reps = int(args.number("reps", 3));
     const ts::index_t n = args.number("n", 8192), complex_n = args.number("complex-n", 4096);
-    const auto only = ts::bench::split(args.get("only", "incore,ooc"), ',');
+    const auto only = ts::bench::split(args.get("only", "incore,ooc,gesv"), ',');
     const double margin = args.real("margin", 1.0);
     if (!args.finish()) return 2;
     const auto wanted = [&](const char* part) { return std::find(only.begin(), only.end(), part) != only.end(); };
@@ -92,6 +103,35 @@ int main(int argc, char** argv) {
             ts::context quarter("cpu", {.memory_budget = bytes / 4});
             ts::bench::pair_timing t = ts::bench::alternate(reps, [&] { ours(quarter); }, [&] { ours(one); });
             report({"out of core (25% budget) / in core, " + label, "in core, default", t.ours, t.anchor, 0, 0.80});
+        }
+        if (wanted("gesv")) {
+            // Many right-hand sides: n/4 columns of B, refreshed with A before every run.
+            const ts::index_t nrhs = std::max<ts::index_t>(1, size / 4);
+            ts::host_matrix<T> b0(size, nrhs, ts::layout::col_major), b(size, nrhs, ts::layout::col_major);
+            for (ts::index_t j = 0; j < nrhs; ++j)
+                for (ts::index_t i = 0; i < size; ++i) {
+                    if constexpr (ts::is_complex_v<T>) b0(i, j) = T(u(rng), u(rng));
+                    else b0(i, j) = T(u(rng));
+                }
+            const std::size_t b_bytes = std::size_t(size) * std::size_t(nrhs) * sizeof(T);
+            const auto solve = [&](ts::context& ctx) {
+                refresh();
+                std::memcpy(b.data(), b0.data(), b_bytes);
+                ctx.gesv<T>(a.view(), ipiv, b.view());
+            };
+            const std::string glabel = "gesv " + type + " n=" + std::to_string(size) + " nrhs=" + std::to_string(nrhs);
+            ts::bench::pair_timing t = ts::bench::alternate(reps, [&] { solve(one); }, [&] {
+                refresh();
+                std::memcpy(b.data(), b0.data(), b_bytes);
+                openblas_set_num_threads(cores);
+                lapack_gesv<T>(int(size), int(nrhs), a.data(), lapack_ipiv.data(), b.data());
+            });
+            report({"in core / OpenBLAS, " + glabel, std::string(1, ts::dtype_traits(ts::dtype_of<T>()).blas_prefix) +
+                                                         "gesv_ (OpenBLAS, all cores)",
+                    t.ours, t.anchor, 0, 0.90});
+            ts::context quarter("cpu", {.memory_budget = (bytes + b_bytes) / 4});
+            t = ts::bench::alternate(reps, [&] { solve(quarter); }, [&] { solve(one); });
+            report({"out of core (25% budget) / in core, " + glabel, "in core, default", t.ours, t.anchor, 0, 0.80});
         }
     };
     run.template operator()<double>(n);
