@@ -136,7 +136,7 @@ public:
                               config_.memory_budget.value_or(0), &text) == 0;
         if (!context_ok_) {
             const std::string what = "cannot open TILESTREAM_DEVICES '" + config_.devices +
-                                     "': " + (text ? text : "unknown error") + "; every GEMM goes to the system BLAS";
+                                     "': " + (text ? text : "unknown error") + "; every call goes to the system BLAS and LAPACK";
             stderr_line(what);
             log("error=\"" + what + "\"");
         }
@@ -197,7 +197,7 @@ private:
         if (!b || b->abi != TILESTREAM_BLAS_BRIDGE_ABI) {
             const std::string what = "cannot load " + path + " (" +
                                      (why ? why : b ? "built from another version of tilestream" : "no entry point") +
-                                     "); every GEMM goes to the system BLAS";
+                                     "); every call goes to the system BLAS and LAPACK";
             stderr_line(what);
             log("error=\"" + what + "\"");
             return nullptr;

@@ -16,6 +16,8 @@ drop-in's own checks found equal to the one the program's xerbla_ saw.
   tiles           as zero-threshold on three CPU devices with 32 KiB each (TILESTREAM_DEVICES=cpu:3,
                   TILESTREAM_MEMORY_BUDGET): the n = 777 dpotrf_ runs out of core as tile tasks (the
                   small calls take the context's direct path)
+  opencl          as zero-threshold on the first OpenCL device (PoCL in CI): every call's tile
+                  operations on it (Cholesky and LU panels on the host reference through staging)
   netlib          netlib's LAPACK and BLAS (TILESTREAM_LAPACK_LIB, TILESTREAM_BLAS_LIB), the default
                   threshold: small calls go to netlib's LAPACK
 
@@ -73,6 +75,8 @@ def main():
         env = {'TILESTREAM_BLAS_THRESHOLD': '0'}
     elif setting == 'threshold':
         pass
+    elif setting == 'opencl':
+        env = {'TILESTREAM_BLAS_THRESHOLD': '0', 'TILESTREAM_DEVICES': 'opencl:0'}
     elif setting == 'tiles':
         env = {'TILESTREAM_BLAS_THRESHOLD': '0', 'TILESTREAM_DEVICES': 'cpu:3', 'TILESTREAM_MEMORY_BUDGET': '32KiB'}
     elif setting == 'fallback':
@@ -110,11 +114,13 @@ def main():
                 check(line['ran'] == 'system-lapack' and line['reason'] == 'invalid-arguments', str(line))
                 continue
             size = flops(call)
-            if setting in ('zero-threshold', 'tiles') or (setting in ('threshold', 'netlib') and size >= DEFAULT_THRESHOLD):
+            if setting in ('zero-threshold', 'tiles', 'opencl') or (setting in ('threshold', 'netlib') and size >= DEFAULT_THRESHOLD):
                 check(line['ran'] == 'tilestream', 'not on tilestream: %s' % line)
                 check(line['info'] == call['info'], 'the log says info %s, the client got %s: %s'
                       % (line['info'], call['info'], line))
                 routed += 1
+                if setting == 'opencl':
+                    check(line['devices'] == 'opencl:0', 'not on the OpenCL device: %s' % line)
                 if setting == 'tiles' and call['n'] == '777':
                     check(len(line['devices'].split(',')) == 3 and int(line['internal_calls']) > 100,
                           'the n = 777 dpotrf_ did not run as tile tasks on three devices: %s' % line)
@@ -124,7 +130,7 @@ def main():
             else:
                 check(line['ran'] == 'system-lapack' and line['reason'] == 'below-threshold', str(line))
         else:
-            check(setting not in ('zero-threshold', 'tiles'), 'a line no client call explains: %s' % line)
+            check(setting not in ('zero-threshold', 'tiles', 'opencl'), 'a line no client call explains: %s' % line)
     check(at == len(calls), 'call %d of %d (%s) is not in the log' % (at, len(calls), calls[at] if at < len(calls) else ''))
     if setting in ('threshold', 'netlib'):
         check(routed == 1, '%d calls on tilestream, expected only the n = 777 dpotrf_' % routed)
