@@ -290,7 +290,6 @@ std::string run_lapack_on_tilestream(context& ctx, const tilestream_blas_lapack_
     return " devices=" + ctx.device_names() + " info=" + std::to_string(info) + fields;
 }
 
-
 int run_lapack(const tilestream_blas_lapack_call* call, char** text) {
     return on_context(text, [&](context& ctx) {
         return by_dtype(call->dtype, [&]<class T>() { return run_lapack_on_tilestream<T>(ctx, *call); });
