@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""numpy `a @ b` with and without libtilestream_blas.so preloaded (square n x n x n, one dtype).
+"""numpy `a @ b` (or a numpy.linalg call that reaches the drop-in's LAPACK routines: `--op solve`
+dgesv_, `cholesky` dpotrf_, `det` dgetrf_) with and without libtilestream_blas.so preloaded (square
+n x n, one dtype).
 
 Each configuration runs in its own process: the plain one uses numpy's BLAS, the shimmed one has the
 drop-in preloaded with TILESTREAM_BLAS_THRESHOLD=1 so that every product goes through tilestream
@@ -11,6 +13,8 @@ ratio shimmed / plain).
     bench/blas_shim_numpy.py --shim build/src/blas/libtilestream_blas.so --sizes 4096 --repeat 3
     bench/blas_shim_numpy.py --shim build/src/blas/libtilestream_blas.so \\
         --sizes 32,64,96,128,192,256,384,512 --repeat 21          # where the threshold should sit
+    bench/blas_shim_numpy.py --shim build/src/blas/libtilestream_blas.so --op cholesky \\
+        --sizes 256,512,739,1024,2048 --repeat 7                  # the LAPACK routines' crossover
 
 Run it on a quiet machine: the ratio near 1 is the point, and other processes' load moves it.
 """
@@ -25,7 +29,13 @@ import sys
 import tempfile
 
 
-def measure(sizes, dtype, repeat):
+# The LAPACK routine each numpy.linalg call reaches, and its flop count (n x n; solve: one right-hand side).
+LINALG = {'solve': ('gesv_', lambda n: 2 * n ** 3 / 3 + 2 * n * n),
+          'cholesky': ('potrf_', lambda n: n ** 3 / 3),
+          'det': ('getrf_', lambda n: 2 * n ** 3 / 3)}
+
+
+def measure(sizes, dtype, repeat, op='matmul'):
     import time
     import numpy as np
     rng = np.random.default_rng(1)
@@ -35,12 +45,22 @@ def measure(sizes, dtype, repeat):
         ops = [(rng.uniform(-1, 1, (n, n)).astype(dtype), rng.uniform(-1, 1, (n, n)).astype(dtype))
                for _ in range(pairs)]
         c = np.empty((n, n), dtype)
-        np.matmul(*ops[0], out=c)  # warm-up (and, shimmed, the context's first opening)
+        if op == 'matmul':
+            call = lambda a, b: np.matmul(a, b, out=c)
+        elif op == 'solve':
+            ops = [(a + n * np.eye(n, dtype=dtype), b[:, 0].copy()) for a, b in ops]
+            call = np.linalg.solve
+        elif op == 'cholesky':
+            ops = [(a @ a.T + n * np.eye(n, dtype=dtype), None) for a, _ in ops]
+            call = lambda a, _: np.linalg.cholesky(a)
+        else:
+            call = lambda a, _: np.linalg.det(a)
+        call(*ops[0])  # warm-up (and, shimmed, the context's first opening)
         times = []
         for r in range(repeat):
             a, b = ops[r % pairs]
             t0 = time.perf_counter()
-            np.matmul(a, b, out=c)
+            call(a, b)
             times.append(time.perf_counter() - t0)
         times.sort()
         out.append({'n': n, 'seconds': times[len(times) // 2], 'min_seconds': times[0]})
@@ -48,7 +68,7 @@ def measure(sizes, dtype, repeat):
 
 
 def child(args):
-    print(json.dumps(measure([int(s) for s in args.sizes.split(',')], args.dtype, args.repeat)))
+    print(json.dumps(measure([int(s) for s in args.sizes.split(',')], args.dtype, args.repeat, args.op)))
 
 
 def run_config(args, shim, log):
@@ -60,7 +80,7 @@ def run_config(args, shim, log):
         if args.devices:
             env['TILESTREAM_DEVICES'] = args.devices
     cmd = [sys.executable, os.path.abspath(__file__), '--child', '--sizes', args.sizes, '--dtype', args.dtype,
-           '--repeat', str(args.repeat)]
+           '--repeat', str(args.repeat), '--op', args.op]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
     return json.loads(p.stdout.strip().splitlines()[-1])
 
@@ -83,6 +103,8 @@ def main():
     ap.add_argument('--dtype', default='float64', choices=['float32', 'float64'])
     ap.add_argument('--repeat', type=int, default=3)
     ap.add_argument('--devices', default='', help='TILESTREAM_DEVICES for the shimmed run (default: all)')
+    ap.add_argument('--op', default='matmul', choices=['matmul'] + sorted(LINALG),
+                    help='a @ b (cblas_?gemm), or numpy.linalg solve (?gesv_), cholesky (?potrf_), det (?getrf_)')
     ap.add_argument('--child', action='store_true', help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -95,6 +117,8 @@ def main():
         shimmed = run_config(args, args.shim, log)
         with open(log) as f:
             lines = [l for l in f if l.startswith('routine=')]
+    if args.op != 'matmul':  # numpy.linalg may call other BLAS routines too: only its LAPACK call counts
+        lines = [l for l in lines if l.split()[0].endswith(LINALG[args.op][0])]
     on_tilestream = sum('ran=tilestream' in l for l in lines)
     devices = sorted({m.group(1) for l in lines for m in [re.search(r'devices=(\S+)', l)] if m})
     if on_tilestream != len(lines) or not lines:
@@ -106,11 +130,12 @@ def main():
         git = ''
     rows = []
     for p, s in zip(plain, shimmed):
-        flops = 2.0 * p['n'] ** 3
+        flops = 2.0 * p['n'] ** 3 if args.op == 'matmul' else LINALG[args.op][1](p['n'])
         rows.append({'n': p['n'], 'plain_seconds': p['seconds'], 'shim_seconds': s['seconds'],
                      'plain_gflops': flops / p['seconds'] / 1e9, 'shim_gflops': flops / s['seconds'] / 1e9,
                      'ratio_shim_to_plain': s['seconds'] / p['seconds']})
-    print(json.dumps({'benchmark': 'numpy a @ b with and without libtilestream_blas.so', 'git': git,
+    what = 'a @ b' if args.op == 'matmul' else 'numpy.linalg.%s (%s)' % (args.op, LINALG[args.op][0])
+    print(json.dumps({'benchmark': 'numpy %s with and without libtilestream_blas.so' % what, 'git': git,
                       'date': datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
                       'machine': machine(), 'numpy_python': sys.executable, 'dtype': args.dtype,
                       'repeat': args.repeat, 'tilestream_devices': devices, 'calls_logged': len(lines),

@@ -38,6 +38,12 @@ if [ -f "$build/src/blas/libtilestream_blas.so" ]; then
     /usr/bin/python3 bench/blas_shim_numpy.py --shim "$build/src/blas/libtilestream_blas.so" --dtype $dt --repeat 21 \
         --sizes 1,2,4,8,16,32,64,128,256,512,1024,2048,4096 > "bench/results/blas-shim-numpy-$dt-$host-$date.json" || status=1
   done
+  # The drop-in's LAPACK routines through numpy.linalg (cholesky: dpotrf_, solve: dgesv_, det: dgetrf_),
+  # every call routed, around the default threshold's n (739 for potrf, 587 for getrf).
+  for op in cholesky solve det; do
+    /usr/bin/python3 bench/blas_shim_numpy.py --shim "$build/src/blas/libtilestream_blas.so" --op $op --repeat 11 \
+        --sizes 16,64,256,512,739,1024,2048 > "bench/results/blas-shim-numpy-$op-$host-$date.json" || status=1
+  done
 fi
 # Issue 29: getrf beside OpenBLAS's dgetrf_/zgetrf_ (n = 8192 f64, 4096 c64) and out of core (goals: exit 1 below one).
 "$build/bench/lu_bench" --git-hash "$hash" --out "bench/results/lu-cpu-$host-$date.json" || status=$?

@@ -13,6 +13,7 @@ packages=(g++ make cmake ninja-build git libopenblas-dev libgtest-dev zlib1g-dev
           libopenmpi-dev openmpi-bin libscalapack-openmpi-dev     # ranks, and ScaLAPACK to compare with
           scalapack-mpi-test scalapack-test-common)              # ScaLAPACK's PBLAS tester and drivers (.ci/run)
 packages+=(libblas-test python3-scipy python3-typing-extensions)  # foreign suites under the BLAS drop-in (.ci/run)
+packages+=(liblapack-test)  # LAPACK's own testers (xlintst[sdcz]) under the drop-in's LAPACK routines (.ci/run)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -10,7 +10,7 @@
 extern "C" {
 
 /// Bumped whenever this file changes: a drop-in and a bridge from different builds are refused.
-#define TILESTREAM_BLAS_BRIDGE_ABI 4
+#define TILESTREAM_BLAS_BRIDGE_ABI 5
 
 /// One GEMM in tilestream's terms: C(m x n) = alpha op(A) op(B) + beta C, every operand stored in one
 /// order; alpha and beta point to values of the call's scalar type.
@@ -49,6 +49,22 @@ struct tilestream_blas_level3_call {
     int ldc;
 };
 
+/// One LAPACK call (Fortran, column-major): routine "potrf", "potrs", "posv" (uplo), "getrf" (m x n),
+/// "getrs" (trans) or "gesv". A is m x n (getrf) or n x n, B n x nrhs; ipiv 1-based, as LAPACK's.
+/// The drop-in has checked the arguments; *info is written on success.
+struct tilestream_blas_lapack_call {
+    int dtype;            ///< 0 f32, 1 f64, 2 c32, 3 c64
+    const char* routine;
+    char uplo, trans;     ///< 'U'/'L'; 'N'/'T'/'C'
+    int m, n, nrhs;
+    void* a;              ///< const for potrs and getrs
+    int lda;
+    int* ipiv;            ///< written by getrf and gesv, read by getrs; unused otherwise
+    void* b;
+    int ldb;
+    int* info;
+};
+
 struct tilestream_blas_bridge {
     int abi;  ///< TILESTREAM_BLAS_BRIDGE_ABI
     /// The file of libtilestream: its own BLAS calls come back through the drop-in, which sends them
@@ -62,6 +78,9 @@ struct tilestream_blas_bridge {
     int (*gemm)(const tilestream_blas_gemm_call* call, char** text);
     /// As gemm, for the other Level 3 routines: on failure C (B) is as it was before the call.
     int (*level3)(const tilestream_blas_level3_call* call, char** text);
+    /// As gemm, for LAPACK's Cholesky and LU drivers: on failure A, B and ipiv are as they were
+    /// before the call and *info is unwritten.
+    int (*lapack)(const tilestream_blas_lapack_call* call, char** text);
 };
 
 /// The only symbol of libtilestream_blas_context.so.

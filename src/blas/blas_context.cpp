@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <complex>
 #include <cstdlib>
 #include <cstring>
@@ -16,6 +17,7 @@
 #include <mutex>
 #include <new>
 #include <string>
+#include <vector>
 
 namespace tilestream::blas {
 
@@ -120,7 +122,11 @@ std::string run_on_tilestream(context& ctx, const tilestream_blas_gemm_call& g) 
     }
 }
 
-int run_gemm(const tilestream_blas_gemm_call* call, char** text) {
+
+// Runs `run(ctx)` on this process's context: 0 with the log fields it returns in *text, or 1 with
+// why in *text (what tilestream threw; the run has left the client's data as it was).
+template <class Run>
+int on_context(char** text, Run run) {
     context* ctx = nullptr;
     {
         process_context& s = shared();
@@ -129,15 +135,7 @@ int run_gemm(const tilestream_blas_gemm_call* call, char** text) {
     }
     try {
         if (!ctx) throw error("the context is not open in this process");
-        std::string fields;
-        switch (call->dtype) {
-            case 0: fields = run_on_tilestream<float>(*ctx, *call); break;
-            case 1: fields = run_on_tilestream<double>(*ctx, *call); break;
-            case 2: fields = run_on_tilestream<std::complex<float>>(*ctx, *call); break;
-            case 3: fields = run_on_tilestream<std::complex<double>>(*ctx, *call); break;
-            default: throw error("dtype " + std::to_string(call->dtype) + " is not one the bridge knows");
-        }
-        *text = copy_out(fields);
+        *text = copy_out(run(*ctx));
         return 0;
     } catch (const std::exception& e) {
         *text = copy_out(e.what());
@@ -145,6 +143,24 @@ int run_gemm(const tilestream_blas_gemm_call* call, char** text) {
         *text = copy_out("an exception that is not a std::exception");
     }
     return 1;
+}
+
+// f.template operator()<T>() for the call's dtype (0 f32, 1 f64, 2 c32, 3 c64).
+template <class F>
+std::string by_dtype(int dtype, F f) {
+    switch (dtype) {
+        case 0: return f.template operator()<float>();
+        case 1: return f.template operator()<double>();
+        case 2: return f.template operator()<std::complex<float>>();
+        case 3: return f.template operator()<std::complex<double>>();
+        default: throw error("dtype " + std::to_string(dtype) + " is not one the bridge knows");
+    }
+}
+
+int run_gemm(const tilestream_blas_gemm_call* call, char** text) {
+    return on_context(text, [&](context& ctx) {
+        return by_dtype(call->dtype, [&]<class T>() { return run_on_tilestream<T>(ctx, *call); });
+    });
 }
 
 // ---- the rest of Level 3 BLAS ----
@@ -196,27 +212,88 @@ std::string run_level3_on_tilestream(context& ctx, const tilestream_blas_level3_
     }
 }
 
+
 int run_level3(const tilestream_blas_level3_call* call, char** text) {
-    context* ctx = nullptr;
-    {
-        process_context& s = shared();
-        const std::lock_guard lock(s.mutex);
-        if (s.pid == ::getpid()) ctx = s.ctx;
-    }
+    return on_context(text, [&](context& ctx) {
+        return by_dtype(call->dtype, [&]<class T>() { return run_level3_on_tilestream<T>(ctx, *call); });
+    });
+}
+
+// ---- LAPACK's Cholesky and LU drivers ----
+
+std::string warnings_of(const std::vector<std::string>& warnings) {
+    std::string fields;
+    for (const auto& w : warnings) fields += " warning=\"" + w + "\"";
+    return fields;
+}
+
+// Runs one LAPACK call on the context: A (m x n or n x n) and B (n x nrhs) are column-major with
+// their leading dimensions, as LAPACK's. What the call writes (A, B, ipiv) is copied first, so
+// that a failed run leaves them as they were for the system LAPACK; *info is written at the end.
+template <class T>
+std::string run_lapack_on_tilestream(context& ctx, const tilestream_blas_lapack_call& g) {
+    const std::string routine = g.routine;
+    const bool factors = routine == "potrf" || routine == "posv" || routine == "getrf" || routine == "gesv";
+    const bool solves = routine != "potrf" && routine != "getrf";
+    const bool lu = routine == "getrf" || routine == "getrs" || routine == "gesv";
+    const int rows = routine == "getrf" ? g.m : g.n;
+    const uplo u = g.uplo == 'L' ? uplo::lower : uplo::upper;
+    T* a = static_cast<T*>(g.a);
+    T* b = static_cast<T*>(g.b);
+    const host_matrix_view<T> av(a, rows, g.n, layout::col_major, g.lda);
+    const host_matrix_view<T> bv(solves ? b : nullptr, solves ? g.n : 0, solves ? g.nrhs : 0, layout::col_major,
+                                 solves ? g.ldb : 1);
+    saved_lines<T> saved_a, saved_b;
+    if (factors && rows > 0 && g.n > 0 && !saved_a.save(a, g.n, rows, g.lda))
+        throw out_of_budget("no host memory to keep a copy of A for a fallback to the system LAPACK");
+    if (solves && g.n > 0 && g.nrhs > 0 && !saved_b.save(b, g.nrhs, g.n, g.ldb))
+        throw out_of_budget("no host memory to keep a copy of B for a fallback to the system LAPACK");
+    const int pivots = routine == "getrf" ? std::min(g.m, g.n) : g.n;
+    std::vector<index_t> ipiv(lu ? std::size_t(std::max(pivots, 0)) : 0);
+    if (routine == "getrs")
+        for (int i = 0; i < pivots; ++i) ipiv[std::size_t(i)] = g.ipiv[i];
+    index_t info = 0;
+    std::string fields;
     try {
-        if (!ctx) throw error("the context is not open in this process");
-        const std::string fields = call->dtype == 0   ? run_level3_on_tilestream<float>(*ctx, *call)
-                                   : call->dtype == 1 ? run_level3_on_tilestream<double>(*ctx, *call)
-                                   : call->dtype == 2 ? run_level3_on_tilestream<std::complex<float>>(*ctx, *call)
-                                                      : run_level3_on_tilestream<std::complex<double>>(*ctx, *call);
-        *text = copy_out(fields);
-        return 0;
-    } catch (const std::exception& e) {
-        *text = copy_out(e.what());
+        if (routine == "potrf") {
+            const blas3_report r = ctx.potrf<T>(u, av);
+            info = r.info, fields = warnings_of(r.warnings);
+        } else if (routine == "potrs") {
+            const blas3_report r = ctx.potrs<T>(u, host_matrix_view<const T>(av), bv);
+            fields = warnings_of(r.warnings);
+        } else if (routine == "posv") {
+            const blas3_report r = ctx.posv<T>(u, av, bv);
+            info = r.info, fields = warnings_of(r.warnings);
+        } else if (routine == "getrf") {
+            const getrf_report r = ctx.getrf<T>(av, ipiv);
+            info = r.info, fields = warnings_of(r.warnings);
+        } else if (routine == "getrs") {
+            // 'C' on real data is 'T'.
+            const op trans = g.trans == 'N' ? op::n : g.trans == 'T' || !is_complex_v<T> ? op::t : op::c;
+            const getrs_report r = ctx.getrs<T>(trans, host_matrix_view<const T>(av), ipiv, bv);
+            fields = warnings_of(r.first.warnings) + warnings_of(r.second.warnings);
+        } else if (routine == "gesv") {
+            const gesv_report r = ctx.gesv<T>(av, ipiv, bv);
+            info = r.info, fields = warnings_of(r.factor.warnings) + warnings_of(r.solve.first.warnings) +
+                           warnings_of(r.solve.second.warnings);
+        } else {
+            throw error("LAPACK routine '" + routine + "' is not one the bridge knows");
+        }
     } catch (...) {
-        *text = copy_out("an exception that is not a std::exception");
+        if (factors && rows > 0 && g.n > 0) saved_a.restore();
+        if (solves && g.n > 0 && g.nrhs > 0) saved_b.restore();
+        throw;
     }
-    return 1;
+    if (routine == "getrf" || routine == "gesv")
+        for (int i = 0; i < pivots; ++i) g.ipiv[i] = int(ipiv[std::size_t(i)]);
+    *g.info = int(info);
+    return " devices=" + ctx.device_names() + " info=" + std::to_string(info) + fields;
+}
+
+int run_lapack(const tilestream_blas_lapack_call* call, char** text) {
+    return on_context(text, [&](context& ctx) {
+        return by_dtype(call->dtype, [&]<class T>() { return run_lapack_on_tilestream<T>(ctx, *call); });
+    });
 }
 
 std::string tilestream_file() {
@@ -235,6 +312,6 @@ extern "C" __attribute__((visibility("default"))) const tilestream_blas_bridge* 
     static const std::string& library = *new std::string(tilestream::blas::tilestream_file());
     static const tilestream_blas_bridge bridge{TILESTREAM_BLAS_BRIDGE_ABI, library.c_str(),
                                                &tilestream::blas::open_context, &tilestream::blas::run_gemm,
-                                               &tilestream::blas::run_level3};
+                                               &tilestream::blas::run_level3, &tilestream::blas::run_lapack};
     return &bridge;
 }

@@ -98,7 +98,8 @@ public:
             log("settings pid=" + std::to_string(::getpid()) + " threshold=" + std::to_string(config_.threshold) +
                 " devices=" + config_.devices + " memory_budget=" +
                 (config_.memory_budget ? std::to_string(*config_.memory_budget) : std::string("device")) +
-                " system_blas=" + libraries_.system().path);
+                " system_blas=" + libraries_.system().path + " system_lapack=" +
+                (config_.system_lapack.empty() ? std::string(TILESTREAM_SYSTEM_LAPACK_PATH) : config_.system_lapack));
         }
         pthread_atfork([] { instance().context_mutex_.lock(); }, [] { instance().context_mutex_.unlock(); },
                        [] { instance().context_mutex_.unlock(); });
@@ -111,6 +112,13 @@ public:
 
     const settings& config() const { return config_; }
     const real_blas& libraries() const { return libraries_; }
+
+    /// Opens the system LAPACK on the first LAPACK call (real_blas::add_lapack); afterwards a no-op.
+    void lapack_ready() {
+        std::vector<std::string> problems;
+        if (libraries_.add_lapack(config_.system_lapack, problems))
+            for (const auto& p : problems) stderr_line(p);
+    }
 
     /// True when this process's context is open (opened here on the first call that needs it; in a
     /// child after fork() again, since the parent's worker threads did not come along). When it
@@ -128,7 +136,7 @@ public:
                               config_.memory_budget.value_or(0), &text) == 0;
         if (!context_ok_) {
             const std::string what = "cannot open TILESTREAM_DEVICES '" + config_.devices +
-                                     "': " + (text ? text : "unknown error") + "; every GEMM goes to the system BLAS";
+                                     "': " + (text ? text : "unknown error") + "; every call goes to the system BLAS and LAPACK";
             stderr_line(what);
             log("error=\"" + what + "\"");
         }
@@ -189,7 +197,7 @@ private:
         if (!b || b->abi != TILESTREAM_BLAS_BRIDGE_ABI) {
             const std::string what = "cannot load " + path + " (" +
                                      (why ? why : b ? "built from another version of tilestream" : "no entry point") +
-                                     "); every GEMM goes to the system BLAS";
+                                     "); every call goes to the system BLAS and LAPACK";
             stderr_line(what);
             log("error=\"" + what + "\"");
             return nullptr;
@@ -357,6 +365,7 @@ void route(const void* caller, routine r, Args g, Forward forward) {
     // Size alone decides for a valid call: at threshold 0 every one runs on tilestream, the BLAS
     // quick returns (an empty C; alpha == 0 or k == 0, where C = beta C) included.
     const double size = call_size(g);
+    const char* const ran_system = is_lapack(r) ? " ran=system-lapack reason=" : " ran=system-blas reason=";
     const char* reason = !g.valid                                        ? "invalid-arguments"
                          : size < double(f.config().threshold) && system ? "below-threshold"
                                                                          : nullptr;
@@ -364,7 +373,7 @@ void route(const void* caller, routine r, Args g, Forward forward) {
         void* target = system ? system : f.real_entry(r);
         if (!target) no_blas_at_all(g, std::string("this call cannot run on tilestream (") + why + ")");
         forward(target);
-        if (f.logging()) f.log(shape + " ran=system-blas reason=" + why + seconds_field(start));
+        if (f.logging()) f.log(shape + ran_system + why + seconds_field(start));
     };
     if (reason) return to_real_blas(reason);
     const routed_call in_flight;
@@ -386,11 +395,13 @@ void route(const void* caller, routine r, Args g, Forward forward) {
     void* target = f.real_entry(r);
     if (!target) no_blas_at_all(g, "tilestream failed (" + what + ")");
     f.report_error(std::string(g.routine) + " " + call_dims(g) + " failed on tilestream (" + what +
-                   "); computed by the system BLAS (" + f.libraries().system().path + ") instead");
+                   "); computed by the system " + (is_lapack(r) ? "LAPACK (" + f.libraries().system().lapack_path
+                                                                 : "BLAS (" + f.libraries().system().path) +
+                   ") instead");
     forward(target);
     for (char& ch : what)
         if (ch == '"' || ch == '\n') ch = '\'';
-    f.log(shape + " ran=system-blas reason=tilestream-error error=\"" + what + "\"" + seconds_field(start));
+    f.log(shape + ran_system + "tilestream-error error=\"" + what + "\"" + seconds_field(start));
 }
 
 // The bodies of each family: decode the caller's arguments, route, and forward them unchanged to an
@@ -736,6 +747,164 @@ void cblas_trmm_cx(const void* caller, routine r, TILESTREAM_BLAS_cblas_trmm_cx_
 template <class T>
 void cblas_trsm_cx(const void* caller, routine r, TILESTREAM_BLAS_cblas_trsm_cx_PARAMS(T)) {
     cblas_triangular_cx<T>(caller, r, "trsm", TILESTREAM_BLAS_cblas_trmm_ARGS);
+}
+
+// ---- LAPACK: ?potrf ?potrs ?posv ?getrf ?getrs ?gesv (Fortran) ----
+
+// One LAPACK call decoded. `illegal` is the number of the first argument LAPACK rejects, in its
+// order (0: none); such a call goes to the system LAPACK, which reports it to the xerbla_ the
+// program reaches and returns info = -illegal.
+template <class T>
+struct lapack_args {
+    const char* routine;  // the symbol, for the log
+    const char* kind;     // "potrf", "potrs", "posv", "getrf", "getrs", "gesv"
+    char uplo, trans;     // '?' where the caller's is not one LAPACK knows; '-' where unused
+    bool valid;
+    int illegal;
+    int m, n, nrhs;       // A is m x n (getrf) or n x n; B n x nrhs
+    T* a;
+    int lda;
+    int* ipiv;
+    T* b;
+    int ldb;
+    int* info;
+};
+
+// LAPACK 3.11's checks, in its order (the first failing argument is reported).
+template <class T>
+int first_illegal(const lapack_args<T>& g) {
+    const std::string kind = g.kind;
+    const int n1 = std::max(1, g.n);
+    if (kind == "potrf") return g.uplo == '?' ? 1 : g.n < 0 ? 2 : g.lda < n1 ? 4 : 0;
+    if (kind == "potrs" || kind == "posv")
+        return g.uplo == '?' ? 1 : g.n < 0 ? 2 : g.nrhs < 0 ? 3 : g.lda < n1 ? 5 : g.ldb < n1 ? 7 : 0;
+    if (kind == "getrf") return g.m < 0 ? 1 : g.n < 0 ? 2 : g.lda < std::max(1, g.m) ? 4 : 0;
+    if (kind == "getrs")
+        return g.trans == '?' ? 1 : g.n < 0 ? 2 : g.nrhs < 0 ? 3 : g.lda < n1 ? 5 : g.ldb < n1 ? 8 : 0;
+    return g.n < 0 ? 1 : g.nrhs < 0 ? 2 : g.lda < n1 ? 4 : g.ldb < n1 ? 7 : 0;  // gesv
+}
+
+template <class T>
+bool check_args(lapack_args<T>& g) {
+    g.illegal = first_illegal(g);
+    return g.illegal == 0;
+}
+
+template <class T>
+std::string shape_fields(const lapack_args<T>& g) {
+    std::string s = std::string("routine=") + g.routine + " order=col uplo=" + g.uplo + " trans=" + g.trans +
+                    " m=" + std::to_string(g.m) + " n=" + std::to_string(g.n) + " nrhs=" + std::to_string(g.nrhs) +
+                    " lda=" + std::to_string(g.lda) + " ldb=" + std::to_string(g.ldb);
+    if (g.illegal) s += " illegal=" + std::to_string(g.illegal);
+    return s;
+}
+
+template <class T>
+[[noreturn]] void no_blas_at_all(const lapack_args<T>& g, const std::string& why) {
+    stderr_line(std::string(g.routine) + ": " + why + ", and no system LAPACK provides " + g.routine +
+                " (set TILESTREAM_LAPACK_LIB); stopping rather than returning a wrong result");
+    std::abort();
+}
+
+// route()'s needs: the size is the call's flop count (real flops; Level 3's m*n*(order of A) is
+// TRSM's): potrf n^3/3, getrf m n k - (m + n) k^2 / 2 + k^3 / 3 multiply-adds (k = min(m, n); 2/3 n^3
+// flops when square), a solve two triangular solves of n^2 nrhs each; posv and gesv both.
+template <class T>
+double call_size(const lapack_args<T>& g) {
+    const std::string kind = g.kind;
+    const double m = g.m, n = g.n, k = std::min(m, n), nrhs = g.nrhs;
+    const double potrf = n * n * n / 3, getrf = 2 * (m * n * k - (m + n) * k * k / 2 + k * k * k / 3),
+                 solve = 2 * n * n * nrhs;
+    if (kind == "potrf") return potrf;
+    if (kind == "getrf") return getrf;
+    if (kind == "potrs" || kind == "getrs") return solve;
+    return (kind == "posv" ? potrf : getrf) + solve;
+}
+template <class T>
+std::string call_dims(const lapack_args<T>& g) {
+    const std::string kind = g.kind;
+    if (kind == "getrf") return std::to_string(g.m) + "x" + std::to_string(g.n);
+    if (kind == "potrf") return std::to_string(g.n) + "x" + std::to_string(g.n);
+    return std::to_string(g.n) + "x" + std::to_string(g.n) + ", " + std::to_string(g.nrhs) + " right-hand sides";
+}
+template <class T>
+int run_on_bridge(const tilestream_blas_bridge& bridge, const lapack_args<T>& g, char** text) {
+    const tilestream_blas_lapack_call call{dtype_code<T>(), g.kind, g.uplo,  g.trans, g.m,   g.n,    g.nrhs,
+                                           g.a,             g.lda,  g.ipiv, g.b,     g.ldb, g.info};
+    return bridge.lapack(&call, text);
+}
+
+// route(), then LAPACK's info for an illegal argument: the system LAPACK reported it to xerbla_, but
+// not every one sets info (OpenBLAS 0.3.21's ?getrs_ leaves it unwritten); LAPACK's is -number.
+template <class T, class Forward>
+void route_lapack(const void* caller, routine r, const lapack_args<T>& g, Forward forward) {
+    const int illegal = first_illegal(g);
+    route(caller, r, g, forward);
+    if (illegal) *g.info = -illegal;
+}
+
+// Each body opens the system LAPACK first (once), then routes. Forwarded calls pass 1 as the hidden
+// length (numpy's C callers pass none).
+template <class T>
+void lapack_potrf(const void* caller, routine r, TILESTREAM_BLAS_lapack_potrf_PARAMS(T)) {
+    (void)uplo_len;
+    using entry_fn = void (*)(TILESTREAM_BLAS_lapack_potrf_PARAMS(T));
+    front::instance().lapack_ready();
+    const lapack_args<T> g{routine_names[int(r)], "potrf", fortran_char(uplo, "UL"), '-', false, 0, *n, *n, 0,
+                           a, *lda, nullptr, nullptr, 1, info};
+    route_lapack(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(uplo, n, a, lda, info, 1); });
+}
+
+template <class T>
+void lapack_potrs(const void* caller, routine r, TILESTREAM_BLAS_lapack_potrs_PARAMS(T)) {
+    (void)uplo_len;
+    using entry_fn = void (*)(TILESTREAM_BLAS_lapack_potrs_PARAMS(T));
+    front::instance().lapack_ready();
+    const lapack_args<T> g{routine_names[int(r)], "potrs", fortran_char(uplo, "UL"), '-', false, 0, *n, *n, *nrhs,
+                           const_cast<T*>(a), *lda, nullptr, b, *ldb, info};
+    route_lapack(caller, r, g,
+          [&](void* entry) { reinterpret_cast<entry_fn>(entry)(uplo, n, nrhs, a, lda, b, ldb, info, 1); });
+}
+
+template <class T>
+void lapack_posv(const void* caller, routine r, TILESTREAM_BLAS_lapack_posv_PARAMS(T)) {
+    (void)uplo_len;
+    using entry_fn = void (*)(TILESTREAM_BLAS_lapack_posv_PARAMS(T));
+    front::instance().lapack_ready();
+    const lapack_args<T> g{routine_names[int(r)], "posv", fortran_char(uplo, "UL"), '-', false, 0, *n, *n, *nrhs,
+                           a, *lda, nullptr, b, *ldb, info};
+    route_lapack(caller, r, g,
+          [&](void* entry) { reinterpret_cast<entry_fn>(entry)(uplo, n, nrhs, a, lda, b, ldb, info, 1); });
+}
+
+template <class T>
+void lapack_getrf(const void* caller, routine r, TILESTREAM_BLAS_lapack_getrf_PARAMS(T)) {
+    using entry_fn = void (*)(TILESTREAM_BLAS_lapack_getrf_PARAMS(T));
+    front::instance().lapack_ready();
+    const lapack_args<T> g{routine_names[int(r)], "getrf", '-', '-', false, 0, *m, *n, 0,
+                           a, *lda, ipiv, nullptr, 1, info};
+    route_lapack(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_lapack_getrf_ARGS); });
+}
+
+template <class T>
+void lapack_getrs(const void* caller, routine r, TILESTREAM_BLAS_lapack_getrs_PARAMS(T)) {
+    (void)trans_len;
+    using entry_fn = void (*)(TILESTREAM_BLAS_lapack_getrs_PARAMS(T));
+    front::instance().lapack_ready();
+    const lapack_args<T> g{routine_names[int(r)], "getrs", '-', fortran_char(trans, "NTC"), false, 0, *n, *n, *nrhs,
+                           const_cast<T*>(a), *lda, const_cast<int*>(ipiv), b, *ldb, info};
+    route_lapack(caller, r, g, [&](void* entry) {
+        reinterpret_cast<entry_fn>(entry)(trans, n, nrhs, a, lda, ipiv, b, ldb, info, 1);
+    });
+}
+
+template <class T>
+void lapack_gesv(const void* caller, routine r, TILESTREAM_BLAS_lapack_gesv_PARAMS(T)) {
+    using entry_fn = void (*)(TILESTREAM_BLAS_lapack_gesv_PARAMS(T));
+    front::instance().lapack_ready();
+    const lapack_args<T> g{routine_names[int(r)], "gesv", '-', '-', false, 0, *n, *n, *nrhs,
+                           a, *lda, ipiv, b, *ldb, info};
+    route_lapack(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_lapack_gesv_ARGS); });
 }
 
 }  // namespace

@@ -22,7 +22,8 @@
     X(zgemm3m_, fortran_gemm, std::complex<double>)              \
     X(cblas_cgemm3m, cblas_complex_gemm, std::complex<float>)    \
     X(cblas_zgemm3m, cblas_complex_gemm, std::complex<double>)  \
-    TILESTREAM_BLAS_LEVEL3_ROUTINES(X)
+    TILESTREAM_BLAS_LEVEL3_ROUTINES(X)                          \
+    TILESTREAM_LAPACK_ROUTINES(X)
 
 // The rest of Level 3 BLAS (real precisions): symm, syrk, syr2k, trmm and trsm, Fortran and CBLAS.
 #define TILESTREAM_BLAS_LEVEL3_ROUTINES(X)  \
@@ -83,6 +84,35 @@
     X(cblas_ztrmm, cblas_trmm_cx, std::complex<double>)     \
     X(cblas_ctrsm, cblas_trsm_cx, std::complex<float>)      \
     X(cblas_ztrsm, cblas_trsm_cx, std::complex<double>)
+
+// LAPACK's Cholesky and LU drivers (Fortran only: what numpy's umath_linalg, SciPy's flapack and
+// Octave call). Their system entries come from the system LAPACK (system_blas.cpp), and their size
+// against the threshold is their flop count (blas_front.cpp).
+#define TILESTREAM_LAPACK_ROUTINES(X)                 \
+    X(spotrf_, lapack_potrf, float)                   \
+    X(dpotrf_, lapack_potrf, double)                  \
+    X(cpotrf_, lapack_potrf, std::complex<float>)     \
+    X(zpotrf_, lapack_potrf, std::complex<double>)    \
+    X(spotrs_, lapack_potrs, float)                   \
+    X(dpotrs_, lapack_potrs, double)                  \
+    X(cpotrs_, lapack_potrs, std::complex<float>)     \
+    X(zpotrs_, lapack_potrs, std::complex<double>)    \
+    X(sposv_, lapack_posv, float)                     \
+    X(dposv_, lapack_posv, double)                    \
+    X(cposv_, lapack_posv, std::complex<float>)       \
+    X(zposv_, lapack_posv, std::complex<double>)      \
+    X(sgetrf_, lapack_getrf, float)                   \
+    X(dgetrf_, lapack_getrf, double)                  \
+    X(cgetrf_, lapack_getrf, std::complex<float>)     \
+    X(zgetrf_, lapack_getrf, std::complex<double>)    \
+    X(sgetrs_, lapack_getrs, float)                   \
+    X(dgetrs_, lapack_getrs, double)                  \
+    X(cgetrs_, lapack_getrs, std::complex<float>)     \
+    X(zgetrs_, lapack_getrs, std::complex<double>)    \
+    X(sgesv_, lapack_gesv, float)                     \
+    X(dgesv_, lapack_gesv, double)                    \
+    X(cgesv_, lapack_gesv, std::complex<float>)       \
+    X(zgesv_, lapack_gesv, std::complex<double>)
 
 // Each family's C signature and the names of its arguments (the forwarded call passes them on as
 // they came). Fortran: column-major, every argument by address, gfortran's hidden string lengths last.
@@ -188,6 +218,29 @@
 #define TILESTREAM_BLAS_cblas_trsm_cx_PARAMS(T) TILESTREAM_BLAS_cblas_trmm_cx_PARAMS(T)
 #define TILESTREAM_BLAS_cblas_trsm_cx_ARGS TILESTREAM_BLAS_cblas_trmm_ARGS
 
+// LAPACK (netlib's argument order; INFO last before the hidden length of UPLO or TRANS, which C
+// callers such as numpy often leave out: it is never read).
+#define TILESTREAM_BLAS_lapack_potrf_PARAMS(T) \
+    const char *uplo, const int *n, T *a, const int *lda, int *info, std::size_t uplo_len
+#define TILESTREAM_BLAS_lapack_potrf_ARGS uplo, n, a, lda, info, uplo_len
+#define TILESTREAM_BLAS_lapack_potrs_PARAMS(T)                                                              \
+    const char *uplo, const int *n, const int *nrhs, const T *a, const int *lda, T *b, const int *ldb,       \
+        int *info, std::size_t uplo_len
+#define TILESTREAM_BLAS_lapack_potrs_ARGS uplo, n, nrhs, a, lda, b, ldb, info, uplo_len
+#define TILESTREAM_BLAS_lapack_posv_PARAMS(T)                                                               \
+    const char *uplo, const int *n, const int *nrhs, T *a, const int *lda, T *b, const int *ldb, int *info,  \
+        std::size_t uplo_len
+#define TILESTREAM_BLAS_lapack_posv_ARGS TILESTREAM_BLAS_lapack_potrs_ARGS
+#define TILESTREAM_BLAS_lapack_getrf_PARAMS(T) const int *m, const int *n, T *a, const int *lda, int *ipiv, int *info
+#define TILESTREAM_BLAS_lapack_getrf_ARGS m, n, a, lda, ipiv, info
+#define TILESTREAM_BLAS_lapack_getrs_PARAMS(T)                                                              \
+    const char *trans, const int *n, const int *nrhs, const T *a, const int *lda, const int *ipiv, T *b,     \
+        const int *ldb, int *info, std::size_t trans_len
+#define TILESTREAM_BLAS_lapack_getrs_ARGS trans, n, nrhs, a, lda, ipiv, b, ldb, info, trans_len
+#define TILESTREAM_BLAS_lapack_gesv_PARAMS(T) \
+    const int *n, const int *nrhs, T *a, const int *lda, int *ipiv, T *b, const int *ldb, int *info
+#define TILESTREAM_BLAS_lapack_gesv_ARGS n, nrhs, a, lda, ipiv, b, ldb, info
+
 namespace tilestream::blas {
 
 /// One id per row of the table, in order.
@@ -203,6 +256,17 @@ inline constexpr const char* routine_names[] = {
 #undef TILESTREAM_BLAS_NAME
 };
 inline constexpr int routine_count = int(sizeof routine_names / sizeof routine_names[0]);
+
+/// True for the LAPACK rows: their system entries are the system LAPACK's.
+constexpr bool is_lapack(routine r) {
+    switch (r) {
+#define TILESTREAM_LAPACK_CASE(name, family, T) case routine::name:
+        TILESTREAM_LAPACK_ROUTINES(TILESTREAM_LAPACK_CASE)
+#undef TILESTREAM_LAPACK_CASE
+        return true;
+        default: return false;
+    }
+}
 
 /// The routine whose entry answers for `r` in a BLAS that lacks r: ?gemm for ?gemm3m (the same
 /// arguments and result), else r itself.

@@ -18,7 +18,7 @@ namespace tilestream::blas {
 namespace {
 
 constexpr const char* keys[] = {"TILESTREAM_DEVICES", "TILESTREAM_MEMORY_BUDGET", "TILESTREAM_BLAS_THRESHOLD",
-                                "TILESTREAM_BLAS_LOG", "TILESTREAM_BLAS_LIB"};
+                                "TILESTREAM_BLAS_LOG", "TILESTREAM_BLAS_LIB", "TILESTREAM_LAPACK_LIB"};
 
 std::string_view trim(std::string_view s) {
     const auto first = s.find_first_not_of(" \t\r\n");
@@ -63,10 +63,12 @@ void apply(settings& s, std::string_view key, std::string_view value, const std:
         s.log_path = value;
     } else if (key == "TILESTREAM_BLAS_LIB") {
         s.system_blas = value;
+    } else if (key == "TILESTREAM_LAPACK_LIB") {
+        s.system_lapack = value;
     } else {
         s.problems.push_back(where + ": unknown key '" + std::string(key) +
                              "' (known: TILESTREAM_DEVICES, TILESTREAM_MEMORY_BUDGET, TILESTREAM_BLAS_THRESHOLD, "
-                             "TILESTREAM_BLAS_LOG, TILESTREAM_BLAS_LIB)");
+                             "TILESTREAM_BLAS_LOG, TILESTREAM_BLAS_LIB, TILESTREAM_LAPACK_LIB)");
     }
 }
 

@@ -19,6 +19,7 @@ struct settings {
     std::uint64_t threshold = default_threshold;  ///< TILESTREAM_BLAS_THRESHOLD (m*n*k, or "N^3")
     std::string log_path;                      ///< TILESTREAM_BLAS_LOG: one line per GEMM call
     std::string system_blas;                   ///< TILESTREAM_BLAS_LIB: the BLAS small calls go to
+    std::string system_lapack;                 ///< TILESTREAM_LAPACK_LIB: the LAPACK small ?potrf_... go to
     /// Settings that were not understood, one sentence each (printed once on stderr, then ignored).
     std::vector<std::string> problems;
 };

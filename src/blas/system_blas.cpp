@@ -9,6 +9,9 @@
 #ifndef TILESTREAM_SYSTEM_BLAS_PATH
 #error "TILESTREAM_SYSTEM_BLAS_PATH (the system BLAS found at build time) must be defined by the build"
 #endif
+#ifndef TILESTREAM_SYSTEM_LAPACK_PATH
+#error "TILESTREAM_SYSTEM_LAPACK_PATH (the system LAPACK found at build time, or empty) must be defined by the build"
+#endif
 
 namespace tilestream::blas {
 
@@ -102,13 +105,56 @@ real_blas::real_blas(const std::string& requested, const void* self, std::vector
         system_ = entries_of(system_handle, path, self);
         add_code_of(system_handle, &system_);
     }
+    // The LAPACK rows come from the system LAPACK, opened by add_lapack on the first LAPACK call.
+    for (int r = 0; r < routine_count; ++r)
+        if (is_lapack(routine(r))) system_.entry[r] = nullptr;
+    system_handle_ = system_handle;
     system_.path = file_of(system_);
     std::string missing;
     for (int r = 0; r < routine_count; ++r)
-        if (!system_.entry[r]) missing += std::string(missing.empty() ? "" : ", ") + routine_names[r];
+        if (!system_.entry[r] && !is_lapack(routine(r)))
+            missing += std::string(missing.empty() ? "" : ", ") + routine_names[r];
     if (!missing.empty())
         problems.push_back("the system BLAS lacks " + missing +
                            ": such calls run on tilestream at any size (fallbacks on the BLAS it links)");
+}
+
+bool real_blas::add_lapack(const std::string& requested, std::vector<std::string>& problems) {
+    bool ran = false;
+    std::call_once(lapack_once_, [&] {
+        ran = true;
+        std::string path = requested.empty() ? std::string(TILESTREAM_SYSTEM_LAPACK_PATH) : requested;
+        void* handle = nullptr;
+        for (int attempt = 0; attempt < 2 && !handle; ++attempt) {
+            if (path.empty()) break;
+            handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+            if (!handle) {
+                const char* why = dlerror();
+                problems.push_back("cannot open the system LAPACK '" + path + "': " + (why ? why : "dlopen failed"));
+            } else if (object_base(dlsym(handle, "dpotrf_")) == object_base(self_)) {
+                problems.push_back("TILESTREAM_LAPACK_LIB '" + path + "' is the tilestream drop-in itself");
+                handle = nullptr;
+            }
+            if (!handle) path = path == TILESTREAM_SYSTEM_LAPACK_PATH ? std::string() : TILESTREAM_SYSTEM_LAPACK_PATH;
+        }
+        // Each LAPACK row from the LAPACK, else from the system BLAS (OpenBLAS's carries LAPACK).
+        std::string missing;
+        for (int r = 0; r < routine_count; ++r) {
+            if (!is_lapack(routine(r))) continue;
+            void* e = handle ? symbol_of(handle, routine_names[r], self_) : nullptr;
+            if (!e && system_handle_) e = symbol_of(system_handle_, routine_names[r], self_);
+            if (!e) missing += std::string(missing.empty() ? "" : ", ") + routine_names[r];
+            if (e && system_.lapack_path.empty()) {
+                Dl_info info{};
+                system_.lapack_path = dladdr(e, &info) && info.dli_fname ? info.dli_fname : path;
+            }
+            system_.entry[r] = e;
+        }
+        if (!missing.empty())
+            problems.push_back("neither the system LAPACK nor the system BLAS has " + missing +
+                               ": such calls run on tilestream at any size (fallbacks on the LAPACK it links)");
+    });
+    return ran;
 }
 
 void real_blas::add_tilestream(const char* path, std::vector<std::string>& problems) {

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@ namespace tilestream::blas {
 /// The entry points of one real library, by routine (nullptr where it lacks one).
 struct blas_library {
     std::string path;
+    std::string lapack_path;  ///< the file its LAPACK rows come from (system: once add_lapack ran)
     void* entry[routine_count] = {};
 };
 
@@ -33,8 +35,14 @@ public:
     /// `self` is any address inside the drop-in (a symbol resolving there is refused).
     real_blas(const std::string& requested, const void* self, std::vector<std::string>& problems);
 
-    /// Where small calls and fallbacks go.
+    /// Where small calls and fallbacks go. Its LAPACK rows are empty until add_lapack.
     const blas_library& system() const { return system_; }
+    /// Opens the system LAPACK (`requested`, TILESTREAM_LAPACK_LIB, else the liblapack.so.3 found at
+    /// build time) and fills the system entries of the LAPACK rows from it (else from the system
+    /// BLAS, which is OpenBLAS's LAPACK too when OpenBLAS is the BLAS). Once per process, on the first
+    /// LAPACK call (a program that never calls LAPACK through the drop-in never has it opened by the
+    /// drop-in); a LAPACK row's entry may be read only after this returned. False when it had already run.
+    bool add_lapack(const std::string& requested, std::vector<std::string>& problems);
     /// The BLAS libtilestream links; empty until add_tilestream.
     const blas_library& tilestream() const { return tilestream_; }
     /// Called once, when the bridge has loaded libtilestream (file `path`): from then on calls from
@@ -52,6 +60,8 @@ private:
     void add_code_of(void* handle, const blas_library* target);
 
     const void* self_;
+    void* system_handle_ = nullptr;
+    std::once_flag lapack_once_;
     blas_library system_;
     blas_library tilestream_;
     // Appended while other threads read: each range is written before the count that publishes it.

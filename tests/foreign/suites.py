@@ -8,18 +8,25 @@ checked from the drop-in's log (TILESTREAM_BLAS_LOG): a suite whose calls bypass
           error exits and computational tests, and exactly as many calls routed to tilestream as the
           tester reports making (its error-exit calls reach the system BLAS, as they must: they go
           to the xerbla_ the program has).
+  lapack  LAPACK's linear-equation testers from Debian's liblapack-test (xlintst[sdcz]) on their own
+          input files restricted to the GE and PO paths (?getrf ?getrs ?gesv, ?potrf ?potrs ?posv, the
+          routines the drop-in exports, and the other routines of those paths on the system LAPACK):
+          every summary passed, no failure, and for each of the six routines calls on tilestream and
+          error-exit calls through the drop-in (reported to the tester's XERBLA by the system LAPACK).
   numpy   numpy's own test suite (pytest --pyargs numpy: numpy.test()'s selection, less numpy.f2py),
   scipy   SciPy's scipy.linalg tests (not marked slow),
   octave  GNU Octave's own tests of its linear algebra (octave_files() lists them): each run without
           and with the drop-in at the same time; the same outcome for every test (Octave: the same
-          counts for every test file), and every call of the drop-in's routines on tilestream.
+          counts for every test file), and every call of the drop-in's routines on tilestream, its LAPACK
+          routines included (numpy's solve/inv/cholesky/det, SciPy's lu_factor/lu_solve/cho_factor/
+          cho_solve/solve, Octave's chol/lu/mldivide): those each suite calls must each be there.
 
 A test whose outcome differs is run again, alone, both ways: a difference that stays is a failure; one
 that goes away in both reruns is reported as unstable (the suites have tests on random data).
 
-usage: suites.py SHIM WORK_DIR [--quick] [SUITE ...]   (SUITE: netlib numpy scipy octave; all by default)
-  --quick: the short versions ctest runs (netlib: double precision, real and complex (d and z); numpy:
-  its matmul, dot and linalg tests)
+usage: suites.py SHIM WORK_DIR [--quick] [SUITE ...]   (SUITE: netlib lapack numpy scipy octave; all by default)
+  --quick: the short versions ctest runs (netlib and lapack: double precision, real and complex (d and z);
+  numpy: its matmul, dot and linalg tests)
 Exit status: 0 all passed, 1 a suite failed, 2 a suite could not run (missing package, bad usage).
 """
 import json
@@ -85,6 +92,7 @@ def environment(shim=None, log=None, extra=None):
 
 
 FIELD = re.compile(r'(\w+)=("[^"]*"|\S+)')
+LAPACK_ROUTINES = ('potrf_', 'potrs_', 'posv_', 'getrf_', 'getrs_', 'gesv_')  # the drop-in's, less the precision
 
 
 def read_log(path):
@@ -117,6 +125,29 @@ def check_routed(calls, what):
     if routed == 0:
         raise SuiteFailed('%s: no call reached tilestream (the suite bypassed the drop-in)' % what)
     return routed
+
+
+def lapack_seconds(path):
+    """Calls of the drop-in's LAPACK routines in a log, and the seconds the client spent in them."""
+    calls, seconds = 0, 0.0
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                fields = dict(FIELD.findall(line))
+                if fields.get('routine', '')[1:] in LAPACK_ROUTINES:
+                    calls += 1
+                    seconds += float(fields.get('seconds', 0))
+    return calls, seconds
+
+
+def check_lapack(calls, what, required, lapack_time):
+    """Each of `required` (LAPACK symbols the suite calls) ran on tilestream at least once; says how
+    many LAPACK calls ran there and the seconds the client spent in them."""
+    missing = [s for s in required if calls[(s, 'tilestream')] == 0]
+    if missing:
+        raise SuiteFailed('%s: no call of %s ran on tilestream' % (what, ', '.join(missing)))
+    say('    LAPACK on tilestream: %d calls (%d of them checked present: %s), %.1f s in them' % (
+        lapack_time[0], len(required), ' '.join(required), lapack_time[1]))
 
 
 def summary(calls):
@@ -210,6 +241,72 @@ def netlib(shim, work, quick):
         raise SuiteFailed('the testers cover no routine the drop-in exports')
 
 
+# ---------------------------------------------------------------------------------------------- lapack
+
+LAPACK_TESTING = '/usr/lib/x86_64-linux-gnu/lapack'
+LAPACK_SUMMARY = re.compile(r'^\s*All tests for (\w\w\w) (routines|drivers)\s+passed the threshold \(\s*(\d+) tests run\)')
+LAPACK_ERROR_EXITS = re.compile(r'^\s*(\w\w\w) (routines|drivers) passed the tests of the error exits')
+
+
+def lapack_tester(shim, work, exports, precision):
+    """LAPACK's linear-equation tester (xlintst[sdcz], Debian liblapack-test) on its own input file
+    restricted to the paths of the routines the drop-in exports: GE (getrf, getrs; gesv among the
+    drivers) and PO (potrf, potrs; posv). Returns the tests run and, per routine, (calls routed, error exits)."""
+    program, given = '%s/xlintst%s' % (LAPACK_TESTING, precision), '%s/%stest.in' % (LAPACK_TESTING, precision)
+    name = os.path.basename(program)
+    if not os.access(program, os.X_OK) or not os.path.exists(given):
+        raise CannotRun('%s is missing (Debian package liblapack-test)' % program)
+    symbols = [precision + r for r in LAPACK_ROUTINES]
+    if not set(symbols) <= exports:
+        raise SuiteFailed('the drop-in does not export %s' % sorted(set(symbols) - exports))
+    lines = open(given).read().splitlines()
+    # The parameter lines (sizes, block sizes, threshold), then the path lines: only GE and PO kept.
+    first_path = next(i for i, l in enumerate(lines) if re.match(r'^[SDCZ][A-Z0-9]{2}\b', l))
+    paths = [precision.upper() + p for p in ('GE', 'PO')]
+    kept = [l for l in lines[first_path:] if l[:3] in paths]
+    if len(kept) != 2:
+        raise CannotRun('%s has no %s lines' % (given, ' and '.join(paths)))
+    here = os.path.join(work, name)
+    shutil.rmtree(here, ignore_errors=True)
+    os.makedirs(here)
+    stdin_file, log, out = os.path.join(here, 'input.in'), os.path.join(here, 'blas.log'), os.path.join(here, 'output.txt')
+    with open(stdin_file, 'w') as f:
+        f.write('\n'.join(lines[:first_path] + kept) + '\n')
+    with open(stdin_file) as stdin, open(out, 'w') as stdout:
+        status, cpu = run_measured([program], 900, stdin=stdin, stdout=stdout, stderr=subprocess.STDOUT, cwd=here,
+                                   env=environment(shim, log))
+    text = open(out).read()
+    failures = [l.strip() for l in text.splitlines() if 'fail' in l.lower()]
+    passed = {(m.group(1), m.group(2)): int(m.group(3)) for m in map(LAPACK_SUMMARY.match, text.splitlines()) if m}
+    exits = {(m.group(1), m.group(2)) for m in map(LAPACK_ERROR_EXITS.match, text.splitlines()) if m}
+    expected = {(p, kind) for p in paths for kind in ('routines', 'drivers')}
+    if status != 0 or 'End of tests' not in text or failures or set(passed) != expected or exits != expected:
+        raise SuiteFailed('%s: exit %d, %s\n%s' % (name, status, failures or 'not every GE/PO summary passed',
+                                                   text[-3000:]))
+    calls, _ = read_log(log)
+    check_routed(calls, name)
+    routed = []
+    for s in symbols:
+        n, bad = calls[(s, 'tilestream')], calls[(s, 'invalid-arguments')]
+        if n == 0:
+            raise SuiteFailed('%s: no %s call ran on tilestream' % (name, s))
+        if bad == 0:
+            raise SuiteFailed('%s: none of the error-exit calls of %s passed through the drop-in' % (name, s))
+        routed.append((s, n, bad))
+    return sum(passed.values()), routed, calls, cpu
+
+
+def lapack(shim, work, quick):
+    exports = exported_routines(shim)
+    for precision in 'dz' if quick else 'sdcz':
+        start = time.monotonic()
+        tests, routed, calls, cpu = lapack_tester(shim, work, exports, precision)
+        others = sum(n for (r, w), n in calls.items() if w == 'tilestream') - sum(n for _, n, _ in routed)
+        say('  %-9s %5.1f s (%4.1f s CPU)  %d tests passed; %s; %d calls of other routines (BLAS) on tilestream'
+            % ('xlintst' + precision, time.monotonic() - start, cpu, tests,
+               ', '.join('%s %d (+%d error exits)' % r for r in routed), others))
+
+
 # --------------------------------------------------------------------------------------- pytest suites
 
 def run_pytest(args, work, tag, shim=None):
@@ -253,10 +350,11 @@ def both_ways(run, shim):
         return plain.result(), shimmed.result()
 
 
-def pytest_suite(shim, work, label, runs):
-    """`runs`: the pytest arguments of each run, made one after the other on each side."""
+def pytest_suite(shim, work, label, runs, lapack_required=()):
+    """`runs`: the pytest arguments of each run, made one after the other on each side;
+    `lapack_required`: the drop-in's LAPACK symbols the suite must have called."""
     def side(preload):
-        outcomes, calls, processes, cpu = {}, Counter(), 0, 0.0
+        outcomes, calls, processes, cpu, lapack_time = {}, Counter(), 0, 0.0, [0, 0.0]
         for i, args in enumerate(runs):
             result, log, seconds = run_pytest(args, work, '%s-%s%d' % (label, 'shim' if preload else 'plain', i),
                                               preload)
@@ -266,8 +364,11 @@ def pytest_suite(shim, work, label, runs):
                 c, p = read_log(log)
                 calls.update(c)
                 processes += p
-        return outcomes, calls, processes, cpu
-    ((plain, _, _, cpu_plain), t_plain), ((shimmed, calls, processes, cpu_shim), t_shim) = both_ways(side, shim)
+                n, t = lapack_seconds(log)
+                lapack_time = [lapack_time[0] + n, lapack_time[1] + t]
+        return outcomes, calls, processes, cpu, lapack_time
+    ((plain, _, _, cpu_plain, _), t_plain), ((shimmed, calls, processes, cpu_shim, lapack_time), t_shim) = \
+        both_ways(side, shim)
     routed = check_routed(calls, label)
     differ = differences(plain, shimmed)
     unstable = []
@@ -288,6 +389,7 @@ def pytest_suite(shim, work, label, runs):
             label, len(shimmed), ', '.join('%d %s' % (n, o) for o, n in sorted(counts.items())),
             t_plain, cpu_plain, t_shim, cpu_shim, routed, processes))
     say('    routed: ' + summary(calls))
+    check_lapack(calls, label, lapack_required, lapack_time)
     if unstable:
         say('    unstable (differed once, the same when rerun both ways): ' + ', '.join(unstable))
 
@@ -311,13 +413,17 @@ def numpy_suite(shim, work, quick):
         runs = [['--pyargs', 'numpy', '-m', 'not slow', '--ignore=' + os.path.join(where, 'f2py'),
                  '--ignore=' + os.path.join(where, 'linalg')],
                 ['--pyargs', 'numpy.linalg']]
-    pytest_suite(shim, work, 'numpy', runs)
+    # numpy.linalg computes in double precision (float32 input too): solve and inv call ?gesv_,
+    # cholesky ?potrf_, det and slogdet ?getrf_.
+    pytest_suite(shim, work, 'numpy', runs, [p + r for p in 'dz' for r in ('gesv_', 'getrf_', 'potrf_')])
 
 
 def scipy_suite(shim, work, quick):
     if subprocess.run([PYTHON, '-c', 'import scipy.linalg, pytest'], capture_output=True).returncode != 0:
         raise CannotRun('%s lacks SciPy or pytest (Debian: python3-scipy python3-pytest)' % PYTHON)
-    pytest_suite(shim, work, 'scipy', [['--pyargs', 'scipy.linalg', '-m', 'not slow']])
+    # lu_factor/lu_solve, cho_factor/cho_solve, solve and scipy.linalg.lapack's own tests: all six.
+    pytest_suite(shim, work, 'scipy', [['--pyargs', 'scipy.linalg', '-m', 'not slow']],
+                 [p + r for p in 'dz' for r in LAPACK_ROUTINES])
 
 
 # ---------------------------------------------------------------------------------------------- octave
@@ -396,11 +502,15 @@ def octave_suite(shim, work, quick):
         'drop-in; %.0f s without (%.0f s CPU), %.0f s with (%.0f s CPU), at once; %d calls routed to tilestream' % (
             len(files), passed, total, t_plain, cpu_plain, t_shim, cpu_shim, routed))
     say('    routed: ' + summary(calls))
+    # chol (?potrf_ in every precision), lu (?getrf_) and left division (?getrf_ + ?getrs_, or
+    # ?potrf_ + ?potrs_ for a matrix it finds positive definite)
+    check_lapack(calls, 'octave', [p + 'potrf_' for p in 'sdcz'] + [p + 'getrf_' for p in 'sdcz'] +
+                 ['dgetrs_', 'zgetrs_', 'dpotrs_'], lapack_seconds(log))
     if differ:
         say('    unstable (differed once, the same when rerun both ways): ' + ', '.join(differ))
 
 
-SUITES = {'netlib': netlib, 'numpy': numpy_suite, 'scipy': scipy_suite, 'octave': octave_suite}
+SUITES = {'netlib': netlib, 'lapack': lapack, 'numpy': numpy_suite, 'scipy': scipy_suite, 'octave': octave_suite}
 
 
 def main():
