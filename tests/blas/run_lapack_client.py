@@ -11,7 +11,8 @@ drop-in's own checks found equal to the one the program's xerbla_ saw.
   threshold       the default threshold, by flops (potrf n^3/3, getrf 2/3 n^3, solves 2 n^2 nrhs):
                   only dpotrf_ with n = 777 runs on tilestream, the rest on the system LAPACK (whose own
                   calls of the drop-in's routines, such as ?posv_'s ?potrf_, are logged too)
-  fallback        every plan fails (1 KiB budget, threshold 1): the system LAPACK computes each call
+  fallback        every plan fails (64-byte budget, threshold 1; LU narrows its block columns to one, which
+                  fits 1 KiB): the system LAPACK computes each call
                   from A, B and ipiv as they were (getrs permutes B before its first solve fails)
   tiles           as zero-threshold on three CPU devices with 32 KiB each (TILESTREAM_DEVICES=cpu:3,
                   TILESTREAM_MEMORY_BUDGET): the n = 777 dpotrf_ runs out of core as tile tasks (the
@@ -80,7 +81,7 @@ def main():
     elif setting == 'tiles':
         env = {'TILESTREAM_BLAS_THRESHOLD': '0', 'TILESTREAM_DEVICES': 'cpu:3', 'TILESTREAM_MEMORY_BUDGET': '32KiB'}
     elif setting == 'fallback':
-        env = {'TILESTREAM_MEMORY_BUDGET': '1KiB', 'TILESTREAM_BLAS_THRESHOLD': '1'}
+        env = {'TILESTREAM_MEMORY_BUDGET': '64', 'TILESTREAM_BLAS_THRESHOLD': '1'}
     elif setting == 'netlib':
         if not (netlib_lapack and os.path.exists(netlib_lapack) and netlib_blas and os.path.exists(netlib_blas)):
             print('skipped: no netlib LAPACK and BLAS (Debian packages liblapack3, libblas3)')
