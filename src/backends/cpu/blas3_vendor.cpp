@@ -230,6 +230,19 @@ void potrf_vendor(const tile_op& op, thread_pool& pool, bool openblas_threads) {
 
 bool tile_vendor_supports(tile_kind kind, dtype type) { return tilestream::detail::engine::blas_has(kind, type); }
 
+bool tile_vendor_on_calling_thread(const tile_op& op) {
+    // Only the pool's size is read on these paths (one thread: no workers are used).
+    static thread_pool& one = *new thread_pool(1);
+    if (op.kind == tile_kind::getrf || op.kind == tile_kind::laswp) {
+        if (!lu_vendor_supports(op.kind)) return false;
+        lu_vendor(op, one, false);
+        return true;
+    }
+    if (op.kind != tile_kind::potrf && !tile_vendor_supports(op.kind, op.type)) return false;
+    tile_vendor(op, one, false);
+    return true;
+}
+
 void tile_vendor(const tile_op& op, thread_pool& pool, bool openblas_threads) {
     if (op.kind == tile_kind::potrf) return potrf_vendor(op, pool, openblas_threads);
     if (!tile_vendor_supports(op.kind, op.type))

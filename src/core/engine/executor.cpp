@@ -2,6 +2,7 @@
 // tasks to its streams through its tile store, commits, faults and cancellation.
 #include "core/engine/executor.hpp"
 
+#include "backends/cpu/cpu_kernels.hpp"
 #include "backends/reference/reference_kernels.hpp"
 #include "core/engine/tile_kernels.hpp"
 #include "core/engine/tile_store.hpp"
@@ -489,7 +490,13 @@ private:
         bound_step staged = b;
         staged.op = op;
         const tile_op at = at_offsets(staged);
-        dev_.enqueue_host(*compute_, [at] { reference::execute(at); }, std::string(to_string(at.kind)) + " reference");
+        // Outside reproducible mode, and unless the reference kernel was asked for, the staged tile
+        // goes through OpenBLAS/LAPACK on the host (a 1024 potrf tile: milliseconds, where the
+        // reference loop took about a second; seen as GPU potrf/trsm runs that did not finish).
+        const bool vendor = !rq_.deterministic && at.kernel != gemm_kernel::reference;
+        dev_.enqueue_host(*compute_, [at, vendor] {
+            if (!vendor || !cpu::tile_vendor_on_calling_thread(at)) reference::execute(at);
+        }, std::string(to_string(at.kind)) + (vendor ? " on the host" : " reference"));
         dev_.copy_to_device(*compute_, c_device, c_host, b.c_bytes);
         // LU's panel also writes its pivots into B (one of the task's outputs).
         if (op.kind == tile_kind::getrf && b.b_bytes > 0 && b.op.b.data != nullptr)
