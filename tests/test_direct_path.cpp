@@ -463,6 +463,28 @@ TEST(KernelChoice, AVerdictAgainstVendorIsRecheckedOnceLater) {
         EXPECT_EQ(choose_host_kernel(t, shape_class::square, 2).kernel, gemm_kernel::vendor);
         EXPECT_EQ(later.asked, (std::vector<std::vector<index_t>>{{512, 512, 512}, {1024, 1024, 1024}, {512, 512, 512}}));
     }
+    {
+        // Calls from several threads when the re-check is due: one of them makes it (one probe);
+        // the others keep the verdict meanwhile, asked back soon; all end on vendor.
+        busy_then_quiet threads;
+        const detail::scripted_kernel_probes hook([&](const auto& r) { return threads(r); }, 0);
+        EXPECT_EQ(choose_kernel(dev, dtype::f32, shape_class::thin_k).kernel, gemm_kernel::tiled);
+        std::vector<std::thread> callers;
+        for (int i = 0; i < 4; ++i)
+            callers.emplace_back([&] {
+                for (int n = 0; n < 1000; ++n) {
+                    const detail::kept_choice k = detail::choose_kernel_kept(dev, dtype::f32, shape_class::thin_k, math_mode::strict);
+                    if (!k.recheck_at) {
+                        EXPECT_EQ(k.choice.kernel, gemm_kernel::vendor);
+                        return;
+                    }
+                    std::this_thread::sleep_for(std::chrono::microseconds(200));
+                }
+                ADD_FAILURE() << "the re-check never ended";
+            });
+        for (auto& t : callers) t.join();
+        EXPECT_EQ(threads.count(dev.id(), dtype::f32), 3);
+    }
     // A re-check that agrees keeps the verdict (and its rates) for good.
     busy_then_quiet busy;
     busy.tiled_first = 1000;
