@@ -17,6 +17,8 @@
 #include <complex>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -269,6 +271,259 @@ TEST(KernelChoice, VendorIsDisplacedOnlyByAClearMarginAndSquareVerdictsAreConfir
     EXPECT_FALSE(none.measured);
     EXPECT_EQ(none.kernel, gemm_kernel::vendor);
     EXPECT_FALSE(detail::confirm_on_larger_probe(none, shape_class::square));
+}
+
+/// Timings of one probe, vendor's then tiled's: runs around each kernel's fastest (the second run),
+/// the others slower as a busy machine makes them.
+detail::probe_timings timings(double vendor_seconds, double tiled_seconds) {
+    detail::probe_timings p;
+    for (double s : {vendor_seconds, tiled_seconds}) p.seconds.push_back({1.7 * s, s, 3 * s, 1.2 * s, 9 * s});
+    p.notes.resize(2);
+    return p;
+}
+
+double rate_of(const kernel_choice& c, gemm_kernel k) {
+    for (const kernel_rate& r : c.rates)
+        if (r.kernel == k && r.measured) return r.flops;
+    return 0;
+}
+
+// A probe's rate is the fastest of its runs (load only ever adds time): here vendor's median is
+// the slower one and its best the faster, and the other way round; a candidate without runs is
+// not measured and says why. Every precision (complex products count four multiply-adds).
+TEST(KernelChoice, ProbesTakeTheFastestOfTheirRuns) {
+    const detail::probe_shape s{97, 61, 43};
+    for (dtype t : all_dtypes) {
+        const double f = double(dtype_traits(t).flops_per_multiply_add) * 97 * 61 * 43;
+        detail::probe_timings p;
+        p.seconds = {{3e-3, 1e-3, 2.5e-3, 9e-3, 4e-3}, {2e-3, 1.5e-3, 1.2e-3, 1.9e-3, 2.2e-3}};  // medians 3 and 1.9 ms
+        kernel_choice c = detail::choice_from_timings(t, s, p);
+        ASSERT_TRUE(c.measured);
+        EXPECT_EQ(c.kernel, gemm_kernel::vendor) << to_string(t);
+        EXPECT_DOUBLE_EQ(rate_of(c, gemm_kernel::vendor), f / 1e-3);
+        EXPECT_DOUBLE_EQ(rate_of(c, gemm_kernel::tiled), f / 1.2e-3);
+        EXPECT_EQ(std::vector<index_t>({c.m, c.n, c.k}), std::vector<index_t>({97, 61, 43}));
+        p.seconds = {{1e-3, 1.1e-3, 0.99e-3}, {5e-3, 0.9e-3, 4e-3}};  // tiled's best is 10% ahead
+        c = detail::choice_from_timings(t, s, p);
+        EXPECT_EQ(c.kernel, gemm_kernel::tiled) << to_string(t);
+        EXPECT_DOUBLE_EQ(rate_of(c, gemm_kernel::tiled), f / 0.9e-3);
+        p.seconds = {{}, {2e-3}};
+        p.notes = {"not on this device", ""};
+        c = detail::choice_from_timings(t, s, p);
+        EXPECT_EQ(c.kernel, gemm_kernel::tiled);
+        EXPECT_FALSE(c.rates.front().measured);
+        EXPECT_EQ(c.rates.front().note, "not on this device");
+        EXPECT_FALSE(detail::displaces_vendor(c));  // nothing to displace
+    }
+}
+
+/// A scripted probe source: the timings given, one probe after another, and the shapes asked.
+struct script {
+    std::vector<detail::probe_timings> replies;
+    std::vector<std::vector<index_t>> asked;
+    detail::probe_source source() {
+        return [this](const detail::probe_shape& s) {
+            asked.push_back({s.m, s.n, s.k});
+            if (asked.size() > replies.size()) ADD_FAILURE() << "more probes than scripted";
+            return asked.size() <= replies.size() ? replies[asked.size() - 1] : timings(1e-3, 1e-3);
+        };
+    }
+};
+
+// A verdict against vendor stands only if a second measurement agrees (a busy spell can slow
+// OpenBLAS's threads in one measurement): the square class's probe of twice the side, other
+// classes' probe once more; when the second disagrees vendor stays, with the second's rates
+// (what `devices --kernels` shows agrees with the verdict). Vendor's verdicts take one probe, as before.
+TEST(KernelChoice, AVerdictAgainstVendorNeedsASecondMeasurementThatAgrees) {
+    const auto slow_vendor = timings(10e-3, 1e-3), fast_vendor = timings(1e-3, 1.2e-3), fast_tiled = timings(1e-3, 0.5e-3);
+    const std::vector<index_t> thin{16, 512, 512}, square{512, 512, 512}, square2{1024, 1024, 1024};
+    for (dtype t : all_dtypes) {
+        const double mad = dtype_traits(t).flops_per_multiply_add;
+        {  // seen once (a loaded OpenBLAS), not on the second measurement: vendor
+            script s{{slow_vendor, fast_vendor}};
+            const auto v = detail::decide_kernel(t, shape_class::thin_m, 512, true, s.source());
+            EXPECT_EQ(v.choice.kernel, gemm_kernel::vendor);
+            EXPECT_TRUE(v.complete);
+            EXPECT_EQ(s.asked, (std::vector<std::vector<index_t>>{thin, thin}));
+            EXPECT_DOUBLE_EQ(rate_of(v.choice, gemm_kernel::vendor), mad * 16 * 512 * 512 / 1e-3);
+            EXPECT_EQ(std::vector<index_t>({v.first.m, v.first.n, v.first.k}), thin);
+        }
+        {  // seen twice: kept, with the second measurement's rates
+            script s{{slow_vendor, fast_tiled}};
+            const auto v = detail::decide_kernel(t, shape_class::thin_n, 512, true, s.source());
+            EXPECT_EQ(v.choice.kernel, gemm_kernel::tiled);
+            EXPECT_EQ(s.asked.size(), 2u);
+            EXPECT_DOUBLE_EQ(rate_of(v.choice, gemm_kernel::tiled), mad * 512 * 16 * 512 / 0.5e-3);
+        }
+        {  // square: the second measurement is the probe of twice the side; it disagrees
+            script s{{fast_tiled, fast_vendor}};
+            const auto v = detail::decide_kernel(t, shape_class::square, 512, true, s.source());
+            EXPECT_EQ(v.choice.kernel, gemm_kernel::vendor);
+            EXPECT_EQ(s.asked, (std::vector<std::vector<index_t>>{square, square2}));
+            EXPECT_EQ(v.choice.m, 1024);
+        }
+        {  // square, both agree: two probes, no third (the first call costs what it did)
+            script s{{fast_tiled, fast_tiled}};
+            const auto v = detail::decide_kernel(t, shape_class::square, 512, true, s.source());
+            EXPECT_EQ(v.choice.kernel, gemm_kernel::tiled);
+            EXPECT_EQ(s.asked, (std::vector<std::vector<index_t>>{square, square2}));
+            EXPECT_DOUBLE_EQ(rate_of(v.choice, gemm_kernel::tiled), mad * 1024 * 1024 * 1024 / 0.5e-3);
+        }
+        {  // square whose larger probe does not fit: the same probe again
+            script s{{fast_tiled, slow_vendor}};
+            EXPECT_EQ(detail::decide_kernel(t, shape_class::square, 512, false, s.source()).choice.kernel, gemm_kernel::tiled);
+            EXPECT_EQ(s.asked, (std::vector<std::vector<index_t>>{square, square}));
+        }
+        {  // vendor's verdict, and a margin under 5%: one probe
+            for (const auto& first : {fast_vendor, timings(1e-3, 0.96e-3)}) {
+                script s{{first}};
+                EXPECT_EQ(detail::decide_kernel(t, shape_class::square, 512, true, s.source()).choice.kernel,
+                          gemm_kernel::vendor);
+                EXPECT_EQ(s.asked.size(), 1u);
+            }
+        }
+        {  // the second measurement could not run (its probe did not fit): vendor, and not kept
+            detail::probe_timings none;
+            none.seconds.resize(2);
+            none.notes.assign(2, "the probe does not fit the budget");
+            none.complete = false;
+            script s{{fast_tiled, none}};
+            const auto v = detail::decide_kernel(t, shape_class::small, 512, true, s.source());
+            EXPECT_EQ(v.choice.kernel, gemm_kernel::vendor);
+            EXPECT_FALSE(v.complete);
+        }
+        {  // no vendor to measure against (no CLBlast): nothing to displace, the square verdict still
+           // measured at twice the side
+            detail::probe_timings tiled_only = fast_tiled;
+            tiled_only.seconds.front().clear();
+            tiled_only.notes.front() = "not on this device";
+            script s{{tiled_only, tiled_only}};
+            const auto v = detail::decide_kernel(t, shape_class::square, 512, true, s.source());
+            EXPECT_EQ(v.choice.kernel, gemm_kernel::tiled);
+            EXPECT_EQ(s.asked, (std::vector<std::vector<index_t>>{square, square2}));
+        }
+    }
+}
+
+/// Scripted timings for choose_kernel and choose_host_kernel: per place and precision, the first
+/// `tiled_first` probes see vendor slowed down 20x, the later ones a quiet machine (vendor ahead).
+struct busy_then_quiet {
+    int tiled_first = 2;
+    std::mutex m;
+    std::map<std::pair<std::string, int>, int> probes;
+    std::vector<std::vector<index_t>> asked;
+    int count(const std::string& where, dtype t) {
+        std::lock_guard lock(m);
+        return probes[{where, int(t)}];
+    }
+    detail::probe_timings operator()(const detail::scripted_kernel_probes::request& r) {
+        std::lock_guard lock(m);
+        asked.push_back({r.shape.m, r.shape.n, r.shape.k});
+        return ++probes[{r.where, int(r.type)}] <= tiled_first ? timings(20e-3, 1e-3) : timings(1e-3, 1.5e-3);
+    }
+};
+
+// A process that starts on a busy machine: its verdict against vendor (seen on both measurements)
+// is measured once more by the first call from its re-check time on, on the class's first probe;
+// vendor returns when that disagrees; after it no probe runs again. Before its time, no probe runs.
+TEST(KernelChoice, AVerdictAgainstVendorIsRecheckedOnceLater) {
+    auto devs = open_devices("cpu");
+    device& dev = *devs.front();
+    for (dtype t : all_dtypes) {
+        busy_then_quiet script;
+        {
+            const detail::scripted_kernel_probes hook([&](const auto& r) { return script(r); }, 3600);
+            const detail::kept_choice first = detail::choose_kernel_kept(dev, t, shape_class::thin_m, math_mode::strict);
+            EXPECT_EQ(first.choice.kernel, gemm_kernel::tiled);
+            ASSERT_TRUE(first.recheck_at.has_value());
+            for (int i = 0; i < 3; ++i) {  // an hour is not up: kept, no probe
+                const detail::kept_choice again = detail::choose_kernel_kept(dev, t, shape_class::thin_m, math_mode::strict);
+                EXPECT_EQ(again.choice.kernel, gemm_kernel::tiled);
+                EXPECT_EQ(again.recheck_at, first.recheck_at);
+            }
+            EXPECT_EQ(script.count(dev.id(), t), 2);
+        }
+        busy_then_quiet later;
+        const detail::scripted_kernel_probes hook([&](const auto& r) { return later(r); }, 0);  // due at once
+        EXPECT_EQ(choose_kernel(dev, t, shape_class::thin_m).kernel, gemm_kernel::tiled);
+        EXPECT_EQ(later.count(dev.id(), t), 2);
+        const detail::kept_choice rechecked = detail::choose_kernel_kept(dev, t, shape_class::thin_m, math_mode::strict);
+        EXPECT_EQ(rechecked.choice.kernel, gemm_kernel::vendor);
+        EXPECT_FALSE(rechecked.recheck_at.has_value());
+        EXPECT_EQ(later.count(dev.id(), t), 3);
+        EXPECT_GT(rate_of(rechecked.choice, gemm_kernel::vendor), rate_of(rechecked.choice, gemm_kernel::tiled));
+        for (int i = 0; i < 3; ++i) EXPECT_EQ(choose_kernel(dev, t, shape_class::thin_m).kernel, gemm_kernel::vendor);
+        EXPECT_EQ(later.count(dev.id(), t), 3);  // final: no probe in steady state
+
+        // The host's choice (the direct path's) the same way; a square verdict is re-checked on
+        // its first probe (512^3, an eighth of the larger probe's cost).
+        later.asked.clear();
+        EXPECT_EQ(choose_host_kernel(t, shape_class::square, 2).kernel, gemm_kernel::tiled);
+        EXPECT_EQ(choose_host_kernel(t, shape_class::square, 2).kernel, gemm_kernel::vendor);
+        EXPECT_EQ(choose_host_kernel(t, shape_class::square, 2).kernel, gemm_kernel::vendor);
+        EXPECT_EQ(later.asked, (std::vector<std::vector<index_t>>{{512, 512, 512}, {1024, 1024, 1024}, {512, 512, 512}}));
+    }
+    {
+        // Calls from several threads when the re-check is due: one of them makes it (one probe);
+        // the others keep the verdict meanwhile, asked back soon; all end on vendor.
+        busy_then_quiet threads;
+        const detail::scripted_kernel_probes hook([&](const auto& r) { return threads(r); }, 0);
+        EXPECT_EQ(choose_kernel(dev, dtype::f32, shape_class::thin_k).kernel, gemm_kernel::tiled);
+        std::vector<std::thread> callers;
+        for (int i = 0; i < 4; ++i)
+            callers.emplace_back([&] {
+                for (int n = 0; n < 1000; ++n) {
+                    const detail::kept_choice k = detail::choose_kernel_kept(dev, dtype::f32, shape_class::thin_k, math_mode::strict);
+                    if (!k.recheck_at) {
+                        EXPECT_EQ(k.choice.kernel, gemm_kernel::vendor);
+                        return;
+                    }
+                    std::this_thread::sleep_for(std::chrono::microseconds(200));
+                }
+                ADD_FAILURE() << "the re-check never ended";
+            });
+        for (auto& t : callers) t.join();
+        EXPECT_EQ(threads.count(dev.id(), dtype::f32), 3);
+    }
+    // A re-check that agrees keeps the verdict (and its rates) for good.
+    busy_then_quiet busy;
+    busy.tiled_first = 1000;
+    const detail::scripted_kernel_probes hook([&](const auto& r) { return busy(r); }, 0);
+    const kernel_choice first = choose_kernel(dev, dtype::f64, shape_class::small);
+    EXPECT_EQ(first.kernel, gemm_kernel::tiled);
+    for (int i = 0; i < 3; ++i) {
+        const kernel_choice again = choose_kernel(dev, dtype::f64, shape_class::small);
+        EXPECT_EQ(again.kernel, gemm_kernel::tiled);
+        EXPECT_DOUBLE_EQ(rate_of(again, gemm_kernel::tiled), rate_of(first, gemm_kernel::tiled));
+    }
+    EXPECT_EQ(busy.count(dev.id(), dtype::f64), 3);
+}
+
+// A context's route follows the re-check: calls chose tiled (both measurements on a busy
+// machine), the first call from the re-check time on measures again and vendor runs from then
+// (the plans kept for the shape are dropped); results stay right throughout.
+TEST(KernelChoice, AContextsCallsRunVendorAfterTheRecheckDisagrees) {
+    busy_then_quiet script;
+    const detail::scripted_kernel_probes hook([&](const auto& r) { return script(r); }, 0);
+    context ctx("cpu");
+    const auto calls = [&]<class T>(index_t m, index_t n, const gemm_call_options& call) {
+        operands<T> x(op::n, op::t, m, n, 140, layout::row_major, std::uint64_t(m + n));
+        auto [c1, r1] = x.run(ctx, T(1.5), T(0), call);
+        EXPECT_EQ(r1.plan.kernel, gemm_kernel::tiled) << ctx.explain(r1.plan);
+        auto [c2, r2] = x.run(ctx, T(1.5), T(0), call);  // the same problem: its plan was kept
+        EXPECT_EQ(r2.plan.kernel, gemm_kernel::vendor) << ctx.explain(r2.plan);
+        const std::size_t probes = script.asked.size();
+        auto [c3, r3] = x.run(ctx, T(1.5), T(0.5), call);
+        EXPECT_EQ(r3.plan.kernel, gemm_kernel::vendor) << ctx.explain(r3.plan);
+        EXPECT_EQ(script.asked.size(), probes);
+        return r3.plan.strategy;
+    };
+    // Thin-m f64 under the crossover (direct); thin-n f32 through the engine, whose plan for the
+    // shape was kept from the first call.
+    EXPECT_EQ(calls.operator()<double>(1, 150, {}), gemm_strategy::direct);
+    gemm_call_options engine;
+    engine.strategy = gemm_strategy::zero_copy;
+    EXPECT_EQ(calls.operator()<float>(150, 1, engine), gemm_strategy::zero_copy);
 }
 
 // Declared rates, so the steps are known: 64 x 64 x 256 f64 is 2.1 MFLOP, 2.1 ms at a declared

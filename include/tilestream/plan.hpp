@@ -230,10 +230,14 @@ struct kernel_choice {
 /// Measures the kernels a device's default chooses between (vendor and tiled) with one short
 /// probe each on `dev` for the shape class (square 512^3 on CPUs, 256^3 emulated, 2048^3 on
 /// GPUs; thin-m and thin-n keep their thin side at 16, a representative one; thin-k k = 32; small 64^3; the
-/// kernels alternating), and picks the fastest; a kernel within 5% of vendor's rate does not
-/// displace it (the probes' noise on a busy machine). A square probe that would displace vendor is
-/// confirmed at twice the side (the verdict then applies to every size of the class, and vendor
-/// libraries gain with size). Kept for the process per device, threads, precision, class and math mode.
+/// kernels alternating, each kernel's rate from the fastest of its 5 runs), and picks the fastest; a
+/// kernel within 5% of vendor's rate does not displace it (the probes' noise on a busy machine).
+/// A verdict that would displace vendor stands only when a second measurement agrees: the square
+/// class's probe of twice the side (the verdict then applies to every size of the class, and vendor
+/// libraries gain with size; its rates are kept), the same probe again for other classes. Kept for
+/// the process per device, threads, precision, class and math mode; a verdict against vendor is
+/// measured once more on the class's probe by the first call 10 s after it was made (a process that
+/// started while the machine was busy recovers), and vendor replaces it if that disagrees.
 kernel_choice choose_kernel(device& dev, dtype t, shape_class c, math_mode math = math_mode::strict);
 
 /// The same choice for the host's kernels run on the calling thread (a context's direct path):

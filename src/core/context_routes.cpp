@@ -59,13 +59,30 @@ bool automatic_call(const gemm_call_options& call) {
 
 context_routes::context_routes(setup s) : s_(std::move(s)), host_threads_(detail::host_threads(s_.devices)) {}
 
+namespace {
+
+bool recheck_due(const route& r) { return r.recheck_at && std::chrono::steady_clock::now() >= *r.recheck_at; }
+
+}  // namespace
+
+std::size_t context_routes::slot(dtype t, shape_class c, std::optional<gemm_kernel> kernel) {
+    return (std::size_t(t) * std::size(all_shape_classes) + std::size_t(c)) * 5 + kernel_index(kernel);
+}
+
 const route& context_routes::get(dtype t, shape_class c, std::optional<gemm_kernel> kernel) {
-    const std::size_t i = (std::size_t(t) * std::size(all_shape_classes) + std::size_t(c)) * 5 + kernel_index(kernel);
-    if (const route* r = routes_[i].load(std::memory_order_acquire)) return *r;
+    const std::size_t i = slot(t, c, kernel);
+    const auto settled = [](const route* r) { return r && !recheck_due(*r); };
+    if (const route* r = routes_[i].load(std::memory_order_acquire); settled(r)) return *r;
     std::lock_guard lock(mutex_);  // one measurement at a time; a second caller finds it made
-    if (const route* r = routes_[i].load(std::memory_order_acquire)) return *r;
+    const route* old = routes_[i].load(std::memory_order_acquire);
+    if (settled(old)) return *old;
+    // Routes are never freed (a caller may still hold one); a re-measured one replaces the pointer.
     owned_.push_back(std::make_unique<route>(measure(t, c, kernel)));
     routes_[i].store(owned_.back().get(), std::memory_order_release);
+    if (old) {
+        std::lock_guard plans_lock(plans_mutex_);  // plans made with the old route's kernels
+        plans_.clear();
+    }
     return *owned_.back();
 }
 
@@ -101,7 +118,9 @@ route context_routes::measure(dtype t, shape_class c, std::optional<gemm_kernel>
         if (choose || (s_.in_place && !s_.rates)) {
             {
                 std::unique_lock lock(*s_.device_mutex);  // a probe must not share the devices with a run
-                measured[i] = choose_kernel(d, t, c, s_.math);
+                const kept_choice kc = choose_kernel_kept(d, t, c, s_.math);
+                measured[i] = kc.choice;
+                if (choose && kc.recheck_at) r.recheck_at = std::min(r.recheck_at.value_or(*kc.recheck_at), *kc.recheck_at);
             }
             if (choose) k = measured[i].kernel;
             if (const kernel_rate* dr = rate_of(measured[i], k)) flops = dr->flops;
@@ -133,7 +152,10 @@ route context_routes::measure(dtype t, shape_class c, std::optional<gemm_kernel>
                 detail::pick_fastest(hc);
                 source = " from " + only->id() + "'s (tiled on one thread)";
             } else {
-                hc = choose_host_kernel(t, c, host_threads_);
+                const kept_choice kc = choose_host_kernel_kept(t, c, host_threads_);
+                hc = kc.choice;
+                if (!kernel && !s_.reproducible && kc.recheck_at)
+                    r.recheck_at = std::min(r.recheck_at.value_or(*kc.recheck_at), *kc.recheck_at);
             }
             r.host_kernel = resolve(kernel.value_or(s_.reproducible ? gemm_kernel::tiled : hc.kernel));
             const kernel_rate* hr = rate_of(hc, r.host_kernel);
@@ -202,6 +224,12 @@ std::size_t context_routes::plan_key_hash::operator()(const plan_key& k) const n
 std::optional<gemm_plan> context_routes::cached_plan(const gemm_problem& q, const gemm_call_options& call,
                                                      std::size_t budget) {
     if (call.rates) return std::nullopt;
+    if (!call.kernel && !s_.kernel) {
+        // The kernels were the measured choice: a route due for its re-check plans again (get()
+        // measures it, and drops the plans made with its old kernels).
+        const route* r = routes_[slot(q.type, classify_gemm(q.m, q.n, q.k), std::nullopt)].load(std::memory_order_acquire);
+        if (r && recheck_due(*r)) return std::nullopt;
+    }
     std::lock_guard lock(plans_mutex_);
     const auto it = plans_.find(key_of(q, call, budget));
     if (it == plans_.end()) return std::nullopt;

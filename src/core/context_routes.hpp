@@ -9,6 +9,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <functional>
 #include <limits>
@@ -39,6 +40,9 @@ struct route {
     /// with the engine, and the step bound: past it the engine cuts the work for cancellation).
     double flops_limit = 0;
     bool measured = false;  ///< rates measured (false: declared, or probes that did not fit)
+    /// A kernel chosen against vendor waits for its re-check (choose_kernel_kept): the first call
+    /// from then measures the route again, which makes the re-check.
+    std::optional<std::chrono::steady_clock::time_point> recheck_at;
     std::string kernels_text;    ///< explain: the kernels each side chose, and from which rates
     std::string crossover_text;  ///< explain: where the direct path ends
 };
@@ -61,8 +65,9 @@ public:
     explicit context_routes(setup s);
 
     /// The route of calls of type t, class c and kernel setting `kernel` (the call's or the
-    /// context's; absent: the measured choice), measured the first time. No lock is taken once
-    /// measured.
+    /// context's; absent: the measured choice), measured the first time, and once more when a
+    /// kernel it chose against vendor is due for its re-check (the plans kept are then dropped).
+    /// No lock is taken once measured.
     const route& get(dtype t, shape_class c, std::optional<gemm_kernel> kernel);
 
     /// Seconds of a tiny call through the engine, measured once (no lock may be held).
@@ -78,6 +83,7 @@ public:
     void keep_plan(const gemm_problem& q, const gemm_call_options& call, std::size_t budget, const gemm_plan& p);
 
 private:
+    static std::size_t slot(dtype t, shape_class c, std::optional<gemm_kernel> kernel);
     route measure(dtype t, shape_class c, std::optional<gemm_kernel> kernel);
     double engine_fixed_seconds();
 

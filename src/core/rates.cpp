@@ -31,14 +31,14 @@ double median_seconds(int reps, F&& fn) {
 
 }  // namespace
 
-std::vector<std::optional<double>> detail::probe_gemm_seconds(device& dev, dtype type, std::span<const gemm_kernel> kernels,
-                                                              math_mode math, index_t m, index_t n, index_t k, int reps) {
-    std::vector<std::optional<double>> out(kernels.size());
+std::vector<std::vector<double>> detail::probe_gemm_times(device& dev, dtype type, std::span<const gemm_kernel> kernels,
+                                                          math_mode math, index_t m, index_t n, index_t k, int reps) {
+    std::vector<std::vector<double>> times(kernels.size());
     const std::size_t es = size_of(type);
     const std::size_t a_bytes = std::size_t(m) * std::size_t(k) * es, b_bytes = std::size_t(k) * std::size_t(n) * es,
                       c_bytes = std::size_t(m) * std::size_t(n) * es;
     const std::size_t free = dev.budget() - std::min(dev.budget(), dev.bytes_in_use());
-    if (a_bytes + b_bytes + c_bytes > free) return out;
+    if (a_bytes + b_bytes + c_bytes > free) return times;
     try {
         auto a = dev.allocate(a_bytes), b = dev.allocate(b_bytes), c = dev.allocate(c_bytes);
         auto s = dev.create_stream();
@@ -71,7 +71,6 @@ std::vector<std::optional<double>> detail::probe_gemm_seconds(device& dev, dtype
         call.ldc = std::max<index_t>(1, n);
         call.math = math;
         // Kernels alternate (a warm-up of each first), so that a busy machine's drift falls on all.
-        std::vector<std::vector<double>> times(kernels.size());
         std::vector<bool> failed(kernels.size(), false);
         for (int r = -1; r < reps; ++r)
             for (std::size_t i = 0; i < kernels.size(); ++i) {
@@ -87,15 +86,24 @@ std::vector<std::optional<double>> detail::probe_gemm_seconds(device& dev, dtype
                 } catch (const error&) {
                     if (kernels.size() == 1) throw;
                     failed[i] = true;  // this kernel cannot run here (no fp64, no CLBlast): the others go on
+                    times[i].clear();
                 }
             }
-        for (std::size_t i = 0; i < kernels.size(); ++i) {
-            if (times[i].empty()) continue;
-            std::sort(times[i].begin(), times[i].end());
-            out[i] = times[i][times[i].size() / 2];
-        }
     } catch (const out_of_budget&) {
         // another caller took the memory in the meantime: not measured
+        for (auto& t : times) t.clear();
+    }
+    return times;
+}
+
+std::vector<std::optional<double>> detail::probe_gemm_seconds(device& dev, dtype type, std::span<const gemm_kernel> kernels,
+                                                              math_mode math, index_t m, index_t n, index_t k, int reps) {
+    std::vector<std::optional<double>> out(kernels.size());
+    auto times = probe_gemm_times(dev, type, kernels, math, m, n, k, reps);
+    for (std::size_t i = 0; i < kernels.size(); ++i) {
+        if (times[i].empty()) continue;
+        std::sort(times[i].begin(), times[i].end());
+        out[i] = times[i][times[i].size() / 2];
     }
     return out;
 }
