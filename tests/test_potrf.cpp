@@ -12,6 +12,7 @@
 
 #include <tilestream/context.hpp>
 #include <tilestream/error.hpp>
+#include <tilestream/trace.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -251,8 +252,8 @@ TEST(Potrf, EmptyAndNonSquareMatrices) {
 
 TEST(PotrfOpenCL, MatchesLapack) {
     TILESTREAM_SKIP_WITHOUT_GPU("opencl:0");
-    // The vendor path (CLBlast's dtrsm and dsyrk, GEMM tiles; the potrf tiles on the host
-    // reference through staging), both orders: f64, whose CLBlast kernels the Level 3 OpenCL tests
+    // The vendor path (CLBlast's dtrsm and dsyrk, GEMM tiles; the potrf tiles through LAPACK on
+    // the host, staged), both orders: f64, whose CLBlast kernels the Level 3 OpenCL tests
     // build too (PoCL compiles each once per build tree).
     context ctx("opencl:0@256KiB");
     blas3_call_options call;
@@ -270,6 +271,36 @@ TEST(PotrfOpenCL, MatchesLapack) {
     check_potrf<std::complex<float>>(rep, 203, uplo::upper, layout::col_major, 107);
     check_potrf<std::complex<double>>(rep, 140, uplo::lower, layout::col_major, 108);
     check_potrf<double>(rep, 270, uplo::upper, layout::col_major, 109, {}, 260);  // info 261, in the second tile
+}
+
+TEST(PotrfOpenCL, StagedDiagonalTilesRunLapackOnTheHostExceptWhenReproducible) {
+    // OpenCL has no potrf tile: its diagonal tiles are staged to the host, where LAPACK factors
+    // them (the reference loop took about a second per 1024 tile); reproducible mode and the
+    // reference kernel keep the reference loop. The trace names which ran.
+    TILESTREAM_SKIP_WITHOUT_GPU("opencl:0");
+    const auto names = [](const trace_recorder& rec) {
+        std::vector<std::string> v;
+        for (const trace_span& s : rec.spans())
+            if (s.name.rfind("potrf ", 0) == 0) v.push_back(s.name);
+        return v;
+    };
+    const auto all_are = [](const std::vector<std::string>& v, const std::string& name) {
+        return !v.empty() && std::all_of(v.begin(), v.end(), [&](const std::string& x) { return x == name; });
+    };
+    blas3_call_options call;
+    call.tile = 32;
+    trace_recorder host;
+    call.run.trace = &host;
+    context ctx("opencl:0@256KiB");
+    check_potrf<double>(ctx, 97, uplo::lower, layout::col_major, 141, call);
+    check_potrf<std::complex<float>>(ctx, 75, uplo::upper, layout::row_major, 142, call, 40);  // info 41 from LAPACK
+    EXPECT_TRUE(all_are(names(host), "potrf on the host")) << names(host).size() << " potrf spans";
+    trace_recorder reference;
+    call.run.trace = &reference;
+    context rep("opencl:0@2MiB", {.reproducible = true});  // its k-block tiles: 256 wide in f64
+    call.tile = 0;
+    check_potrf<double>(rep, 300, uplo::lower, layout::col_major, 143, call);
+    EXPECT_TRUE(all_are(names(reference), "potrf reference")) << names(reference).size() << " potrf spans";
 }
 
 TEST(PotrfCuda, MatchesLapack) {
