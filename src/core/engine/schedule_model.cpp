@@ -78,6 +78,14 @@ struct model_device_state {
 
 }  // namespace
 
+bool better_plan(const model_result& a, std::size_t a_steps, const model_result& b, std::size_t b_steps) {
+    if (a.seconds < b.seconds * 0.99) return true;
+    if (b.seconds < a.seconds * 0.99) return false;
+    const std::size_t ba = a.bytes_h2d + a.bytes_d2h, bb = b.bytes_h2d + b.bytes_d2h;
+    if (ba != bb) return ba < bb;
+    return a_steps < b_steps;
+}
+
 model_result model_run(const task_graph& g, const model_settings& m) {
     model_result res;
     const std::size_t n = g.tasks.size();

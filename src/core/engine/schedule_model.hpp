@@ -29,6 +29,11 @@ struct model_result {
     std::string bound;                   ///< "compute", "copy h2d", "copy d2h", "dependencies"
 };
 
+/// The planners' one ranking of candidate plans: `a` (whose graph has `a_steps` tile operations)
+/// beats `b` when it is modelled faster by more than 1%; within 1%, fewer bytes win, then fewer
+/// steps (larger calls).
+bool better_plan(const model_result& a, std::size_t a_steps, const model_result& b, std::size_t b_steps);
+
 /// Seconds one step of a task takes on a device with these rates (kernel, fixed cost, and on a
 /// device computing with the host's cores the packing of its operands).
 double step_seconds(const task_graph& g, const task_step& s, const device_rates& r);

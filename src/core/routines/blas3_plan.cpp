@@ -107,12 +107,7 @@ std::optional<candidate> evaluate(const blas3_problem& p, const build_settings& 
 }
 
 bool better(const candidate& a, const candidate& b) {
-    // Within 1% the fewer bytes (then fewer steps: larger calls) win.
-    if (a.model.seconds < b.model.seconds * 0.99) return true;
-    if (b.model.seconds < a.model.seconds * 0.99) return false;
-    const std::size_t ba = a.model.bytes_h2d + a.model.bytes_d2h, bb = b.model.bytes_h2d + b.model.bytes_d2h;
-    if (ba != bb) return ba < bb;
-    return a.graph->steps < b.graph->steps;
+    return detail::engine::better_plan(a.model, a.graph->steps, b.model, b.graph->steps);
 }
 
 }  // namespace

@@ -212,11 +212,7 @@ std::optional<candidate> evaluate(const getrf_problem& p, index_t nb, lu_order o
 }
 
 bool better(const candidate& a, const candidate& b) {
-    if (a.model.seconds < b.model.seconds * 0.99) return true;
-    if (b.model.seconds < a.model.seconds * 0.99) return false;
-    const std::size_t ba = a.model.bytes_h2d + a.model.bytes_d2h, bb = b.model.bytes_h2d + b.model.bytes_d2h;
-    if (ba != bb) return ba < bb;
-    return a.graph->steps < b.graph->steps;
+    return detail::engine::better_plan(a.model, a.graph->steps, b.model, b.graph->steps);
 }
 
 }  // namespace
