@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <set>
 #include <thread>
 
 namespace tilestream {
@@ -212,6 +213,50 @@ TEST(Blas3Engine, MeasuredBytesAreThePredictedOnes) {
         EXPECT_EQ(rep.bytes_d2h, rep.plan.bytes_d2h) << g.name();
         EXPECT_LE(rep.peak_device_bytes, rep.plan.peak_device_bytes);
         EXPECT_GT(rep.plan.bytes_h2d, 0u);
+    }
+}
+
+TEST(Blas3Engine, OutOfCoreSearchStopsEarlyAndFindsTheFastestTilingOfAll) {
+    // Out of core the planner descends from the largest tile and stops once smaller ones stop
+    // paying: it must model fewer tilings than there are, and still pick a plan as fast as the
+    // best of every tile size and order planned one at a time.
+    device_rates rates;
+    rates.h2d = 12e9;
+    rates.d2h = 12e9;
+    rates.flops = 60e9;
+    rates.measured = true;
+    const std::size_t budget = std::size_t(3) << 20;
+    for (blas3_routine r : {blas3_routine::trsm, blas3_routine::syrk, blas3_routine::trmm}) {
+        const bool rk = r == blas3_routine::syrk;
+        host_matrix<std::complex<double>> a(rk ? 600 : 700, rk ? 300 : 700), c(rk ? 600 : 700, rk ? 600 : 180);
+        blas3_operands<std::complex<double>> ops;
+        ops.a = a.view();
+        ops.c = c.view();
+        if (!rk) ops.b = {};
+        const blas3_problem q = describe_blas3<std::complex<double>>(r, {}, ops);
+        blas3_options opt;
+        const blas3_plan p = plan_blas3(q, budget, rates, opt);
+        EXPECT_GT(p.tilings_modelled, 0) << to_string(r);
+        double best = 0;
+        std::set<std::pair<index_t, blas3_order>> fitting;  // the tilings an exhaustive search models
+        for (index_t t : {16, 32, 64, 96, 128, 192, 256, 384, 512, 768})
+            for (blas3_order o : {blas3_order::left_looking, blas3_order::right_looking}) {
+                blas3_options one = opt;
+                one.tile = one.tile_free = one.tile_k = t;
+                one.order = o;
+                try {
+                    const blas3_plan f = plan_blas3(q, budget, rates, one);
+                    fitting.insert({t, f.order});
+                    if (best == 0 || f.predicted_seconds < best) best = f.predicted_seconds;
+                } catch (const error&) {
+                    // does not fit, or this routine has one order
+                }
+            }
+        ASSERT_GT(best, 0) << to_string(r);
+        EXPECT_LT(std::size_t(p.tilings_modelled), fitting.size()) << to_string(r);
+        EXPECT_LE(p.tilings_modelled, p.tilings_possible) << to_string(r);
+        EXPECT_LE(p.predicted_seconds, best * 1.01) << to_string(r) << ": tile " << p.tile;
+        EXPECT_NE(explain(p).find("tilings"), std::string::npos) << explain(p);
     }
 }
 

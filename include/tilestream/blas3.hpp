@@ -136,6 +136,9 @@ struct blas3_plan {
     std::string bound;  ///< "compute", "copy h2d", "copy d2h", "dependencies"
     device_rates rates;
     std::vector<blas3_alternative> alternatives;
+    /// Candidate tilings (tile size and order) the planner built and modelled, and how many it
+    /// could have: out of core it descends from the largest tile and stops early.
+    int tilings_modelled = 0, tilings_possible = 0;
     std::shared_ptr<const detail::engine::task_graph> graph;  ///< the tasks (library-private)
 };
 

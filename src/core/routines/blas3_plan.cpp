@@ -202,12 +202,14 @@ blas3_plan plan_blas3(const blas3_problem& p, std::size_t budget, const device_r
     // tasks from there, and every candidate costs a task graph and its simulation (all 21 sizes of
     // both orders took 0.8 s per trsm call at n = 2048 c64, four times the solve itself).
     const bool descend = !opt.in_place;
+    plan.tilings_possible = int(tilings.size() * orders.size());
     for (blas3_order o : orders) {
         int worse_in_a_row = 0;
         for (std::size_t i = 0; i < tilings.size(); ++i) {
             build_settings s = tilings[descend ? tilings.size() - 1 - i : i];
             s.order = o;
             std::optional<candidate> c = evaluate(p, s, budget, rates, opt);
+            if (c) ++plan.tilings_modelled;
             if (!c) {
                 if (!opt.in_place) {
                     // What three tiles of this size would need (for the error message).
@@ -298,6 +300,9 @@ std::string explain(const blas3_plan& p) {
         o << "  tiles           C " << p.tile << " x " << p.tile << ", k " << p.tile_k << "\n";
     else
         o << "  tiles           " << p.tile << " along A's order, " << p.tile_free << " along the other dimension\n";
+    if (!p.in_place && p.tilings_possible > 0)
+        o << "  tilings         " << p.tilings_modelled << " of " << p.tilings_possible
+          << " modelled (tile sizes tried from the largest down, both orders where they differ)\n";
     o << "  tasks           " << p.tasks << " tasks, " << p.steps << " tile operations (";
     for (std::size_t i = 0; i < p.kernel_counts.size(); ++i)
         o << (i ? ", " : "") << to_string(p.kernel_counts[i].first) << " " << p.kernel_counts[i].second;
