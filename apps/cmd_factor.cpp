@@ -19,6 +19,7 @@
 #include <tilestream/trace.hpp>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -174,6 +175,12 @@ struct factor_run {
     double predicted_seconds = 0;
     std::size_t predicted_h2d = 0, predicted_d2h = 0, predicted_peak = 0;
     detail::json orders;
+    /// The solve (potrs, getrs: two TRSMs, planned apart): measured and predicted, beside the
+    /// factorization's own figures above (bytes_h2d and bytes_d2h hold the factorization's).
+    bool solved = false;
+    double solve_seconds = 0, predicted_solve_seconds = 0;
+    std::size_t solve_h2d = 0, solve_d2h = 0, predicted_solve_h2d = 0, predicted_solve_d2h = 0;
+    std::string solve_plans;  ///< one line per TRSM, for --explain
 };
 
 /// The figures of a plan (blas3_plan, getrf_plan) and of its factorization's report.
@@ -195,13 +202,36 @@ factor_run figures_of(const Problem& problem, const Plan& plan, const Report& re
     return r;
 }
 
-/// A solve's traffic, time, faults and warnings added to the factorization's.
+/// A solve's traffic, time, faults and warnings beside the factorization's.
 void add_solve(factor_run& r, const blas3_report& s) {
+    r.solved = true;
     r.seconds += s.seconds;
-    r.bytes_h2d += s.bytes_h2d;
-    r.bytes_d2h += s.bytes_d2h;
+    r.solve_seconds += s.seconds;
+    r.solve_h2d += s.bytes_h2d;
+    r.solve_d2h += s.bytes_d2h;
     for (const auto& f : s.faults) r.faults.push_back(f);
     for (const auto& w : s.warnings) r.warnings.push_back(w);
+}
+
+/// The plans of a solve's two TRSMs on the factor `a` (what potrs and getrs run, each planned as
+/// they plan it), their predictions added into `r` and described a line each for --explain.
+template <class T>
+void predict_solve(context& ctx, factor_run& r, const std::array<blas3_flags, 2>& steps, host_matrix_view<const T> a,
+                   host_matrix_view<T> b) {
+    for (const blas3_flags& f : steps) {
+        blas3_call_options call;
+        const blas3_problem problem = describe_blas3<T>(blas3_routine::trsm, f, {T(1), T(0), a, {}, b});
+        if (!ctx.options().rates && !problem.quick_return) call.rates = ctx.rates(dtype_of<T>(), ctx.options().kernel);
+        const blas3_plan plan = ctx.plan(problem, call);
+        r.predicted_solve_seconds += plan.predicted_seconds;
+        r.predicted_solve_h2d += plan.bytes_h2d;
+        r.predicted_solve_d2h += plan.bytes_d2h;
+        char line[512];
+        std::snprintf(line, sizeof line, "  solve           %s: %s, tile %lld, h2d %zu, d2h %zu, predicted %.4f s\n",
+                      problem.describe().c_str(), std::string(to_string(plan.order)).c_str(), (long long)plan.tile,
+                      plan.bytes_h2d, plan.bytes_d2h, plan.predicted_seconds);
+        r.solve_plans += line;
+    }
 }
 
 /// The options one run of a family reads, beside its operands.
@@ -230,6 +260,10 @@ factor_run run_cholesky(context& ctx, const factor_command& c, uplo u, const fac
     factor_run r = figures_of(problem, plan, rep);
     r.m = r.n = problem.n;
     if (c.solves && rep.info == 0) {
+        // potrs: A = L L^H: L Y = B, then L^H X = Y; A = U^H U: U^H Y = B, then U X = Y.
+        const op first = u == uplo::lower ? op::n : op::c, second = u == uplo::lower ? op::c : op::n;
+        predict_solve<T>(ctx, r, {blas3_flags{side::left, u, first, diag::non_unit}, blas3_flags{side::left, u, second, diag::non_unit}},
+                         host_matrix_view<const T>(work.view()), x.view());
         blas3_call_options solve;
         solve.run.trace = fc.trace;
         add_solve(r, ctx.potrs<T>(u, host_matrix_view<const T>(work.view()), x.view(), solve));
@@ -255,12 +289,17 @@ factor_run run_lu(context& ctx, const factor_command& c, const factor_call& fc, 
     factor_run r = figures_of(problem, plan, rep);
     r.m = problem.m, r.n = problem.n;
     if (c.solves && rep.info == 0) {
+        // getrs: A = P L U: X = U^-1 L^-1 P^T B (the row interchanges on the host).
+        predict_solve<T>(ctx, r, {blas3_flags{side::left, uplo::lower, op::n, diag::unit},
+                                  blas3_flags{side::left, uplo::upper, op::n, diag::non_unit}},
+                         host_matrix_view<const T>(work.view()), x.view());
         blas3_call_options solve;
         solve.run.trace = fc.trace;
         const getrs_report s = ctx.getrs<T>(op::n, host_matrix_view<const T>(work.view()), ipiv, x.view(), solve);
         add_solve(r, s.first);
         add_solve(r, s.second);
-        r.seconds = r.factor_seconds + s.seconds;  // the row interchanges too
+        r.solve_seconds = s.seconds;  // the row interchanges too
+        r.seconds = r.factor_seconds + s.seconds;
     }
     return r;
 }
@@ -351,6 +390,10 @@ int run(const args& a, const factor_command& c, dtype type, run_files& out_files
                      "(predicted %zu), peak device memory %zu (predicted %zu)\n",
                      rep.factor_seconds, rep.predicted_seconds, rep.bytes_h2d, rep.predicted_h2d, rep.bytes_d2h,
                      rep.predicted_d2h, rep.peak_device_bytes, rep.predicted_peak);
+    if (fc.explain && rep.solved)
+        std::fprintf(stderr, "%smeasured: solve %.4f s (predicted %.4f s), bytes h2d %zu (predicted %zu), d2h %zu (predicted %zu)\n",
+                     rep.solve_plans.c_str(), rep.solve_seconds, rep.predicted_solve_seconds, rep.solve_h2d,
+                     rep.predicted_solve_h2d, rep.solve_d2h, rep.predicted_solve_d2h);
     std::optional<blas3_check_result> check;
     if (a.flag("check") && rep.info == 0) {
         if (lu) check = check_lu<T>(c, a0, b0, work, x, ipiv);
@@ -392,6 +435,14 @@ int run(const args& a, const factor_command& c, dtype type, run_files& out_files
                      {"predicted_seconds", rep.predicted_seconds}, {"predicted_bound", rep.bound},
                      {"predicted_bytes_h2d", rep.predicted_h2d}, {"predicted_bytes_d2h", rep.predicted_d2h}};
         o.update(rest);
+        if (rep.solved) {
+            // bytes_* and predicted_bytes_* above are the factorization's; the solve's beside them.
+            json solve = {{"solve_seconds", rep.solve_seconds}, {"predicted_solve_seconds", rep.predicted_solve_seconds},
+                          {"solve_bytes_h2d", rep.solve_h2d}, {"solve_bytes_d2h", rep.solve_d2h},
+                          {"predicted_solve_bytes_h2d", rep.predicted_solve_h2d},
+                          {"predicted_solve_bytes_d2h", rep.predicted_solve_d2h}};
+            o.update(solve);
+        }
         o["orders"] = rep.orders;
         o["faults"] = faults_json(rep.faults);
         if (check) {

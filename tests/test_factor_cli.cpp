@@ -11,6 +11,7 @@
 #include <cmath>
 #include <complex>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -306,6 +307,39 @@ TEST(LuCli, ExplainTraceAndTimeline) {
     EXPECT_NE(r.out.find("getrf: A 200x200"), std::string::npos) << r.out;
     EXPECT_GT(std::filesystem::file_size(dir.file("t.json")), 100u);
     EXPECT_GT(std::filesystem::file_size(dir.file("t.svg")), 100u);
+}
+
+/// The number after "key": in a --json line (NaN when absent).
+double json_number(const std::string& out, const std::string& key) {
+    const auto at = out.find("\"" + key + "\": ");
+    if (at == std::string::npos) return std::numeric_limits<double>::quiet_NaN();
+    return std::strtod(out.c_str() + at + key.size() + 4, nullptr);
+}
+
+TEST(FactorCli, SolvesReportTheirOwnBytesBesideTheirPredictionOutOfCore) {
+    // gesv and posv out of core with about a quarter of A fitting (the case): the
+    // factorization's bytes against its plan, and the solve's (two TRSMs) against theirs, apart
+    // (they were once summed and compared with the factorization's prediction alone).
+    for (const std::string args : {"gesv --n 300 --nrhs 40 --dtype f64 --devices cpu@180KiB",
+                                   "posv --n 257 --nrhs 33 --dtype c64 --uplo upper --devices cpu@256KiB",
+                                   "posv --n 400 --nrhs 33 --dtype f32 --devices cpu@160KiB"}) {
+        const auto r = run_cli(args + " --json --check");
+        ASSERT_EQ(r.exit_code, 0) << args << "\n" << r.out;
+        const double h2d = json_number(r.out, "bytes_h2d"), predicted = json_number(r.out, "predicted_bytes_h2d");
+        const double solve = json_number(r.out, "solve_bytes_h2d"), predicted_solve = json_number(r.out, "predicted_solve_bytes_h2d");
+        const double solve_d2h = json_number(r.out, "solve_bytes_d2h"), predicted_solve_d2h = json_number(r.out, "predicted_solve_bytes_d2h");
+        EXPECT_GT(predicted, 0) << r.out;
+        EXPECT_GT(predicted_solve, 0) << r.out;
+        EXPECT_NEAR(h2d, predicted, 0.1 * predicted) << args << "\n" << r.out;
+        EXPECT_NEAR(solve, predicted_solve, 0.1 * predicted_solve) << args << "\n" << r.out;
+        EXPECT_NEAR(solve_d2h, predicted_solve_d2h, 0.1 * predicted_solve_d2h) << args << "\n" << r.out;
+        EXPECT_GT(json_number(r.out, "predicted_solve_seconds"), 0) << r.out;
+        EXPECT_GT(json_number(r.out, "solve_seconds"), 0) << r.out;
+        const auto e = run_cli(args + " --explain");
+        ASSERT_EQ(e.exit_code, 0) << e.out;
+        EXPECT_NE(e.out.find("measured: solve"), std::string::npos) << e.out;
+        EXPECT_NE(e.out.find("  solve           trsm"), std::string::npos) << e.out;
+    }
 }
 
 }  // namespace
