@@ -298,4 +298,25 @@ private:
     std::vector<std::string> names_;
 };
 
+/// The options every goals benchmark reads, with its defaults: --out, --git-hash, --reps, --n,
+/// --complex-n, --only (the parts to run) and --margin (a goal is met at ratio >= goal x margin).
+/// Bound by name: const auto [out, git, reps, n, complex_n, wanted, margin] = goal_options(...).
+struct goal_options {
+    std::string out, git_hash;
+    int reps;
+    index_t n, complex_n;
+    parts wanted;
+    double margin;
+
+    goal_options(arguments& args, int default_reps, index_t default_n, index_t default_complex_n,
+                 const std::string& default_parts)
+        : out(args.get("out", "")),
+          git_hash(args.get("git-hash", "unknown")),
+          reps(int(args.number("reps", default_reps))),
+          n(args.number("n", default_n)),
+          complex_n(args.number("complex-n", default_complex_n)),
+          wanted(split(args.get("only", default_parts), ',')),
+          margin(args.real("margin", 1.0)) {}
+};
+
 }  // namespace tilestream::bench

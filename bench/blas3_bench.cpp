@@ -136,17 +136,12 @@ int main(int argc, char** argv) {
                               "usage: blas3_bench [--out F] [--git-hash H] [--reps R] [--n 4096] [--complex-n 2048] "
                               "[--routines trsm,trmm,symm,syrk,syr2k] [--complex-routines trsm,...,her2k] "
                               "[--only incore,ooc,scaling] [--margin 1.0]");
-    const std::string out = args.get("out", ""), git = args.get("git-hash", "unknown");
-    const int reps = int(args.number("reps", 5));
-    const ts::index_t n = args.number("n", 4096);
+    const auto [out, git, reps, n, complex_n, wanted, margin] =
+        ts::bench::goal_options(args, 5, 4096, 2048, "incore,ooc,scaling");
     const auto routines = ts::bench::split(args.get("routines", "trsm,trmm,symm,syrk,syr2k"), ',');
-    const ts::index_t complex_n = args.number("complex-n", 2048);
     const auto complex_routines =
         ts::bench::split(args.get("complex-routines", "trsm,trmm,symm,hemm,syrk,herk,syr2k,her2k"), ',');
-    const auto only = ts::bench::split(args.get("only", "incore,ooc,scaling"), ',');
-    const double margin = args.real("margin", 1.0);
     if (!args.finish()) return 2;
-    const ts::bench::parts wanted(only);
     const int cores = ts::inventory().cpu_cores;
     ts::bench::goal_table table(margin);
     ts::context one("cpu");

@@ -45,13 +45,9 @@ int main(int argc, char** argv) {
     ts::bench::arguments args(argc, argv,
                               "usage: lu_bench [--out F] [--git-hash H] [--reps R] [--n 8192] [--complex-n 4096] "
                               "[--only incore,ooc,gesv] [--margin 1.0]");
-    const std::string out = args.get("out", ""), git = args.get("git-hash", "unknown");
-    const int reps = int(args.number("reps", 3));
-    const ts::index_t n = args.number("n", 8192), complex_n = args.number("complex-n", 4096);
-    const auto only = ts::bench::split(args.get("only", "incore,ooc,gesv"), ',');
-    const double margin = args.real("margin", 1.0);
+    const auto [out, git, reps, n, complex_n, wanted, margin] =
+        ts::bench::goal_options(args, 3, 8192, 4096, "incore,ooc,gesv");
     if (!args.finish()) return 2;
-    const ts::bench::parts wanted(only);
     const int cores = ts::inventory().cpu_cores;
     ts::bench::goal_table table(margin);
     ts::context one("cpu");
