@@ -3,6 +3,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_ARGS ?=
+CTEST_ARGS ?=
 
 .PHONY: all deps configure build test demo bench gpu-check clean
 
@@ -18,7 +19,7 @@ build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
 test: build
-	cd $(BUILD) && ctest -j $(JOBS) --output-on-failure
+	cd $(BUILD) && ctest -j $(JOBS) --output-on-failure $(CTEST_ARGS)
 
 demo: build
 	scripts/demo.sh $(BUILD)

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <tilestream/devices.hpp>
+#include <tilestream/dtype_traits.hpp>
+#include <tilestream/matrix.hpp>
 
 #include "core/json_text.hpp"
 
@@ -13,6 +15,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -47,15 +50,19 @@ struct pair_timing {
 };
 
 /// One warm-up of each, then `reps` alternating timed runs of each (the order swapped every
-/// repetition, so drift on a noisy machine falls on both); medians.
-template <class F, class G>
-pair_timing alternate(int reps, F&& ours, G&& anchor) {
+/// repetition, so drift on a noisy machine falls on both); medians. before() runs ahead of every
+/// run, warm-ups included, outside the clock (a fresh copy of an operand the call overwrites).
+template <class F, class G, class H>
+pair_timing alternate(int reps, F&& ours, G&& anchor, H&& before) {
+    before();
     ours();
+    before();
     anchor();
     std::vector<double> a, b;
     for (int r = 0; r < reps; ++r) {
         for (int side = 0; side < 2; ++side) {
             const bool ours_now = ((r % 2) ^ side) == 0;
+            before();
             const auto t0 = std::chrono::steady_clock::now();
             if (ours_now)
                 ours();
@@ -65,6 +72,11 @@ pair_timing alternate(int reps, F&& ours, G&& anchor) {
         }
     }
     return {median(a), median(b)};
+}
+
+template <class F, class G>
+pair_timing alternate(int reps, F&& ours, G&& anchor) {
+    return alternate(reps, std::forward<F>(ours), std::forward<G>(anchor), [] {});
 }
 
 inline std::string utc_date() {
@@ -202,5 +214,109 @@ inline void write_file_atomically(const std::string& path, const std::string& te
         throw std::runtime_error("cannot rename " + tmp + " to " + path);
     }
 }
+
+/// Entries uniform in [-1, 1) (real and imaginary parts) from rng.
+template <class T>
+T random_entry(std::mt19937_64& rng) {
+    std::uniform_real_distribution<double> u(-1.0, 1.0);
+    if constexpr (is_complex_v<T>) return T(u(rng), u(rng));
+    else return T(u(rng));
+}
+
+/// Fills m column by column with random_entry.
+template <class T>
+void fill_uniform(host_matrix<T>& m, std::mt19937_64& rng) {
+    for (index_t j = 0; j < m.cols(); ++j)
+        for (index_t i = 0; i < m.rows(); ++i) m(i, j) = random_entry<T>(rng);
+}
+
+/// One figure of a goals benchmark: our time beside its anchor's, measured in the same run.
+struct goal_row {
+    std::string name, anchor;
+    double ours = 0, anchor_seconds = 0, ratio = 0, goal = 0;  // goal <= 0: a figure without a goal
+    bool ok = true;
+    std::size_t bytes = 0, predicted_bytes = 0;  // bytes moved, measured and modelled, where known
+};
+
+/// The figures of a goals benchmark (lu_bench, potrf_bench, blas3_bench): each printed as it comes,
+/// met when its ratio (anchor / ours) is at least goal x margin, and the result file at the end.
+class goal_table {
+public:
+    explicit goal_table(double margin, int name_width = 52, bool with_bytes = false)
+        : margin_(margin), width_(name_width), with_bytes_(with_bytes) {}
+
+    void report(goal_row r) {
+        r.ratio = r.anchor_seconds / r.ours;
+        r.ok = r.goal <= 0 || r.ratio >= r.goal * margin_;
+        std::printf("%-*s %9.4f s  anchor %9.4f s  ratio %6.3f", width_, r.name.c_str(), r.ours, r.anchor_seconds, r.ratio);
+        if (r.goal > 0) std::printf("  goal >= %.2f  %s", r.goal, r.ok ? "ok" : "BELOW GOAL");
+        else std::printf("  (no goal)");
+        if (r.predicted_bytes) std::printf("  bytes %zu (model %zu)", r.bytes, r.predicted_bytes);
+        std::printf("\n");
+        std::fflush(stdout);
+        rows_.push_back(std::move(r));
+    }
+
+    bool all_met() const {
+        return std::all_of(rows_.begin(), rows_.end(), [](const goal_row& r) { return r.ok; });
+    }
+
+    /// The result file: the common header, the sizes, reps, margin, every row and all_goals_met.
+    void write(const std::string& path, const std::string& benchmark, const std::string& git_hash, index_t n,
+               index_t complex_n, int reps) const {
+        json_builder j = result_header(benchmark, git_hash, "cpu");
+        detail::json items = detail::json::array();
+        for (const goal_row& r : rows_) {
+            detail::json item = {{"name", r.name}, {"anchor", r.anchor}, {"seconds", r.ours},
+                                 {"anchor_seconds", r.anchor_seconds}, {"ratio", r.ratio}, {"goal", r.goal},
+                                 {"met", r.ok}};
+            if (with_bytes_) {
+                item["bytes_h2d"] = r.bytes;
+                item["predicted_bytes_h2d"] = r.predicted_bytes;
+            }
+            items.push_back(std::move(item));
+        }
+        j.add("n", n).add("complex_n", complex_n).add("reps", reps).add("margin", margin_).add("rows", items);
+        j.add("all_goals_met", all_met());
+        write_file_atomically(path, j.text());
+    }
+
+private:
+    double margin_;
+    int width_;
+    bool with_bytes_;
+    std::vector<goal_row> rows_;
+};
+
+/// The parts a benchmark's --only list asks for: wanted("ooc").
+class parts {
+public:
+    explicit parts(std::vector<std::string> names) : names_(std::move(names)) {}
+    bool operator()(const char* part) const { return std::find(names_.begin(), names_.end(), part) != names_.end(); }
+
+private:
+    std::vector<std::string> names_;
+};
+
+/// The options every goals benchmark reads, with its defaults: --out, --git-hash, --reps, --n,
+/// --complex-n, --only (the parts to run) and --margin (a goal is met at ratio >= goal x margin).
+/// Bound by name: const auto [out, git, reps, n, complex_n, wanted, margin] = goal_options(...).
+struct goal_options {
+    std::string out, git_hash;
+    int reps;
+    index_t n, complex_n;
+    parts wanted;
+    double margin;
+
+    goal_options(arguments& args, int default_reps, index_t default_n, index_t default_complex_n,
+                 const std::string& default_parts)
+        : out(args.get("out", "")),
+          git_hash(args.get("git-hash", "unknown")),
+          reps(int(args.number("reps", default_reps))),
+          n(args.number("n", default_n)),
+          complex_n(args.number("complex-n", default_complex_n)),
+          wanted(split(args.get("only", default_parts), ',')),
+          margin(args.real("margin", 1.0)) {}
+};
 
 }  // namespace tilestream::bench

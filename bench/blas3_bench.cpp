@@ -33,12 +33,7 @@ struct operands {
 template <class T>
 void fill(ts::host_matrix<T>& m, std::uint64_t seed) {
     std::mt19937_64 rng(seed);
-    std::uniform_real_distribution<double> u(-1.0, 1.0);
-    for (ts::index_t j = 0; j < m.cols(); ++j)
-        for (ts::index_t i = 0; i < m.rows(); ++i) {
-            if constexpr (ts::is_complex_v<T>) m(i, j) = T(u(rng), u(rng));
-            else m(i, j) = T(u(rng));
-        }
+    ts::bench::fill_uniform(m, rng);
 }
 
 template <class T>
@@ -134,12 +129,6 @@ void with_openblas_threads(int threads, F&& f) {
     f();
 }
 
-struct row {
-    std::string name, anchor;
-    double ours = 0, anchor_seconds = 0, ratio = 0, goal = 0;
-    bool ok = true;
-};
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -147,28 +136,14 @@ int main(int argc, char** argv) {
                               "usage: blas3_bench [--out F] [--git-hash H] [--reps R] [--n 4096] [--complex-n 2048] "
                               "[--routines trsm,trmm,symm,syrk,syr2k] [--complex-routines trsm,...,her2k] "
                               "[--only incore,ooc,scaling] [--margin 1.0]");
-    const std::string out = args.get("out", ""), git = args.get("git-hash", "unknown");
-    const int reps = int(args.number("reps", 5));
-    const ts::index_t n = args.number("n", 4096);
+    const auto [out, git, reps, n, complex_n, wanted, margin] =
+        ts::bench::goal_options(args, 5, 4096, 2048, "incore,ooc,scaling");
     const auto routines = ts::bench::split(args.get("routines", "trsm,trmm,symm,syrk,syr2k"), ',');
-    const ts::index_t complex_n = args.number("complex-n", 2048);
     const auto complex_routines =
         ts::bench::split(args.get("complex-routines", "trsm,trmm,symm,hemm,syrk,herk,syr2k,her2k"), ',');
-    const auto only = ts::bench::split(args.get("only", "incore,ooc,scaling"), ',');
-    const double margin = args.real("margin", 1.0);
     if (!args.finish()) return 2;
-    const auto wanted = [&](const char* part) { return std::find(only.begin(), only.end(), part) != only.end(); };
     const int cores = ts::inventory().cpu_cores;
-    std::vector<row> rows;
-    const auto report = [&](row r) {
-        r.ratio = r.anchor_seconds / r.ours;
-        r.ok = r.goal <= 0 || r.ratio >= r.goal * margin;
-        std::printf("%-52s %9.4f s  anchor %9.4f s  ratio %6.3f", r.name.c_str(), r.ours, r.anchor_seconds, r.ratio);
-        if (r.goal > 0) std::printf("  goal >= %.2f  %s\n", r.goal, r.ok ? "ok" : "BELOW GOAL");
-        else std::printf("  (no goal)\n");
-        std::fflush(stdout);
-        rows.push_back(std::move(r));
-    };
+    ts::bench::goal_table table(margin);
     ts::context one("cpu");
     const auto run_routine = [&]<class T>(const std::string& name, ts::index_t n) {
         const ts::blas3_routine r = ts::parse_blas3_routine(name);
@@ -191,7 +166,7 @@ int main(int argc, char** argv) {
                 ts::bench::pair_timing t = ts::bench::alternate(reps, [&] { one.blas3<T>(r, f, x); }, [&] {
                     with_openblas_threads(cores, [&] { openblas(o, n, n, o.c.data()); });
                 });
-                report({"in core / OpenBLAS, " + label, "cblas_" + std::string(1, prefix) + name + " (all cores)", t.ours,
+                table.report({"in core / OpenBLAS, " + label, "cblas_" + std::string(1, prefix) + name + " (all cores)", t.ours,
                         t.anchor, 0, 0.90});
             }
             if (wanted("ooc")) {
@@ -200,13 +175,13 @@ int main(int argc, char** argv) {
                 const ts::blas3_plan p = quarter.plan(ts::describe_blas3<T>(r, f, x));
                 ts::bench::pair_timing t = ts::bench::alternate(reps, [&] { quarter.execute<T>(p, x); },
                                                                 [&] { one.blas3<T>(r, f, x); });
-                report({"out of core (25% budget) / in core, " + label, "in core, default", t.ours, t.anchor, 0, 0.85});
+                table.report({"out of core (25% budget) / in core, " + label, "in core, default", t.ours, t.anchor, 0, 0.85});
             }
             if (wanted("scaling")) {
                 ts::context c1("cpu:1", {.cpu_threads = 1}), c2("cpu:2", {.cpu_threads = 1});
                 ts::bench::pair_timing t = ts::bench::alternate(reps, [&] { c2.blas3<T>(r, f, x); },
                                                                 [&] { c1.blas3<T>(r, f, x); });
-                report({"cpu:2 / cpu:1 efficiency (1 thread each), " + label, "cpu:1 (time halved)", t.ours, t.anchor / 2,
+                table.report({"cpu:2 / cpu:1 efficiency (1 thread each), " + label, "cpu:1 (time halved)", t.ours, t.anchor / 2,
                         0, 0.90});
                 // The ceiling: OpenBLAS alone, one thread on each half of B's independent columns
                 // (left) or rows (right) at once.
@@ -224,7 +199,7 @@ int main(int argc, char** argv) {
                             });
                         },
                         [&] { with_openblas_threads(1, [&] { openblas(o, n, n, o.c.data()); }); });
-                    report({"ceiling: OpenBLAS, 1 thread per half at once, " + label, "1 thread (time halved)", c.ours,
+                    table.report({"ceiling: OpenBLAS, 1 thread per half at once, " + label, "1 thread (time halved)", c.ours,
                             c.anchor / 2, 0, 0});
                 }
             }
@@ -232,16 +207,6 @@ int main(int argc, char** argv) {
     };
     for (const std::string& name : routines) run_routine.template operator()<double>(name, n);
     for (const std::string& name : complex_routines) run_routine.template operator()<std::complex<double>>(name, complex_n);
-    bool ok = true;
-    for (const row& r : rows) ok = ok && r.ok;
-    if (!out.empty()) {
-        ts::bench::json_builder j = ts::bench::result_header("blas3_bench", git, "cpu");
-        ts::detail::json items = ts::detail::json::array();
-        for (const row& r : rows)
-            items.push_back({{"name", r.name}, {"anchor", r.anchor}, {"seconds", r.ours}, {"anchor_seconds", r.anchor_seconds},
-                             {"ratio", r.ratio}, {"goal", r.goal}, {"met", r.ok}});
-        j.add("n", n).add("complex_n", complex_n).add("reps", reps).add("margin", margin).add("rows", items).add("all_goals_met", ok);
-        ts::bench::write_file_atomically(out, j.text());
-    }
-    return ok ? 0 : 1;
+    if (!out.empty()) table.write(out, "blas3_bench", git, n, complex_n, reps);
+    return table.all_met() ? 0 : 1;
 }

@@ -25,12 +25,6 @@ namespace ts = tilestream;
 
 namespace {
 
-struct row {
-    std::string name, anchor;
-    double ours = 0, anchor_seconds = 0, ratio = 0, goal = 0;
-    bool ok = true;
-};
-
 template <class T>
 void lapack_getrf(int n, T* a, int* ipiv) {
     int info = 0;
@@ -51,35 +45,18 @@ int main(int argc, char** argv) {
     ts::bench::arguments args(argc, argv,
                               "usage: lu_bench [--out F] [--git-hash H] [--reps R] [--n 8192] [--complex-n 4096] "
                               "[--only incore,ooc,gesv] [--margin 1.0]");
-    const std::string out = args.get("out", ""), git = args.get("git-hash", "unknown");
-    const int reps = int(args.number("reps", 3));
-    const ts::index_t n = args.number("n", 8192), complex_n = args.number("complex-n", 4096);
-    const auto only = ts::bench::split(args.get("only", "incore,ooc,gesv"), ',');
-    const double margin = args.real("margin", 1.0);
+    const auto [out, git, reps, n, complex_n, wanted, margin] =
+        ts::bench::goal_options(args, 3, 8192, 4096, "incore,ooc,gesv");
     if (!args.finish()) return 2;
-    const auto wanted = [&](const char* part) { return std::find(only.begin(), only.end(), part) != only.end(); };
     const int cores = ts::inventory().cpu_cores;
-    std::vector<row> rows;
-    const auto report = [&](row r) {
-        r.ratio = r.anchor_seconds / r.ours;
-        r.ok = r.goal <= 0 || r.ratio >= r.goal * margin;
-        std::printf("%-52s %9.4f s  anchor %9.4f s  ratio %6.3f  goal >= %.2f  %s\n", r.name.c_str(), r.ours,
-                    r.anchor_seconds, r.ratio, r.goal, r.ok ? "ok" : "BELOW GOAL");
-        std::fflush(stdout);
-        rows.push_back(std::move(r));
-    };
+    ts::bench::goal_table table(margin);
     ts::context one("cpu");
     const auto run = [&]<class T>(ts::index_t size) {
         const std::string type(ts::to_string(ts::dtype_of<T>()));
         // Random entries: well conditioned enough for partial pivoting, the pivots' cost realistic.
         ts::host_matrix<T> pristine(size, size, ts::layout::col_major), a(size, size, ts::layout::col_major);
         std::mt19937_64 rng(7);
-        std::uniform_real_distribution<double> u(-1.0, 1.0);
-        for (ts::index_t j = 0; j < size; ++j)
-            for (ts::index_t i = 0; i < size; ++i) {
-                if constexpr (ts::is_complex_v<T>) pristine(i, j) = T(u(rng), u(rng));
-                else pristine(i, j) = T(u(rng));
-            }
+        ts::bench::fill_uniform(pristine, rng);
         const std::size_t bytes = std::size_t(size) * std::size_t(size) * sizeof(T);
         std::vector<ts::index_t> ipiv(static_cast<std::size_t>(size));
         std::vector<int> lapack_ipiv(static_cast<std::size_t>(size));
@@ -95,24 +72,20 @@ int main(int argc, char** argv) {
                 openblas_set_num_threads(cores);
                 lapack_getrf<T>(int(size), a.data(), lapack_ipiv.data());
             });
-            report({"in core / OpenBLAS, " + label, std::string(1, ts::dtype_traits(ts::dtype_of<T>()).blas_prefix) +
+            table.report({"in core / OpenBLAS, " + label, std::string(1, ts::dtype_traits(ts::dtype_of<T>()).blas_prefix) +
                                                         "getrf_ (OpenBLAS, all cores)",
                     t.ours, t.anchor, 0, 0.90});
         }
         if (wanted("ooc")) {
             ts::context quarter("cpu", {.memory_budget = bytes / 4});
             ts::bench::pair_timing t = ts::bench::alternate(reps, [&] { ours(quarter); }, [&] { ours(one); });
-            report({"out of core (25% budget) / in core, " + label, "in core, default", t.ours, t.anchor, 0, 0.80});
+            table.report({"out of core (25% budget) / in core, " + label, "in core, default", t.ours, t.anchor, 0, 0.80});
         }
         if (wanted("gesv")) {
             // Many right-hand sides: n/4 columns of B, refreshed with A before every run.
             const ts::index_t nrhs = std::max<ts::index_t>(1, size / 4);
             ts::host_matrix<T> b0(size, nrhs, ts::layout::col_major), b(size, nrhs, ts::layout::col_major);
-            for (ts::index_t j = 0; j < nrhs; ++j)
-                for (ts::index_t i = 0; i < size; ++i) {
-                    if constexpr (ts::is_complex_v<T>) b0(i, j) = T(u(rng), u(rng));
-                    else b0(i, j) = T(u(rng));
-                }
+            ts::bench::fill_uniform(b0, rng);
             const std::size_t b_bytes = std::size_t(size) * std::size_t(nrhs) * sizeof(T);
             const auto solve = [&](ts::context& ctx) {
                 refresh();
@@ -126,26 +99,16 @@ int main(int argc, char** argv) {
                 openblas_set_num_threads(cores);
                 lapack_gesv<T>(int(size), int(nrhs), a.data(), lapack_ipiv.data(), b.data());
             });
-            report({"in core / OpenBLAS, " + glabel, std::string(1, ts::dtype_traits(ts::dtype_of<T>()).blas_prefix) +
+            table.report({"in core / OpenBLAS, " + glabel, std::string(1, ts::dtype_traits(ts::dtype_of<T>()).blas_prefix) +
                                                          "gesv_ (OpenBLAS, all cores)",
                     t.ours, t.anchor, 0, 0.90});
             ts::context quarter("cpu", {.memory_budget = (bytes + b_bytes) / 4});
             t = ts::bench::alternate(reps, [&] { solve(quarter); }, [&] { solve(one); });
-            report({"out of core (25% budget) / in core, " + glabel, "in core, default", t.ours, t.anchor, 0, 0.80});
+            table.report({"out of core (25% budget) / in core, " + glabel, "in core, default", t.ours, t.anchor, 0, 0.80});
         }
     };
     run.template operator()<double>(n);
     run.template operator()<std::complex<double>>(complex_n);
-    bool ok = true;
-    for (const row& r : rows) ok = ok && r.ok;
-    if (!out.empty()) {
-        ts::bench::json_builder j = ts::bench::result_header("lu_bench", git, "cpu");
-        ts::detail::json items = ts::detail::json::array();
-        for (const row& r : rows)
-            items.push_back({{"name", r.name}, {"anchor", r.anchor}, {"seconds", r.ours}, {"anchor_seconds", r.anchor_seconds},
-                             {"ratio", r.ratio}, {"goal", r.goal}, {"met", r.ok}});
-        j.add("n", n).add("complex_n", complex_n).add("reps", reps).add("margin", margin).add("rows", items).add("all_goals_met", ok);
-        ts::bench::write_file_atomically(out, j.text());
-    }
-    return ok ? 0 : 1;
+    if (!out.empty()) table.write(out, "lu_bench", git, n, complex_n, reps);
+    return table.all_met() ? 0 : 1;
 }

@@ -28,12 +28,9 @@ template <class T>
 std::vector<T> random_spd(ts::index_t n, std::uint64_t seed) {
     std::vector<T> a(std::size_t(n * n));
     std::mt19937_64 rng(seed);
-    std::uniform_real_distribution<double> u(-1.0, 1.0);
     for (ts::index_t j = 0; j < n; ++j)
         for (ts::index_t i = j; i < n; ++i) {
-            T v;
-            if constexpr (ts::is_complex_v<T>) v = i == j ? T(double(n) + 1.0) : T(u(rng), u(rng));
-            else v = i == j ? T(double(n) + 1.0) : T(u(rng));
+            const T v = i == j ? T(double(n) + 1.0) : ts::bench::random_entry<T>(rng);
             a[std::size_t(i + j * n)] = v;
             if constexpr (ts::is_complex_v<T>) a[std::size_t(j + i * n)] = std::conj(v);
             else a[std::size_t(j + i * n)] = v;
@@ -47,39 +44,17 @@ void lapack_potrf(ts::index_t n, T* a) {
     if (info != 0) throw std::runtime_error("potrf_bench: LAPACK info " + std::to_string(info));
 }
 
-struct row {
-    std::string name, anchor;
-    double ours = 0, anchor_seconds = 0, ratio = 0, goal = 0;
-    std::size_t bytes = 0, predicted_bytes = 0;
-    bool ok = true;
-};
-
 }  // namespace
 
 int main(int argc, char** argv) {
     ts::bench::arguments args(argc, argv,
                               "usage: potrf_bench [--out F] [--git-hash H] [--reps R] [--n 8192] [--complex-n 4096] "
                               "[--only incore,ooc] [--margin 1.0]");
-    const std::string out = args.get("out", ""), git = args.get("git-hash", "unknown");
-    const int reps = int(args.number("reps", 3));
-    const ts::index_t n = args.number("n", 8192);
-    const ts::index_t complex_n = args.number("complex-n", 4096);
-    const auto only = ts::bench::split(args.get("only", "incore,ooc"), ',');
-    const double margin = args.real("margin", 1.0);
+    const auto [out, git, reps, n, complex_n, wanted, margin] =
+        ts::bench::goal_options(args, 3, 8192, 4096, "incore,ooc");
     if (!args.finish()) return 2;
-    const auto wanted = [&](const char* part) { return std::find(only.begin(), only.end(), part) != only.end(); };
     const int cores = ts::inventory().cpu_cores;
-    std::vector<row> rows;
-    const auto report = [&](row r) {
-        r.ratio = r.anchor_seconds / r.ours;
-        r.ok = r.goal <= 0 || r.ratio >= r.goal * margin;
-        std::printf("%-58s %9.4f s  anchor %9.4f s  ratio %6.3f  goal >= %.2f  %s", r.name.c_str(), r.ours, r.anchor_seconds,
-                    r.ratio, r.goal, r.ok ? "ok" : "BELOW GOAL");
-        if (r.predicted_bytes) std::printf("  bytes %zu (model %zu)", r.bytes, r.predicted_bytes);
-        std::printf("\n");
-        std::fflush(stdout);
-        rows.push_back(std::move(r));
-    };
+    ts::bench::goal_table table(margin, 58, /*with_bytes=*/true);
     ts::context one("cpu");
     const auto run_type = [&]<class T>(ts::index_t order) {
         const std::vector<T> a0 = random_spd<T>(order, 29);
@@ -89,18 +64,8 @@ int main(int argc, char** argv) {
         const char prefix = ts::dtype_traits(ts::dtype_of<T>()).blas_prefix;
         // Each run on a fresh copy; the copy is outside the clock.
         const auto alternate = [&](auto&& ours, auto&& anchor) {
-            std::vector<double> x, y;
-            for (int r = -1; r < reps; ++r)
-                for (int side = 0; side < 2; ++side) {
-                    const bool ours_now = ((r & 1) ^ side) == 0;
-                    std::memcpy(work.data(), a0.data(), a0.size() * sizeof(T));
-                    const auto t0 = std::chrono::steady_clock::now();
-                    if (ours_now) ours();
-                    else anchor();
-                    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-                    if (r >= 0) (ours_now ? x : y).push_back(s);  // r = -1: the warm-up
-                }
-            return ts::bench::pair_timing{ts::bench::median(x), ts::bench::median(y)};
+            return ts::bench::alternate(reps, ours, anchor,
+                                        [&] { std::memcpy(work.data(), a0.data(), a0.size() * sizeof(T)); });
         };
         if (wanted("incore")) {
             const auto t = alternate([&] { one.potrf<T>(ts::uplo::lower, view); },
@@ -108,7 +73,7 @@ int main(int argc, char** argv) {
                                          openblas_set_num_threads(cores);
                                          lapack_potrf<T>(order, work.data());
                                      });
-            report({"potrf in core / OpenBLAS, lower, " + label, std::string(1, prefix) + "potrf (all cores)", t.ours, t.anchor,
+            table.report({"potrf in core / OpenBLAS, lower, " + label, std::string(1, prefix) + "potrf (all cores)", t.ours, t.anchor,
                     0, 0.90});
         }
         if (wanted("ooc")) {
@@ -118,26 +83,15 @@ int main(int argc, char** argv) {
             std::size_t bytes = 0;
             const auto t = alternate([&] { bytes = quarter.execute<T>(p, {T(1), T(0), {}, {}, view}).bytes_h2d; },
                                      [&] { one.potrf<T>(ts::uplo::lower, view); });
-            row r{"potrf out of core (25% budget) / in core, lower, " + label + " (" + std::string(ts::to_string(p.order)) + ")",
+            ts::bench::goal_row r{"potrf out of core (25% budget) / in core, lower, " + label + " (" + std::string(ts::to_string(p.order)) + ")",
                   "in core, default", t.ours, t.anchor, 0, 0.80};
             r.bytes = bytes;
             r.predicted_bytes = p.bytes_h2d;
-            report(r);
+            table.report(r);
         }
     };
     run_type.template operator()<double>(n);
     run_type.template operator()<std::complex<double>>(complex_n);
-    bool ok = true;
-    for (const row& r : rows) ok = ok && r.ok;
-    if (!out.empty()) {
-        ts::bench::json_builder j = ts::bench::result_header("potrf_bench", git, "cpu");
-        ts::detail::json items = ts::detail::json::array();
-        for (const row& r : rows)
-            items.push_back({{"name", r.name}, {"anchor", r.anchor}, {"seconds", r.ours}, {"anchor_seconds", r.anchor_seconds},
-                             {"ratio", r.ratio}, {"goal", r.goal}, {"met", r.ok}, {"bytes_h2d", r.bytes},
-                             {"predicted_bytes_h2d", r.predicted_bytes}});
-        j.add("n", n).add("complex_n", complex_n).add("reps", reps).add("margin", margin).add("rows", items).add("all_goals_met", ok);
-        ts::bench::write_file_atomically(out, j.text());
-    }
-    return ok ? 0 : 1;
+    if (!out.empty()) table.write(out, "potrf_bench", git, n, complex_n, reps);
+    return table.all_met() ? 0 : 1;
 }

@@ -19,6 +19,22 @@ def out_of_core():
     return tilestream.Context("cpu:2", memory_budget="64KiB", cpu_threads=1)
 
 
+@pytest.fixture(scope="module")
+def leave_the_context_cache_as_found():
+    """The module-level calls' contexts a test file opens are closed after it (other files count the
+    cache's entries): pytestmark = pytest.mark.usefixtures("leave_the_context_cache_as_found")."""
+    before = set(tilestream._contexts)
+    yield
+    with tilestream._contexts_lock:
+        for key in [k for k in tilestream._contexts if k not in before]:
+            del tilestream._contexts[key]
+
+
+# The BLAS/LAPACK prefixes (scipy.linalg.blas and .lapack names) and each one's tolerance.
+PREFIXES = {"s": np.float32, "d": np.float64, "c": np.complex64, "z": np.complex128}
+TOL = {"s": 2e-4, "d": 1e-11, "c": 2e-4, "z": 1e-11}
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(20261123)

@@ -10,19 +10,9 @@ import pytest
 import tilestream
 from tilestream import blas
 
-@pytest.fixture(autouse=True, scope="module")
-def _leave_the_context_cache_as_found():
-    """The module-level calls' contexts opened here are closed after this file (other files count
-    the cache's entries)."""
-    before = set(tilestream._contexts)
-    yield
-    with tilestream._contexts_lock:
-        for key in [k for k in tilestream._contexts if k not in before]:
-            del tilestream._contexts[key]
+from conftest import PREFIXES, TOL
 
-
-PREFIXES = {"s": np.float32, "d": np.float64, "c": np.complex64, "z": np.complex128}
-TOL = {"s": 2e-4, "d": 1e-11, "c": 2e-4, "z": 1e-11}
+pytestmark = pytest.mark.usefixtures("leave_the_context_cache_as_found")
 
 
 def rand(shape, prefix, rng, order="C"):

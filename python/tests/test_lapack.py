@@ -6,21 +6,11 @@ named is never read (NaN there) and LAPACK's info for a matrix that is not posit
 import numpy as np
 import pytest
 
-import tilestream
 from tilestream import lapack
 
+from conftest import PREFIXES, TOL
 
-@pytest.fixture(autouse=True, scope="module")
-def _leave_the_context_cache_as_found():
-    before = set(tilestream._contexts)
-    yield
-    with tilestream._contexts_lock:
-        for key in [k for k in tilestream._contexts if k not in before]:
-            del tilestream._contexts[key]
-
-
-PREFIXES = {"s": np.float32, "d": np.float64, "c": np.complex64, "z": np.complex128}
-TOL = {"s": 2e-4, "d": 1e-11, "c": 2e-4, "z": 1e-11}
+pytestmark = pytest.mark.usefixtures("leave_the_context_cache_as_found")
 
 
 def spd(n, prefix, rng, bad=None):

@@ -41,6 +41,22 @@ __all__ = ["cho_factor", "cho_solve", "lu_factor", "lu_solve"]
 _EXTRAS = ("devices", "memory_budget", "kernel")
 
 
+def _per_precision(doc):
+    """Makes ?<stem> for s, d, c and z, a family written once: make(dtype, fname) returns the
+    function, which gets the name fname, doc as its docstring ({fname} and {prefix} filled in), and
+    a place in the module and __all__. The stem is make's name without its leading underscore."""
+    def register(make):
+        for prefix in "sdcz":
+            fname = prefix + make.__name__.lstrip("_")
+            f = make(_DTYPES[prefix], fname)
+            f.__name__ = f.__qualname__ = fname
+            f.__doc__ = doc.format(fname=fname, prefix=prefix)
+            globals()[fname] = f
+            __all__.append(fname)
+        return make
+    return register
+
+
 def _square(a, dtype, name, fname):
     m = _matrix(a, dtype, name, fname)
     if m.shape[0] != m.shape[1]:
@@ -76,10 +92,9 @@ def _solve(c, x, lower, extras):
     return x
 
 
-def _make_potrf(prefix):
-    dtype = _DTYPES[prefix]
-    fname = prefix + "potrf"
-
+@_per_precision("Cholesky factor of a Hermitian positive definite a: (c, info) with a = c^H c (lower=0) or "
+                "c c^H (lower=1); scipy.linalg.lapack.{fname}(a, lower=0, clean=1, overwrite_a=0).")
+def _potrf(dtype, fname):
     def potrf(a, lower=0, clean=1, overwrite_a=0, *, devices="all", memory_budget=None, kernel="vendor"):
         m = _square(a, dtype, "a", fname)
         c = _output(a, m.shape, dtype, overwrite_a, "a", fname)
@@ -90,32 +105,24 @@ def _make_potrf(prefix):
             c[np.triu_indices(n, 1) if lower else np.tril_indices(n, -1)] = 0
         return c, info
 
-    potrf.__name__ = potrf.__qualname__ = fname
-    potrf.__doc__ = (f"Cholesky factor of a Hermitian positive definite a: (c, info) with a = c^H c (lower=0) or "
-                     f"c c^H (lower=1); scipy.linalg.lapack.{fname}(a, lower=0, clean=1, overwrite_a=0).")
     return potrf
 
 
-def _make_potrs(prefix):
-    dtype = _DTYPES[prefix]
-    fname = prefix + "potrs"
-
+@_per_precision("Solves a x = b from a's Cholesky factor c: (x, info); scipy.linalg.lapack.{fname}(c, b, lower=0, "
+                "overwrite_b=0).")
+def _potrs(dtype, fname):
     def potrs(c, b, lower=0, overwrite_b=0, *, devices="all", memory_budget=None, kernel="vendor"):
         cm = _square(c, dtype, "c", fname)
         x, one = _rhs(b, cm.shape[0], dtype, overwrite_b, fname)
         _solve(cm, x, bool(lower), dict(devices=devices, memory_budget=memory_budget, kernel=kernel))
         return (x[:, 0] if one else x), 0
 
-    potrs.__name__ = potrs.__qualname__ = fname
-    potrs.__doc__ = (f"Solves a x = b from a's Cholesky factor c: (x, info); scipy.linalg.lapack.{fname}(c, b, lower=0, "
-                     f"overwrite_b=0).")
     return potrs
 
 
-def _make_posv(prefix):
-    dtype = _DTYPES[prefix]
-    fname = prefix + "posv"
-
+@_per_precision("Solves a x = b, a Hermitian positive definite, through its Cholesky factor: (c, x, info); "
+                "scipy.linalg.lapack.{fname}(a, b, lower=0, overwrite_a=0, overwrite_b=0).")
+def _posv(dtype, fname):
     def posv(a, b, lower=0, overwrite_a=0, overwrite_b=0, *, devices="all", memory_budget=None, kernel="vendor"):
         m = _square(a, dtype, "a", fname)
         x, one = _rhs(b, m.shape[0], dtype, overwrite_b, fname)
@@ -126,9 +133,6 @@ def _make_posv(prefix):
             _solve(c, x, lower, dict(devices=devices, memory_budget=memory_budget, kernel=kernel))
         return c, (x[:, 0] if one else x), info
 
-    posv.__name__ = posv.__qualname__ = fname
-    posv.__doc__ = (f"Solves a x = b, a Hermitian positive definite, through its Cholesky factor: (c, x, info); "
-                    f"scipy.linalg.lapack.{fname}(a, b, lower=0, overwrite_a=0, overwrite_b=0).")
     return posv
 
 
@@ -161,14 +165,6 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True, **extras):
     return x
 
 
-for _p in "sdcz":
-    for _make in (_make_potrf, _make_potrs, _make_posv):
-        _f = _make(_p)
-        globals()[_f.__name__] = _f
-        __all__.append(_f.__name__)
-del _p, _make, _f
-
-
 # ---- LU: ?getrf, ?getrs, ?gesv (the native start_getrf / start_getrs: tilestream's getrf and getrs) ----
 
 def _pivots_in(piv, n, fname):
@@ -190,10 +186,9 @@ def _getrf_into(lu, ipiv, devices, memory_budget, kernel):
     return int(_wait(ctx._native.start_getrf(lu, ipiv), None)["info"])
 
 
-def _make_getrf(prefix):
-    dtype = _DTYPES[prefix]
-    fname = prefix + "getrf"
-
+@_per_precision("a = P L U with partial pivoting: (lu, piv, info), piv 0-based, info > 0 when U[info-1, info-1] "
+                "is exactly zero (the factorization is complete); scipy.linalg.lapack.{fname}(a, overwrite_a=0).")
+def _getrf(dtype, fname):
     def getrf(a, overwrite_a=0, *, devices="all", memory_budget=None, kernel="vendor"):
         m = _matrix(a, dtype, "a", fname)
         lu = _output(a, m.shape, dtype, overwrite_a, "a", fname)
@@ -201,16 +196,12 @@ def _make_getrf(prefix):
         info = _getrf_into(lu, ipiv, devices, memory_budget, kernel)
         return lu, (ipiv - 1).astype(np.int32), info
 
-    getrf.__name__ = getrf.__qualname__ = fname
-    getrf.__doc__ = (f"a = P L U with partial pivoting: (lu, piv, info), piv 0-based, info > 0 when U[info-1, info-1] "
-                     f"is exactly zero (the factorization is complete); scipy.linalg.lapack.{fname}(a, overwrite_a=0).")
     return getrf
 
 
-def _make_getrs(prefix):
-    dtype = _DTYPES[prefix]
-    fname = prefix + "getrs"
-
+@_per_precision("Solves op(a) x = b (trans 0: a, 1: a^T, 2: a^H) with {prefix}getrf's lu and piv: (x, info); "
+                "scipy.linalg.lapack.{fname}(lu, piv, b, trans=0, overwrite_b=0).")
+def _getrs(dtype, fname):
     def getrs(lu, piv, b, trans=0, overwrite_b=0, *, devices="all", memory_budget=None, kernel="vendor"):
         trans = _flag(trans, "trans", (0, 1, 2), fname)
         lu_m = _square(lu, dtype, "lu", fname)
@@ -222,16 +213,12 @@ def _make_getrs(prefix):
             _wait(ctx._native.start_getrs("ntc"[trans], lu_m, ipiv, x), None)
         return (x[:, 0] if one else x), 0
 
-    getrs.__name__ = getrs.__qualname__ = fname
-    getrs.__doc__ = (f"Solves op(a) x = b (trans 0: a, 1: a^T, 2: a^H) with {prefix}getrf's lu and piv: (x, info); "
-                     f"scipy.linalg.lapack.{fname}(lu, piv, b, trans=0, overwrite_b=0).")
     return getrs
 
 
-def _make_gesv(prefix):
-    dtype = _DTYPES[prefix]
-    fname = prefix + "gesv"
-
+@_per_precision("Solves a x = b through a = P L U: (lu, piv, x, info), x not solved when info > 0; "
+                "scipy.linalg.lapack.{fname}(a, b, overwrite_a=0, overwrite_b=0).")
+def _gesv(dtype, fname):
     def gesv(a, b, overwrite_a=0, overwrite_b=0, *, devices="all", memory_budget=None, kernel="vendor"):
         m = _square(a, dtype, "a", fname)
         x, one = _rhs(b, m.shape[0], dtype, overwrite_b, fname)
@@ -243,9 +230,6 @@ def _make_gesv(prefix):
             _wait(ctx._native.start_getrs("n", lu, ipiv, x), None)
         return lu, (ipiv - 1).astype(np.int32), (x[:, 0] if one else x), info
 
-    gesv.__name__ = gesv.__qualname__ = fname
-    gesv.__doc__ = (f"Solves a x = b through a = P L U: (lu, piv, x, info), x not solved when info > 0; "
-                    f"scipy.linalg.lapack.{fname}(a, b, overwrite_a=0, overwrite_b=0).")
     return gesv
 
 
@@ -267,11 +251,3 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True, **ext
         lu, b = np.asarray_chkfinite(lu), np.asarray_chkfinite(b)
     x, _ = globals()[_prefix_of(lu, b) + "getrs"](lu, piv, b, trans=trans, overwrite_b=overwrite_b, **extras)
     return x
-
-
-for _p in "sdcz":
-    for _make in (_make_getrf, _make_getrs, _make_gesv):
-        _f = _make(_p)
-        globals()[_f.__name__] = _f
-        __all__.append(_f.__name__)
-del _p, _make, _f

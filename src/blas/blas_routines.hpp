@@ -1,118 +1,80 @@
-// The BLAS entry points the drop-in exports: one row per routine. A routine of an existing family
-// (another precision) is one row here; a new family is a PARAMS/ARGS pair below, a decoding body in
+// The BLAS entry points the drop-in exports: one row per family and its precisions (s, d, c, z; the
+// build's export list and blas_drop_in_loading read these rows). Another precision of an existing
+// family is one more letter in its row; a new family is a PARAMS/ARGS pair below, a decoding body in
 // blas_front.cpp and a case in the bridge (blas_context.cpp).
 #pragma once
 
 #include <complex>
 #include <cstddef>
 
-// X(symbol, family, scalar type). The ?gemm3m routines (OpenBLAS, MKL: the same call as ?gemm,
+// X(symbol, family, scalar type), written a family and its precisions at a time (TILESTREAM_BLAS_SD
+// and the others below). The ?gemm3m routines (OpenBLAS, MKL: the same call as ?gemm,
 // computed by the 3m method) are routed like ?gemm; a system BLAS without them (netlib's) gets such
 // calls on its ?gemm entry (system_blas.cpp), so the drop-in exports them whatever the BLAS.
 #define TILESTREAM_BLAS_ROUTINES(X)                              \
-    X(sgemm_, fortran_gemm, float)                               \
-    X(dgemm_, fortran_gemm, double)                              \
-    X(cblas_sgemm, cblas_gemm, float)                            \
-    X(cblas_dgemm, cblas_gemm, double)                           \
-    X(cgemm_, fortran_gemm, std::complex<float>)                 \
-    X(zgemm_, fortran_gemm, std::complex<double>)                \
-    X(cblas_cgemm, cblas_complex_gemm, std::complex<float>)      \
-    X(cblas_zgemm, cblas_complex_gemm, std::complex<double>)     \
-    X(cgemm3m_, fortran_gemm, std::complex<float>)               \
-    X(zgemm3m_, fortran_gemm, std::complex<double>)              \
-    X(cblas_cgemm3m, cblas_complex_gemm, std::complex<float>)    \
-    X(cblas_zgemm3m, cblas_complex_gemm, std::complex<double>)  \
-    TILESTREAM_BLAS_LEVEL3_ROUTINES(X)                          \
+    TILESTREAM_BLAS_SD(X, gemm_, fortran_gemm)                   \
+    TILESTREAM_CBLAS_SD(X, gemm, cblas_gemm)                     \
+    TILESTREAM_BLAS_CZ(X, gemm_, fortran_gemm)                   \
+    TILESTREAM_CBLAS_CZ(X, gemm, cblas_complex_gemm)             \
+    TILESTREAM_BLAS_CZ(X, gemm3m_, fortran_gemm)                 \
+    TILESTREAM_CBLAS_CZ(X, gemm3m, cblas_complex_gemm)           \
+    TILESTREAM_BLAS_LEVEL3_ROUTINES(X)                           \
     TILESTREAM_LAPACK_ROUTINES(X)
 
 // The rest of Level 3 BLAS (real precisions): symm, syrk, syr2k, trmm and trsm, Fortran and CBLAS.
-#define TILESTREAM_BLAS_LEVEL3_ROUTINES(X)  \
-    X(ssymm_, fortran_symm, float)          \
-    X(dsymm_, fortran_symm, double)         \
-    X(ssyrk_, fortran_syrk, float)          \
-    X(dsyrk_, fortran_syrk, double)         \
-    X(ssyr2k_, fortran_syr2k, float)        \
-    X(dsyr2k_, fortran_syr2k, double)       \
-    X(strmm_, fortran_trmm, float)          \
-    X(dtrmm_, fortran_trmm, double)         \
-    X(strsm_, fortran_trsm, float)          \
-    X(dtrsm_, fortran_trsm, double)         \
-    X(cblas_ssymm, cblas_symm, float)       \
-    X(cblas_dsymm, cblas_symm, double)      \
-    X(cblas_ssyrk, cblas_syrk, float)       \
-    X(cblas_dsyrk, cblas_syrk, double)      \
-    X(cblas_ssyr2k, cblas_syr2k, float)     \
-    X(cblas_dsyr2k, cblas_syr2k, double)    \
-    X(cblas_strmm, cblas_trmm, float)       \
-    X(cblas_dtrmm, cblas_trmm, double)      \
-    X(cblas_strsm, cblas_trsm, float)       \
-    X(cblas_dtrsm, cblas_trsm, double)      \
+#define TILESTREAM_BLAS_LEVEL3_ROUTINES(X)          \
+    TILESTREAM_BLAS_SD(X, symm_, fortran_symm)      \
+    TILESTREAM_BLAS_SD(X, syrk_, fortran_syrk)      \
+    TILESTREAM_BLAS_SD(X, syr2k_, fortran_syr2k)    \
+    TILESTREAM_BLAS_SD(X, trmm_, fortran_trmm)      \
+    TILESTREAM_BLAS_SD(X, trsm_, fortran_trsm)      \
+    TILESTREAM_CBLAS_SD(X, symm, cblas_symm)        \
+    TILESTREAM_CBLAS_SD(X, syrk, cblas_syrk)        \
+    TILESTREAM_CBLAS_SD(X, syr2k, cblas_syr2k)      \
+    TILESTREAM_CBLAS_SD(X, trmm, cblas_trmm)        \
+    TILESTREAM_CBLAS_SD(X, trsm, cblas_trsm)        \
     TILESTREAM_BLAS_LEVEL3_COMPLEX_ROUTINES(X)
 
 // The complex ones (HEMM, HERK, HER2K besides): CBLAS passes their scalars by address (void*), HERK's
 // alpha and beta and HER2K's beta are real.
-#define TILESTREAM_BLAS_LEVEL3_COMPLEX_ROUTINES(X) \
-    X(csymm_, fortran_symm, std::complex<float>)            \
-    X(zsymm_, fortran_symm, std::complex<double>)           \
-    X(chemm_, fortran_hemm, std::complex<float>)            \
-    X(zhemm_, fortran_hemm, std::complex<double>)           \
-    X(csyrk_, fortran_syrk, std::complex<float>)            \
-    X(zsyrk_, fortran_syrk, std::complex<double>)           \
-    X(cherk_, fortran_herk, std::complex<float>)            \
-    X(zherk_, fortran_herk, std::complex<double>)           \
-    X(csyr2k_, fortran_syr2k, std::complex<float>)          \
-    X(zsyr2k_, fortran_syr2k, std::complex<double>)         \
-    X(cher2k_, fortran_her2k, std::complex<float>)          \
-    X(zher2k_, fortran_her2k, std::complex<double>)         \
-    X(ctrmm_, fortran_trmm, std::complex<float>)            \
-    X(ztrmm_, fortran_trmm, std::complex<double>)           \
-    X(ctrsm_, fortran_trsm, std::complex<float>)            \
-    X(ztrsm_, fortran_trsm, std::complex<double>)           \
-    X(cblas_csymm, cblas_symm_cx, std::complex<float>)      \
-    X(cblas_zsymm, cblas_symm_cx, std::complex<double>)     \
-    X(cblas_chemm, cblas_hemm_cx, std::complex<float>)      \
-    X(cblas_zhemm, cblas_hemm_cx, std::complex<double>)     \
-    X(cblas_csyrk, cblas_syrk_cx, std::complex<float>)      \
-    X(cblas_zsyrk, cblas_syrk_cx, std::complex<double>)     \
-    X(cblas_cherk, cblas_herk_cx, std::complex<float>)      \
-    X(cblas_zherk, cblas_herk_cx, std::complex<double>)     \
-    X(cblas_csyr2k, cblas_syr2k_cx, std::complex<float>)    \
-    X(cblas_zsyr2k, cblas_syr2k_cx, std::complex<double>)   \
-    X(cblas_cher2k, cblas_her2k_cx, std::complex<float>)    \
-    X(cblas_zher2k, cblas_her2k_cx, std::complex<double>)   \
-    X(cblas_ctrmm, cblas_trmm_cx, std::complex<float>)      \
-    X(cblas_ztrmm, cblas_trmm_cx, std::complex<double>)     \
-    X(cblas_ctrsm, cblas_trsm_cx, std::complex<float>)      \
-    X(cblas_ztrsm, cblas_trsm_cx, std::complex<double>)
+#define TILESTREAM_BLAS_LEVEL3_COMPLEX_ROUTINES(X)  \
+    TILESTREAM_BLAS_CZ(X, symm_, fortran_symm)      \
+    TILESTREAM_BLAS_CZ(X, hemm_, fortran_hemm)      \
+    TILESTREAM_BLAS_CZ(X, syrk_, fortran_syrk)      \
+    TILESTREAM_BLAS_CZ(X, herk_, fortran_herk)      \
+    TILESTREAM_BLAS_CZ(X, syr2k_, fortran_syr2k)    \
+    TILESTREAM_BLAS_CZ(X, her2k_, fortran_her2k)    \
+    TILESTREAM_BLAS_CZ(X, trmm_, fortran_trmm)      \
+    TILESTREAM_BLAS_CZ(X, trsm_, fortran_trsm)      \
+    TILESTREAM_CBLAS_CZ(X, symm, cblas_symm_cx)     \
+    TILESTREAM_CBLAS_CZ(X, hemm, cblas_hemm_cx)     \
+    TILESTREAM_CBLAS_CZ(X, syrk, cblas_syrk_cx)     \
+    TILESTREAM_CBLAS_CZ(X, herk, cblas_herk_cx)     \
+    TILESTREAM_CBLAS_CZ(X, syr2k, cblas_syr2k_cx)   \
+    TILESTREAM_CBLAS_CZ(X, her2k, cblas_her2k_cx)   \
+    TILESTREAM_CBLAS_CZ(X, trmm, cblas_trmm_cx)     \
+    TILESTREAM_CBLAS_CZ(X, trsm, cblas_trsm_cx)
 
 // LAPACK's Cholesky and LU drivers (Fortran only: what numpy's umath_linalg, SciPy's flapack and
 // Octave call). Their system entries come from the system LAPACK (system_blas.cpp), and their size
 // against the threshold is their flop count (blas_front.cpp).
 #define TILESTREAM_LAPACK_ROUTINES(X)                 \
-    X(spotrf_, lapack_potrf, float)                   \
-    X(dpotrf_, lapack_potrf, double)                  \
-    X(cpotrf_, lapack_potrf, std::complex<float>)     \
-    X(zpotrf_, lapack_potrf, std::complex<double>)    \
-    X(spotrs_, lapack_potrs, float)                   \
-    X(dpotrs_, lapack_potrs, double)                  \
-    X(cpotrs_, lapack_potrs, std::complex<float>)     \
-    X(zpotrs_, lapack_potrs, std::complex<double>)    \
-    X(sposv_, lapack_posv, float)                     \
-    X(dposv_, lapack_posv, double)                    \
-    X(cposv_, lapack_posv, std::complex<float>)       \
-    X(zposv_, lapack_posv, std::complex<double>)      \
-    X(sgetrf_, lapack_getrf, float)                   \
-    X(dgetrf_, lapack_getrf, double)                  \
-    X(cgetrf_, lapack_getrf, std::complex<float>)     \
-    X(zgetrf_, lapack_getrf, std::complex<double>)    \
-    X(sgetrs_, lapack_getrs, float)                   \
-    X(dgetrs_, lapack_getrs, double)                  \
-    X(cgetrs_, lapack_getrs, std::complex<float>)     \
-    X(zgetrs_, lapack_getrs, std::complex<double>)    \
-    X(sgesv_, lapack_gesv, float)                     \
-    X(dgesv_, lapack_gesv, double)                    \
-    X(cgesv_, lapack_gesv, std::complex<float>)       \
-    X(zgesv_, lapack_gesv, std::complex<double>)
+    TILESTREAM_BLAS_SDCZ(X, potrf_, lapack_potrf)     \
+    TILESTREAM_BLAS_SDCZ(X, potrs_, lapack_potrs)     \
+    TILESTREAM_BLAS_SDCZ(X, posv_, lapack_posv)       \
+    TILESTREAM_BLAS_SDCZ(X, getrf_, lapack_getrf)     \
+    TILESTREAM_BLAS_SDCZ(X, getrs_, lapack_getrs)     \
+    TILESTREAM_BLAS_SDCZ(X, gesv_, lapack_gesv)
+
+// One family's rows in the precisions it has, in the order s, d, c, z: the precision's letter and
+// the stem make the symbol (s + potrf_ = spotrf_; cblas_s + symm = cblas_ssymm).
+#define TILESTREAM_BLAS_SD(X, stem, family) X(s##stem, family, float) X(d##stem, family, double)
+#define TILESTREAM_BLAS_CZ(X, stem, family) \
+    X(c##stem, family, std::complex<float>) X(z##stem, family, std::complex<double>)
+#define TILESTREAM_BLAS_SDCZ(X, stem, family) TILESTREAM_BLAS_SD(X, stem, family) TILESTREAM_BLAS_CZ(X, stem, family)
+#define TILESTREAM_CBLAS_SD(X, stem, family) X(cblas_s##stem, family, float) X(cblas_d##stem, family, double)
+#define TILESTREAM_CBLAS_CZ(X, stem, family) \
+    X(cblas_c##stem, family, std::complex<float>) X(cblas_z##stem, family, std::complex<double>)
 
 // Each family's C signature and the names of its arguments (the forwarded call passes them on as
 // they came). Fortran: column-major, every argument by address, gfortran's hidden string lengths last.

@@ -22,9 +22,19 @@ def mapped(maps_text, names):
     return sorted({os.path.basename(f) for f in files if any(n in os.path.basename(f) for n in names)})
 
 
+def table_symbols(text):
+    """The symbols of the table's rows: X(symbol, ...), and a family in several precisions,
+    TILESTREAM_BLAS_SD(X, stem, ...) (s and d; _CZ: c and z; _SDCZ: all four; TILESTREAM_CBLAS_*:
+    cblas_ before the letter), one symbol per letter."""
+    rows = re.findall(r'^\s*X\((\w+),', text, re.M)
+    for cblas, letters, stem in re.findall(r'^\s*TILESTREAM_(C?)BLAS_([SDCZ]+)\(X, *(\w+),', text, re.M):
+        rows += [('cblas_' if cblas else '') + letter.lower() + stem for letter in letters]
+    return rows
+
+
 def main():
     shim, header = sys.argv[1:3]
-    rows = re.findall(r'^\s*X\((\w+),', open(header).read(), re.M)
+    rows = table_symbols(open(header).read())
     nm = subprocess.run(['nm', '-D', '--defined-only', shim], capture_output=True, text=True, check=True)
     exported = sorted(line.split()[-1] for line in nm.stdout.splitlines() if line.split()[1:2] == ['T'])
     check(exported == sorted(rows), 'exports %s, the table has %s' % (exported, sorted(rows)))
