@@ -11,6 +11,7 @@
 
 #include "core/fault_injection.hpp"
 #include "core/rate_probes.hpp"
+#include "core/tick_clock.hpp"
 
 #include <cblas.h>
 #include <dlfcn.h>
@@ -285,6 +286,31 @@ TEST(DirectPath, SingleLineProductsRunAsMatrixVectorProducts) {
     single_line_products_on_every_path<std::complex<double>>();
 }
 
+// The direct path times its calls with detail::tick_clock (the TSC where the kernel keeps time with
+// it, calibrated against steady_clock): its seconds are seconds.
+TEST(DirectPath, TheCallClockMeasuresSeconds) {
+    for (int i = 0; i < 3; ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        const std::uint64_t c0 = detail::tick_clock::now();
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        const std::uint64_t c1 = detail::tick_clock::now();
+        const double outer = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const double s = detail::tick_clock::seconds(c0, c1);
+        EXPECT_GE(s, 0.0199);
+        EXPECT_LE(s, outer * 1.001);
+    }
+    // A direct call's seconds lie inside the time around it.
+    context ctx("cpu", declared_rates());
+    operands<double> x(op::n, op::n, 100, 90, 80, layout::row_major, 11);
+    x.run(ctx, 1.0, 0.0);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto [c, rep] = x.run(ctx, 1.0, 0.0);
+    const double outer = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_EQ(rep.plan.strategy, gemm_strategy::direct);
+    EXPECT_GT(rep.seconds, 0.0);
+    EXPECT_LE(rep.seconds, outer * 1.001);
+}
+
 TEST(DirectPath, ReproducibleModeGivesTheSameBitsOnBothRoutesAndAnyStepCut) {
     context_options o;
     o.reproducible = true;
@@ -359,7 +385,8 @@ TEST(DirectPath, KernelChoiceIsTheFastestItMeasured) {
             }
             EXPECT_EQ(k.kernel, vendor * 1.05 >= best ? gemm_kernel::vendor : fastest);
         }
-    EXPECT_EQ(classify_gemm(16, 16, 16), shape_class::small);
+    EXPECT_EQ(classify_gemm(16, 16, 16), shape_class::tiny);
+    EXPECT_EQ(classify_gemm(17, 16, 16), shape_class::small);
     EXPECT_EQ(classify_gemm(4096, 4096, 16), shape_class::thin_k);
     EXPECT_EQ(classify_gemm(16, 16, 4096), shape_class::thin_m);
     EXPECT_EQ(classify_gemm(300, 200, 100), shape_class::square);
@@ -380,7 +407,7 @@ TEST(KernelChoice, ThinShapesAreClassedAndProbedByTheirThinSide) {
     EXPECT_EQ(classify_gemm(128, 128, 128), shape_class::small);
     std::vector<std::string> names;
     for (shape_class c : all_shape_classes) names.emplace_back(to_string(c));
-    EXPECT_EQ(names, (std::vector<std::string>{"small", "thin-k", "thin-m", "thin-n", "square"}));
+    EXPECT_EQ(names, (std::vector<std::string>{"tiny", "small", "thin-k", "thin-m", "thin-n", "square"}));
 
     const auto shape = [](shape_class c) {
         const detail::probe_shape p = detail::probe_of(c, 512);
@@ -391,6 +418,7 @@ TEST(KernelChoice, ThinShapesAreClassedAndProbedByTheirThinSide) {
     EXPECT_EQ(shape(shape_class::thin_k), (std::vector<index_t>{512, 512, 32}));
     EXPECT_EQ(shape(shape_class::square), (std::vector<index_t>{512, 512, 512}));
     EXPECT_EQ(shape(shape_class::small), (std::vector<index_t>{64, 64, 64}));
+    EXPECT_EQ(shape(shape_class::tiny), (std::vector<index_t>{8, 8, 8}));
     // Each probe is of its own class.
     for (shape_class c : all_shape_classes) {
         const detail::probe_shape p = detail::probe_of(c, 512);
@@ -666,6 +694,39 @@ TEST(KernelChoice, AVerdictAgainstVendorIsRecheckedOnceLater) {
 // A context's route follows the re-check: calls chose tiled (both measurements on a busy
 // machine), the first call from the re-check time on measures again and vendor runs from then
 // (the plans kept for the shape are dropped); results stay right throughout.
+// Where a product is so small that the vendor library's entry cost is most of the call (no side
+// above 16), the direct path's kernel is measured on a tiny probe of its own, on the calling thread:
+// the kernel measured faster there runs those products; larger small products keep their own
+// measurement. Either kernel can win (never a fixed preference).
+TEST(KernelChoice, TinyProductsTakeTheKernelMeasuredFastestThere) {
+    for (bool tiled_faster : {true, false}) {
+        std::vector<std::string> asked;
+        std::mutex m;
+        const detail::scripted_kernel_probes hook(
+            [&](const detail::scripted_kernel_probes::request& r) {
+                const std::lock_guard lock(m);
+                asked.push_back(r.where + " " + std::to_string(r.shape.m));
+                const bool tiny = std::max({r.shape.m, r.shape.n, r.shape.k}) <= 16;
+                return tiny && tiled_faster ? timings(2e-6, 1e-6) : timings(1e-3, 2e-3);
+            },
+            3600);
+        context ctx("cpu");
+        int seed = 0;
+        for (auto [m, n, k] : {std::array<index_t, 3>{1, 1, 1}, {16, 16, 16}, {5, 16, 3}, {17, 16, 16}, {64, 64, 64}})
+            for (dtype t : {dtype::f32, dtype::c64})
+                visit_dtype(t, [&]<class T>() {
+                    operands<T> x(op::n, op::t, m, n, k, layout::col_major, std::uint64_t(++seed));
+                    auto [c, rep] = x.run(ctx, T(1.5), T(0));
+                    const bool tiny = std::max({m, n, k}) <= 16;
+                    EXPECT_EQ(rep.plan.strategy, gemm_strategy::direct) << ctx.explain(rep.plan);
+                    EXPECT_EQ(rep.plan.kernel, tiny && tiled_faster ? gemm_kernel::tiled : gemm_kernel::vendor)
+                        << m << "x" << n << "x" << k << "\n" << ctx.explain(rep.plan);
+                });
+        // The host's own probe measured the tiny class (a device's probe adds the engine's cost).
+        EXPECT_NE(std::find(asked.begin(), asked.end(), "host 8"), asked.end());
+    }
+}
+
 TEST(KernelChoice, AContextsCallsRunVendorAfterTheRecheckDisagrees) {
     busy_then_quiet script;
     const detail::scripted_kernel_probes hook([&](const auto& r) { return script(r); }, 0);

@@ -8,6 +8,7 @@
 #include "core/gemm_direct.hpp"
 #include "core/gemm_memory.hpp"
 #include "core/process_fork.hpp"
+#include "core/tick_clock.hpp"
 
 #include <algorithm>
 #include <array>
@@ -385,10 +386,10 @@ void run_on_calling_thread(gemm_report& rep, T alpha, host_matrix_view<const T> 
                            host_matrix_view<T> c, const gemm_call_options& call) {
     if (call.run.cancel != nullptr && call.run.cancel->load()) throw cancelled("gemm: cancelled before it started");
     const gemm_plan& p = rep.plan;
-    const auto t0 = std::chrono::steady_clock::now();
+    const std::uint64_t t0 = detail::tick_clock::now();
     detail::host_gemm(detail::host_gemm_call<T>(p.problem.op_a, p.problem.op_b, alpha, a, b, beta, c, p.kernel),
                       p.direct_threads, p.k_block);
-    rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    rep.seconds = detail::tick_clock::seconds(t0, detail::tick_clock::now());
     if (call.run.on_step_done) call.run.on_step_done(1);
     if (call.run.on_unit_done) call.run.on_unit_done(1);
 }
