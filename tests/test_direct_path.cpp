@@ -11,6 +11,10 @@
 
 #include "core/fault_injection.hpp"
 #include "core/rate_probes.hpp"
+#include "core/tick_clock.hpp"
+
+#include <cblas.h>
+#include <dlfcn.h>
 
 #include <atomic>
 #include <chrono>
@@ -21,6 +25,47 @@
 #include <mutex>
 #include <thread>
 #include <vector>
+
+// The cblas_?gemv calls libtilestream makes, counted: this test binary's definitions interpose
+// OpenBLAS's (an executable's symbols come first) and forward to them.
+namespace {
+std::atomic<int> gemv_calls{0};
+template <class F>
+F next_symbol(F, const char* name) {
+    return reinterpret_cast<F>(::dlsym(RTLD_NEXT, name));
+}
+}  // namespace
+
+extern "C" {
+void cblas_sgemv(const CBLAS_ORDER order, const CBLAS_TRANSPOSE trans, const blasint m, const blasint n,
+                 const float alpha, const float* a, const blasint lda, const float* x, const blasint incx,
+                 const float beta, float* y, const blasint incy) {
+    static const auto f = next_symbol(&cblas_sgemv, "cblas_sgemv");
+    ++gemv_calls;
+    f(order, trans, m, n, alpha, a, lda, x, incx, beta, y, incy);
+}
+void cblas_dgemv(const CBLAS_ORDER order, const CBLAS_TRANSPOSE trans, const blasint m, const blasint n,
+                 const double alpha, const double* a, const blasint lda, const double* x, const blasint incx,
+                 const double beta, double* y, const blasint incy) {
+    static const auto f = next_symbol(&cblas_dgemv, "cblas_dgemv");
+    ++gemv_calls;
+    f(order, trans, m, n, alpha, a, lda, x, incx, beta, y, incy);
+}
+void cblas_cgemv(const CBLAS_ORDER order, const CBLAS_TRANSPOSE trans, const blasint m, const blasint n,
+                 const void* alpha, const void* a, const blasint lda, const void* x, const blasint incx,
+                 const void* beta, void* y, const blasint incy) {
+    static const auto f = next_symbol(&cblas_cgemv, "cblas_cgemv");
+    ++gemv_calls;
+    f(order, trans, m, n, alpha, a, lda, x, incx, beta, y, incy);
+}
+void cblas_zgemv(const CBLAS_ORDER order, const CBLAS_TRANSPOSE trans, const blasint m, const blasint n,
+                 const void* alpha, const void* a, const blasint lda, const void* x, const blasint incx,
+                 const void* beta, void* y, const blasint incy) {
+    static const auto f = next_symbol(&cblas_zgemv, "cblas_zgemv");
+    ++gemv_calls;
+    f(order, trans, m, n, alpha, a, lda, x, incx, beta, y, incy);
+}
+}
 
 namespace tilestream {
 namespace {
@@ -121,6 +166,151 @@ TEST(DirectPath, EveryKernelTheDirectPathRunsMatchesTheEngine) {
     }
 }
 
+/// A matrix of T with its own layout and a leading dimension 3 larger than needed, every element
+/// (padding too) set: random non-zero magnitudes, or NaN.
+template <class T>
+struct padded {
+    index_t rows, cols, ld;
+    layout lay;
+    std::vector<T> data;
+    padded(index_t r, index_t c, layout l, std::uint64_t seed, bool nan = false)
+        : rows(r), cols(c), ld((l == layout::row_major ? c : r) + 3), lay(l),
+          data(std::size_t(ld * (l == layout::row_major ? r : c))) {
+        const host_matrix_view<T> all(data.data(), l == layout::row_major ? r : ld, l == layout::row_major ? ld : c, l);
+        if (nan) {
+            fill_nan(all);
+            return;
+        }
+        // Magnitudes only: a 1x1 result of random signs may cancel to nearly nothing, where a
+        // relative error says nothing (a conjugation still flips a sign that shows).
+        fill_random(all, seed);
+        for (T& x : data) {
+            if constexpr (is_complex_v<T>) x = T(std::abs(x.real()), std::abs(x.imag()));
+            else x = std::abs(x);
+        }
+    }
+    host_matrix_view<T> view() { return {data.data(), rows, cols, lay, ld}; }
+};
+
+/// C <- alpha op(A) op(B) + beta C with C a single column or row (and k == 1 among them), every
+/// op on both operands, every layout of A, B and C, leading dimensions larger than needed: the
+/// result against the reference, C's padding untouched, and whether cblas_?gemv ran (for
+/// `expect_gemv`: n == 1 with op(B) not conjugated, or m == 1 with op(A) not; vendor kernel).
+template <class T>
+void single_line_products(context& ctx, const gemm_call_options& call, bool expect_gemv, const char* path) {
+    constexpr bool cplx = is_complex_v<T>;
+    {
+        // The first call of the class measures its route (a 1x1x1 product timed on the way).
+        host_matrix<T> a1(1, 1), b1(1, 1), c1(1, 1);
+        fill_random(a1.view(), 5);
+        fill_random(b1.view(), 6);
+        ctx.gemm<T>(op::n, op::n, T(1), a1.view(), b1.view(), T(0), c1.view(), call);
+    }
+    int seed = 0;
+    for (auto [m, n, k] : {std::array<index_t, 3>{1, 37, 29}, {41, 1, 23}, {1, 1, 31}, {1, 19, 1}, {17, 1, 1}, {1, 1, 1}})
+        for (op oa : {op::n, op::t, op::c})
+            for (op ob : {op::n, op::t, op::c})
+                for (int lays = 0; lays < 8; ++lays) {
+                    const layout la = lays & 1 ? layout::col_major : layout::row_major;
+                    const layout lb = lays & 2 ? layout::col_major : layout::row_major;
+                    const layout lc = lays & 4 ? layout::col_major : layout::row_major;
+                    padded<T> a(oa == op::n ? m : k, oa == op::n ? k : m, la, std::uint64_t(++seed) * 3);
+                    padded<T> b(ob == op::n ? k : n, ob == op::n ? n : k, lb, std::uint64_t(seed) * 3 + 1);
+                    for (int scalars = 0; scalars < 3; ++scalars) {
+                        // alpha != 0 with beta 0 (C poisoned) or beta != 0; alpha 0 (C scaled only).
+                        const auto value = [](double re, double im) {
+                            if constexpr (cplx) return T(re, im);
+                            else return T(re);
+                        };
+                        const T alpha = scalars == 2 ? T(0) : value(1.25, -0.5);
+                        const T beta = scalars == 0 ? T(0) : value(0.5, 0.25);
+                        padded<T> c(m, n, lc, std::uint64_t(seed) * 3 + 2, beta == T(0));
+                        const std::vector<T> c0 = c.data;
+                        const int before = gemv_calls.load();
+                        ctx.gemm<T>(oa, ob, alpha, a.view(), b.view(), beta, c.view(), call);
+                        const bool conj_a = cplx && oa == op::c, conj_b = cplx && ob == op::c;
+                        const bool gemv = expect_gemv && alpha != T(0) && ((n == 1 && !conj_b) || (m == 1 && !conj_a));
+                        const std::string what = std::string(path) + " " + std::string(to_string(dtype_of<T>())) + " " + std::to_string(m) + "x" +
+                                                 std::to_string(n) + "x" + std::to_string(k) + " op " +
+                                                 std::string(to_string(oa)) + std::string(to_string(ob)) + " layouts " +
+                                                 std::to_string(lays) + " scalars " + std::to_string(scalars);
+                        EXPECT_EQ(gemv_calls.load() - before, gemv ? 1 : 0) << what;
+                        padded<T> c_start = c;
+                        c_start.data = c0;
+                        const auto r = check_gemm<T>(oa, ob, alpha, host_matrix_view<const T>(a.view()),
+                                                     host_matrix_view<const T>(b.view()), beta,
+                                                     host_matrix_view<const T>(c_start.view()),
+                                                     host_matrix_view<const T>(c.view()));
+                        EXPECT_TRUE(r.passed()) << what << ": " << r.summary();
+                        // The padding between C's lines is never written.
+                        const index_t lines = lc == layout::row_major ? m : n, line = lc == layout::row_major ? n : m;
+                        for (index_t l = 0; l < lines; ++l)
+                            for (index_t i = line; i < c.ld; ++i) {
+                                const std::size_t at = std::size_t(l * c.ld + i);
+                                ASSERT_EQ(std::memcmp(&c.data[at], &c0[at], sizeof(T)), 0) << what << ": padding written";
+                            }
+                    }
+                }
+}
+
+template <class T>
+void single_line_products_on_every_path() {
+    context_options o = declared_rates();
+    o.kernel = gemm_kernel::vendor;
+    context one("cpu", o);
+    gemm_call_options direct;
+    direct.strategy = gemm_strategy::direct;
+    single_line_products<T>(one, direct, true, "direct");
+    single_line_products<T>(one, {}, true, "automatic");  // the context's choice (direct here)
+    gemm_call_options engine;
+    engine.strategy = gemm_strategy::zero_copy;
+    single_line_products<T>(one, engine, true, "engine");  // one device: OpenBLAS's threads, one call
+    context two("cpu:2", o);
+    single_line_products<T>(two, engine, true, "engine on two devices");  // two devices: a call on each device's part of C
+    // The other kernels never call gemv (nor does reproducible mode, which runs tiled).
+    gemm_call_options tiled;
+    tiled.kernel = gemm_kernel::tiled;
+    single_line_products<T>(one, tiled, false, "tiled");
+    context_options ro = declared_rates();
+    ro.reproducible = true;
+    context reproducible("cpu", ro);
+    single_line_products<T>(reproducible, {}, false, "reproducible");
+}
+
+// OpenBLAS's ?gemm is ~2.8x slower than its ?gemv for a row vector times a matrix (1x4096x4096
+// f32), which numpy runs as gemv: the vendor kernel calls cblas_?gemv when C is a single line.
+TEST(DirectPath, SingleLineProductsRunAsMatrixVectorProducts) {
+    single_line_products_on_every_path<float>();
+    single_line_products_on_every_path<double>();
+    single_line_products_on_every_path<std::complex<float>>();
+    single_line_products_on_every_path<std::complex<double>>();
+}
+
+// The direct path times its calls with detail::tick_clock (the TSC where the kernel keeps time with
+// it, calibrated against steady_clock): its seconds are seconds.
+TEST(DirectPath, TheCallClockMeasuresSeconds) {
+    for (int i = 0; i < 3; ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        const std::uint64_t c0 = detail::tick_clock::now();
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        const std::uint64_t c1 = detail::tick_clock::now();
+        const double outer = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const double s = detail::tick_clock::seconds(c0, c1);
+        EXPECT_GE(s, 0.0199);
+        EXPECT_LE(s, outer * 1.001);
+    }
+    // A direct call's seconds lie inside the time around it.
+    context ctx("cpu", declared_rates());
+    operands<double> x(op::n, op::n, 100, 90, 80, layout::row_major, 11);
+    x.run(ctx, 1.0, 0.0);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto [c, rep] = x.run(ctx, 1.0, 0.0);
+    const double outer = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_EQ(rep.plan.strategy, gemm_strategy::direct);
+    EXPECT_GT(rep.seconds, 0.0);
+    EXPECT_LE(rep.seconds, outer * 1.001);
+}
+
 TEST(DirectPath, ReproducibleModeGivesTheSameBitsOnBothRoutesAndAnyStepCut) {
     context_options o;
     o.reproducible = true;
@@ -195,7 +385,8 @@ TEST(DirectPath, KernelChoiceIsTheFastestItMeasured) {
             }
             EXPECT_EQ(k.kernel, vendor * 1.05 >= best ? gemm_kernel::vendor : fastest);
         }
-    EXPECT_EQ(classify_gemm(16, 16, 16), shape_class::small);
+    EXPECT_EQ(classify_gemm(16, 16, 16), shape_class::tiny);
+    EXPECT_EQ(classify_gemm(17, 16, 16), shape_class::small);
     EXPECT_EQ(classify_gemm(4096, 4096, 16), shape_class::thin_k);
     EXPECT_EQ(classify_gemm(16, 16, 4096), shape_class::thin_m);
     EXPECT_EQ(classify_gemm(300, 200, 100), shape_class::square);
@@ -216,7 +407,7 @@ TEST(KernelChoice, ThinShapesAreClassedAndProbedByTheirThinSide) {
     EXPECT_EQ(classify_gemm(128, 128, 128), shape_class::small);
     std::vector<std::string> names;
     for (shape_class c : all_shape_classes) names.emplace_back(to_string(c));
-    EXPECT_EQ(names, (std::vector<std::string>{"small", "thin-k", "thin-m", "thin-n", "square"}));
+    EXPECT_EQ(names, (std::vector<std::string>{"tiny", "small", "thin-k", "thin-m", "thin-n", "square"}));
 
     const auto shape = [](shape_class c) {
         const detail::probe_shape p = detail::probe_of(c, 512);
@@ -227,6 +418,7 @@ TEST(KernelChoice, ThinShapesAreClassedAndProbedByTheirThinSide) {
     EXPECT_EQ(shape(shape_class::thin_k), (std::vector<index_t>{512, 512, 32}));
     EXPECT_EQ(shape(shape_class::square), (std::vector<index_t>{512, 512, 512}));
     EXPECT_EQ(shape(shape_class::small), (std::vector<index_t>{64, 64, 64}));
+    EXPECT_EQ(shape(shape_class::tiny), (std::vector<index_t>{8, 8, 8}));
     // Each probe is of its own class.
     for (shape_class c : all_shape_classes) {
         const detail::probe_shape p = detail::probe_of(c, 512);
@@ -502,6 +694,39 @@ TEST(KernelChoice, AVerdictAgainstVendorIsRecheckedOnceLater) {
 // A context's route follows the re-check: calls chose tiled (both measurements on a busy
 // machine), the first call from the re-check time on measures again and vendor runs from then
 // (the plans kept for the shape are dropped); results stay right throughout.
+// Where a product is so small that the vendor library's entry cost is most of the call (no side
+// above 16), the direct path's kernel is measured on a tiny probe of its own, on the calling thread:
+// the kernel measured faster there runs those products; larger small products keep their own
+// measurement. Either kernel can win (never a fixed preference).
+TEST(KernelChoice, TinyProductsTakeTheKernelMeasuredFastestThere) {
+    for (bool tiled_faster : {true, false}) {
+        std::vector<std::string> asked;
+        std::mutex m;
+        const detail::scripted_kernel_probes hook(
+            [&](const detail::scripted_kernel_probes::request& r) {
+                const std::lock_guard lock(m);
+                asked.push_back(r.where + " " + std::to_string(r.shape.m));
+                const bool tiny = std::max({r.shape.m, r.shape.n, r.shape.k}) <= 16;
+                return tiny && tiled_faster ? timings(2e-6, 1e-6) : timings(1e-3, 2e-3);
+            },
+            3600);
+        context ctx("cpu");
+        int seed = 0;
+        for (auto [m, n, k] : {std::array<index_t, 3>{1, 1, 1}, {16, 16, 16}, {5, 16, 3}, {17, 16, 16}, {64, 64, 64}})
+            for (dtype t : {dtype::f32, dtype::c64})
+                visit_dtype(t, [&]<class T>() {
+                    operands<T> x(op::n, op::t, m, n, k, layout::col_major, std::uint64_t(++seed));
+                    auto [c, rep] = x.run(ctx, T(1.5), T(0));
+                    const bool tiny = std::max({m, n, k}) <= 16;
+                    EXPECT_EQ(rep.plan.strategy, gemm_strategy::direct) << ctx.explain(rep.plan);
+                    EXPECT_EQ(rep.plan.kernel, tiny && tiled_faster ? gemm_kernel::tiled : gemm_kernel::vendor)
+                        << m << "x" << n << "x" << k << "\n" << ctx.explain(rep.plan);
+                });
+        // The host's own probe measured the tiny class (a device's probe adds the engine's cost).
+        EXPECT_NE(std::find(asked.begin(), asked.end(), "host 8"), asked.end());
+    }
+}
+
 TEST(KernelChoice, AContextsCallsRunVendorAfterTheRecheckDisagrees) {
     busy_then_quiet script;
     const detail::scripted_kernel_probes hook([&](const auto& r) { return script(r); }, 0);

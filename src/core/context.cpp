@@ -8,6 +8,7 @@
 #include "core/gemm_direct.hpp"
 #include "core/gemm_memory.hpp"
 #include "core/process_fork.hpp"
+#include "core/tick_clock.hpp"
 
 #include <algorithm>
 #include <array>
@@ -376,11 +377,30 @@ gemm_report context::execute(const gemm_plan& p, T alpha, host_matrix_view<const
     return report;
 }
 
+namespace {
+
+/// The direct path's run into `rep` (its plan made): the kernel on the calling thread, timed, and
+/// the progress callbacks. No allocation, lock or plan copy: the fixed cost of a small call.
+template <class T>
+void run_on_calling_thread(gemm_report& rep, T alpha, host_matrix_view<const T> a, host_matrix_view<const T> b, T beta,
+                           host_matrix_view<T> c, const gemm_call_options& call) {
+    if (call.run.cancel != nullptr && call.run.cancel->load()) throw cancelled("gemm: cancelled before it started");
+    const gemm_plan& p = rep.plan;
+    const std::uint64_t t0 = detail::tick_clock::now();
+    detail::host_gemm(detail::host_gemm_call<T>(p.problem.op_a, p.problem.op_b, alpha, a, b, beta, c, p.kernel),
+                      p.direct_threads, p.k_block);
+    rep.seconds = detail::tick_clock::seconds(t0, detail::tick_clock::now());
+    if (call.run.on_step_done) call.run.on_step_done(1);
+    if (call.run.on_unit_done) call.run.on_unit_done(1);
+}
+
+}  // namespace
+
 template <class T>
 gemm_report context::gemm(op op_a, op op_b, T alpha, host_matrix_view<const T> a, host_matrix_view<const T> b, T beta,
                           host_matrix_view<T> c, const gemm_call_options& call) {
-    // In place, a call under the crossover runs here with no plan at all: a validation, a table
-    // lookup and the kernel.
+    // In place, a call under the crossover runs here with no plan search: one validation, a table
+    // lookup, the report's plan filled in place and the kernel.
     if (in_place_ && detail::automatic_call(call)) {
         validate_gemm(op_a, op_b, a.rows(), a.cols(), b.rows(), b.cols(), c.rows(), c.cols());
         const index_t m = c.rows(), n = c.cols(), k = is_transposed(op_a) ? a.rows() : a.cols();
@@ -388,8 +408,9 @@ gemm_report context::gemm(op op_a, op op_b, T alpha, host_matrix_view<const T> a
         const detail::route& r = routes_->get(dtype_of<T>(), classify_gemm(m, n, k), asked);
         const double flops = double(dtype_traits(dtype_of<T>()).flops_per_multiply_add) * double(m) * double(n) * double(k);
         if (r.direct_possible && flops <= r.flops_limit) {
-            gemm_plan p;
-            p.problem = describe_gemm<T>(op_a, op_b, alpha, a, b, beta, c);
+            gemm_report rep;
+            gemm_plan& p = rep.plan;
+            p.problem = detail::describe_validated_gemm<T>(op_a, op_b, alpha, a, b, beta, c);
             p.strategy = gemm_strategy::direct;
             p.kernel = r.host_kernel;
             p.devices = int(device_ptrs_.size());
@@ -404,7 +425,8 @@ gemm_report context::gemm(op op_a, op op_b, T alpha, host_matrix_view<const T> a
             p.rates.op_overhead = r.host_fixed;
             p.rates.measured = r.measured;
             p.predicted_seconds = p.predicted_compute_seconds = r.host_fixed + flops / r.host_flops;
-            return run_direct<T>(p, alpha, a, b, beta, c, call);
+            run_on_calling_thread<T>(rep, alpha, a, b, beta, c, call);
+            return rep;
         }
     }
     return execute<T>(plan<T>(op_a, op_b, alpha, a, b, beta, c, call), alpha, a, b, beta, c, call);
@@ -419,9 +441,9 @@ gemm_report context::run_direct(const gemm_plan& p, T alpha, host_matrix_view<co
         actual.reads_ab != q.reads_ab || actual.layout_a != q.layout_a || actual.layout_b != q.layout_b ||
         actual.layout_c != q.layout_c)
         throw invalid_argument("execute_gemm: the operands do not match the problem the plan was made for");
-    if (call.run.cancel != nullptr && call.run.cancel->load()) throw cancelled("gemm: cancelled before it started");
     if (!in_place_ && !c.empty()) {
-        // A kept operand written as C has changed: tiles of it left on the devices are stale.
+        // A kept operand written as C has changed (or may: a cancelled call writes nothing): tiles
+        // of it left on the devices are stale.
         const auto c0 = reinterpret_cast<std::uintptr_t>(c.data()), c1 = c0 + span_of(c);
         std::lock_guard keep_lock(keeps_->mutex);
         for (const auto& w : keeps_->records)
@@ -429,12 +451,7 @@ gemm_report context::run_direct(const gemm_plan& p, T alpha, host_matrix_view<co
     }
     gemm_report rep;
     rep.plan = p;
-    const auto t0 = std::chrono::steady_clock::now();
-    detail::host_gemm(detail::host_gemm_call<T>(q.op_a, q.op_b, alpha, a, b, beta, c, p.kernel), p.direct_threads,
-                      p.k_block);
-    rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (call.run.on_step_done) call.run.on_step_done(1);
-    if (call.run.on_unit_done) call.run.on_unit_done(1);
+    run_on_calling_thread<T>(rep, alpha, a, b, beta, c, call);
     return rep;
 }
 

@@ -136,6 +136,8 @@ route context_routes::measure(dtype t, shape_class c, std::optional<gemm_kernel>
     // The direct path: the host's kernels on the calling thread. With one CPU device in place of
     // as many threads as the direct call's, its probes are the host's: vendor is the same OpenBLAS
     // call on the same cores, tiled the same kernel on one of them (its rate over the threads).
+    // Not for tiny products: there each kernel's entry cost is the measurement, and a device's
+    // probe adds the engine's.
     if (r.direct_possible) {
         r.host_fixed = direct_call_seconds();
         const device* only = s_.devices.size() == 1 ? s_.devices.front() : nullptr;
@@ -145,7 +147,8 @@ route context_routes::measure(dtype t, shape_class c, std::optional<gemm_kernel>
         } else {
             kernel_choice hc;
             std::string source;
-            if (s_.in_place && only && only->info().threads == host_threads_ && measured.front().measured) {
+            if (s_.in_place && only && only->info().threads == host_threads_ && measured.front().measured &&
+                c != shape_class::tiny) {
                 hc = measured.front();
                 for (kernel_rate& x : hc.rates)
                     if (x.kernel == gemm_kernel::tiled) x.flops /= double(std::max(1, host_threads_));

@@ -6,10 +6,34 @@
 #include <tilestream/gemm.hpp>
 #include <tilestream/kernels.hpp>
 #include <tilestream/matrix.hpp>
+#include <tilestream/plan.hpp>
 
 #include <algorithm>
 
 namespace tilestream::detail {
+
+/// The problem of C <- alpha op(A) op(B) + beta C on host views whose shapes validate_gemm has
+/// accepted (describe_gemm is this after validate_gemm; the direct path validates once).
+template <class T>
+gemm_problem describe_validated_gemm(op op_a, op op_b, T alpha, host_matrix_view<const T> a, host_matrix_view<const T> b,
+                                     T beta, host_matrix_view<T> c) noexcept {
+    gemm_problem p;
+    p.type = dtype_of<T>();
+    p.op_a = op_a;
+    p.op_b = op_b;
+    p.m = c.rows();
+    p.n = c.cols();
+    p.k = is_transposed(op_a) ? a.rows() : a.cols();
+    p.layout_a = a.layout();
+    p.layout_b = b.layout();
+    p.layout_c = c.layout();
+    p.lda = a.ld();
+    p.ldb = b.ld();
+    p.ldc = c.ld();
+    p.reads_ab = alpha != T(0) && p.k > 0;
+    p.reads_c = beta != T(0);
+    return p;
+}
 
 /// The kernel call of C <- alpha op(A) op(B) + beta C on host views (shapes already validated).
 template <class T>

@@ -819,22 +819,7 @@ template <class T>
 gemm_problem describe_gemm(op op_a, op op_b, T alpha, host_matrix_view<const T> a, host_matrix_view<const T> b,
                            T beta, host_matrix_view<T> c) {
     validate_gemm(op_a, op_b, a.rows(), a.cols(), b.rows(), b.cols(), c.rows(), c.cols());
-    gemm_problem p;
-    p.type = dtype_of<T>();
-    p.op_a = op_a;
-    p.op_b = op_b;
-    p.m = c.rows();
-    p.n = c.cols();
-    p.k = is_transposed(op_a) ? a.rows() : a.cols();
-    p.layout_a = a.layout();
-    p.layout_b = b.layout();
-    p.layout_c = c.layout();
-    p.lda = a.ld();
-    p.ldb = b.ld();
-    p.ldc = c.ld();
-    p.reads_ab = alpha != T(0) && p.k > 0;
-    p.reads_c = beta != T(0);
-    return p;
+    return detail::describe_validated_gemm(op_a, op_b, alpha, a, b, beta, c);
 }
 
 template <class T>

@@ -22,6 +22,7 @@ namespace tilestream {
 
 std::string_view to_string(shape_class c) noexcept {
     switch (c) {
+        case shape_class::tiny: return "tiny";
         case shape_class::small: return "small";
         case shape_class::thin_k: return "thin-k";
         case shape_class::thin_m: return "thin-m";
@@ -32,7 +33,9 @@ std::string_view to_string(shape_class c) noexcept {
 }
 
 shape_class classify_gemm(index_t m, index_t n, index_t k) noexcept {
-    if (std::max({m, n, k}) <= 128) return shape_class::small;
+    const index_t most = std::max({m, n, k});
+    if (most <= 16) return shape_class::tiny;
+    if (most <= 128) return shape_class::small;
     const index_t mn = std::min(m, n);
     if (k < 64 && k <= mn) return shape_class::thin_k;
     if (mn < 64) return m <= n ? shape_class::thin_m : shape_class::thin_n;
@@ -44,6 +47,7 @@ detail::probe_shape detail::probe_of(shape_class c, index_t side) noexcept {
     // a tiled micro-tile as such shapes do (half of a 32-wide nr, 16 of 24 rows of two 12-row mr),
     // where a wider probe side (32, a whole nr) would hide that waste and favour tiled.
     switch (c) {
+        case shape_class::tiny: return {8, 8, 8};  // mid-band: the entry costs, not the arithmetic
         case shape_class::small: return {64, 64, 64};
         case shape_class::thin_k: return {side, side, 32};  // k is not padded by a micro-tile
         case shape_class::thin_m: return {16, side, side};
