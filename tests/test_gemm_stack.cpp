@@ -6,7 +6,11 @@
 // layouts, strided and listed stacks, alpha/beta (beta = 0 on NaN-poisoned C), k across k-blocks.
 #include "backends/cpu/cpu_isa.hpp"
 #include "backends/reference/reference_kernels.hpp"
+#include "core/rate_probes.hpp"
 #include "test_support.hpp"
+
+#include <tilestream/context.hpp>
+#include <tilestream/verify.hpp>
 
 #include <gtest/gtest.h>
 
@@ -15,6 +19,7 @@
 #include <complex>
 #include <cstring>
 #include <limits>
+#include <mutex>
 #include <random>
 #include <sstream>
 #include <string>
@@ -231,6 +236,78 @@ TEST(GemmStack, EveryOpLayoutAndScalarWithTheWidestPanelsF32) { every_combinatio
 TEST(GemmStack, EveryOpLayoutAndScalarWithTheWidestPanelsF64) { every_combination_and_wide_panels<double>(); }
 TEST(GemmStack, EveryOpLayoutAndScalarWithTheWidestPanelsC32) { every_combination_and_wide_panels<std::complex<float>>(); }
 TEST(GemmStack, EveryOpLayoutAndScalarWithTheWidestPanelsC64) { every_combination_and_wide_panels<std::complex<double>>(); }
+
+/// Scripted probe timings: vendor `vendor` seconds and tiled `tiled` (five repetitions each).
+detail::probe_timings timings(double vendor, double tiled) {
+    detail::probe_timings p;
+    for (double x : {vendor, tiled}) p.seconds.push_back({1.3 * x, x, 2 * x, 1.1 * x, 4 * x});
+    p.notes.resize(2);
+    return p;
+}
+
+/// One default-options stack of 3x5x4 products (bucket 4x8x4) on a fresh context: the plan's kernel,
+/// after checking the products against the reference.
+template <class T>
+gemm_kernel stack_kernel_chosen(const context_options& o = {}) {
+    context ctx("cpu", o);
+    const index_t count = 6, m = 3, n = 5, k = 4;
+    std::vector<T> a(std::size_t(count * m * k)), b(std::size_t(count * k * n)), c(std::size_t(count * m * n));
+    fill_random(host_matrix_view<T>(a.data(), count * m, k), 1);
+    fill_random(host_matrix_view<T>(b.data(), count * k, n), 2);
+    fill_nan(host_matrix_view<T>(c.data(), count * m, n));
+    const auto av = host_batch_view<const T>::strided(host_matrix_view<const T>(a.data(), m, k), m * k, count);
+    const auto bv = host_batch_view<const T>::strided(host_matrix_view<const T>(b.data(), k, n), k * n, count);
+    const auto cv = host_batch_view<T>::strided(host_matrix_view<T>(c.data(), m, n), m * n, count);
+    const gemm_report rep = ctx.gemm_batched<T>(op::n, op::n, T(1), av, bv, T(0), cv);
+    for (index_t i = 0; i < count; ++i) {
+        std::vector<T> want(std::size_t(m * n), T(0));  // C0 (beta = 0: C itself was NaN)
+        const host_matrix_view<T> w(want.data(), m, n);
+        const auto r = check_gemm<T>(op::n, op::n, T(1), av[i], bv[i], T(0), w, cv[i]);
+        EXPECT_TRUE(r.passed()) << "product " << i << ": " << r.summary();
+    }
+    return rep.plan.kernel;
+}
+
+// The kernel of a stack is the one measured on stacks of its products' size, not the single-call
+// choice of the small class (a 64^3 probe): scripted so that the class probes see vendor ahead
+// and the stack probes ("host-stack", bucket 4x8x4) the other way, or within the 5% rule.
+TEST(GemmStack, TheKernelOfAStackIsTheOneMeasuredOnStacksOfItsSize) {
+    for (dtype t : all_dtypes) {
+        SCOPED_TRACE(std::string(to_string(t)));
+        for (const auto& [stack_vendor, stack_tiled, want] :
+             {std::tuple{3e-6, 1e-6, gemm_kernel::tiled}, std::tuple{1e-6, 3e-6, gemm_kernel::vendor},
+              std::tuple{1.03e-6, 1e-6, gemm_kernel::vendor}}) {
+            std::mutex mu;
+            std::vector<std::string> stack_shapes;
+            const detail::scripted_kernel_probes hook(
+                [&](const detail::scripted_kernel_probes::request& r) {
+                    if (r.where != "host-stack") return timings(1e-3, 2e-3);  // single calls: vendor ahead
+                    std::lock_guard lock(mu);
+                    stack_shapes.push_back(std::to_string(r.shape.m) + "x" + std::to_string(r.shape.n) + "x" +
+                                           std::to_string(r.shape.k));
+                    return timings(stack_vendor, stack_tiled);
+                },
+                3600);
+            visit_dtype(t, [&]<class T>() {
+                EXPECT_EQ(stack_kernel_chosen<T>(), want) << "stack probes: vendor " << stack_vendor << " s, tiled "
+                                                          << stack_tiled << " s";
+                // Asked for, or reproducible: the route's kernel, no stack probe.
+                const std::size_t probes = stack_shapes.size();
+                context_options asked;
+                asked.kernel = gemm_kernel::vendor;
+                EXPECT_EQ(stack_kernel_chosen<T>(asked), gemm_kernel::vendor);
+                context_options reproducible;
+                reproducible.reproducible = true;
+                EXPECT_EQ(stack_kernel_chosen<T>(reproducible), gemm_kernel::tiled);
+                EXPECT_EQ(stack_shapes.size(), probes);
+            });
+            ASSERT_FALSE(stack_shapes.empty());
+            for (const std::string& shape : stack_shapes) EXPECT_EQ(shape, "4x8x4");
+            // A verdict against vendor is measured twice (the second must agree), otherwise once.
+            EXPECT_EQ(stack_shapes.size(), want == gemm_kernel::tiled ? 2u : 1u);
+        }
+    }
+}
 
 }  // namespace
 }  // namespace tilestream
