@@ -91,26 +91,9 @@ struct stack_case {
     }
     index_t c_index(index_t i, index_t j) const { return lay_c == layout::row_major ? i * ldc + j : i + j * ldc; }
     gemm_call call(const T* pa, const T* pb, T* pc) const {
-        gemm_call g;
-        g.type = dtype_of<T>();
-        g.op_a = oa;
-        g.op_b = ob;
-        g.m = m;
-        g.n = n;
-        g.k = k;
-        g.alpha = alpha;
-        g.beta = beta;
-        g.a = pa;
-        g.lda = lda;
-        g.layout_a = lay_a;
-        g.b = pb;
-        g.ldb = ldb;
-        g.layout_b = lay_b;
-        g.c = pc;
-        g.ldc = ldc;
-        g.layout_c = lay_c;
-        g.kernel = gemm_kernel::tiled;
-        return g;
+        return gemm_call{.type = dtype_of<T>(), .op_a = oa, .op_b = ob, .m = m, .n = n, .k = k, .alpha = alpha,
+                         .beta = beta, .a = pa, .lda = lda, .layout_a = lay_a, .b = pb, .ldb = ldb, .layout_b = lay_b,
+                         .c = pc, .ldc = ldc, .layout_c = lay_c, .kernel = gemm_kernel::tiled};
     }
     std::string describe() const {
         std::ostringstream s;
