@@ -92,12 +92,13 @@ ts::detail::json batched(ts::context& ctx, ts::index_t count, ts::index_t n, int
     const double ratio = t.ours > 0 ? t.anchor / t.ours : 0;
     const bool ok = ratio >= goal;
     met = met && ok;
-    std::printf("  %-4s batch %lld of %lldx%lld  ours %10.1f us  openblas loop %10.1f us  ratio %.3f (goal %.2f)%s  %s\n",
+    std::printf("  %-4s batch %lld of %lldx%lld  ours %10.1f us  openblas loop %10.1f us  ratio %.3f (goal %.2f)%s  %s/%s\n",
                 std::string(ts::to_string(ts::dtype_of<T>())).c_str(), (long long)count, (long long)n, (long long)n,
                 t.ours * 1e6, t.anchor * 1e6, ratio, goal, ok ? "" : "  NOT MET",
-                std::string(ts::to_string(last.plan.strategy)).c_str());
+                std::string(ts::to_string(last.plan.strategy)).c_str(), std::string(ts::to_string(last.plan.kernel)).c_str());
     return {{"dtype", std::string(ts::to_string(ts::dtype_of<T>()))},
             {"count", count},
+            {"kernel", std::string(ts::to_string(last.plan.kernel))},
             {"n", n},
             {"reps", reps},
             {"seconds", t.ours},
@@ -114,7 +115,7 @@ ts::detail::json batched(ts::context& ctx, ts::index_t count, ts::index_t n, int
 int main(int argc, char** argv) {
     ts::bench::arguments args(argc, argv,
                               "usage: small_bench [--out F] [--git-hash H] [--devices cpu] [--max-n 4096] [--reps 51] "
-                              "[--dtypes f32,f64] [--batch 10000] [--small-batch 10] [--batch-sizes 4,16,64]");
+                              "[--dtypes f32,f64] [--batch 10000] [--small-batch 10] [--batch-sizes 4,16,64] [--only batched|calls]");
     const std::string out = args.get("out", "");
     const std::string hash = args.get("git-hash", "unknown");
     const std::string devices = args.get("devices", "cpu");
@@ -125,7 +126,13 @@ int main(int argc, char** argv) {
     // A short stack too (a few products: the batched call's fixed cost shows there); 0: none.
     const ts::index_t small_batch = args.number("small-batch", 10);
     const auto batch_sizes = ts::bench::split(args.get("batch-sizes", "4,16,64"), ',');
+    // Only one part: "batched" (the stacks) or "calls" (the sweep and the skinny shapes).
+    const std::string only = args.get("only", "");
     if (!args.finish()) return 2;
+    if (!only.empty() && only != "batched" && only != "calls") {
+        std::fprintf(stderr, "small_bench: --only takes 'batched' or 'calls', got '%s'\n", only.c_str());
+        return 2;
+    }
 
     std::vector<shape> shapes;
     for (ts::index_t n = 1; n <= max_n; n *= 2) shapes.push_back({n, n, n});
@@ -139,14 +146,14 @@ int main(int argc, char** argv) {
     ts::detail::json calls = ts::detail::json::array(), stacks = ts::detail::json::array();
     std::printf("one call (context::gemm, default options) against cblas_?gemm, goal >= 0.90x:\n");
     for (const auto& d : dtypes)
-        for (shape s : shapes) {
+        for (shape s : only == "batched" ? std::vector<shape>{} : shapes) {
             if (d == "f32") calls.push_back(one_call<float>(ctx, s, most_reps, 0.90, met));
             else if (d == "f64") calls.push_back(one_call<double>(ctx, s, most_reps, 0.90, met));
             else throw std::invalid_argument("small_bench: --dtypes takes f32 and f64, got " + d);
         }
     std::printf("batched (context::gemm_strided_batched) against a loop of cblas_?gemm (numpy's side: small_python.py):\n");
     for (const auto& d : dtypes)
-        for (const auto& nb : batch_sizes) {
+        for (const auto& nb : only == "calls" ? std::vector<std::string>{} : batch_sizes) {
             const ts::index_t n = std::stoll(nb);
             // No goal against the C loop (the goal, 1.5x, is against numpy's matmul): recorded.
             bool ignored = true;

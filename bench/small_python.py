@@ -65,6 +65,8 @@ def main():
     p.add_argument("--batch-sizes", default="4,16,64")
     p.add_argument("--small-batch", type=int, default=10,
                    help="also stacks of this many matrices (the per-stack fixed cost; goal: near numpy's), 0: none")
+    p.add_argument("--only", choices=("batched", "calls"),
+                   help="run only the stacks (batched) or only the sweep and skinny shapes (calls)")
     args = p.parse_args()
     rng = np.random.default_rng(27)
     shapes = []
@@ -78,7 +80,7 @@ def main():
     calls, stacks = [], []
     for name in args.dtypes.split(","):
         dt = {"f32": np.float32, "f64": np.float64}[name]
-        for m, n, k in shapes:
+        for m, n, k in (shapes if args.only != "batched" else []):
             a = rng.standard_normal((m, k)).astype(dt)
             b = rng.standard_normal((k, n)).astype(dt)
             reps = reps_for(2.0 * m * n * k, args.reps)
@@ -90,7 +92,7 @@ def main():
                   f"fixed {(ours - anchor) * 1e6:+8.2f} us  ratio {ratio:.3f} (goal 0.90){'' if ok else '  NOT MET'}")
             calls.append({"dtype": name, "m": m, "n": n, "k": k, "reps": reps, "seconds": ours, "numpy_seconds": anchor,
                           "fixed_cost_us": (ours - anchor) * 1e6, "ratio": ratio, "goal": 0.90, "met": ok})
-        for s in (int(x) for x in args.batch_sizes.split(",")):
+        for s in (int(x) for x in args.batch_sizes.split(",") if args.only != "calls"):
             for count in (args.batch, args.small_batch):
                 if count <= 0:
                     continue

@@ -8,6 +8,7 @@
 #include "core/context_routes.hpp"
 #include "core/gemm_direct.hpp"
 #include "core/gemm_memory.hpp"
+#include "core/rate_probes.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -102,12 +103,27 @@ gemm_report context::gemm_batched(op op_a, op op_b, T alpha, host_batch_view<con
     const bool cancelled_now = call.run.cancel != nullptr && call.run.cancel->load();
     if (cancelled_now) throw cancelled("gemm_batched: cancelled before it started");
 
-    const gemm_call item0 = detail::host_gemm_call<T>(op_a, op_b, alpha, a[0], b[0], beta, c[0], route.host_kernel);
+    // The kernel of products that run one per thread: the route's (measured on single calls of the
+    // shape class) unless a stack of such products was measured (choose_stack_kernel: vendor
+    // against tiled on a stack of products of this size, once per process and size bucket). A
+    // kernel asked for, reproducible mode and declared rates keep the route's.
+    gemm_kernel stack_kernel = route.host_kernel;
+    double item_seconds = route.host_item_fixed + item_flops / std::max(route.host_flops, 1.0);
+    bool stack_measured = false;
+    if (!asked && !options_.reproducible && !options_.rates && route.direct_possible && item_flops > 0 && k > 0 &&
+        classify_gemm(m, n, k) == shape_class::small) {
+        const detail::stack_choice sc = detail::choose_stack_kernel(type, m, n, k);
+        if (sc.seconds_per_product > 0) {
+            stack_kernel = sc.choice.kernel;
+            item_seconds = sc.seconds_for(m, n, k);
+            stack_measured = true;
+        }
+    }
+    const gemm_call item0 = detail::host_gemm_call<T>(op_a, op_b, alpha, a[0], b[0], beta, c[0], stack_kernel);
     const index_t kb = options_.reproducible ? reproducible_k_block(type) : 0;
     // A stack runs on this thread unless the devices' threads, each taking whole products, finish
     // it sooner after the hand-off (the engine's fixed cost).
-    const double host_seconds =
-        route.host_fixed + double(batch) * (route.host_item_fixed + item_flops / std::max(route.host_flops, 1.0));
+    const double host_seconds = route.host_fixed + double(batch) * item_seconds;
     // Pointer lists of the whole stack when one stride does not describe it (in place: this thread
     // and host-addressable devices read the matrices where they lie).
     std::vector<const void*> a_list, b_list;
@@ -128,7 +144,7 @@ gemm_report context::gemm_batched(op op_a, op op_b, T alpha, host_batch_view<con
     const auto engine_fixed = [&] { return route.engine_fixed > 0 ? route.engine_fixed : routes_->engine_fixed(); };
     if (route.direct_possible && in_place_ && host_seconds <= engine_fixed() + host_seconds / spread) {
         rep.plan.strategy = gemm_strategy::direct;
-        rep.plan.kernel = route.host_kernel;
+        rep.plan.kernel = stack_kernel;
         rep.plan.units = rep.plan.steps = 1;
         rep.plan.batch_group = batch;
         rep.plan.predicted_seconds = host_seconds;
@@ -158,6 +174,10 @@ gemm_report context::gemm_batched(op op_a, op op_b, T alpha, host_batch_view<con
     const std::size_t devices = device_ptrs_.size();
     std::vector<gemm_kernel> kernels = route.device_kernels;
     if (asked) std::fill(kernels.begin(), kernels.end(), options_.reproducible && *asked == gemm_kernel::vendor ? gemm_kernel::tiled : *asked);
+    // CPU devices split a stack of small products one per worker: the kernel measured on such stacks.
+    if (stack_measured)
+        for (std::size_t i = 0; i < devices; ++i)
+            if (device_ptrs_[i]->info().kind == device_kind::cpu && device_ptrs_[i]->host_addressable()) kernels[i] = stack_kernel;
     for (std::size_t i = 0; i < devices; ++i)
         if (!device_ptrs_[i]->supports(kernels[i]))
             throw invalid_argument("gemm_batched: device " + device_ptrs_[i]->id() + " has no '" +

@@ -151,6 +151,7 @@ struct kept_state {
     std::map<host_key, kept_verdict> host;
     scripted_fn scripted;
     double recheck_seconds = 10;
+    std::map<std::tuple<int, index_t, index_t, index_t>, detail::stack_choice> stacks;  ///< choose_stack_kernel's
 };
 kept_state& state() {
     static auto& s = *new kept_state;
@@ -421,6 +422,79 @@ double detail::batched_item_seconds(dtype t, gemm_kernel k) {
     std::lock_guard lock(cache_mutex());
     cache.emplace(key, seconds);
     return seconds;
+}
+
+detail::stack_choice detail::choose_stack_kernel(dtype t, index_t m, index_t n, index_t k) {
+    const auto bucket = [](index_t x) {
+        index_t b = 1;
+        while (b < x) b *= 2;
+        return b;
+    };
+    const probe_shape shape{bucket(m), bucket(n), bucket(k)};
+    const auto key = std::make_tuple(int(t), shape.m, shape.n, shape.k);
+    {
+        std::lock_guard lock(cache_mutex());
+        if (auto it = state().stacks.find(key); it != state().stacks.end()) return it->second;
+    }
+    // About 64 KiB of operands a product set (at least 16 products, at most 1024), so the probe's
+    // stack lives in the caches as a stack of the bucket's products would, and one run is tens of
+    // microseconds at most (batch_seconds repeats it to 200 us).
+    const double product_bytes = double(size_of(t)) * double(shape.m * shape.k + shape.k * shape.n + shape.m * shape.n);
+    const index_t count = index_t(std::clamp(65536.0 / product_bytes, 16.0, 1024.0));
+    probe_source source = [&](const probe_shape& s) {
+        probe_timings p;
+        visit_dtype(t, [&]<class T>() {
+            std::vector<T> a(std::size_t(count * s.m * s.k)), b(std::size_t(count * s.k * s.n)), c(std::size_t(count * s.m * s.n));
+            using R = real_type_t<T>;
+            for (std::vector<T>* x : {&a, &b, &c})
+                for (std::size_t i = 0; i < x->size(); ++i) {
+                    const R v = R((i % 7) + 1) * R(0.125);
+                    if constexpr (is_complex_v<T>)
+                        (*x)[i] = T(v, R(0.5) - v);
+                    else
+                        (*x)[i] = v;
+                }
+            std::vector<std::function<void()>> calls;
+            for (gemm_kernel kernel : candidates) {
+                gemm_batched_call g;
+                g.call = detail::host_gemm_call<T>(op::n, op::n, T(1), host_matrix_view<const T>(a.data(), s.m, s.k),
+                                                   host_matrix_view<const T>(b.data(), s.k, s.n), T(0),
+                                                   host_matrix_view<T>(c.data(), s.m, s.n), kernel);
+                g.count = count;
+                g.stride_a = s.m * s.k;
+                g.stride_b = s.k * s.n;
+                g.stride_c = s.m * s.n;
+                calls.push_back([g] { detail::host_gemm_batched(g); });
+            }
+            try {
+                p.seconds = batch_seconds(calls);
+                for (auto& v : p.seconds)
+                    for (double& x : v) x /= double(count);  // per product
+            } catch (const error& e) {
+                p.seconds.clear();
+                p.notes.assign(std::size(candidates), e.what());
+            }
+        });
+        return p;
+    };
+    if (auto sc = scripted_source("host-stack", t)) source = std::move(*sc);
+    stack_choice out;
+    out.probe = shape;
+    out.choice = choice_from_timings(t, shape, source(shape));
+    // A verdict against vendor stands only when a second measurement agrees (decide_kernel's rule).
+    if (displaces_vendor(out.choice)) {
+        kernel_choice second = choice_from_timings(t, shape, source(shape));
+        if (second.measured && second.kernel != out.choice.kernel) second.kernel = gemm_kernel::vendor;
+        if (second.measured) out.choice = std::move(second);
+    }
+    if (const kernel_rate* r = nullptr; out.choice.measured) {
+        for (const kernel_rate& x : out.choice.rates)
+            if (x.kernel == out.choice.kernel && x.measured) r = &x;
+        if (r) out.seconds_per_product = flops_of(t, shape) / r->flops;
+    }
+    std::lock_guard lock(cache_mutex());
+    state().stacks.emplace(key, out);
+    return out;
 }
 
 double direct_call_seconds() {

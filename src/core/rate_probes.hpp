@@ -125,4 +125,22 @@ public:
 /// kernel: what a batched call costs per product beyond its arithmetic, below a direct call's.
 double batched_item_seconds(dtype t, gemm_kernel k);
 
+/// The kernel of the products of a stack, each on one thread (the calling thread, or one worker
+/// each): vendor against tiled timed on a stack of products of the shape's bucket (each side
+/// rounded up to a power of 2, the probe the bucket's largest product), on the calling thread,
+/// alternated, best of 5 (kernel_choice's rule: vendor unless the other beats it by 5%, and a
+/// verdict against vendor only when a second measurement agrees). Measured once per process, type
+/// and bucket (at most 8^3 of the small class); the test hook scripts it as "host-stack", its
+/// timings then seconds per product.
+struct stack_choice {
+    kernel_choice choice;                   ///< rates per product of the bucket's probe
+    probe_shape probe{};                    ///< the bucket's product
+    double seconds_per_product = 0;         ///< the chosen kernel's, on the probe (0: not measured)
+    /// Predicted seconds of one m x n x k product of the bucket (scaled from the probe by m n k).
+    double seconds_for(index_t m, index_t n, index_t k) const {
+        return seconds_per_product * double(m) * double(n) * double(k) / (double(probe.m) * double(probe.n) * double(probe.k));
+    }
+};
+stack_choice choose_stack_kernel(dtype t, index_t m, index_t n, index_t k);
+
 }  // namespace tilestream::detail

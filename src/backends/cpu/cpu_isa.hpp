@@ -54,14 +54,35 @@ template <class T>
 using micro_kernel = void (*)(index_t kc, const T* a, const T* b, T* c, index_t rs_c, T alpha,
                               T beta, int mr, int nr);
 
-/// The small-product kernel: C (m x nr, rows rs_c apart, unit column stride) = alpha * A * B +
-/// beta * C, A read where it lies (a[i * rs_a + p * cs_a]), B a panel of kc rows rs_b apart, zero
-/// past nr (nr up to isa_config's small_cols). Each element of C gets the micro-kernel's operations
-/// in the same order, so its bits are the micro-kernel's; small products skip the packing of A and
-/// the full register tile (gemm_micro_kernel.hpp).
+/// Small products (one, or a stack) for small_stack_kernel, in the tiled kernel's row-major form (a
+/// column-major C is C^T = op(B)^T op(A)^T, operands swapped): C_i (m x n, rows rs_c apart) =
+/// alpha * A_i * B_i + beta * C_i, A_i(r, p) = a_i[r * rs_a + p * cs_a], B_i(p, j) = b_i[p * rs_b +
+/// j * cs_b]; product i's matrices are `stride_*` elements after product i-1's, or listed (a_list,
+/// b_list, c_list, each all or none). n is at most the entry's small_cols; k runs in blocks of kc
+/// (the tiled kernel's KC), beta on the first only. `panel` (kc x 4 vectors) holds a k-block of B
+/// when its rows are not contiguous (cs_b != 1).
 template <class T>
-using small_kernel = void (*)(index_t kc, index_t m, const T* a, index_t rs_a, index_t cs_a, const T* b,
-                              index_t rs_b, T* c, index_t rs_c, T alpha, T beta, int nr);
+struct small_stack {
+    index_t m = 0, n = 0, k = 0, kc = 1;
+    const T* a = nullptr;
+    index_t rs_a = 0, cs_a = 0, stride_a = 0;
+    const T* b = nullptr;
+    index_t rs_b = 0, cs_b = 0, stride_b = 0;
+    T* c = nullptr;
+    index_t rs_c = 0, stride_c = 0;
+    const void* const* a_list = nullptr;
+    const void* const* b_list = nullptr;
+    void* const* c_list = nullptr;
+    T alpha = T(1), beta = T(0);
+    T* panel = nullptr;
+};
+
+/// The stack kernel: products [begin, end) of a small_stack, each element with the micro-kernel's
+/// operations in its order (so the bits of a loop of single tiled calls), B and C read where they
+/// lie (masked vectors at the edge), A's elements broadcast from where they lie: no packing of A,
+/// no register tile larger than the product, and nothing per product but its three pointers.
+template <class T>
+using small_stack_kernel = void (*)(const small_stack<T>& s, index_t begin, index_t end);
 
 /// One registry entry: the micro-kernel of each real value type with its register tile, and the shares
 /// of each cache level the blocks are sized to fill.
@@ -74,11 +95,11 @@ struct isa_config {
     double l1_share = 0.5;  ///< of L1 for the KC x NR micro-panel of B
     double l2_share = 0.5;  ///< of L2 for the MC x KC block of A
     double l3_share = 0.5;  ///< of this core's L3 share for the KC x NC block of B
-    /// The small-product kernels and the widest panel they take (4 vectors), in real elements.
-    small_kernel<float> small_f32 = nullptr;
+    /// The widest panel of the small-product kernels (4 vectors), in real elements, and the kernels.
     int small_cols_f32 = 0;
-    small_kernel<double> small_f64 = nullptr;
     int small_cols_f64 = 0;
+    small_stack_kernel<float> stack_f32 = nullptr;
+    small_stack_kernel<double> stack_f64 = nullptr;
 };
 /// The registry entry of an instruction set (compiled on every x86-64 build).
 const isa_config& config_for(isa s);
@@ -99,11 +120,11 @@ micro_kernel<T> kernel_of(const isa_config& cfg) {
 
 /// The entry's small-product kernel for real type T, and its widest panel (real elements).
 template <class T>
-small_kernel<T> small_kernel_of(const isa_config& cfg) {
+small_stack_kernel<T> stack_kernel_of(const isa_config& cfg) {
     if constexpr (std::is_same_v<T, float>)
-        return cfg.small_f32;
+        return cfg.stack_f32;
     else
-        return cfg.small_f64;
+        return cfg.stack_f64;
 }
 template <class T>
 int small_cols_of(const isa_config& cfg) {
@@ -127,6 +148,9 @@ std::string describe_blocking(isa s, const cache_sizes& caches);
 /// gemm_tiled() calls it with selected_isa() and host_cache_sizes(); tests call it per variant
 /// and with small caches, to cross every block edge on small shapes.
 void gemm_tiled_with(isa s, const cache_sizes& caches, const gemm_call& call, thread_pool& pool);
+/// Products [begin, end) of a stack with the tiled kernel of `s` on the calling thread (what
+/// gemm_tiled_serial_items runs with selected_isa()): the stack kernel where the products fit it.
+void gemm_tiled_items_with(isa s, const cache_sizes& caches, const gemm_batched_call& batch, index_t begin, index_t end);
 
 // The micro-kernels, one translation unit per instruction set (gemm_kernel_<isa>.cpp).
 extern const isa_config generic_config;

@@ -25,6 +25,9 @@ struct avx2_f32 {
     static reg broadcast(const float* p) { return _mm256_broadcast_ss(p); }
     static reg mul(reg x, reg y) { return _mm256_mul_ps(x, y); }
     static reg fma(reg x, reg y, reg z) { return _mm256_fmadd_ps(x, y, z); }
+    static __m256i mask(int n) { return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)); }
+    static reg load_part(const float* p, int n) { return _mm256_maskload_ps(p, mask(n)); }
+    static void store_part(float* p, reg r, int n) { _mm256_maskstore_ps(p, mask(n), r); }
 };
 
 struct avx2_f64 {
@@ -37,6 +40,9 @@ struct avx2_f64 {
     static reg broadcast(const double* p) { return _mm256_broadcast_sd(p); }
     static reg mul(reg x, reg y) { return _mm256_mul_pd(x, y); }
     static reg fma(reg x, reg y, reg z) { return _mm256_fmadd_pd(x, y, z); }
+    static __m256i mask(int n) { return _mm256_cmpgt_epi64(_mm256_set1_epi64x(n), _mm256_setr_epi64x(0, 1, 2, 3)); }
+    static reg load_part(const double* p, int n) { return _mm256_maskload_pd(p, mask(n)); }
+    static void store_part(double* p, reg r, int n) { _mm256_maskstore_pd(p, mask(n), r); }
 };
 
 }  // namespace
@@ -61,7 +67,8 @@ constinit const isa_config avx2_config{isa::avx2,
                              &micro::kernel<avx2_f32, mr_f32, nv_f32>, mr_f32, nv_f32 * avx2_f32::width,
                              &micro::kernel<avx2_f64, mr_f64, nv_f64>, mr_f64, nv_f64 * avx2_f64::width,
                              /*l1_share=*/0.5, /*l2_share=*/1.0, /*l3_share=*/0.5,
-    &micro::small_kernel<avx2_f32>, 4 * avx2_f32::width, &micro::small_kernel<avx2_f64>, 4 * avx2_f64::width};
+    4 * avx2_f32::width, 4 * avx2_f64::width,
+    &micro::stack_kernel<avx2_f32>, &micro::stack_kernel<avx2_f64>};
 
 }  // namespace tilestream::cpu
 #endif

@@ -25,6 +25,8 @@ struct avx512_f32 {
     static reg broadcast(const float* p) { return _mm512_set1_ps(*p); }
     static reg mul(reg x, reg y) { return _mm512_mul_ps(x, y); }
     static reg fma(reg x, reg y, reg z) { return _mm512_fmadd_ps(x, y, z); }
+    static reg load_part(const float* p, int n) { return _mm512_maskz_loadu_ps(__mmask16((1u << n) - 1), p); }
+    static void store_part(float* p, reg r, int n) { _mm512_mask_storeu_ps(p, __mmask16((1u << n) - 1), r); }
 };
 
 struct avx512_f64 {
@@ -37,6 +39,8 @@ struct avx512_f64 {
     static reg broadcast(const double* p) { return _mm512_set1_pd(*p); }
     static reg mul(reg x, reg y) { return _mm512_mul_pd(x, y); }
     static reg fma(reg x, reg y, reg z) { return _mm512_fmadd_pd(x, y, z); }
+    static reg load_part(const double* p, int n) { return _mm512_maskz_loadu_pd(__mmask8((1u << n) - 1), p); }
+    static void store_part(double* p, reg r, int n) { _mm512_mask_storeu_pd(p, __mmask8((1u << n) - 1), r); }
 };
 
 }  // namespace
@@ -63,7 +67,8 @@ constinit const isa_config avx512_config{
     &micro::kernel<avx512_f32, mr_f32, nv_f32>, mr_f32, nv_f32 * avx512_f32::width,
     &micro::kernel<avx512_f64, mr_f64, nv_f64>, mr_f64, nv_f64 * avx512_f64::width,
     /*l1_share=*/1.0, /*l2_share=*/0.125, /*l3_share=*/0.5,
-    &micro::small_kernel<avx512_f32>, 4 * avx512_f32::width, &micro::small_kernel<avx512_f64>, 4 * avx512_f64::width};
+    4 * avx512_f32::width, 4 * avx512_f64::width,
+    &micro::stack_kernel<avx512_f32>, &micro::stack_kernel<avx512_f64>};
 
 }  // namespace tilestream::cpu
 #endif

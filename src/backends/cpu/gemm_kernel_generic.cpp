@@ -20,6 +20,12 @@ struct generic_vector {
     static reg broadcast(const T* p) { return reg{} + *p; }
     static reg mul(reg x, reg y) { return x * y; }
     static reg fma(reg x, reg y, reg z) { return x * y + z; }
+    static reg load_part(const T* p, int n) {
+        reg r{};
+        __builtin_memcpy(&r, p, std::size_t(n) * sizeof(T));
+        return r;
+    }
+    static void store_part(T* p, reg r, int n) { __builtin_memcpy(p, &r, std::size_t(n) * sizeof(T)); }
 };
 
 }  // namespace
@@ -39,6 +45,7 @@ constinit const isa_config generic_config{
     &micro::kernel<generic_f32, mr_f32, nv_f32>, mr_f32, nv_f32 * generic_f32::width,
     &micro::kernel<generic_f64, mr_f64, nv_f64>, mr_f64, nv_f64 * generic_f64::width,
     /*l1_share=*/0.5, /*l2_share=*/0.5, /*l3_share=*/0.5,
-    &micro::small_kernel<generic_f32>, 4 * generic_f32::width, &micro::small_kernel<generic_f64>, 4 * generic_f64::width};
+    4 * generic_f32::width, 4 * generic_f64::width,
+    &micro::stack_kernel<generic_f32>, &micro::stack_kernel<generic_f64>};
 
 }  // namespace tilestream::cpu

@@ -5,7 +5,9 @@
 // instruction sets ever share a symbol that the linker could pick for a CPU lacking it.
 //
 // V provides: value (float or double), reg (a vector register), width (lanes), zero(), load(p),
-// store(p, r), broadcast(p), mul(x, y), fma(x, y, z) (x*y + z, fused or not; fixed per V).
+// store(p, r), broadcast(p), mul(x, y), fma(x, y, z) (x*y + z, fused or not; fixed per V), and
+// load_part(p, n) / store_part(p, r, n): the first n lanes only (0 < n < width; the others read as
+// zero and are left alone, and their memory is never touched).
 #pragma once
 
 namespace tilestream::cpu::micro {
@@ -97,19 +99,20 @@ void kernel(index_t kc, const typename V::value* __restrict a, const typename V:
 
 namespace tilestream::cpu::micro {
 
-/// The small-product kernel's rows: MR rows of C (rs_c apart) from rows of A read where they lie
-/// (a[i * rs_a + p * cs_a]) and a B panel of NV vectors a row (rows rs_b apart, zero past nr).
-/// Each element gets the micro-kernel's operations in its order (a zero accumulator, one
-/// multiply-add per step p, update_rows), so its bits are the micro-kernel's: a small product
-/// skips packing A and the full MR x NR register tile without changing any result.
+/// MR rows of one product of a stack (small_stack_kernel): C rows (rs_c apart) = alpha * A rows *
+/// B + beta * C, B rows rs_b apart and NV vectors wide, the last vector `tail` lanes (1..width);
+/// lanes past the tail are neither read nor written (V::load_part, V::store_part), so B and C are
+/// read where they lie, with no panel and no tile. Each element gets the micro-kernel's operations
+/// in its order (a zero accumulator, one multiply-add per step p, then update_rows' alpha * acc or
+/// beta * C + alpha * acc), so its bits are the micro-kernel's.
 template <class V, int MR, int NV>
-__attribute__((always_inline)) inline void small_rows(index_t kc, const typename V::value* a, index_t rs_a,
-                                                      index_t cs_a, const typename V::value* b, index_t rs_b,
+__attribute__((always_inline)) inline void stack_rows(index_t kc, const typename V::value* a, index_t rs_a,
+                                                      index_t cs_a, const typename V::value* b, index_t rs_b, int tail,
                                                       typename V::value* c, index_t rs_c, typename V::value alpha,
-                                                      typename V::value beta, int nr) {
+                                                      typename V::value beta) {
     using T = typename V::value;
     using reg = typename V::reg;
-    constexpr int NR = NV * V::width;
+    const bool full = tail == V::width;
     reg acc[MR][NV];
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i)
@@ -118,7 +121,8 @@ __attribute__((always_inline)) inline void small_rows(index_t kc, const typename
     for (index_t p = 0; p < kc; ++p) {
         reg bv[NV];
 #pragma GCC unroll 4
-        for (int v = 0; v < NV; ++v) bv[v] = V::load(b + p * rs_b + v * V::width);
+        for (int v = 0; v < NV - 1; ++v) bv[v] = V::load(b + p * rs_b + v * V::width);
+        bv[NV - 1] = full ? V::load(b + p * rs_b + (NV - 1) * V::width) : V::load_part(b + p * rs_b + (NV - 1) * V::width, tail);
 #pragma GCC unroll 8
         for (int i = 0; i < MR; ++i) {
             const reg ai = V::broadcast(a + i * rs_a + p * cs_a);
@@ -126,44 +130,79 @@ __attribute__((always_inline)) inline void small_rows(index_t kc, const typename
             for (int v = 0; v < NV; ++v) acc[i][v] = V::fma(ai, bv[v], acc[i][v]);
         }
     }
-    if (nr == NR) {
-        update_rows<V, MR, NV>(acc, c, rs_c, alpha, beta);
-        return;
-    }
-    alignas(64) T tile[MR * NR];
-    if (beta != T(0))
-        for (int i = 0; i < MR; ++i)
-            for (int j = 0; j < NR; ++j) tile[i * NR + j] = j < nr ? c[i * rs_c + j] : T(0);
-    update_rows<V, MR, NV>(acc, tile, NR, alpha, beta);
+    const reg va = V::broadcast(&alpha);
+    const reg vb = V::broadcast(&beta);
+#pragma GCC unroll 8
     for (int i = 0; i < MR; ++i)
-        for (int j = 0; j < nr; ++j) c[i * rs_c + j] = tile[i * NR + j];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) {
+            T* p = c + i * rs_c + v * V::width;
+            const bool whole = v < NV - 1 || full;
+            reg r = V::mul(va, acc[i][v]);
+            if (beta != T(0)) r = V::fma(vb, whole ? V::load(p) : V::load_part(p, tail), r);
+            if (whole)
+                V::store(p, r);
+            else
+                V::store_part(p, r, tail);
+        }
 }
 
-/// m rows of C: groups of rows sharing each load of B (fewer when the panel is wide, so that the
-/// accumulators stay in 16 registers), then the remaining rows one at a time.
-template <class V, int NV>
-void small_panel(index_t kc, index_t m, const typename V::value* a, index_t rs_a, index_t cs_a,
-                 const typename V::value* b, index_t rs_b, typename V::value* c, index_t rs_c,
-                 typename V::value alpha, typename V::value beta, int nr) {
-    constexpr int MR = NV <= 2 ? 4 : 2;
+/// Rows [0, m) of one k-block of a product in groups of MR rows sharing each load of B, then MR/2,
+/// MR/4, ..., 1 for the rest.
+template <class V, int MR, int NV>
+__attribute__((always_inline)) inline void stack_row_groups(index_t m, index_t kc, const typename V::value* a,
+                                                            index_t rs_a, index_t cs_a, const typename V::value* b,
+                                                            index_t rs_b, int tail, typename V::value* c, index_t rs_c,
+                                                            typename V::value alpha, typename V::value beta) {
     index_t i = 0;
-    for (; i + MR <= m; i += MR)
-        small_rows<V, MR, NV>(kc, a + i * rs_a, rs_a, cs_a, b, rs_b, c + i * rs_c, rs_c, alpha, beta, nr);
-    for (; i < m; ++i) small_rows<V, 1, NV>(kc, a + i * rs_a, rs_a, cs_a, b, rs_b, c + i * rs_c, rs_c, alpha, beta, nr);
+    for (; i + MR <= m; i += MR) stack_rows<V, MR, NV>(kc, a + i * rs_a, rs_a, cs_a, b, rs_b, tail, c + i * rs_c, rs_c, alpha, beta);
+    if constexpr (MR > 1)
+        if (i < m) stack_row_groups<V, MR / 2, NV>(m - i, kc, a + i * rs_a, rs_a, cs_a, b, rs_b, tail, c + i * rs_c, rs_c, alpha, beta);
 }
 
-/// The small-product kernel (cpu_isa.hpp's small_kernel): C (m x nr, rows rs_c apart) = alpha *
-/// A * B panel + beta * C for nr up to 4 vectors, beta == 0 never reading C.
+/// Products [begin, end) of a stack whose C rows fit NV vectors, each k-block (kc, the tiled
+/// kernel's) as groups of rows (as many as the registers hold: a 512-bit set has 32, the others
+/// 16). B is read where it lies when its rows are contiguous, else copied a k-block at a time into
+/// s.panel.
+template <class V, int NV>
+void stack_items(const small_stack<typename V::value>& s, index_t begin, index_t end) {
+    using T = typename V::value;
+    constexpr int regs = sizeof(typename V::reg) == 64 ? 32 : 16;
+    // Accumulators, B's vectors and a broadcast within the registers; a power of 2.
+    constexpr int fit = (regs - NV - 1) / NV;
+    constexpr int MR = fit >= 8 ? 8 : fit >= 4 ? 4 : fit >= 2 ? 2 : 1;
+    const int tail = static_cast<int>(s.n - (NV - 1) * V::width);
+    const index_t rs_p = NV * V::width;
+    for (index_t it = begin; it < end; ++it) {
+        const T* a = s.a_list ? static_cast<const T*>(s.a_list[it]) : s.a + it * s.stride_a;
+        const T* b = s.b_list ? static_cast<const T*>(s.b_list[it]) : s.b + it * s.stride_b;
+        T* c = s.c_list ? static_cast<T*>(s.c_list[it]) : s.c + it * s.stride_c;
+        for (index_t pc = 0; pc < s.k; pc += s.kc) {
+            const index_t kc = pc + s.kc <= s.k ? s.kc : s.k - pc;
+            const T beta = pc == 0 ? s.beta : T(1);
+            const T* bb = b + pc * s.rs_b;
+            index_t rs_b = s.rs_b;
+            if (s.cs_b != 1) {
+                for (index_t p = 0; p < kc; ++p)
+                    for (index_t j = 0; j < s.n; ++j) s.panel[p * rs_p + j] = bb[p * s.rs_b + j * s.cs_b];
+                bb = s.panel;
+                rs_b = rs_p;
+            }
+            stack_row_groups<V, MR, NV>(s.m, kc, a + pc * s.cs_a, s.rs_a, s.cs_a, bb, rs_b, tail, c, s.rs_c, s.alpha, beta);
+        }
+    }
+}
+
+/// The stack kernel (cpu_isa.hpp's small_stack_kernel): products [begin, end) of s, C rows up to 4
+/// vectors wide.
 template <class V>
-void small_kernel(index_t kc, index_t m, const typename V::value* a, index_t rs_a, index_t cs_a,
-                  const typename V::value* b, index_t rs_b, typename V::value* c, index_t rs_c,
-                  typename V::value alpha, typename V::value beta, int nr) {
-    switch ((nr + V::width - 1) / V::width) {
-        case 1: small_panel<V, 1>(kc, m, a, rs_a, cs_a, b, rs_b, c, rs_c, alpha, beta, nr); return;
-        case 2: small_panel<V, 2>(kc, m, a, rs_a, cs_a, b, rs_b, c, rs_c, alpha, beta, nr); return;
-        case 3: small_panel<V, 3>(kc, m, a, rs_a, cs_a, b, rs_b, c, rs_c, alpha, beta, nr); return;
-        case 4: small_panel<V, 4>(kc, m, a, rs_a, cs_a, b, rs_b, c, rs_c, alpha, beta, nr); return;
-        default: return;  // the caller keeps nr within 4 vectors (isa_config::small_cols)
+void stack_kernel(const small_stack<typename V::value>& s, index_t begin, index_t end) {
+    switch ((s.n + V::width - 1) / V::width) {
+        case 1: stack_items<V, 1>(s, begin, end); return;
+        case 2: stack_items<V, 2>(s, begin, end); return;
+        case 3: stack_items<V, 3>(s, begin, end); return;
+        case 4: stack_items<V, 4>(s, begin, end); return;
+        default: return;  // the caller keeps n within 4 vectors (isa_config::small_cols)
     }
 }
 

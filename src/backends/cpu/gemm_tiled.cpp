@@ -158,12 +158,14 @@ void scale_block(const strided_problem<T>& pr, index_t m0, index_t m1, index_t n
 
 // ---- small products: no packing of A, no full register tile ----
 //
-// A product whose C rows fit a few vectors (small_cols) runs the small-product kernel on rows of A
-// where they lie and one packed panel of B as wide as the product: at 4x4 the blocked path would
-// pack a whole MR x KC and KC x NR panel with zeros and compute an MR x NR tile for 16 elements.
-// Each element gets the same operations in the same order as in the blocked path (the same k-blocks,
-// the micro-kernel's chain and update), so results are bitwise those of the blocked path, for any
-// sub-problem (RowsAreBitwiseEqualInEverySubProblem checks both paths against each other).
+// A product whose C rows fit a few vectors (small_cols) runs the small-product kernel (the stack
+// kernel, micro::stack_kernel: one product, or every product of a stack) on rows of A and B where
+// they lie (B copied a k-block at a time when its rows are not contiguous), C's rows in registers
+// and masked vectors at its edge: at 4x4 the blocked path would pack a whole MR x KC and KC x NR
+// panel with zeros and compute an MR x NR tile for 16 elements. Each element gets the same
+// operations in the same order as in the blocked path (the same k-blocks, the micro-kernel's chain
+// and update), so results are bitwise those of the blocked path, for any sub-problem
+// (RowsAreBitwiseEqualInEverySubProblem checks both paths against each other).
 
 /// Whether the small path takes the sub-rectangle: C rows within the kernel's panel (real
 /// elements) and little enough work that skipping the packing of A cannot cost L1 reuse.
@@ -171,25 +173,41 @@ constexpr bool small_product(index_t m, index_t n_real, index_t k, int small_col
     return n_real <= small_cols && double(m) * double(n_real) * double(k) <= 32768.0;
 }
 
+/// m * n * k up to which a product of a stack runs on the stack kernel (its rows of C in registers,
+/// B where it lies). At f32 64^3 on AVX-512 (Zen 4, one thread, under load) it took 5.5-7.9 us a
+/// product where the blocked path took 11-13.5 us (OpenBLAS 5.4-8.7).
+constexpr double stack_flops_limit = 64.0 * 64.0 * 64.0;
+
+/// Whether a real product runs on the stack kernel in a stack: C rows within its panel and A and B
+/// read (alpha != 0, k > 0); the others take gemm_rectangle's paths.
 template <class T>
-void gemm_small(const strided_problem<T>& pr, const block_sizes& bl, small_kernel<T> kernel, int width, index_t m0,
-                index_t m1, index_t n0, index_t n1) {
-    const index_t nc = n1 - n0;
-    const index_t rs_bp = round_up(nc, width);
-    const index_t kc_step = even_block(pr.k, bl.kc, 1);
-    T* bp = packing_buffer<T>(0, static_cast<std::size_t>(kc_step * rs_bp));
-    for (index_t pc = 0; pc < pr.k; pc += kc_step) {
-        const index_t kc = std::min<index_t>(kc_step, pr.k - pc);
-        const T beta = pc == 0 ? pr.beta : T(1);
-        const T* b = pr.b + pc * pr.rs_b + n0 * pr.cs_b;
-        for (index_t p = 0; p < kc; ++p) {
-            T* d = bp + p * rs_bp;
-            for (index_t j = 0; j < nc; ++j) d[j] = b[p * pr.rs_b + j * pr.cs_b];
-            for (index_t j = nc; j < rs_bp; ++j) d[j] = T(0);
-        }
-        kernel(kc, m1 - m0, pr.a + m0 * pr.rs_a + pc * pr.cs_a, pr.rs_a, pr.cs_a, bp, rs_bp, pr.c + m0 * pr.rs_c + n0,
-               pr.rs_c, pr.alpha, beta, static_cast<int>(nc));
-    }
+bool stack_product(const isa_config& cfg, const strided_problem<T>& pr) {
+    return pr.alpha != T(0) && pr.k > 0 && pr.n <= small_cols_of<T>(cfg) &&
+           double(pr.m) * double(pr.n) * double(pr.k) <= stack_flops_limit;
+}
+
+/// The stack kernel's description of the sub-rectangle [m0, m1) x [n0, n1) of a real problem
+/// (strides 0: one product), k-blocks of the blocked path's KC.
+template <class T>
+small_stack<T> stack_of(const isa_config& cfg, const block_sizes& bl, const strided_problem<T>& pr, index_t m0, index_t m1,
+                        index_t n0, index_t n1) {
+    small_stack<T> s;
+    s.m = m1 - m0;
+    s.n = n1 - n0;
+    s.k = pr.k;
+    s.kc = even_block(pr.k, bl.kc, 1);
+    s.a = pr.a + m0 * pr.rs_a;
+    s.rs_a = pr.rs_a;
+    s.cs_a = pr.cs_a;
+    s.b = pr.b + n0 * pr.cs_b;
+    s.rs_b = pr.rs_b;
+    s.cs_b = pr.cs_b;
+    s.c = pr.c + m0 * pr.rs_c + n0;
+    s.rs_c = pr.rs_c;
+    s.alpha = pr.alpha;
+    s.beta = pr.beta;
+    if (s.cs_b != 1) s.panel = packing_buffer<T>(0, static_cast<std::size_t>(s.kc * small_cols_of<T>(cfg)));
+    return s;
 }
 
 // ---- complex types: the 1m method ----
@@ -339,11 +357,11 @@ void gemm_block_1m(const strided_problem<std::complex<R>>& pr, const block_sizes
 // of one B panel as wide as the product, alpha folded, beta applied as there) on the small-product
 // kernel. A column-major C goes through a row-major copy of the block.
 template <class R>
-void gemm_small_1m(const strided_problem<std::complex<R>>& pr, const block_sizes& bl, small_kernel<R> kernel, int width,
+void gemm_small_1m(const strided_problem<std::complex<R>>& pr, const block_sizes& bl, small_stack_kernel<R> kernel,
                    index_t m0, index_t m1, index_t n0, index_t n1) {
     using Z = std::complex<R>;
     const index_t mc = m1 - m0, nc = n1 - n0;
-    const index_t rs_bp = round_up(2 * nc, width);
+    const index_t rs_bp = 2 * nc;  // the kernel reads no lane past the product
     const index_t kc_step = even_block(pr.k, bl.kc, 1);
     R* bp = packing_buffer<R>(0, static_cast<std::size_t>(2 * kc_step * rs_bp));
     R* ap = packing_buffer<R>(1, static_cast<std::size_t>(2 * kc_step * mc));
@@ -380,7 +398,6 @@ void gemm_small_1m(const strided_problem<std::complex<R>>& pr, const block_sizes
                 d1[2 * j] = -v.imag();
                 d1[2 * j + 1] = v.real();
             }
-            for (index_t j = 2 * nc; j < rs_bp; ++j) d0[j] = d1[j] = R(0);
         }
         const Z* a = pr.a + m0 * pr.rs_a + pc * pr.cs_a;
         for (index_t i = 0; i < mc; ++i)
@@ -389,26 +406,41 @@ void gemm_small_1m(const strided_problem<std::complex<R>>& pr, const block_sizes
                 ap[i * 2 * kc + 2 * p] = v.real();
                 ap[i * 2 * kc + 2 * p + 1] = sign_a * v.imag();
             }
-        kernel(2 * kc, mc, ap, 2 * kc, 1, bp, rs_bp, reinterpret_cast<R*>(work), 2 * rs_w, alpha, beta,
-               static_cast<int>(2 * nc));
+        small_stack<R> st;  // one product, one k-block of 2 kc reals
+        st.m = mc;
+        st.n = 2 * nc;
+        st.k = st.kc = 2 * kc;
+        st.a = ap;
+        st.rs_a = 2 * kc;
+        st.cs_a = 1;
+        st.b = bp;
+        st.rs_b = rs_bp;
+        st.cs_b = 1;
+        st.c = reinterpret_cast<R*>(work);
+        st.rs_c = 2 * rs_w;
+        st.alpha = alpha;
+        st.beta = beta;
+        kernel(st, 0, 1);
     }
     if (work != c)
         for (index_t i = 0; i < mc; ++i)
             for (index_t j = 0; j < nc; ++j) c[i * pr.rs_c + j * pr.cs_c] = work[i * rs_w + j];
 }
 
+// The problem of a call in the blocked loops' row-major form. A column-major C is a row-major C^T =
+// op(B)^T op(A)^T: swapping the operands keeps the micro-kernel's vector direction along C's
+// contiguous dimension. Not for complex types: the 1m method adds the two products of an imaginary
+// part in the order of the operands (re a im b, then im a re b), which the swap would reverse, so a
+// column-major C would get other bits than a row-major one; complex C is read and written through
+// row-major tiles instead. `swapped`: A and B traded places.
 template <class T>
-void gemm_tiled_typed(const isa_config& cfg, const block_sizes& bl, const gemm_call& call, thread_pool* pool) {
+strided_problem<T> problem_of(const gemm_call& call, bool& swapped) {
     strided_problem<T> pr{};
     pr.alpha = scalar_as<T>(call.alpha);
     pr.beta = scalar_as<T>(call.beta);
     pr.k = call.k;
-    // A column-major C is a row-major C^T = op(B)^T op(A)^T: swapping the operands keeps the
-    // micro-kernel's vector direction along C's contiguous dimension. Not for complex types: the 1m
-    // method adds the two products of an imaginary part in the order of the operands (re a im b,
-    // then im a re b), which the swap would reverse, so a column-major C would get other bits
-    // than a row-major one; complex C is read and written through row-major tiles instead.
     const bool row = call.layout_c == layout::row_major || is_complex_v<T>;
+    swapped = !row;
     const operand_desc da = call.a_desc(), db = call.b_desc();
     const operand_desc& x = row ? da : db;
     const operand_desc& y = row ? db : da;
@@ -426,7 +458,35 @@ void gemm_tiled_typed(const isa_config& cfg, const block_sizes& bl, const gemm_c
     const bool c_columns = is_complex_v<T> && call.layout_c == layout::col_major;
     pr.rs_c = c_columns ? 1 : call.ldc;
     pr.cs_c = c_columns ? call.ldc : 1;
-    const bool scale_only = call.alpha == 0.0 || call.k == 0;  // alpha == 0 never reads A or B
+    return pr;
+}
+
+// The sequential algorithm on the sub-rectangle [m0, m1) x [n0, n1) of C: the scaling alone when
+// A and B are not read (alpha == 0 or k == 0), the small path, or the blocked loops.
+template <class T>
+void gemm_rectangle(const isa_config& cfg, const block_sizes& bl, const strided_problem<T>& pr, index_t m0, index_t m1,
+                    index_t n0, index_t n1) {
+    using R = real_type_t<T>;
+    const int small_cols = small_cols_of<R>(cfg);
+    if (pr.alpha == T(0) || pr.k == 0)  // alpha == 0 never reads A or B
+        scale_block(pr, m0, m1, n0, n1);
+    else if constexpr (is_complex_v<T>) {
+        if (small_product(m1 - m0, 2 * (n1 - n0), pr.k, small_cols))
+            gemm_small_1m(pr, bl, stack_kernel_of<R>(cfg), m0, m1, n0, n1);
+        else
+            gemm_block_1m(pr, bl, kernel_of<R>(cfg), m0, m1, n0, n1);
+    } else {
+        if (small_product(m1 - m0, n1 - n0, pr.k, small_cols))
+            stack_kernel_of<T>(cfg)(stack_of(cfg, bl, pr, m0, m1, n0, n1), 0, 1);
+        else
+            gemm_block(pr, bl, kernel_of<T>(cfg), m0, m1, n0, n1);
+    }
+}
+
+template <class T>
+void gemm_tiled_typed(const isa_config& cfg, const block_sizes& bl, const gemm_call& call, thread_pool* pool) {
+    bool swapped = false;
+    const strided_problem<T> pr = problem_of<T>(call, swapped);
 
     // Each worker runs the whole blocked algorithm on its own slab of C, split along the longer
     // side in whole micro-tiles: no barriers and no shared packing buffers, at the price of each
@@ -447,27 +507,46 @@ void gemm_tiled_typed(const isa_config& cfg, const block_sizes& bl, const gemm_c
             n1 = std::min(pr.n, t1 * NR);
         }
         if (m0 >= m1 || n0 >= n1) return;
-        using R = real_type_t<T>;
-        const int small_cols = small_cols_of<R>(cfg);
-        if (scale_only)
-            scale_block(pr, m0, m1, n0, n1);
-        else if constexpr (is_complex_v<T>) {
-            if (small_product(m1 - m0, 2 * (n1 - n0), pr.k, small_cols))
-                gemm_small_1m(pr, bl, small_kernel_of<R>(cfg), small_cols / 4, m0, m1, n0, n1);
-            else
-                gemm_block_1m(pr, bl, kernel_of<R>(cfg), m0, m1, n0, n1);
-        } else {
-            if (small_product(m1 - m0, n1 - n0, pr.k, small_cols))
-                gemm_small(pr, bl, small_kernel_of<T>(cfg), small_cols / 4, m0, m1, n0, n1);
-            else
-                gemm_block(pr, bl, kernel_of<T>(cfg), m0, m1, n0, n1);
-        }
+        gemm_rectangle(cfg, bl, pr, m0, m1, n0, n1);
     };
     // Without a pool (the calling thread's own kernel) there is one slab and no std::function.
     if (parts <= 1)
         slab(0);
     else
         pool->run(parts, slab);
+}
+
+// Products [begin, end) of a stack on the calling thread: the problem set up once, then per product
+// only its pointers. Real products whose C rows fit the stack kernel's panel run on it (the bits of
+// the small and blocked paths: the same operations per element); the others, and complex ones, on
+// gemm_rectangle, as a loop of single calls would.
+template <class T>
+void gemm_tiled_items(const isa_config& cfg, const block_sizes& bl, const gemm_batched_call& batch, index_t begin,
+                      index_t end) {
+    bool swapped = false;
+    strided_problem<T> pr = problem_of<T>(batch.call, swapped);
+    if constexpr (!is_complex_v<T>) {
+        if (stack_product(cfg, pr)) {
+            small_stack<T> s = stack_of(cfg, bl, pr, 0, pr.m, 0, pr.n);
+            s.stride_a = swapped ? batch.stride_b : batch.stride_a;
+            s.stride_b = swapped ? batch.stride_a : batch.stride_b;
+            s.stride_c = batch.stride_c;
+            if (batch.listed()) {
+                s.a_list = swapped ? batch.b_list : batch.a_list;
+                s.b_list = swapped ? batch.a_list : batch.b_list;
+                s.c_list = batch.c_list;
+            }
+            stack_kernel_of<T>(cfg)(s, begin, end);
+            return;
+        }
+    }
+    for (index_t i = begin; i < end; ++i) {
+        const gemm_call g = batch.item(i);
+        pr.a = static_cast<const T*>(swapped ? g.b : g.a);
+        pr.b = static_cast<const T*>(swapped ? g.a : g.b);
+        pr.c = static_cast<T*>(g.c);
+        gemm_rectangle(cfg, bl, pr, 0, pr.m, 0, pr.n);
+    }
 }
 
 }  // namespace
@@ -486,13 +565,16 @@ void gemm_tiled_serial(const gemm_call& call) {
 }
 
 void gemm_tiled_serial_items(const gemm_batched_call& batch, index_t begin, index_t end) {
+    gemm_tiled_items_with(selected_isa(), host_cache_sizes(), batch, begin, end);
+}
+
+void gemm_tiled_items_with(isa s, const cache_sizes& caches, const gemm_batched_call& batch, index_t begin, index_t end) {
     const gemm_call& call = batch.call;
     if (call.m <= 0 || call.n <= 0 || begin >= end) return;
-    const isa_config& cfg = config_for(selected_isa());
-    const block_sizes bl = derive_block_sizes(cfg, call.type, host_cache_sizes());
-    visit_dtype(call.type, [&]<class T>() {
-        for (index_t i = begin; i < end; ++i) gemm_tiled_typed<T>(cfg, bl, batch.item(i), nullptr);
-    });
+    const isa_config& cfg = config_for(s);
+    // Block sizes once per range of products, not per product.
+    const block_sizes bl = derive_block_sizes(cfg, call.type, caches);
+    visit_dtype(call.type, [&]<class T>() { gemm_tiled_items<T>(cfg, bl, batch, begin, end); });
 }
 
 void gemm_tiled(const gemm_call& call, thread_pool& pool) {
