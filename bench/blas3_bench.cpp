@@ -146,7 +146,7 @@ int main(int argc, char** argv) {
     ts::bench::arguments args(argc, argv,
                               "usage: blas3_bench [--out F] [--git-hash H] [--reps R] [--n 4096] [--complex-n 2048] "
                               "[--routines trsm,trmm,symm,syrk,syr2k] [--complex-routines trsm,...,her2k] "
-                              "[--only incore,ooc,scaling] [--margin 1.0]");
+                              "[--only incore,ooc,scaling] [--case side=right|side=left|uplo=lower|uplo=upper] [--margin 1.0]");
     const std::string out = args.get("out", ""), git = args.get("git-hash", "unknown");
     const int reps = int(args.number("reps", 5));
     const ts::index_t n = args.number("n", 4096);
@@ -156,6 +156,7 @@ int main(int argc, char** argv) {
         ts::bench::split(args.get("complex-routines", "trsm,trmm,symm,hemm,syrk,herk,syr2k,her2k"), ',');
     const auto only = ts::bench::split(args.get("only", "incore,ooc,scaling"), ',');
     const double margin = args.real("margin", 1.0);
+    const std::string only_case = args.get("case", "");  // e.g. side=right: that case of each routine alone
     if (!args.finish()) return 2;
     const auto wanted = [&](const char* part) { return std::find(only.begin(), only.end(), part) != only.end(); };
     const int cores = ts::inventory().cpu_cores;
@@ -182,10 +183,11 @@ int main(int argc, char** argv) {
         else cases = {{ts::side::left, ts::uplo::lower, ts::op::n, ts::diag::non_unit},
                       {ts::side::right, ts::uplo::upper, ts::op::n, ts::diag::non_unit}};
         for (const ts::blas3_flags& f : cases) {
-            operands<T> o = make<T>(r, f, n);
             const std::string label = name + (rk ? " uplo=" + std::string(ts::to_string(f.uplo))
                                                  : " side=" + std::string(ts::to_string(f.side))) +
                                       ", " + type + " n=" + std::to_string(n);
+            if (!only_case.empty() && label.find(only_case) == std::string::npos) continue;
+            operands<T> o = make<T>(r, f, n);
             const ts::blas3_operands<T> x = ops_of(o);
             if (wanted("incore")) {
                 ts::bench::pair_timing t = ts::bench::alternate(reps, [&] { one.blas3<T>(r, f, x); }, [&] {
