@@ -135,12 +135,13 @@ int main(int argc, char** argv) {
     ts::bench::arguments args(argc, argv,
                               "usage: blas3_bench [--out F] [--git-hash H] [--reps R] [--n 4096] [--complex-n 2048] "
                               "[--routines trsm,trmm,symm,syrk,syr2k] [--complex-routines trsm,...,her2k] "
-                              "[--only incore,ooc,scaling] [--margin 1.0]");
+                              "[--only incore,ooc,scaling] [--case side=right|side=left|uplo=lower|uplo=upper] [--margin 1.0]");
     const auto [out, git, reps, n, complex_n, wanted, margin] =
         ts::bench::goal_options(args, 5, 4096, 2048, "incore,ooc,scaling");
     const auto routines = ts::bench::split(args.get("routines", "trsm,trmm,symm,syrk,syr2k"), ',');
     const auto complex_routines =
         ts::bench::split(args.get("complex-routines", "trsm,trmm,symm,hemm,syrk,herk,syr2k,her2k"), ',');
+    const std::string only_case = args.get("case", "");  // e.g. side=right: that case of each routine alone
     if (!args.finish()) return 2;
     const int cores = ts::inventory().cpu_cores;
     ts::bench::goal_table table(margin);
@@ -157,10 +158,11 @@ int main(int argc, char** argv) {
         else cases = {{ts::side::left, ts::uplo::lower, ts::op::n, ts::diag::non_unit},
                       {ts::side::right, ts::uplo::upper, ts::op::n, ts::diag::non_unit}};
         for (const ts::blas3_flags& f : cases) {
-            operands<T> o = make<T>(r, f, n);
             const std::string label = name + (rk ? " uplo=" + std::string(ts::to_string(f.uplo))
                                                  : " side=" + std::string(ts::to_string(f.side))) +
                                       ", " + type + " n=" + std::to_string(n);
+            if (!only_case.empty() && label.find(only_case) == std::string::npos) continue;
+            operands<T> o = make<T>(r, f, n);
             const ts::blas3_operands<T> x = ops_of(o);
             if (wanted("incore")) {
                 ts::bench::pair_timing t = ts::bench::alternate(reps, [&] { one.blas3<T>(r, f, x); }, [&] {

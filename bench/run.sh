@@ -45,6 +45,12 @@ if [ -f "$build/src/blas/libtilestream_blas.so" ]; then
         --sizes 16,64,256,512,739,1024,2048 > "bench/results/blas-shim-numpy-$op-$host-$date.json" || status=1
   done
 fi
+# The drop-in's thresholds for the Level 3 routines other than GEMM (cblas_dtrsm, dsyrk, ...; n = 64..2048):
+# the system BLAS alone, preloaded with the default thresholds, and with every call routed.
+if [ -f "$build/src/blas/libtilestream_blas.so" ] && [ -x "$build/bench/blas3_shim_threshold" ]; then
+  /usr/bin/python3 bench/blas3_shim_threshold.py --build "$build" --git-hash "$hash" \
+      --out "bench/results/blas3-shim-threshold-$host-$date.json" > /dev/null || status=1
+fi
 # Issue 29: getrf beside OpenBLAS's dgetrf_/zgetrf_ (n = 8192 f64, 4096 c64) and out of core (goals: exit 1 below one).
 "$build/bench/lu_bench" --git-hash "$hash" --out "bench/results/lu-cpu-$host-$date.json" || status=$?
 exit $status

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <set>
 #include <thread>
+#include <tuple>
 
 namespace tilestream {
 namespace {
@@ -238,18 +239,23 @@ TEST(Blas3Engine, OutOfCoreSearchStopsEarlyAndFindsTheFastestTilingOfAll) {
         const blas3_plan p = plan_blas3(q, budget, rates, opt);
         EXPECT_GT(p.tilings_modelled, 0) << to_string(r);
         double best = 0;
-        std::set<std::pair<index_t, blas3_order>> fitting;  // the tilings an exhaustive search models
+        // The tilings an exhaustive search models: square, and (not the SYRK family) twice as long
+        // along the free dimension.
+        std::set<std::tuple<index_t, index_t, blas3_order>> fitting;
         for (index_t t : {16, 32, 64, 96, 128, 192, 256, 384, 512, 768})
-            for (blas3_order o : {blas3_order::left_looking, blas3_order::right_looking}) {
-                blas3_options one = opt;
-                one.tile = one.tile_free = one.tile_k = t;
-                one.order = o;
-                try {
-                    const blas3_plan f = plan_blas3(q, budget, rates, one);
-                    fitting.insert({t, f.order});
-                    if (best == 0 || f.predicted_seconds < best) best = f.predicted_seconds;
-                } catch (const error&) {
-                    // does not fit, or this routine has one order
+            for (index_t free : {t, rk ? t : 2 * t}) {
+                for (blas3_order o : {blas3_order::left_looking, blas3_order::right_looking}) {
+                    blas3_options one = opt;
+                    one.tile = one.tile_k = t;
+                    one.tile_free = free;
+                    one.order = o;
+                    try {
+                        const blas3_plan f = plan_blas3(q, budget, rates, one);
+                        fitting.insert({f.tile, f.tile_free, f.order});
+                        if (best == 0 || f.predicted_seconds < best) best = f.predicted_seconds;
+                    } catch (const error&) {
+                        // does not fit, or this routine has one order
+                    }
                 }
             }
         ASSERT_GT(best, 0) << to_string(r);
@@ -258,6 +264,44 @@ TEST(Blas3Engine, OutOfCoreSearchStopsEarlyAndFindsTheFastestTilingOfAll) {
         EXPECT_LE(p.predicted_seconds, best * 1.01) << to_string(r) << ": tile " << p.tile;
         EXPECT_NE(explain(p).find("tilings"), std::string::npos) << explain(p);
     }
+}
+
+/// The planner's choice out of core with a quarter of A and B, on a device computing with the
+/// host's cores, and the same call at square tiles of the chosen size.
+template <class T>
+std::pair<blas3_plan, blas3_plan> quarter_budget_plans(blas3_routine r, side s, index_t n) {
+    device_rates rates;
+    rates.h2d = rates.d2h = 10e9;
+    rates.flops = 100e9;
+    rates.measured = true;
+    rates.host_memory = true;
+    host_matrix<T> a(n, n), b(n, n);
+    blas3_operands<T> ops;
+    ops.a = a.view();
+    ops.c = b.view();
+    blas3_flags f;
+    f.side = s;
+    f.uplo = s == side::left ? uplo::lower : uplo::upper;
+    const blas3_problem q = describe_blas3<T>(r, f, ops);
+    const std::size_t budget = 2 * std::size_t(n) * std::size_t(n) * sizeof(T) / 4;
+    const blas3_plan chosen = plan_blas3(q, budget, rates, {});
+    blas3_options square;
+    square.tile = square.tile_free = chosen.tile;
+    square.order = chosen.order;
+    return {chosen, plan_blas3(q, budget, rates, square)};
+}
+
+TEST(Blas3Engine, OutOfCoreTilesMayBeLongerAlongTheFreeDimension) {
+    // Out of core on host cores, a TRMM/TRSM tile twice as long along B's free dimension halves the
+    // GEMM calls and their packing: the planner considers it and takes it where it models faster.
+    const auto check = [](const std::pair<blas3_plan, blas3_plan>& p, const char* what) {
+        EXPECT_EQ(p.first.tile_free, 2 * p.first.tile) << what << "\n" << explain(p.first);
+        EXPECT_LT(p.first.predicted_seconds, p.second.predicted_seconds) << what << "\n" << explain(p.second);
+    };
+    check(quarter_budget_plans<double>(blas3_routine::trmm, side::left, 1024), "trmm left f64");
+    check(quarter_budget_plans<double>(blas3_routine::trsm, side::right, 1024), "trsm right f64");
+    check(quarter_budget_plans<std::complex<double>>(blas3_routine::trsm, side::left, 512), "trsm left c64");
+    check(quarter_budget_plans<float>(blas3_routine::trmm, side::right, 1024), "trmm right f32");
 }
 
 TEST(Blas3Engine, ExplainComparesLeftAndRightLookingTraffic) {
