@@ -34,15 +34,20 @@ if [ -d "$build/python" ]; then
       --out "bench/results/small-python-$host-$date.json" || status=1
 fi
 if [ -f "$build/src/blas/libtilestream_blas.so" ]; then
+  # numpy alone, under the drop-in with its defaults (the goal row: >= 0.95x at every n; exit 1
+  # below), and with every call routed (TILESTREAM_BLAS_THRESHOLD=1, a diagnostic row); alternated
+  # rounds, no log in the timed processes.
   for dt in float32 float64; do
     /usr/bin/python3 bench/blas_shim_numpy.py --shim "$build/src/blas/libtilestream_blas.so" --dtype $dt --repeat 21 \
-        --sizes 1,2,4,8,16,32,64,128,256,512,1024,2048,4096 > "bench/results/blas-shim-numpy-$dt-$host-$date.json" || status=1
+        --rounds 5 --sizes 1,2,4,8,16,32,64,128,256,512,1024,2048,4096 --git-hash "$hash" \
+        --out "bench/results/blas-shim-numpy-$dt-$host-$date.json" > /dev/null || status=1
   done
   # The drop-in's LAPACK routines through numpy.linalg (cholesky: dpotrf_, solve: dgesv_, det: dgetrf_),
-  # every call routed, around the default threshold's n (739 for potrf, 587 for getrf).
+  # defaults and every call routed, around the default threshold's n (739 for potrf, 587 for getrf).
   for op in cholesky solve det; do
     /usr/bin/python3 bench/blas_shim_numpy.py --shim "$build/src/blas/libtilestream_blas.so" --op $op --repeat 11 \
-        --sizes 16,64,256,512,739,1024,2048 > "bench/results/blas-shim-numpy-$op-$host-$date.json" || status=1
+        --rounds 3 --sizes 16,64,256,512,739,1024,2048 --git-hash "$hash" \
+        --out "bench/results/blas-shim-numpy-$op-$host-$date.json" > /dev/null || status=1
   done
 fi
 # Issue 29: getrf beside OpenBLAS's dgetrf_/zgetrf_ (n = 8192 f64, 4096 c64) and out of core (goals: exit 1 below one).

@@ -67,11 +67,21 @@ void finish() {
     process_finishing.store(true, std::memory_order_release);
 }
 
+// This process's id, kept: getpid() is a system call (about 0.1 us on a VM) and every routed call
+// asks. A child after fork() starts again from 0 (register_finish's handler).
+std::atomic<pid_t> cached_pid{0};
+pid_t this_process() {
+    pid_t p = cached_pid.load(std::memory_order_relaxed);
+    if (p == 0) cached_pid.store(p = ::getpid(), std::memory_order_relaxed);
+    return p;
+}
+
 __attribute__((constructor)) void register_finish() {
     std::atexit(finish);
     // A child after fork() has only the forking thread: the routed calls of the others are not its.
     pthread_atfork([] { pthread_mutex_lock(&flight_mutex); }, [] { pthread_mutex_unlock(&flight_mutex); },
                    [] {
+                       cached_pid.store(0, std::memory_order_relaxed);
                        routed_in_flight = routed_on_this_thread;
                        pthread_mutex_unlock(&flight_mutex);
                    });
@@ -125,7 +135,7 @@ public:
     /// cannot be opened, says so once on stderr and in the log.
     bool context_ready() {
         const std::lock_guard lock(context_mutex_);
-        const pid_t pid = ::getpid();
+        const pid_t pid = this_process();
         if (context_pid_ == pid) return context_ok_;
         context_pid_ = pid;
         context_ok_ = false;
@@ -223,14 +233,14 @@ private:
     pid_t context_pid_ = 0;
 };
 
-// One GEMM as the caller gave it, decoded into tilestream's terms (`valid` false when an argument
+// One GEMM as the caller gave it, decoded into tilestream's terms (check_args false when an argument
 // breaks a BLAS rule: the system BLAS then reports it through the xerbla_ the program reaches).
 template <class T>
 struct gemm_args {
     const char* routine;
     bool row_major;
     char trans_a, trans_b;  // as written in the log: N, T or C (conjugate transpose; on real data, T)
-    bool valid;
+    bool valid;  // not read: route() asks check_args (the field keeps the initializers' order)
     int m, n, k;
     T alpha;
     const T* a;
@@ -264,7 +274,7 @@ char fortran_trans(const char* t) {
 char cblas_trans(int t) { return t == 111 ? 'N' : t == 112 ? 'T' : t == 113 ? 'C' : '?'; }
 
 template <class T>
-bool check_args(gemm_args<T>& g) {
+bool check_args(const gemm_args<T>& g) {
     if (g.trans_a == '?' || g.trans_b == '?' || g.m < 0 || g.n < 0 || g.k < 0) return false;
     // The stored shapes of A, B and C, and the rule ld >= max(1, elements per stored line).
     auto line = [&](int rows, int cols) { return std::max(1, g.row_major ? cols : rows); };
@@ -344,12 +354,15 @@ int run_on_bridge(const tilestream_blas_bridge& bridge, const gemm_args<T>& g, c
                                          g.ldb,
                                          &g.beta,
                                          g.c,
-                                         g.ldc};
+                                         g.ldc,
+                                         front::instance().logging() ? 1 : 0};
     return bridge.gemm(&call, text);
 }
 
 template <class Args, class Forward>
-void route(const void* caller, routine r, Args g, Forward forward) {
+// `g` by reference: a copy of the freshly built arguments (stored piecewise, reloaded whole) stalls
+// store forwarding, which cost about as much as a 2x2 GEMM per call.
+void route(const void* caller, routine r, const Args& g, Forward forward) {
     wait_if_process_finishing();
     front& f = front::instance();
     if (const blas_library* lib = f.libraries().internal_target(caller)) {
@@ -358,15 +371,16 @@ void route(const void* caller, routine r, Args g, Forward forward) {
         f.internal_calls.fetch_add(1, std::memory_order_relaxed);
         return forward(target);
     }
-    const auto start = std::chrono::steady_clock::now();
-    g.valid = check_args(g);
+    // The clock only for the log: reading it costs as much as a 2x2 GEMM on some VMs.
+    const auto start = f.logging() ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
+    const bool valid = check_args(g);
     const std::string shape = f.logging() ? shape_fields(g) : std::string();
     void* system = f.libraries().system().entry[int(r)];
     // Size alone decides for a valid call: at threshold 0 every one runs on tilestream, the BLAS
     // quick returns (an empty C; alpha == 0 or k == 0, where C = beta C) included.
     const double size = call_size(g);
     const char* const ran_system = is_lapack(r) ? " ran=system-lapack reason=" : " ran=system-blas reason=";
-    const char* reason = !g.valid                                        ? "invalid-arguments"
+    const char* reason = !valid                                        ? "invalid-arguments"
                          : size < double(f.config().threshold) && system ? "below-threshold"
                                                                          : nullptr;
     auto to_real_blas = [&](const char* why) {
@@ -458,7 +472,7 @@ struct level3_args {
     const char* kind;     // "symm", "syrk", "syr2k", "trmm", "trsm"
     bool row_major;
     char side, uplo, trans, diag;
-    bool valid;
+    bool valid;  // not read: route() asks check_args (the field keeps the initializers' order)
     int m, n, k;  // symm, trmm, trsm: C (B) is m x n (k unused); syrk family: C is n x n, op(A) n x k
     T alpha;
     const T* a;
@@ -480,7 +494,7 @@ char cblas_diag(int d) { return d == 131 ? 'N' : d == 132 ? 'U' : '?'; }
 
 // The reference BLAS's argument rules (its INFO checks), in the call's storage order.
 template <class T>
-bool check_args(level3_args<T>& g) {
+bool check_args(const level3_args<T>& g) {
     const std::string kind = g.kind;
     const bool rank_k = kind == "syrk" || kind == "syr2k" || kind == "herk" || kind == "her2k";
     const bool tri = kind == "trmm" || kind == "trsm";
@@ -751,16 +765,16 @@ void cblas_trsm_cx(const void* caller, routine r, TILESTREAM_BLAS_cblas_trsm_cx_
 
 // ---- LAPACK: ?potrf ?potrs ?posv ?getrf ?getrs ?gesv (Fortran) ----
 
-// One LAPACK call decoded. `illegal` is the number of the first argument LAPACK rejects, in its
-// order (0: none); such a call goes to the system LAPACK, which reports it to the xerbla_ the
+// One LAPACK call decoded. first_illegal() is the number of the first argument LAPACK rejects, in
+// its order (0: none); such a call goes to the system LAPACK, which reports it to the xerbla_ the
 // program reaches and returns info = -illegal.
 template <class T>
 struct lapack_args {
     const char* routine;  // the symbol, for the log
     const char* kind;     // "potrf", "potrs", "posv", "getrf", "getrs", "gesv"
     char uplo, trans;     // '?' where the caller's is not one LAPACK knows; '-' where unused
-    bool valid;
-    int illegal;
+    bool valid;  // not read: route() asks check_args (the field keeps the initializers' order)
+    int illegal;  // not read either (first_illegal says it)
     int m, n, nrhs;       // A is m x n (getrf) or n x n; B n x nrhs
     T* a;
     int lda;
@@ -785,9 +799,8 @@ int first_illegal(const lapack_args<T>& g) {
 }
 
 template <class T>
-bool check_args(lapack_args<T>& g) {
-    g.illegal = first_illegal(g);
-    return g.illegal == 0;
+bool check_args(const lapack_args<T>& g) {
+    return first_illegal(g) == 0;
 }
 
 template <class T>
@@ -795,7 +808,7 @@ std::string shape_fields(const lapack_args<T>& g) {
     std::string s = std::string("routine=") + g.routine + " order=col uplo=" + g.uplo + " trans=" + g.trans +
                     " m=" + std::to_string(g.m) + " n=" + std::to_string(g.n) + " nrhs=" + std::to_string(g.nrhs) +
                     " lda=" + std::to_string(g.lda) + " ldb=" + std::to_string(g.ldb);
-    if (g.illegal) s += " illegal=" + std::to_string(g.illegal);
+    if (const int illegal = first_illegal(g)) s += " illegal=" + std::to_string(illegal);
     return s;
 }
 
