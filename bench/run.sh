@@ -50,6 +50,13 @@ if [ -f "$build/src/blas/libtilestream_blas.so" ]; then
         --out "bench/results/blas-shim-numpy-$op-$host-$date.json" > /dev/null || status=1
   done
 fi
+# Issue 27: Ctrl-C within 0.5 s (the CLI's default gemm, Python's tilestream.matmul; SIGINT at random
+# moments) and the cost of the ~0.2 s steps against one unsplit call (split_bench; goal >= 0.98x).
+if [ -x "$build/bench/split_bench" ] && [ -x "$build/apps/tilestream" ] && [ -d "$build/python" ]; then
+  /usr/bin/python3 bench/cancel_latency.py --cli "$build/apps/tilestream" --pythonpath "$build/python" \
+      --split-bench "$build/bench/split_bench" --n 4096 --samples 8 --git-hash "$hash" \
+      --out "bench/results/cancel-latency-$host-$date.json" || status=1
+fi
 # Issue 29: getrf beside OpenBLAS's dgetrf_/zgetrf_ (n = 8192 f64, 4096 c64) and out of core (goals: exit 1 below one).
 "$build/bench/lu_bench" --git-hash "$hash" --out "bench/results/lu-cpu-$host-$date.json" || status=$?
 exit $status
