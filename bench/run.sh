@@ -33,6 +33,11 @@ if [ -d "$build/python" ]; then
   PYTHONPATH="$build/python" /usr/bin/python3 bench/small_python.py --git-hash "$hash" \
       --out "bench/results/small-python-$host-$date.json" || status=1
 fi
+# The sweep as a plot (time per call against n: tilestream and its anchors; README's is docs/small-sweep.svg).
+if [ -f "bench/results/small-python-$host-$date.json" ]; then
+  /usr/bin/python3 bench/plot_small.py --cpu "bench/results/small-cpu-$host-$date.json" \
+      --python "bench/results/small-python-$host-$date.json" --out "bench/results/small-sweep-$host-$date.svg" || status=1
+fi
 if [ -f "$build/src/blas/libtilestream_blas.so" ]; then
   # numpy alone, under the drop-in with its defaults (the goal row: >= 0.95x at every n; exit 1
   # below), and with every call routed (TILESTREAM_BLAS_THRESHOLD=1, a diagnostic row); alternated
