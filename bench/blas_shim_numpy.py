@@ -234,6 +234,9 @@ def main():
             row[name + '_seconds'] = s
             row[name + '_gflops'] = flops / s / 1e9 if s > 0 else None
             row[name + '_round_medians'] = [rounds[i]['seconds'] for rounds in samples[name]]
+            # The process's first call of this size (the drop-in's first routed call opens the context).
+            row[name + '_first_call_seconds'] = statistics.median(rounds[i]['first_call_seconds']
+                                                                  for rounds in samples[name])
         for name in configs:
             if name != 'plain':
                 # speed of the configuration relative to plain numpy (>= 0.95: the goal for 'default')
