@@ -33,16 +33,26 @@ if [ -d "$build/python" ]; then
   PYTHONPATH="$build/python" /usr/bin/python3 bench/small_python.py --git-hash "$hash" \
       --out "bench/results/small-python-$host-$date.json" || status=1
 fi
+# The sweep as a plot (time per call against n: tilestream and its anchors; README's is docs/small-sweep.svg).
+if [ -f "bench/results/small-python-$host-$date.json" ]; then
+  /usr/bin/python3 bench/plot_small.py --cpu "bench/results/small-cpu-$host-$date.json" \
+      --python "bench/results/small-python-$host-$date.json" --out "bench/results/small-sweep-$host-$date.svg" || status=1
+fi
 if [ -f "$build/src/blas/libtilestream_blas.so" ]; then
+  # numpy alone, under the drop-in with its defaults (the goal row: >= 0.95x at every n; exit 1
+  # below), and with every call routed (TILESTREAM_BLAS_THRESHOLD=1, a diagnostic row); alternated
+  # rounds, no log in the timed processes.
   for dt in float32 float64; do
     /usr/bin/python3 bench/blas_shim_numpy.py --shim "$build/src/blas/libtilestream_blas.so" --dtype $dt --repeat 21 \
-        --sizes 1,2,4,8,16,32,64,128,256,512,1024,2048,4096 > "bench/results/blas-shim-numpy-$dt-$host-$date.json" || status=1
+        --rounds 5 --sizes 1,2,4,8,16,32,64,128,256,512,1024,2048,4096 --git-hash "$hash" \
+        --out "bench/results/blas-shim-numpy-$dt-$host-$date.json" > /dev/null || status=1
   done
   # The drop-in's LAPACK routines through numpy.linalg (cholesky: dpotrf_, solve: dgesv_, det: dgetrf_),
-  # every call routed, around the default threshold's n (739 for potrf, 587 for getrf).
+  # defaults and every call routed, around the default threshold's n (739 for potrf, 587 for getrf).
   for op in cholesky solve det; do
     /usr/bin/python3 bench/blas_shim_numpy.py --shim "$build/src/blas/libtilestream_blas.so" --op $op --repeat 11 \
-        --sizes 16,64,256,512,739,1024,2048 > "bench/results/blas-shim-numpy-$op-$host-$date.json" || status=1
+        --rounds 3 --sizes 16,64,256,512,739,1024,2048 --git-hash "$hash" \
+        --out "bench/results/blas-shim-numpy-$op-$host-$date.json" > /dev/null || status=1
   done
 fi
 # The drop-in's thresholds for the Level 3 routines other than GEMM (cblas_dtrsm, dsyrk, ...; n = 64..2048):
@@ -50,6 +60,13 @@ fi
 if [ -f "$build/src/blas/libtilestream_blas.so" ] && [ -x "$build/bench/blas3_shim_threshold" ]; then
   /usr/bin/python3 bench/blas3_shim_threshold.py --build "$build" --git-hash "$hash" \
       --out "bench/results/blas3-shim-threshold-$host-$date.json" > /dev/null || status=1
+fi
+# Issue 27: Ctrl-C within 0.5 s (the CLI's default gemm, Python's tilestream.matmul; SIGINT at random
+# moments) and the cost of the ~0.2 s steps against one unsplit call (split_bench; goal >= 0.98x).
+if [ -x "$build/bench/split_bench" ] && [ -x "$build/apps/tilestream" ] && [ -d "$build/python" ]; then
+  /usr/bin/python3 bench/cancel_latency.py --cli "$build/apps/tilestream" --pythonpath "$build/python" \
+      --split-bench "$build/bench/split_bench" --n 4096 --samples 8 --git-hash "$hash" \
+      --out "bench/results/cancel-latency-$host-$date.json" || status=1
 fi
 # Issue 29: getrf beside OpenBLAS's dgetrf_/zgetrf_ (n = 8192 f64, 4096 c64) and out of core (goals: exit 1 below one).
 "$build/bench/lu_bench" --git-hash "$hash" --out "bench/results/lu-cpu-$host-$date.json" || status=$?

@@ -10,7 +10,7 @@
 extern "C" {
 
 /// Bumped whenever this file changes: a drop-in and a bridge from different builds are refused.
-#define TILESTREAM_BLAS_BRIDGE_ABI 5
+#define TILESTREAM_BLAS_BRIDGE_ABI 6
 
 /// One GEMM in tilestream's terms: C(m x n) = alpha op(A) op(B) + beta C, every operand stored in one
 /// order; alpha and beta point to values of the call's scalar type.
@@ -28,6 +28,7 @@ struct tilestream_blas_gemm_call {
     const void* beta;
     void* c;
     int ldc;
+    int fields;         ///< 1: return the log fields on success; 0 (nobody logs): no text
 };
 
 /// One call of the rest of Level 3 BLAS in tilestream's terms (blas3.hpp): routine "symm", "syrk",
@@ -73,7 +74,8 @@ struct tilestream_blas_bridge {
     /// Opens this process's context on `devices` (again in a child after fork). Returns 0, or 1 with
     /// a message in *text (malloc'ed; the caller frees it).
     int (*open)(const char* devices, int has_budget, unsigned long long budget, char** text);
-    /// Runs one call. 0: done, *text holds the log fields (" devices=... strategy=..."); 1: failed,
+    /// Runs one call. 0: done, *text holds the log fields (" devices=... strategy=...", or is null
+    /// when call->fields is 0); 1: failed,
     /// *text holds why and C is as it was before the call. *text is malloc'ed; the caller frees it.
     int (*gemm)(const tilestream_blas_gemm_call* call, char** text);
     /// As gemm, for the other Level 3 routines: on failure C (B) is as it was before the call.

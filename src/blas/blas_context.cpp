@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <complex>
 #include <cstdlib>
 #include <cstring>
@@ -37,12 +38,24 @@ struct process_context {
     pid_t pid = 0;
 };
 
+// This process's id, kept: getpid() is a system call (about 0.1 us on a VM), and a routed call
+// asks twice. A child after fork() starts again from 0 (the handler below).
+std::atomic<pid_t> cached_pid{0};
+pid_t this_process() {
+    pid_t p = cached_pid.load(std::memory_order_relaxed);
+    if (p == 0) cached_pid.store(p = ::getpid(), std::memory_order_relaxed);
+    return p;
+}
+
 process_context& shared() {
     static process_context* p = [] {
         auto* s = new process_context;
         // A fork while another thread opens the context must not leave the child's mutex held.
         pthread_atfork([] { shared().mutex.lock(); }, [] { shared().mutex.unlock(); },
-                       [] { shared().mutex.unlock(); });
+                       [] {
+                           cached_pid.store(0, std::memory_order_relaxed);
+                           shared().mutex.unlock();
+                       });
         return s;
     }();
     return *p;
@@ -51,7 +64,7 @@ process_context& shared() {
 int open_context(const char* devices, int has_budget, unsigned long long budget, char** text) {
     process_context& s = shared();
     const std::lock_guard lock(s.mutex);
-    const pid_t pid = ::getpid();
+    const pid_t pid = this_process();
     if (s.pid == pid && s.ctx) return 0;
     // A parent's context is left alone (leaked) in a child: its threads did not come along.
     s.ctx = nullptr;
@@ -94,8 +107,11 @@ private:
 // The BLAS character, already checked by the drop-in: C is the conjugate transpose (T on real data).
 op op_of(char trans) { return trans == 'N' ? op::n : trans == 'T' ? op::t : op::c; }
 
-// Runs the call on the context. Throws what tilestream throws; C is then as it was before the call
-// (restored from a copy when beta != 0, since a run may have written part of it).
+// Runs the call on the context (its one-call gemm: a call under the crossover goes straight to the
+// host's kernel, with no plan). Throws what tilestream throws; C is then as it was before the call
+// (restored from a copy when beta != 0 and the call may run on the engine, which may have written
+// part of it; the direct path writes C only through one kernel call, after its checks). Returns the
+// log fields when `fields` is set, else nothing (no string is built on a call nobody logs).
 template <class T>
 std::string run_on_tilestream(context& ctx, const tilestream_blas_gemm_call& g) {
     const op op_a = op_of(g.trans_a), op_b = op_of(g.trans_b);
@@ -106,18 +122,20 @@ std::string run_on_tilestream(context& ctx, const tilestream_blas_gemm_call& g) 
     const host_matrix_view<const T> b(static_cast<const T*>(g.b), op_b == op::n ? g.k : g.n,
                                       op_b == op::n ? g.n : g.k, order, g.ldb);
     const host_matrix_view<T> c(static_cast<T*>(g.c), g.m, g.n, order, g.ldc);
-    const gemm_plan plan = ctx.plan<T>(op_a, op_b, alpha, a, b, beta, c);
     saved_lines<T> saved;
-    if (beta != T(0) && !saved.save(static_cast<T*>(g.c), g.row_major ? g.m : g.n, g.row_major ? g.n : g.m, long(g.ldc)))
+    const bool keep = beta != T(0) && !ctx.runs_direct(dtype_of<T>(), g.m, g.n, g.k);
+    if (keep && !saved.save(static_cast<T*>(g.c), g.row_major ? g.m : g.n, g.row_major ? g.n : g.m, long(g.ldc)))
         throw out_of_budget("no host memory to keep a copy of C for a fallback to the system BLAS");
     try {
-        const gemm_report report = ctx.execute<T>(plan, alpha, a, b, beta, c);
-        std::string fields = " devices=" + ctx.device_names() + " strategy=" + std::string(to_string(plan.strategy)) +
-                             " kernel=" + std::string(to_string(plan.kernel));
+        const gemm_report report = ctx.gemm<T>(op_a, op_b, alpha, a, b, beta, c);
+        if (!g.fields) return {};
+        std::string fields = " devices=" + ctx.device_names() + " strategy=" +
+                             std::string(to_string(report.plan.strategy)) +
+                             " kernel=" + std::string(to_string(report.plan.kernel));
         for (const auto& w : report.warnings) fields += " warning=\"" + w + "\"";
         return fields;
     } catch (...) {
-        if (beta != T(0)) saved.restore();
+        if (keep) saved.restore();
         throw;
     }
 }
@@ -131,11 +149,12 @@ int on_context(char** text, Run run) {
     {
         process_context& s = shared();
         const std::lock_guard lock(s.mutex);
-        if (s.pid == ::getpid()) ctx = s.ctx;
+        if (s.pid == this_process()) ctx = s.ctx;
     }
     try {
         if (!ctx) throw error("the context is not open in this process");
-        *text = copy_out(run(*ctx));
+        const std::string fields = run(*ctx);
+        *text = fields.empty() ? nullptr : copy_out(fields);
         return 0;
     } catch (const std::exception& e) {
         *text = copy_out(e.what());

@@ -67,11 +67,21 @@ void finish() {
     process_finishing.store(true, std::memory_order_release);
 }
 
+// This process's id, kept: getpid() is a system call (about 0.1 us on a VM) and every routed call
+// asks. A child after fork() starts again from 0 (register_finish's handler).
+std::atomic<pid_t> cached_pid{0};
+pid_t this_process() {
+    pid_t p = cached_pid.load(std::memory_order_relaxed);
+    if (p == 0) cached_pid.store(p = ::getpid(), std::memory_order_relaxed);
+    return p;
+}
+
 __attribute__((constructor)) void register_finish() {
     std::atexit(finish);
     // A child after fork() has only the forking thread: the routed calls of the others are not its.
     pthread_atfork([] { pthread_mutex_lock(&flight_mutex); }, [] { pthread_mutex_unlock(&flight_mutex); },
                    [] {
+                       cached_pid.store(0, std::memory_order_relaxed);
                        routed_in_flight = routed_on_this_thread;
                        pthread_mutex_unlock(&flight_mutex);
                    });
@@ -125,7 +135,7 @@ public:
     /// cannot be opened, says so once on stderr and in the log.
     bool context_ready() {
         const std::lock_guard lock(context_mutex_);
-        const pid_t pid = ::getpid();
+        const pid_t pid = this_process();
         if (context_pid_ == pid) return context_ok_;
         context_pid_ = pid;
         context_ok_ = false;
@@ -223,14 +233,13 @@ private:
     pid_t context_pid_ = 0;
 };
 
-// One GEMM as the caller gave it, decoded into tilestream's terms (`valid` false when an argument
+// One GEMM as the caller gave it, decoded into tilestream's terms (check_args false when an argument
 // breaks a BLAS rule: the system BLAS then reports it through the xerbla_ the program reaches).
 template <class T>
 struct gemm_args {
     const char* routine;
     bool row_major;
     char trans_a, trans_b;  // as written in the log: N, T or C (conjugate transpose; on real data, T)
-    bool valid;
     int m, n, k;
     T alpha;
     const T* a;
@@ -264,7 +273,7 @@ char fortran_trans(const char* t) {
 char cblas_trans(int t) { return t == 111 ? 'N' : t == 112 ? 'T' : t == 113 ? 'C' : '?'; }
 
 template <class T>
-bool check_args(gemm_args<T>& g) {
+bool check_args(const gemm_args<T>& g) {
     if (g.trans_a == '?' || g.trans_b == '?' || g.m < 0 || g.n < 0 || g.k < 0) return false;
     // The stored shapes of A, B and C, and the rule ld >= max(1, elements per stored line).
     auto line = [&](int rows, int cols) { return std::max(1, g.row_major ? cols : rows); };
@@ -344,12 +353,15 @@ int run_on_bridge(const tilestream_blas_bridge& bridge, const gemm_args<T>& g, c
                                          g.ldb,
                                          &g.beta,
                                          g.c,
-                                         g.ldc};
+                                         g.ldc,
+                                         front::instance().logging() ? 1 : 0};
     return bridge.gemm(&call, text);
 }
 
+// `g` by reference: a copy of the freshly built arguments (stored piecewise, reloaded whole) stalls
+// store forwarding, which cost about as much as a 2x2 GEMM per call.
 template <class Args, class Forward>
-void route(const void* caller, routine r, Args g, Forward forward) {
+void route(const void* caller, routine r, const Args& g, Forward forward) {
     wait_if_process_finishing();
     front& f = front::instance();
     if (const blas_library* lib = f.libraries().internal_target(caller)) {
@@ -358,15 +370,16 @@ void route(const void* caller, routine r, Args g, Forward forward) {
         f.internal_calls.fetch_add(1, std::memory_order_relaxed);
         return forward(target);
     }
-    const auto start = std::chrono::steady_clock::now();
-    g.valid = check_args(g);
+    // The clock only for the log: reading it costs as much as a 2x2 GEMM on some VMs.
+    const auto start = f.logging() ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
+    const bool valid = check_args(g);
     const std::string shape = f.logging() ? shape_fields(g) : std::string();
     void* system = f.libraries().system().entry[int(r)];
     // Size alone decides for a valid call: at threshold 0 every one runs on tilestream, the BLAS
     // quick returns (an empty C; alpha == 0 or k == 0, where C = beta C) included.
     const double size = call_size(g);
     const char* const ran_system = is_lapack(r) ? " ran=system-lapack reason=" : " ran=system-blas reason=";
-    const char* reason = !g.valid                                        ? "invalid-arguments"
+    const char* reason = !valid                                          ? "invalid-arguments"
                          : size < double(f.config().threshold) && system ? "below-threshold"
                                                                          : nullptr;
     auto to_real_blas = [&](const char* why) {
@@ -411,7 +424,7 @@ template <class T>
 void fortran_gemm(const void* caller, routine r, TILESTREAM_BLAS_fortran_gemm_PARAMS(T)) {
     (void)transa_len, (void)transb_len;
     using entry_fn = void (*)(TILESTREAM_BLAS_fortran_gemm_PARAMS(T));
-    const gemm_args<T> g{routine_names[int(r)], false, fortran_trans(transa), fortran_trans(transb), false, *m, *n,
+    const gemm_args<T> g{routine_names[int(r)], false, fortran_trans(transa), fortran_trans(transb), *m, *n,
                          *k, *alpha, a, *lda, b, *ldb, *beta, c, *ldc};
     route(caller, r, g, [&](void* entry) {
         reinterpret_cast<entry_fn>(entry)(transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, 1, 1);
@@ -423,7 +436,7 @@ void cblas_gemm(const void* caller, routine r, TILESTREAM_BLAS_cblas_gemm_PARAMS
     using entry_fn = void (*)(TILESTREAM_BLAS_cblas_gemm_PARAMS(T));
     const bool known_order = order == 101 || order == 102;  // CblasRowMajor, CblasColMajor
     const gemm_args<T> g{routine_names[int(r)], order == 101, known_order ? cblas_trans(transa) : '?',
-                         cblas_trans(transb), false, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc};
+                         cblas_trans(transb), m, n, k, alpha, a, lda, b, ldb, beta, c, ldc};
     route(caller, r, g, [&](void* entry) {
         reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_gemm_ARGS);
     });
@@ -437,7 +450,7 @@ void cblas_complex_gemm(const void* caller, routine r, TILESTREAM_BLAS_cblas_com
     const bool known_order = order == 101 || order == 102;  // CblasRowMajor, CblasColMajor
     const bool scalars = alpha != nullptr && beta != nullptr;
     gemm_args<T> g{routine_names[int(r)], order == 101, known_order && scalars ? cblas_trans(transa) : '?',
-                   cblas_trans(transb), false, m, n, k, scalars ? *alpha : T(), a, lda, b, ldb,
+                   cblas_trans(transb), m, n, k, scalars ? *alpha : T(), a, lda, b, ldb,
                    scalars ? *beta : T(), c, ldc};
     route(caller, r, g, [&](void* entry) {
         reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_complex_gemm_ARGS);
@@ -458,7 +471,6 @@ struct level3_args {
     const char* kind;     // "symm", "syrk", "syr2k", "trmm", "trsm"
     bool row_major;
     char side, uplo, trans, diag;
-    bool valid;
     int m, n, k;  // symm, trmm, trsm: C (B) is m x n (k unused); syrk family: C is n x n, op(A) n x k
     T alpha;
     const T* a;
@@ -480,7 +492,7 @@ char cblas_diag(int d) { return d == 131 ? 'N' : d == 132 ? 'U' : '?'; }
 
 // The reference BLAS's argument rules (its INFO checks), in the call's storage order.
 template <class T>
-bool check_args(level3_args<T>& g) {
+bool check_args(const level3_args<T>& g) {
     const std::string kind = g.kind;
     const bool rank_k = kind == "syrk" || kind == "syr2k" || kind == "herk" || kind == "her2k";
     const bool tri = kind == "trmm" || kind == "trsm";
@@ -540,7 +552,7 @@ void fortran_symm_kind(const void* caller, routine r, const char* kind, TILESTRE
     (void)side_len, (void)uplo_len;
     using entry_fn = void (*)(TILESTREAM_BLAS_fortran_symm_PARAMS(T));
     const level3_args<T> g{routine_names[int(r)], kind, false, fortran_char(side, "LR"), fortran_char(uplo, "UL"),
-                           'N', 'N', false, *m, *n, 0, *alpha, a, *lda, b, *ldb, *beta, c, *ldc};
+                           'N', 'N', *m, *n, 0, *alpha, a, *lda, b, *ldb, *beta, c, *ldc};
     route(caller, r, g, [&](void* entry) {
         reinterpret_cast<entry_fn>(entry)(side, uplo, m, n, alpha, a, lda, b, ldb, beta, c, ldc, 1, 1);
     });
@@ -560,7 +572,7 @@ void fortran_herk(const void* caller, routine r, TILESTREAM_BLAS_fortran_herk_PA
     (void)uplo_len, (void)trans_len;
     using entry_fn = void (*)(TILESTREAM_BLAS_fortran_herk_PARAMS(T));
     const level3_args<T> g{routine_names[int(r)], "herk", false, 'L', fortran_char(uplo, "UL"),
-                           fortran_char(trans, "NTC"), 'N', false, *n, *n, *k, T(*alpha), a, *lda, nullptr, 1,
+                           fortran_char(trans, "NTC"), 'N', *n, *n, *k, T(*alpha), a, *lda, nullptr, 1,
                            T(*beta), c, *ldc};
     route(caller, r, g, [&](void* entry) {
         reinterpret_cast<entry_fn>(entry)(uplo, trans, n, k, alpha, a, lda, beta, c, ldc, 1, 1);
@@ -572,7 +584,7 @@ void fortran_her2k(const void* caller, routine r, TILESTREAM_BLAS_fortran_her2k_
     (void)uplo_len, (void)trans_len;
     using entry_fn = void (*)(TILESTREAM_BLAS_fortran_her2k_PARAMS(T));
     const level3_args<T> g{routine_names[int(r)], "her2k", false, 'L', fortran_char(uplo, "UL"),
-                           fortran_char(trans, "NTC"), 'N', false, *n, *n, *k, *alpha, a, *lda, b, *ldb, T(*beta), c,
+                           fortran_char(trans, "NTC"), 'N', *n, *n, *k, *alpha, a, *lda, b, *ldb, T(*beta), c,
                            *ldc};
     route(caller, r, g, [&](void* entry) {
         reinterpret_cast<entry_fn>(entry)(uplo, trans, n, k, alpha, a, lda, b, ldb, beta, c, ldc, 1, 1);
@@ -584,7 +596,7 @@ void fortran_syrk(const void* caller, routine r, TILESTREAM_BLAS_fortran_syrk_PA
     (void)uplo_len, (void)trans_len;
     using entry_fn = void (*)(TILESTREAM_BLAS_fortran_syrk_PARAMS(T));
     const level3_args<T> g{routine_names[int(r)], "syrk", false, 'L', fortran_char(uplo, "UL"),
-                           fortran_char(trans, "NTC"), 'N', false, *n, *n, *k, *alpha, a, *lda, nullptr, 1, *beta,
+                           fortran_char(trans, "NTC"), 'N', *n, *n, *k, *alpha, a, *lda, nullptr, 1, *beta,
                            c, *ldc};
     route(caller, r, g, [&](void* entry) {
         reinterpret_cast<entry_fn>(entry)(uplo, trans, n, k, alpha, a, lda, beta, c, ldc, 1, 1);
@@ -596,7 +608,7 @@ void fortran_syr2k(const void* caller, routine r, TILESTREAM_BLAS_fortran_syr2k_
     (void)uplo_len, (void)trans_len;
     using entry_fn = void (*)(TILESTREAM_BLAS_fortran_syr2k_PARAMS(T));
     const level3_args<T> g{routine_names[int(r)], "syr2k", false, 'L', fortran_char(uplo, "UL"),
-                           fortran_char(trans, "NTC"), 'N', false, *n, *n, *k, *alpha, a, *lda, b, *ldb, *beta, c,
+                           fortran_char(trans, "NTC"), 'N', *n, *n, *k, *alpha, a, *lda, b, *ldb, *beta, c,
                            *ldc};
     route(caller, r, g, [&](void* entry) {
         reinterpret_cast<entry_fn>(entry)(uplo, trans, n, k, alpha, a, lda, b, ldb, beta, c, ldc, 1, 1);
@@ -608,7 +620,7 @@ void fortran_triangular(const void* caller, routine r, const char* kind, TILESTR
     (void)side_len, (void)uplo_len, (void)transa_len, (void)diag_len;
     using entry_fn = void (*)(TILESTREAM_BLAS_fortran_trmm_PARAMS(T));
     const level3_args<T> g{routine_names[int(r)], kind, false, fortran_char(side, "LR"), fortran_char(uplo, "UL"),
-                           fortran_char(transa, "NTC"), fortran_char(diag, "NU"), false, *m, *n, 0, *alpha, a, *lda,
+                           fortran_char(transa, "NTC"), fortran_char(diag, "NU"), *m, *n, 0, *alpha, a, *lda,
                            nullptr, *ldb, T(0), b, *ldb};
     route(caller, r, g, [&](void* entry) {
         reinterpret_cast<entry_fn>(entry)(side, uplo, transa, diag, m, n, alpha, a, lda, b, ldb, 1, 1, 1, 1);
@@ -629,7 +641,7 @@ template <class T>
 void cblas_symm(const void* caller, routine r, TILESTREAM_BLAS_cblas_symm_PARAMS(T)) {
     using entry_fn = void (*)(TILESTREAM_BLAS_cblas_symm_PARAMS(T));
     const level3_args<T> g{routine_names[int(r)], "symm", order == 101,
-                           cblas_order_known(order) ? cblas_side(side) : '?', cblas_uplo(uplo), 'N', 'N', false, m, n,
+                           cblas_order_known(order) ? cblas_side(side) : '?', cblas_uplo(uplo), 'N', 'N', m, n,
                            0, alpha, a, lda, b, ldb, beta, c, ldc};
     route(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_symm_ARGS); });
 }
@@ -638,7 +650,7 @@ template <class T>
 void cblas_syrk(const void* caller, routine r, TILESTREAM_BLAS_cblas_syrk_PARAMS(T)) {
     using entry_fn = void (*)(TILESTREAM_BLAS_cblas_syrk_PARAMS(T));
     const level3_args<T> g{routine_names[int(r)], "syrk", order == 101, 'L',
-                           cblas_order_known(order) ? cblas_uplo(uplo) : '?', cblas_trans(trans), 'N', false, n, n, k,
+                           cblas_order_known(order) ? cblas_uplo(uplo) : '?', cblas_trans(trans), 'N', n, n, k,
                            alpha, a, lda, nullptr, 1, beta, c, ldc};
     route(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_syrk_ARGS); });
 }
@@ -647,7 +659,7 @@ template <class T>
 void cblas_syr2k(const void* caller, routine r, TILESTREAM_BLAS_cblas_syr2k_PARAMS(T)) {
     using entry_fn = void (*)(TILESTREAM_BLAS_cblas_syr2k_PARAMS(T));
     const level3_args<T> g{routine_names[int(r)], "syr2k", order == 101, 'L',
-                           cblas_order_known(order) ? cblas_uplo(uplo) : '?', cblas_trans(trans), 'N', false, n, n, k,
+                           cblas_order_known(order) ? cblas_uplo(uplo) : '?', cblas_trans(trans), 'N', n, n, k,
                            alpha, a, lda, b, ldb, beta, c, ldc};
     route(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_syr2k_ARGS); });
 }
@@ -657,7 +669,7 @@ void cblas_triangular(const void* caller, routine r, const char* kind, TILESTREA
     using entry_fn = void (*)(TILESTREAM_BLAS_cblas_trmm_PARAMS(T));
     const level3_args<T> g{routine_names[int(r)], kind, order == 101,
                            cblas_order_known(order) ? cblas_side(side) : '?', cblas_uplo(uplo), cblas_trans(transa),
-                           cblas_diag(diag), false, m, n, 0, alpha, a, lda, nullptr, ldb, T(0), b, ldb};
+                           cblas_diag(diag), m, n, 0, alpha, a, lda, nullptr, ldb, T(0), b, ldb};
     route(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_trmm_ARGS); });
 }
 template <class T>
@@ -680,7 +692,7 @@ template <class T>
 void cblas_symm_kind(const void* caller, routine r, const char* kind, TILESTREAM_BLAS_cblas_symm_cx_PARAMS(T)) {
     using entry_fn = void (*)(TILESTREAM_BLAS_cblas_symm_cx_PARAMS(T));
     const level3_args<T> g{routine_names[int(r)], kind, order == 101, cblas_order_known(order) ? cblas_side(side) : '?',
-                           alpha && beta ? cblas_uplo(uplo) : '?', 'N', 'N', false, m, n, 0, value_at<T>(alpha), static_cast<const T*>(a),
+                           alpha && beta ? cblas_uplo(uplo) : '?', 'N', 'N', m, n, 0, value_at<T>(alpha), static_cast<const T*>(a),
                            lda, static_cast<const T*>(b), ldb, value_at<T>(beta), static_cast<T*>(c), ldc};
     route(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_symm_ARGS); });
 }
@@ -697,7 +709,7 @@ template <class T>
 void cblas_syrk_cx(const void* caller, routine r, TILESTREAM_BLAS_cblas_syrk_cx_PARAMS(T)) {
     using entry_fn = void (*)(TILESTREAM_BLAS_cblas_syrk_cx_PARAMS(T));
     const level3_args<T> g{routine_names[int(r)], "syrk", order == 101, 'L',
-                           cblas_order_known(order) && alpha && beta ? cblas_uplo(uplo) : '?', cblas_trans(trans), 'N', false, n, n, k,
+                           cblas_order_known(order) && alpha && beta ? cblas_uplo(uplo) : '?', cblas_trans(trans), 'N', n, n, k,
                            value_at<T>(alpha), static_cast<const T*>(a), lda, nullptr, 1, value_at<T>(beta),
                            static_cast<T*>(c), ldc};
     route(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_syrk_ARGS); });
@@ -707,7 +719,7 @@ template <class T>
 void cblas_herk_cx(const void* caller, routine r, TILESTREAM_BLAS_cblas_herk_cx_PARAMS(T)) {
     using entry_fn = void (*)(TILESTREAM_BLAS_cblas_herk_cx_PARAMS(T));
     const level3_args<T> g{routine_names[int(r)], "herk", order == 101, 'L',
-                           cblas_order_known(order) ? cblas_uplo(uplo) : '?', cblas_trans(trans), 'N', false, n, n, k,
+                           cblas_order_known(order) ? cblas_uplo(uplo) : '?', cblas_trans(trans), 'N', n, n, k,
                            T(alpha), static_cast<const T*>(a), lda, nullptr, 1, T(beta), static_cast<T*>(c), ldc};
     route(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_syrk_ARGS); });
 }
@@ -716,7 +728,7 @@ template <class T>
 void cblas_syr2k_cx(const void* caller, routine r, TILESTREAM_BLAS_cblas_syr2k_cx_PARAMS(T)) {
     using entry_fn = void (*)(TILESTREAM_BLAS_cblas_syr2k_cx_PARAMS(T));
     const level3_args<T> g{routine_names[int(r)], "syr2k", order == 101, 'L',
-                           cblas_order_known(order) && alpha && beta ? cblas_uplo(uplo) : '?', cblas_trans(trans), 'N', false, n, n, k,
+                           cblas_order_known(order) && alpha && beta ? cblas_uplo(uplo) : '?', cblas_trans(trans), 'N', n, n, k,
                            value_at<T>(alpha), static_cast<const T*>(a), lda, static_cast<const T*>(b), ldb,
                            value_at<T>(beta), static_cast<T*>(c), ldc};
     route(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_syr2k_ARGS); });
@@ -726,7 +738,7 @@ template <class T>
 void cblas_her2k_cx(const void* caller, routine r, TILESTREAM_BLAS_cblas_her2k_cx_PARAMS(T)) {
     using entry_fn = void (*)(TILESTREAM_BLAS_cblas_her2k_cx_PARAMS(T));
     const level3_args<T> g{routine_names[int(r)], "her2k", order == 101, 'L',
-                           cblas_order_known(order) && alpha ? cblas_uplo(uplo) : '?', cblas_trans(trans), 'N', false, n, n, k,
+                           cblas_order_known(order) && alpha ? cblas_uplo(uplo) : '?', cblas_trans(trans), 'N', n, n, k,
                            value_at<T>(alpha), static_cast<const T*>(a), lda, static_cast<const T*>(b), ldb, T(beta),
                            static_cast<T*>(c), ldc};
     route(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_syr2k_ARGS); });
@@ -736,7 +748,7 @@ template <class T>
 void cblas_triangular_cx(const void* caller, routine r, const char* kind, TILESTREAM_BLAS_cblas_trmm_cx_PARAMS(T)) {
     using entry_fn = void (*)(TILESTREAM_BLAS_cblas_trmm_cx_PARAMS(T));
     const level3_args<T> g{routine_names[int(r)], kind, order == 101, cblas_order_known(order) ? cblas_side(side) : '?',
-                           alpha ? cblas_uplo(uplo) : '?', cblas_trans(transa), cblas_diag(diag), false, m, n, 0, value_at<T>(alpha),
+                           alpha ? cblas_uplo(uplo) : '?', cblas_trans(transa), cblas_diag(diag), m, n, 0, value_at<T>(alpha),
                            static_cast<const T*>(a), lda, nullptr, ldb, T(0), static_cast<T*>(b), ldb};
     route(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_cblas_trmm_ARGS); });
 }
@@ -751,16 +763,14 @@ void cblas_trsm_cx(const void* caller, routine r, TILESTREAM_BLAS_cblas_trsm_cx_
 
 // ---- LAPACK: ?potrf ?potrs ?posv ?getrf ?getrs ?gesv (Fortran) ----
 
-// One LAPACK call decoded. `illegal` is the number of the first argument LAPACK rejects, in its
-// order (0: none); such a call goes to the system LAPACK, which reports it to the xerbla_ the
+// One LAPACK call decoded. first_illegal() is the number of the first argument LAPACK rejects, in
+// its order (0: none); such a call goes to the system LAPACK, which reports it to the xerbla_ the
 // program reaches and returns info = -illegal.
 template <class T>
 struct lapack_args {
     const char* routine;  // the symbol, for the log
     const char* kind;     // "potrf", "potrs", "posv", "getrf", "getrs", "gesv"
     char uplo, trans;     // '?' where the caller's is not one LAPACK knows; '-' where unused
-    bool valid;
-    int illegal;
     int m, n, nrhs;       // A is m x n (getrf) or n x n; B n x nrhs
     T* a;
     int lda;
@@ -785,9 +795,8 @@ int first_illegal(const lapack_args<T>& g) {
 }
 
 template <class T>
-bool check_args(lapack_args<T>& g) {
-    g.illegal = first_illegal(g);
-    return g.illegal == 0;
+bool check_args(const lapack_args<T>& g) {
+    return first_illegal(g) == 0;
 }
 
 template <class T>
@@ -795,7 +804,7 @@ std::string shape_fields(const lapack_args<T>& g) {
     std::string s = std::string("routine=") + g.routine + " order=col uplo=" + g.uplo + " trans=" + g.trans +
                     " m=" + std::to_string(g.m) + " n=" + std::to_string(g.n) + " nrhs=" + std::to_string(g.nrhs) +
                     " lda=" + std::to_string(g.lda) + " ldb=" + std::to_string(g.ldb);
-    if (g.illegal) s += " illegal=" + std::to_string(g.illegal);
+    if (const int illegal = first_illegal(g)) s += " illegal=" + std::to_string(illegal);
     return s;
 }
 
@@ -850,7 +859,7 @@ void lapack_potrf(const void* caller, routine r, TILESTREAM_BLAS_lapack_potrf_PA
     (void)uplo_len;
     using entry_fn = void (*)(TILESTREAM_BLAS_lapack_potrf_PARAMS(T));
     front::instance().lapack_ready();
-    const lapack_args<T> g{routine_names[int(r)], "potrf", fortran_char(uplo, "UL"), '-', false, 0, *n, *n, 0,
+    const lapack_args<T> g{routine_names[int(r)], "potrf", fortran_char(uplo, "UL"), '-', *n, *n, 0,
                            a, *lda, nullptr, nullptr, 1, info};
     route_lapack(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(uplo, n, a, lda, info, 1); });
 }
@@ -860,7 +869,7 @@ void lapack_potrs(const void* caller, routine r, TILESTREAM_BLAS_lapack_potrs_PA
     (void)uplo_len;
     using entry_fn = void (*)(TILESTREAM_BLAS_lapack_potrs_PARAMS(T));
     front::instance().lapack_ready();
-    const lapack_args<T> g{routine_names[int(r)], "potrs", fortran_char(uplo, "UL"), '-', false, 0, *n, *n, *nrhs,
+    const lapack_args<T> g{routine_names[int(r)], "potrs", fortran_char(uplo, "UL"), '-', *n, *n, *nrhs,
                            const_cast<T*>(a), *lda, nullptr, b, *ldb, info};
     route_lapack(caller, r, g,
           [&](void* entry) { reinterpret_cast<entry_fn>(entry)(uplo, n, nrhs, a, lda, b, ldb, info, 1); });
@@ -871,7 +880,7 @@ void lapack_posv(const void* caller, routine r, TILESTREAM_BLAS_lapack_posv_PARA
     (void)uplo_len;
     using entry_fn = void (*)(TILESTREAM_BLAS_lapack_posv_PARAMS(T));
     front::instance().lapack_ready();
-    const lapack_args<T> g{routine_names[int(r)], "posv", fortran_char(uplo, "UL"), '-', false, 0, *n, *n, *nrhs,
+    const lapack_args<T> g{routine_names[int(r)], "posv", fortran_char(uplo, "UL"), '-', *n, *n, *nrhs,
                            a, *lda, nullptr, b, *ldb, info};
     route_lapack(caller, r, g,
           [&](void* entry) { reinterpret_cast<entry_fn>(entry)(uplo, n, nrhs, a, lda, b, ldb, info, 1); });
@@ -881,7 +890,7 @@ template <class T>
 void lapack_getrf(const void* caller, routine r, TILESTREAM_BLAS_lapack_getrf_PARAMS(T)) {
     using entry_fn = void (*)(TILESTREAM_BLAS_lapack_getrf_PARAMS(T));
     front::instance().lapack_ready();
-    const lapack_args<T> g{routine_names[int(r)], "getrf", '-', '-', false, 0, *m, *n, 0,
+    const lapack_args<T> g{routine_names[int(r)], "getrf", '-', '-', *m, *n, 0,
                            a, *lda, ipiv, nullptr, 1, info};
     route_lapack(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_lapack_getrf_ARGS); });
 }
@@ -891,7 +900,7 @@ void lapack_getrs(const void* caller, routine r, TILESTREAM_BLAS_lapack_getrs_PA
     (void)trans_len;
     using entry_fn = void (*)(TILESTREAM_BLAS_lapack_getrs_PARAMS(T));
     front::instance().lapack_ready();
-    const lapack_args<T> g{routine_names[int(r)], "getrs", '-', fortran_char(trans, "NTC"), false, 0, *n, *n, *nrhs,
+    const lapack_args<T> g{routine_names[int(r)], "getrs", '-', fortran_char(trans, "NTC"), *n, *n, *nrhs,
                            const_cast<T*>(a), *lda, const_cast<int*>(ipiv), b, *ldb, info};
     route_lapack(caller, r, g, [&](void* entry) {
         reinterpret_cast<entry_fn>(entry)(trans, n, nrhs, a, lda, ipiv, b, ldb, info, 1);
@@ -902,7 +911,7 @@ template <class T>
 void lapack_gesv(const void* caller, routine r, TILESTREAM_BLAS_lapack_gesv_PARAMS(T)) {
     using entry_fn = void (*)(TILESTREAM_BLAS_lapack_gesv_PARAMS(T));
     front::instance().lapack_ready();
-    const lapack_args<T> g{routine_names[int(r)], "gesv", '-', '-', false, 0, *n, *n, *nrhs,
+    const lapack_args<T> g{routine_names[int(r)], "gesv", '-', '-', *n, *n, *nrhs,
                            a, *lda, ipiv, b, *ldb, info};
     route_lapack(caller, r, g, [&](void* entry) { reinterpret_cast<entry_fn>(entry)(TILESTREAM_BLAS_lapack_gesv_ARGS); });
 }
