@@ -12,6 +12,8 @@
  * also opens its context), then timed calls until SECONDS are spent; one JSON object per line with
  * the median and minimum seconds of one call. TRSM and TRMM overwrite B: B is restored (untimed)
  * before each call, A is well conditioned (diagonal 1, off-diagonal entries of at most 1/n). */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, strdup, strtok_r */
+
 #include <cblas.h>
 
 #include <complex.h>
