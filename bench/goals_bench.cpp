@@ -25,7 +25,7 @@ namespace {
 // OpenBLAS called directly: cblas_[sdcz]gemm, C = A B.
 template <class T>
 void blas_gemm(ts::index_t n, const T* a, const T* b, T* c) {
-    ts::detail::cblas_gemm<T>(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, T(1), a, n, b, n, T(0), c, n);
+    ts::detail::cblas_xgemm<T>(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, T(1), a, n, b, n, T(0), c, n);
 }
 
 /// A GEMM through the library on devices opened from a spec, planned as the CLI plans it with

@@ -40,7 +40,7 @@ ts::detail::json one_call(ts::context& ctx, shape s, int most_reps, double goal,
     ts::gemm_report last;
     const auto ours = [&] { last = ctx.gemm<T>(a.view(), b.view(), c.view()); };
     const auto anchor = [&] {
-        ts::detail::cblas_gemm<T>(CblasRowMajor, CblasNoTrans, CblasNoTrans, s.m, s.n, s.k, T(1), a.data(), s.k, b.data(),
+        ts::detail::cblas_xgemm<T>(CblasRowMajor, CblasNoTrans, CblasNoTrans, s.m, s.n, s.k, T(1), a.data(), s.k, b.data(),
                                   s.n, T(0), d.data(), s.n);
     };
     const double flops = 2.0 * double(s.m) * double(s.n) * double(s.k);
@@ -84,7 +84,7 @@ ts::detail::json batched(ts::context& ctx, ts::index_t count, ts::index_t n, int
     };
     const auto anchor = [&] {
         for (ts::index_t i = 0; i < count; ++i)
-            ts::detail::cblas_gemm<T>(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, T(1), a.data() + i * one, n,
+            ts::detail::cblas_xgemm<T>(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, T(1), a.data() + i * one, n,
                                       b.data() + i * one, n, T(0), d.data() + i * one, n);
     };
     const int reps = reps_for(2.0 * double(count) * double(n * n * n), most_reps);

@@ -39,7 +39,7 @@ blas_anchor time_host_blas_gemm(op op_a, op op_b, T alpha, host_matrix_view<cons
             for (index_t i = 0; i < m; ++i)
                 for (index_t j = 0; j < n; ++j) c(i, j) = c0(i, j);
         const auto t0 = std::chrono::steady_clock::now();
-        detail::cblas_gemm<T>(cblas_order, oa.trans, ob.trans, m, n, k, alpha, a.data(), oa.ld, b.data(), ob.ld, beta,
+        detail::cblas_xgemm<T>(cblas_order, oa.trans, ob.trans, m, n, k, alpha, a.data(), oa.ld, b.data(), ob.ld, beta,
                               c.data(), ldc);
         return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     };

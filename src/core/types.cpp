@@ -253,8 +253,9 @@ void check_view_shape(index_t rows, index_t cols, index_t ld, layout l, const ch
                                " is too small for a " + std::to_string(rows) + "x" +
                                std::to_string(cols) + " " + std::string(to_string(l)) +
                                " matrix (needs at least " + std::to_string(min_ld) + ")");
-    // The span of the last element must be addressable.
-    if (rows > 0 && cols > 0) {
+    // The span of the last element must be addressable (extents and ld under 2^31: it is).
+    constexpr index_t fits = index_t(1) << 31;
+    if (rows > 0 && cols > 0 && (rows >= fits || cols >= fits || ld >= fits)) {
         const index_t outer = l == layout::row_major ? rows : cols;
         checked_mul(outer, ld, where);
     }

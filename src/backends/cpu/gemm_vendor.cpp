@@ -1,5 +1,5 @@
 // The vendor CPU GEMM: OpenBLAS through CBLAS (cblas_[sdcz]gemm, or cblas_[sdcz]gemv when C is a single
-// column or row), one single-threaded call per worker on its block of C.
+// column or row: detail::cblas_gemm), one single-threaded call per worker on its block of C.
 #include "cpu_kernels.hpp"
 #include "openblas_memory.hpp"
 
@@ -14,11 +14,9 @@
 
 #include <algorithm>
 #include <climits>
-#include <complex>
 #include <mutex>
 #include <string>
 #include <type_traits>
-#include <utility>
 
 namespace tilestream::cpu {
 
@@ -37,65 +35,6 @@ void set_openblas_threads(int n) {
 namespace {
 
 bool fits_int(index_t v) { return v <= INT_MAX; }
-
-/// cblas_?gemv for T (sizes already known to fit CBLAS's int).
-template <class T>
-void cblas_gemv(CBLAS_ORDER order, CBLAS_TRANSPOSE t, index_t rows, index_t cols, T alpha, const T* a, index_t lda,
-                const T* x, index_t incx, T beta, T* y, index_t incy) {
-    if constexpr (std::is_same_v<T, float>)
-        cblas_sgemv(order, t, int(rows), int(cols), alpha, a, int(lda), x, int(incx), beta, y, int(incy));
-    else if constexpr (std::is_same_v<T, double>)
-        cblas_dgemv(order, t, int(rows), int(cols), alpha, a, int(lda), x, int(incx), beta, y, int(incy));
-    else if constexpr (std::is_same_v<T, std::complex<float>>)
-        cblas_cgemv(order, t, int(rows), int(cols), &alpha, a, int(lda), x, int(incx), &beta, y, int(incy));
-    else
-        cblas_zgemv(order, t, int(rows), int(cols), &alpha, a, int(lda), x, int(incx), &beta, y, int(incy));
-}
-
-/// `call` (alpha != 0, k > 0) as a matrix-vector product when C is a single column or row, as
-/// numpy runs such products: OpenBLAS's ?gemv is ~2.8x faster than its ?gemm at 1x4096x4096.
-/// n == 1: C's column y <- alpha op(A) x + beta y, x op(B)'s column; m == 1: C's row as C^T =
-/// op(B)^T op(A)^T, x op(A)'s row. gemv conjugates only its matrix, so a conjugated vector
-/// operand takes the other form when C is 1x1, else ?gemm (returns false, having done nothing);
-/// likewise a leading dimension gemv would refuse (?gemm then names the malformed operand).
-template <class T>
-bool gemv_product(const gemm_call& call, T alpha, T beta) {
-    if (call.m != 1 && call.n != 1) return false;
-    const operand_desc da = call.a_desc(), db = call.b_desc(), dc = call.c_desc();
-    const bool column = call.n == 1 && !db.conjugated();
-    if (!column && !(call.m == 1 && !da.conjugated())) return false;
-    const operand_desc& g = column ? da : db;  // G = op(A), or op(B)^T
-    const operand_desc& x = column ? db : da;
-    // G as gemv reads it: g's storage in some order, with a flag. op(B)^T is B^T for op n, B for
-    // op t, and conj(B) for op c: B's storage read in the other order (as B^T), conjugate-transposed.
-    layout order = g.stored;
-    index_t rows = g.stored_rows(), cols = g.stored_cols();
-    CBLAS_TRANSPOSE t = CblasNoTrans;
-    if (column) {
-        t = g.o == op::n ? CblasNoTrans : g.o == op::t ? CblasTrans : CblasConjTrans;
-    } else if (g.o == op::n) {
-        t = CblasTrans;
-    } else if (g.o == op::c) {
-        order = order == layout::row_major ? layout::col_major : layout::row_major;
-        std::swap(rows, cols);
-        t = CblasConjTrans;
-    }
-    const index_t min_ld = std::max<index_t>(1, order == layout::row_major ? cols : rows);
-    const index_t len_x = call.k, len_y = column ? call.m : call.n;
-    const index_t incx = len_x == 1 ? 1 : column ? x.row_stride() : x.col_stride();
-    const index_t incy = len_y == 1 ? 1 : column ? dc.row_stride() : dc.col_stride();
-    if (g.ld < min_ld || !fits_int(rows) || !fits_int(cols) || !fits_int(g.ld) || !fits_int(incx) || !fits_int(incy))
-        return false;
-    T* y = static_cast<T*>(call.c);
-    // beta == 0 must not read C (NaN there must not survive), which not every OpenBLAS version's
-    // gemv promises: C's line is zeroed first.
-    if (beta == T(0))
-        for (index_t i = 0; i < len_y; ++i) y[i * incy] = T(0);
-    cblas_gemv<T>(order == layout::row_major ? CblasRowMajor : CblasColMajor, t, rows, cols, alpha,
-                  static_cast<const T*>(column ? call.a : call.b), g.ld, static_cast<const T*>(column ? call.b : call.a),
-                  incx, beta, y, incy);
-    return true;
-}
 
 // pool == nullptr: on the calling thread, with `openblas_threads` of OpenBLAS's own threads.
 template <class T>
@@ -151,8 +90,7 @@ void gemm_vendor_typed(const gemm_call& call, thread_pool* pool, int openblas_th
         const int threads = std::max(1, pool ? pool->size() : openblas_threads);
         const openblas_call announced(threads);
         set_openblas_threads(threads);
-        if (!gemv_product<T>(call, alpha, beta))
-            tilestream::detail::cblas_gemm<T>(cblas_order, a.trans, b.trans, m, n, k, alpha, pa, a.ld, pb, b.ld, beta, c, cc.ld);
+        tilestream::detail::cblas_gemm<T>(cblas_order, a.trans, b.trans, m, n, k, alpha, pa, a.ld, pb, b.ld, beta, c, cc.ld);
         return;
     }
     set_openblas_threads(1);
@@ -163,18 +101,6 @@ void gemm_vendor_typed(const gemm_call& call, thread_pool* pool, int openblas_th
         // A block of rows of C needs the same rows of op(A) and all of op(B); a block of columns
         // the same columns of op(B) and all of op(A). With beta == 0 OpenBLAS stores zeros
         // without reading C, so NaN in C does not survive (BetaZeroOverwritesNaNInC checks it).
-        // A single column or row of C (split into parts) is a matrix-vector product in each part.
-        gemm_call piece = call;
-        if (split_rows) {
-            piece.m = b1 - b0;
-            piece.a = pa + b0 * ars;
-            piece.c = c + b0 * crs;
-        } else {
-            piece.n = b1 - b0;
-            piece.b = pb + b0 * bcs;
-            piece.c = c + b0 * ccs;
-        }
-        if ((piece.m == 1 || piece.n == 1) && gemv_product<T>(piece, alpha, beta)) return;
         if (split_rows)
             tilestream::detail::cblas_gemm<T>(cblas_order, a.trans, b.trans, b1 - b0, n, k, alpha, pa + b0 * ars, a.ld, pb, b.ld,
                           beta, c + b0 * crs, cc.ld);
