@@ -111,7 +111,7 @@ gemm_report context::gemm_batched(op op_a, op op_b, T alpha, host_batch_view<con
     double item_seconds = route.host_item_fixed + item_flops / std::max(route.host_flops, 1.0);
     bool stack_measured = false;
     if (!asked && !options_.reproducible && !options_.rates && route.direct_possible && item_flops > 0 && k > 0 &&
-        classify_gemm(m, n, k) == shape_class::small) {
+        (classify_gemm(m, n, k) == shape_class::small || classify_gemm(m, n, k) == shape_class::tiny)) {
         const detail::stack_choice sc = detail::choose_stack_kernel(type, m, n, k);
         if (sc.seconds_per_product > 0) {
             stack_kernel = sc.choice.kernel;
