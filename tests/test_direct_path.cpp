@@ -398,8 +398,9 @@ TEST(DirectPath, KernelChoiceIsTheFastestItMeasured) {
 TEST(KernelChoice, ThinShapesAreClassedAndProbedByTheirThinSide) {
     EXPECT_EQ(classify_gemm(4096, 16, 4096), shape_class::thin_n);
     EXPECT_EQ(classify_gemm(16, 4096, 4096), shape_class::thin_m);
-    EXPECT_EQ(classify_gemm(1, 4096, 4096), shape_class::thin_m);
-    EXPECT_EQ(classify_gemm(4096, 1, 4096), shape_class::thin_n);
+    EXPECT_EQ(classify_gemm(1, 4096, 4096), shape_class::line);  // a single row of C: ?gemv
+    EXPECT_EQ(classify_gemm(4096, 1, 4096), shape_class::line);
+    EXPECT_EQ(classify_gemm(2, 4096, 4096), shape_class::thin_m);
     EXPECT_EQ(classify_gemm(63, 63, 4096), shape_class::thin_m);
     EXPECT_EQ(classify_gemm(4096, 4096, 16), shape_class::thin_k);
     EXPECT_EQ(classify_gemm(4096, 64, 4096), shape_class::square);
@@ -407,7 +408,7 @@ TEST(KernelChoice, ThinShapesAreClassedAndProbedByTheirThinSide) {
     EXPECT_EQ(classify_gemm(128, 128, 128), shape_class::small);
     std::vector<std::string> names;
     for (shape_class c : all_shape_classes) names.emplace_back(to_string(c));
-    EXPECT_EQ(names, (std::vector<std::string>{"tiny", "small", "thin-k", "thin-m", "thin-n", "square"}));
+    EXPECT_EQ(names, (std::vector<std::string>{"tiny", "line", "small", "thin-k", "thin-m", "thin-n", "square"}));
 
     const auto shape = [](shape_class c) {
         const detail::probe_shape p = detail::probe_of(c, 512);
@@ -419,6 +420,7 @@ TEST(KernelChoice, ThinShapesAreClassedAndProbedByTheirThinSide) {
     EXPECT_EQ(shape(shape_class::square), (std::vector<index_t>{512, 512, 512}));
     EXPECT_EQ(shape(shape_class::small), (std::vector<index_t>{64, 64, 64}));
     EXPECT_EQ(shape(shape_class::tiny), (std::vector<index_t>{8, 8, 8}));
+    EXPECT_EQ(shape(shape_class::line), (std::vector<index_t>{1, 512, 512}));
     // Each probe is of its own class.
     for (shape_class c : all_shape_classes) {
         const detail::probe_shape p = detail::probe_of(c, 512);
@@ -727,6 +729,24 @@ TEST(KernelChoice, TinyProductsTakeTheKernelMeasuredFastestThere) {
     }
 }
 
+// A single row or column of C is a class of its own, measured on a probe of one row (1 x 512 x 512):
+// the vendor kernel runs ?gemv there, which a thin probe of 16 rows does not measure.
+TEST(KernelChoice, SingleLineProductsAreMeasuredOnALineProbe) {
+    const detail::scripted_kernel_probes hook(
+        [](const detail::scripted_kernel_probes::request& r) {
+            return r.shape.m == 1 || r.shape.n == 1 ? timings(1e-3, 2e-3) : timings(2e-3, 1e-3);
+        },
+        3600);
+    context ctx("cpu");
+    int seed = 0;
+    for (auto [m, n, k, line] : {std::array<index_t, 4>{1, 150, 200, 1}, {150, 1, 200, 1}, {16, 150, 200, 0}}) {
+        operands<double> x(op::n, op::n, m, n, k, layout::row_major, std::uint64_t(++seed));
+        auto [c, rep] = x.run(ctx, 1.5, 0.0);
+        EXPECT_EQ(rep.plan.kernel, line ? gemm_kernel::vendor : gemm_kernel::tiled) << m << "x" << n << "x" << k << "\n"
+                                                                                     << ctx.explain(rep.plan);
+    }
+}
+
 TEST(KernelChoice, AContextsCallsRunVendorAfterTheRecheckDisagrees) {
     busy_then_quiet script;
     const detail::scripted_kernel_probes hook([&](const auto& r) { return script(r); }, 0);
@@ -745,10 +765,10 @@ TEST(KernelChoice, AContextsCallsRunVendorAfterTheRecheckDisagrees) {
     };
     // Thin-m f64 under the crossover (direct); thin-n f32 through the engine, whose plan for the
     // shape was kept from the first call.
-    EXPECT_EQ(calls.operator()<double>(1, 150, {}), gemm_strategy::direct);
+    EXPECT_EQ(calls.operator()<double>(2, 150, {}), gemm_strategy::direct);
     gemm_call_options engine;
     engine.strategy = gemm_strategy::zero_copy;
-    EXPECT_EQ(calls.operator()<float>(150, 1, engine), gemm_strategy::zero_copy);
+    EXPECT_EQ(calls.operator()<float>(150, 2, engine), gemm_strategy::zero_copy);
 }
 
 // Declared rates, so the steps are known: 64 x 64 x 256 f64 is 2.1 MFLOP, 2.1 ms at a declared

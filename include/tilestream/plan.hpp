@@ -201,13 +201,15 @@ std::vector<gemm_unit> plan_units(const gemm_plan& plan);
 std::string explain(const gemm_plan& plan);
 
 /// Shapes of products whose kernels are measured and chosen apart: `tiny` (no dimension above 16:
-/// a vendor library's entry cost is most of the call), `small` (no dimension above 128), `thin_k` (k the smallest and below 64: rank-k updates), `thin_m` (m the smallest of m and n
+/// a vendor library's entry cost is most of the call), `line` (C a single row or column, a side above
+/// 16: the vendor kernel runs ?gemv), `small` (no dimension above 128), `thin_k` (k the smallest and below 64: rank-k updates), `thin_m` (m the smallest of m and n
 /// and below 64: a few rows, vector-matrix-like), `thin_n` (n below 64 and below m: a few columns,
 /// matrix-vector-like), `square` (the rest). m-thin and n-thin are apart because a tiled kernel's
 /// register tile (mr x nr) is not square: a thin side pads up to a whole mr or nr, not the same waste.
-enum class shape_class { small, thin_k, thin_m, thin_n, square, tiny };
-inline constexpr shape_class all_shape_classes[] = {shape_class::tiny,   shape_class::small,  shape_class::thin_k,
-                                                    shape_class::thin_m, shape_class::thin_n, shape_class::square};
+enum class shape_class { small, thin_k, thin_m, thin_n, square, tiny, line };
+inline constexpr shape_class all_shape_classes[] = {shape_class::tiny,   shape_class::line,   shape_class::small,
+                                                    shape_class::thin_k, shape_class::thin_m, shape_class::thin_n,
+                                                    shape_class::square};
 std::string_view to_string(shape_class c) noexcept;
 shape_class classify_gemm(index_t m, index_t n, index_t k) noexcept;
 

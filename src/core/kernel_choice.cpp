@@ -23,6 +23,7 @@ namespace tilestream {
 std::string_view to_string(shape_class c) noexcept {
     switch (c) {
         case shape_class::tiny: return "tiny";
+        case shape_class::line: return "line";
         case shape_class::small: return "small";
         case shape_class::thin_k: return "thin-k";
         case shape_class::thin_m: return "thin-m";
@@ -35,6 +36,7 @@ std::string_view to_string(shape_class c) noexcept {
 shape_class classify_gemm(index_t m, index_t n, index_t k) noexcept {
     const index_t most = std::max({m, n, k});
     if (most <= 16) return shape_class::tiny;
+    if (std::min(m, n) == 1) return shape_class::line;
     if (most <= 128) return shape_class::small;
     const index_t mn = std::min(m, n);
     if (k < 64 && k <= mn) return shape_class::thin_k;
@@ -48,6 +50,7 @@ detail::probe_shape detail::probe_of(shape_class c, index_t side) noexcept {
     // where a wider probe side (32, a whole nr) would hide that waste and favour tiled.
     switch (c) {
         case shape_class::tiny: return {8, 8, 8};  // mid-band: the entry costs, not the arithmetic
+        case shape_class::line: return {1, side, side};  // a row vector times a matrix (vendor: ?gemv)
         case shape_class::small: return {64, 64, 64};
         case shape_class::thin_k: return {side, side, 32};  // k is not padded by a micro-tile
         case shape_class::thin_m: return {16, side, side};
