@@ -101,6 +101,10 @@ struct local_matrix {
 /// One shape: C(m x n) = A(ia.., ja..) B(ib.., jb..), A and B sub-matrices from offset `off`
 /// (which moves op(A) off C's rows: tilestream redistributes, PBLAS realigns its own way), on the
 /// grid the model picks for the shape (both libraries on it), or tilestream over layers.
+/// --step-seconds: the ranks' contexts' context_options::step_seconds (< 0: the default; 0: one
+/// unsplit call per local product, to compare with the default's bounded steps).
+double step_seconds_option = -1;
+
 template <class T>
 ts::detail::json gemm_case(int m, int n, int k, int off, int block, int reps, int layers) {
     int ranks = 1;
@@ -114,7 +118,10 @@ ts::detail::json gemm_case(int m, int n, int k, int off, int block, int reps, in
     local_matrix<T> a(grid, ctxt, m + off, k + off, block, rng), b(grid, ctxt, k + off, n + off, block, rng),
         c(grid, ctxt, m, n, block, rng);
     const int ia = off + 1, one = 1;
-    ts::context ctx("cpu", {.cpu_threads = 1});
+    ts::context_options co;
+    co.cpu_threads = 1;
+    if (step_seconds_option >= 0) co.step_seconds = step_seconds_option;
+    ts::context ctx("cpu", co);
     td::pgemm_options po;
     po.context = &ctx;
     // Over layers (square shapes without offsets): tilestream 2.5D on the squarest grid of ranks / c.
@@ -183,7 +190,7 @@ ts::detail::json gemm_case(int m, int n, int k, int off, int block, int reps, in
                                 {"shape", shape}, {"offset", off}, {"block", block},
                                 {"grid", std::to_string(p) + "x" + std::to_string(q)}, {"reps", reps},
                                 {"tilestream_grid", std::to_string(lgrid.rows()) + "x" + std::to_string(lgrid.cols())},
-                                {"layers", lg.layers()},
+                                {"layers", lg.layers()}, {"step_seconds", co.step_seconds},
                                 {"tilestream_seconds", t_ours}, {"tilestream_gflops", flops / t_ours * 1e-9},
                                 {"scalapack_seconds", t_theirs}, {"scalapack_gflops", flops / t_theirs * 1e-9},
                                 {"ratio_scalapack_time_to_tilestream", t_theirs / t_ours},
@@ -208,7 +215,7 @@ int main(int argc, char** argv) {
     if (argc < 2) return 2;
     const std::string mode = argv[1];
     tb::arguments args(argc - 1, argv + 1,
-                       "usage: mpi_bench gemm [--sizes f64:4096,f32:8192,c64:2048] [--block 128] [--reps 3] [--layers 1] | jacobi [--nx N] "
+                       "usage: mpi_bench gemm [--sizes f64:4096,f32:8192,c64:2048] [--block 128] [--reps 3] [--layers 1] [--step-seconds S] | jacobi [--nx N] "
                        "[--ny N] [--iters N] [--dtype f32]; both [--git-hash H] [--out FILE]");
     const std::string hash = args.get("git-hash", "unknown"), out = args.get("out", "");
     tb::json_builder top = tb::result_header("mpi_" + mode, hash, "cpu (1 thread) per rank");
@@ -220,6 +227,7 @@ int main(int argc, char** argv) {
             args.get("sizes", "f64:4096,f32:8192,f64:65536x512x512,f32:65536x512x512,f64:4096+77,c64:2048,c32:2048,c64:2048+77");
         const int block = int(args.number("block", 128)), reps = int(args.number("reps", 3));
         const int layers = int(args.number("layers", 1));
+        step_seconds_option = args.real("step-seconds", -1);
         if (!args.finish()) return 2;
         if (layers < 1 || env.size() % layers != 0) {
             if (env.rank() == 0) std::fprintf(stderr, "mpi_bench: --layers %d does not divide the %d ranks\n", layers, env.size());
