@@ -214,14 +214,17 @@ void add_solve(factor_run& r, const blas3_report& s) {
 }
 
 /// The plans of a solve's two TRSMs on the factor `a` (what potrs and getrs run, each planned as
-/// they plan it), their predictions added into `r` and described a line each for --explain.
+/// they plan it), their predictions added into `r` and described a line each for --explain. Rates
+/// are measured for the prediction only when explaining, as for the factorization: a default run
+/// pays no probe for figures it does not print.
 template <class T>
 void predict_solve(context& ctx, factor_run& r, const std::array<blas3_flags, 2>& steps, host_matrix_view<const T> a,
-                   host_matrix_view<T> b) {
+                   host_matrix_view<T> b, bool explain) {
     for (const blas3_flags& f : steps) {
         blas3_call_options call;
         const blas3_problem problem = describe_blas3<T>(blas3_routine::trsm, f, {T(1), T(0), a, {}, b});
-        if (!ctx.options().rates && !problem.quick_return) call.rates = ctx.rates(dtype_of<T>(), ctx.options().kernel);
+        if (explain && !ctx.options().rates && !problem.quick_return)
+            call.rates = ctx.rates(dtype_of<T>(), ctx.options().kernel);
         const blas3_plan plan = ctx.plan(problem, call);
         r.predicted_solve_seconds += plan.predicted_seconds;
         r.predicted_solve_h2d += plan.bytes_h2d;
@@ -263,7 +266,7 @@ factor_run run_cholesky(context& ctx, const factor_command& c, uplo u, const fac
         // potrs: A = L L^H: L Y = B, then L^H X = Y; A = U^H U: U^H Y = B, then U X = Y.
         const op first = u == uplo::lower ? op::n : op::c, second = u == uplo::lower ? op::c : op::n;
         predict_solve<T>(ctx, r, {blas3_flags{side::left, u, first, diag::non_unit}, blas3_flags{side::left, u, second, diag::non_unit}},
-                         host_matrix_view<const T>(work.view()), x.view());
+                         host_matrix_view<const T>(work.view()), x.view(), fc.explain);
         blas3_call_options solve;
         solve.run.trace = fc.trace;
         add_solve(r, ctx.potrs<T>(u, host_matrix_view<const T>(work.view()), x.view(), solve));
@@ -292,7 +295,7 @@ factor_run run_lu(context& ctx, const factor_command& c, const factor_call& fc, 
         // getrs: A = P L U: X = U^-1 L^-1 P^T B (the row interchanges on the host).
         predict_solve<T>(ctx, r, {blas3_flags{side::left, uplo::lower, op::n, diag::unit},
                                   blas3_flags{side::left, uplo::upper, op::n, diag::non_unit}},
-                         host_matrix_view<const T>(work.view()), x.view());
+                         host_matrix_view<const T>(work.view()), x.view(), fc.explain);
         blas3_call_options solve;
         solve.run.trace = fc.trace;
         const getrs_report s = ctx.getrs<T>(op::n, host_matrix_view<const T>(work.view()), ipiv, x.view(), solve);
