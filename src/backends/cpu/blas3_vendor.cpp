@@ -21,6 +21,7 @@
 #include <complex>
 #include <string>
 #include <type_traits>
+#include <thread>
 #include <vector>
 
 namespace tilestream::cpu {
@@ -204,7 +205,7 @@ std::vector<tile_op> band_ops(const tile_op& op, index_t r0, index_t r1) {
 
 /// A diagonal tile of Cholesky through LAPACK ?potrf: one call, with OpenBLAS's threads when the
 /// device is the process's only CPU device (a factorization does not split over workers).
-void potrf_vendor(const tile_op& op, thread_pool& pool, bool openblas_threads) {
+void potrf_vendor_with(const tile_op& op, int threads) {
     if (op.n == 0) {
         if (op.info != nullptr) *op.info = 0;
         return;
@@ -214,7 +215,6 @@ void potrf_vendor(const tile_op& op, thread_pool& pool, bool openblas_threads) {
         reference::execute(op);
         return;
     }
-    const int threads = openblas_threads ? int(pool.size()) : 1;
     set_openblas_threads(threads);
     const openblas_call announced(threads);
     const char u = r.uplo_ == uplo::lower ? 'L' : 'U';
@@ -230,39 +230,62 @@ void potrf_vendor(const tile_op& op, thread_pool& pool, bool openblas_threads) {
 
 bool tile_vendor_supports(tile_kind kind, dtype type) { return tilestream::detail::engine::blas_has(kind, type); }
 
-bool tile_vendor_on_calling_thread(const tile_op& op) {
-    // Only the pool's size is read on these paths (one thread: no workers are used).
-    static thread_pool& one = *new thread_pool(1);
-    if (op.kind == tile_kind::getrf || op.kind == tile_kind::laswp) {
-        if (!lu_vendor_supports(op.kind)) return false;
-        lu_vendor(op, one, false);
+namespace {
+
+bool is_rank_k(tile_kind kind) {
+    return kind == tile_kind::syrk || kind == tile_kind::syr2k || kind == tile_kind::herk || kind == tile_kind::her2k;
+}
+
+/// Refuses a kind OpenBLAS lacks, and does BLAS's quick returns: true when nothing is left to run.
+bool vendor_quick_return(const tile_op& op) {
+    if (!tile_vendor_supports(op.kind, op.type))
+        throw invalid_argument(std::string("OpenBLAS tile kernel: no '") + std::string(to_string(op.kind)) + "' for " +
+                               std::string(to_string(op.type)));
+    const bool rank_k = is_rank_k(op.kind);
+    if (rank_k ? op.n == 0 : (op.m == 0 || op.n == 0)) return true;
+    // The rank-k kinds' scaling-only case is done here: OpenBLAS would be asked for k = 0 with a
+    // placeholder A.
+    if (rank_k && !op.reads_ab()) {
+        if (op.beta != scalar(1)) reference::execute(op);
         return true;
     }
-    if (op.kind != tile_kind::potrf && !tile_vendor_supports(op.kind, op.type)) return false;
-    tile_vendor(op, one, false);
+    return false;
+}
+
+/// The whole tile in one OpenBLAS call with `threads` OpenBLAS threads.
+void tile_vendor_whole(const tile_op& op, int threads) {
+    if (vendor_quick_return(op)) return;
+    set_openblas_threads(threads);
+    run_part(op);
+}
+
+}  // namespace
+
+bool tile_vendor_on_calling_thread(const tile_op& op) {
+    // An accelerator's LAPACK step (its potrf or getrf panel) waits here on the host, on the
+    // factorization's critical path: it takes OpenBLAS's own threads over every host core. With
+    // one thread, the first H100 run (2026-11-26) spent 186 of potrf 8192's 236 ms in eight 1024
+    // tiles at 15 GFLOP/s, and getrf 8192 took 12.9 s for two 8192x4096 panels.
+    static const int host = int(std::max(1u, std::thread::hardware_concurrency()));
+    if (op.kind == tile_kind::getrf || op.kind == tile_kind::laswp) {
+        if (!lu_vendor_supports(op.kind)) return false;
+        lu_vendor_with(op, host);
+        return true;
+    }
+    if (op.kind == tile_kind::potrf) {
+        potrf_vendor_with(op, host);
+        return true;
+    }
+    if (!tile_vendor_supports(op.kind, op.type)) return false;
+    tile_vendor_whole(op, host);
     return true;
 }
 
 void tile_vendor(const tile_op& op, thread_pool& pool, bool openblas_threads) {
-    if (op.kind == tile_kind::potrf) return potrf_vendor(op, pool, openblas_threads);
-    if (!tile_vendor_supports(op.kind, op.type))
-        throw invalid_argument(std::string("OpenBLAS tile kernel: no '") + std::string(to_string(op.kind)) + "' for " +
-                               std::string(to_string(op.type)));
-    const bool rank_k = op.kind == tile_kind::syrk || op.kind == tile_kind::syr2k || op.kind == tile_kind::herk ||
-                        op.kind == tile_kind::her2k;
-    if (rank_k ? op.n == 0 : (op.m == 0 || op.n == 0)) return;
-    // BLAS's quick return for the rank-k kinds, and their scaling-only case done here: OpenBLAS
-    // would be asked for k = 0 with a placeholder A.
-    if (rank_k && !op.reads_ab()) {
-        if (op.beta == scalar(1)) return;
-        reference::execute(op);
-        return;
-    }
-    if (openblas_threads || pool.size() == 1) {
-        set_openblas_threads(openblas_threads ? pool.size() : 1);
-        run_part(op);
-        return;
-    }
+    if (op.kind == tile_kind::potrf) return potrf_vendor_with(op, openblas_threads ? pool.size() : 1);
+    if (openblas_threads || pool.size() == 1) return tile_vendor_whole(op, openblas_threads ? pool.size() : 1);
+    if (vendor_quick_return(op)) return;
+    const bool rank_k = is_rank_k(op.kind);
     set_openblas_threads(1);
     const std::size_t es = size_of(op.type);
     if (rank_k) {

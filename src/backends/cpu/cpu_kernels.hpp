@@ -42,14 +42,17 @@ void tile_vendor(const tile_op& op, thread_pool& pool, bool openblas_threads);
 /// Whether tile_vendor has a routine for this kind and type.
 bool tile_vendor_supports(tile_kind kind, dtype type);
 
-/// One tile operation on host memory through OpenBLAS/LAPACK on the calling thread, single-threaded:
-/// for the staged tiles of a device without the kind (a GPU's or OpenCL device's potrf or getrf
-/// panel), instead of the reference loops. False when OpenBLAS has no routine for it.
+/// One tile operation on host memory through OpenBLAS/LAPACK from the calling thread, with
+/// OpenBLAS's threads over every host core: for the staged tiles of a device without the kind (a
+/// GPU's or OpenCL device's potrf or getrf panel, on its factorization's critical path), instead of
+/// the reference loops. False when OpenBLAS has no routine for it.
 bool tile_vendor_on_calling_thread(const tile_op& op);
 
 /// LU's panel (getrf: LAPACK's ?getrf_ from OpenBLAS, with its threads when `openblas_threads`)
 /// and row interchanges (laswp) on one tile (lu_vendor.cpp).
 void lu_vendor(const tile_op& op, thread_pool& pool, bool openblas_threads);
+/// The same with `threads` OpenBLAS threads (1: single-threaded on the calling thread).
+void lu_vendor_with(const tile_op& op, int threads);
 bool lu_vendor_supports(tile_kind kind);
 
 /// Jacobi sweep: rows split over the workers, inner loop vectorised.

@@ -54,13 +54,16 @@ void getrf_typed(const tile_op& op, int threads) {
 bool lu_vendor_supports(tile_kind kind) { return kind == tile_kind::getrf || kind == tile_kind::laswp; }
 
 void lu_vendor(const tile_op& op, thread_pool& pool, bool openblas_threads) {
+    lu_vendor_with(op, openblas_threads ? pool.size() : 1);
+}
+
+void lu_vendor_with(const tile_op& op, int threads) {
     if (op.m == 0 || op.n == 0) return;
     const bool fits = op.m <= INT_MAX && op.n <= INT_MAX && op.c.ld <= INT_MAX;
     if (op.kind == tile_kind::laswp || !fits) {
         reference::execute(op);
         return;
     }
-    const int threads = openblas_threads ? pool.size() : 1;
     visit_dtype(op.type, [&]<class T>() { getrf_typed<T>(op, threads); });
 }
 
