@@ -73,6 +73,20 @@ TEST(context, InPlaceOnCpuWithoutBudget) {
     EXPECT_TRUE(r.passed()) << r.summary();
 }
 
+TEST(context, SeveralDevicesPlanWithEachOnesMeasuredRate) {
+    context ctx("cpu:2");
+    problem_data<double> d(op::n, op::n, 1023, 1021, 517, layout::row_major, 5);
+    gemm_call_options call;
+    call.strategy = gemm_strategy::zero_copy;  // the engine, not the direct path
+    const gemm_plan plan = ctx.plan<double>(d.oa, d.ob, 1.0, d.a.view(), d.b.view(), 0.0, d.c.view(), call);
+    ASSERT_EQ(plan.device_flops.size(), 2u);
+    EXPECT_GT(plan.device_flops[0], 0.0);
+    EXPECT_GT(plan.device_flops[1], 0.0);
+    fill_nan(d.c.view());
+    ctx.execute<double>(plan, 1.0, d.a.view(), d.b.view(), 0.0, d.c.view());
+    EXPECT_TRUE(check_gemm<double>(d.oa, d.ob, 1.0, d.a.view(), d.b.view(), 0.0, d.c0.view(), d.c.view()).passed());
+}
+
 TEST(context, ConcurrentCallersGetCorrectResults) {
     context_options o;
     o.memory_budget = 256 * 1024;

@@ -211,6 +211,45 @@ TEST(multi_device, SlowedDeviceGetsFewerUnitsAndTheResultIsRight) {
     EXPECT_LE(relative_frobenius_error<double>(c.view(), ref.view()), gemm_tolerance(dtype::f64, k));
 }
 
+/// A GPU beside the CPU: the CPU's rate is 50x below the GPU's, so one unit on the CPU outlasts all
+/// of them on the GPU (the first H100 run, f64 16384 on cuda:0,cpu: the CPU took 2 of 4 units
+/// before any had finished, and the call took 9.8 s against 0.23 s on the GPU alone). Before any
+/// unit finishes, each device's time for one is estimated from its measured rate.
+TEST(multi_device, ADeviceMeasuredFarSlowerTakesNoUnitWhenTheOthersWouldFinishFirst) {
+    const index_t m = 96, n = 160, k = 64;
+    host_matrix<float> a(m, k), b(k, n), c(m, n);
+    fill_random(a.view(), 41);
+    fill_random(b.view(), 42);
+    fill_nan(c.view());
+    open_options oo;
+    oo.memory_budget = 1 << 20;
+    oo.cpu_threads = 1;
+    auto devs = open_devices("cpu:2", oo);
+    const gemm_problem problem = describe_gemm<float>(op::n, op::n, 1.f, a.view(), b.view(), 0.f, c.view());
+    plan_options po;
+    po.strategy = gemm_strategy::c_block;
+    po.kernel = gemm_kernel::tiled;
+    po.tile_m = po.tile_n = 32;
+    po.tile_k = 64;  // 15 units
+    po.devices = 2;
+    gemm_plan plan = plan_gemm(problem, 1 << 20, device_rates{}, po);
+    ASSERT_EQ(plan.units, 15u);
+    plan.device_flops = {1e12, 1e3};  // cpu:1 "measured" at 1 kFLOP/s: 262 s per unit
+    const auto rep = execute_gemm<float>(plan, raw(devs), 1.f, a.view(), b.view(), 0.f, c.view());
+    ASSERT_EQ(rep.devices.size(), 2u);
+    EXPECT_EQ(rep.devices[1].units, 0u);
+    EXPECT_EQ(rep.devices[0].units, 15u);
+    host_matrix<double> ad(m, k), bd(k, n), ref(m, n);
+    for (index_t i = 0; i < m; ++i)
+        for (index_t j = 0; j < k; ++j) ad(i, j) = a(i, j);
+    for (index_t i = 0; i < k; ++i)
+        for (index_t j = 0; j < n; ++j) bd(i, j) = b(i, j);
+    for (index_t i = 0; i < m; ++i)
+        for (index_t j = 0; j < n; ++j) ref(i, j) = 0;
+    reference_gemm<double>(op::n, op::n, 1.0, ad.view(), bd.view(), 0.0, ref.view());
+    EXPECT_LE(relative_frobenius_error<float>(c.view(), ref.view()), gemm_tolerance(dtype::f32, k));
+}
+
 TEST(multi_device, RowPanelsAreDealtRoundRobin) {
     const index_t m = 50, n = 20, k = 10;  // 7 row panels of 8 rows
     host_matrix<float> a(m, k), b(k, n), c(m, n);

@@ -177,6 +177,11 @@ struct gemm_plan {
     /// Per device (in the context's order) the kernel it runs when they differ (the automatic
     /// choice is made per device); empty: every device runs `kernel`.
     std::vector<gemm_kernel> device_kernels;
+    /// Per device (in the context's order) its kernel's measured rate (FLOP/s) when the devices
+    /// were measured one by one; empty or 0: unknown. Before a device has finished a unit, its time
+    /// for one is estimated from this, so a device far slower than another (a CPU beside a GPU)
+    /// takes no unit that would finish after the others have done all of them.
+    std::vector<double> device_flops;
     /// Batched runs (context::gemm_batched): the products in the stack, and how many each kernel
     /// call (a unit) takes; 0 for a single product.
     index_t batch = 0, batch_group = 0;

@@ -11,6 +11,7 @@
 #include "core/tick_clock.hpp"
 
 #include <algorithm>
+#include <numeric>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -289,6 +290,16 @@ gemm_plan context::plan_for_devices(const gemm_problem& problem, const gemm_call
         r.measured = route->measured;
     }
     r.host_memory = computes_on_host_cores(device_ptrs_);
+    // Devices measured one by one (a GPU beside the CPU: rates 50x apart): the probe measured the
+    // first; the model takes their mean rate at its scale, and the engine each one's own.
+    std::vector<double> device_flops;
+    if (route && device_ptrs_.size() > 1 && route->device_flops.size() == device_ptrs_.size() &&
+        std::all_of(route->device_flops.begin(), route->device_flops.end(), [](double f) { return f > 0; })) {
+        device_flops = route->device_flops;
+        if (!call.rates && !options_.rates)
+            r.flops *= std::accumulate(device_flops.begin(), device_flops.end(), 0.0) / double(device_flops.size()) /
+                       device_flops.front();
+    }
     if (!r.measured && !call.rates && !options_.rates) po.max_step_seconds = 0;  // no rate to bound a step with
     gemm_plan p;
     try {
@@ -298,6 +309,7 @@ gemm_plan context::plan_for_devices(const gemm_problem& problem, const gemm_call
     }
     if (std::any_of(kernels.begin(), kernels.end(), [&](gemm_kernel k) { return k != kernels.front(); }))
         p.device_kernels = kernels;
+    p.device_flops = device_flops;
     if (!route) return p;
     p.choice = route->kernels_text + route->crossover_text;
     if (automatic && route->direct_possible && !in_place_ && route->host_flops > 0) {

@@ -61,7 +61,8 @@ struct tile_holder {
 /// Counters shared by every device of one run.
 struct run_state {
     run_state(std::size_t devices, std::size_t units)
-        : claimed(units), seconds_per_unit(devices), in_flight(devices), active(devices, true) {
+        : claimed(units), seconds_per_unit(devices), estimated_seconds_per_unit(devices, 0.0), in_flight(devices),
+          active(devices, true) {
         for (auto& c : claimed) c = false;
         for (auto& s : seconds_per_unit) s = 0.0;
         for (auto& f : in_flight) f = 0;
@@ -88,6 +89,13 @@ struct run_state {
     std::atomic<std::size_t> bytes_h2d{0}, bytes_d2h{0}, bytes_packed{0};
     /// Measured seconds per unit of each device (0 until its first unit finishes).
     std::vector<std::atomic<double>> seconds_per_unit;
+    /// Until then, the estimate from the device's measured kernel rate (plan.device_flops; 0: none).
+    std::vector<double> estimated_seconds_per_unit;
+    /// A device's seconds per unit: measured, else estimated, else 0 (unknown).
+    double unit_seconds(std::size_t d) const {
+        const double measured = seconds_per_unit[d].load();
+        return measured > 0 ? measured : estimated_seconds_per_unit[d];
+    }
     std::vector<std::atomic<std::size_t>> in_flight;
     /// Devices still taking units; a device leaves only while a faster one stays (under the mutex),
     /// so the fastest never leaves and no unit is left behind.
@@ -321,7 +329,7 @@ private:
     /// one. Decisions are made one at a time under a mutex and a declining device stops counting as
     /// one that takes units, so at least one device always takes the next unit.
     bool worth_taking(std::size_t total) {
-        const double mine = state_.seconds_per_unit[index_].load();
+        const double mine = state_.unit_seconds(index_);
         if (mine <= 0 || count_ == 1) return true;
         std::lock_guard lock(state_.tail_mutex);
         state_.active[index_] = true;
@@ -330,7 +338,7 @@ private:
         const double remaining = double(total - taken);
         const double my_finish = double(state_.in_flight[index_].load() + 1) * mine;
         for (std::size_t d = 0; d < state_.seconds_per_unit.size(); ++d) {
-            const double other = state_.seconds_per_unit[d].load();
+            const double other = state_.unit_seconds(d);
             if (d == index_ || !state_.active[d] || other <= 0) continue;
             if ((double(state_.in_flight[d].load()) + remaining) * other < my_finish) {
                 state_.active[index_] = false;
@@ -885,6 +893,9 @@ gemm_report detail::execute_gemm_kept(const gemm_plan& plan, std::span<device* c
     if (units == 0) return rep;
 
     run_state state(devices.size(), units);
+    if (plan.device_flops.size() == devices.size() && q.reads_ab && plan.batch == 0)
+        for (std::size_t d = 0; d < devices.size(); ++d)
+            if (plan.device_flops[d] > 0) state.estimated_seconds_per_unit[d] = q.flops() / double(units) / plan.device_flops[d];
     if (memory != nullptr && (keeps.a.id != 0 || keeps.b.id != 0)) {
         std::lock_guard lock(memory->mutex);
         state.reversed = memory->reverse_next;
