@@ -19,6 +19,8 @@
 #define PY_ARRAY_UNIQUE_SYMBOL tilestream_numpy_api
 #include <numpy/arrayobject.h>
 
+#include "result_memory.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -613,7 +615,7 @@ PyObject* direct_matmul_stack(ts::context& ctx, PyArrayObject* a, PyArrayObject*
     if (!stack_step(a, dims, nlead, step_a) || !stack_step(b, dims, nlead, step_b)) Py_RETURN_NONE;
     dims[nlead] = m;
     dims[nlead + 1] = n;
-    PyObject* result = PyArray_EMPTY(nlead + 2, dims, type_num, 0);
+    PyObject* result = tilestream::python::empty_result(nlead + 2, dims, type_num);
     if (result == nullptr) return nullptr;
     const auto av = ts::host_batch_view<const T>::strided(
         ts::host_matrix_view<const T>(static_cast<const T*>(ra.data), m, k, ra.lay, ra.ld), step_a, count);
@@ -927,10 +929,28 @@ PYBIND11_MODULE(_tilestream, m) {
     });
 
     m.attr("version") = TILESTREAM_PYTHON_VERSION;
-    m.def("fork_prepare", [] { runs_in_flight::instance().fork_prepare(); },
+    m.def("fork_prepare", [] {
+              runs_in_flight::instance().fork_prepare();
+              tilestream::python::result_memory_fork_prepare();
+          },
           "Waits for the runs in flight and blocks new ones (os.register_at_fork's before).");
-    m.def("fork_after", [] { runs_in_flight::instance().fork_after(); },
+    m.def("fork_after", [] {
+              tilestream::python::result_memory_fork_after();
+              runs_in_flight::instance().fork_after();
+          },
           "Lets runs start again (after_in_parent and after_in_child).");
+    m.def(
+        "empty_result",
+        [](const std::vector<npy_intp>& shape, const py::dtype& dtype) {
+            PyObject* r = tilestream::python::empty_result(int(shape.size()), shape.data(), reinterpret_cast<PyArray_Descr*>(dtype.ptr())->type_num);
+            if (r == nullptr) throw py::error_already_set();
+            return py::reinterpret_steal<py::object>(r);
+        },
+        "np.empty(shape, dtype) for a result: large ones on huge pages, reusing the last large result freed.");
+    m.def("kept_result_bytes", &tilestream::python::kept_result_bytes,
+          "Bytes of the freed large result kept for the next one (0: none).");
+    m.def("release_memory", &tilestream::python::release_kept_result,
+          "Gives the freed large result kept for the next one back to the system.");
 
     m.attr("cancel_supported") =
         py::bool_(has_cancel_flag<ts::gemm_run_options> && has_cancel_flag<ts::jacobi_options>);

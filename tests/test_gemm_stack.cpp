@@ -19,6 +19,7 @@
 #include <complex>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <sstream>
@@ -219,6 +220,77 @@ TEST(GemmStack, EveryOpLayoutAndScalarWithTheWidestPanelsF32) { every_combinatio
 TEST(GemmStack, EveryOpLayoutAndScalarWithTheWidestPanelsF64) { every_combination_and_wide_panels<double>(); }
 TEST(GemmStack, EveryOpLayoutAndScalarWithTheWidestPanelsC32) { every_combination_and_wide_panels<std::complex<float>>(); }
 TEST(GemmStack, EveryOpLayoutAndScalarWithTheWidestPanelsC64) { every_combination_and_wide_panels<std::complex<double>>(); }
+
+/// A stack too large for the caches (here: caches of 1 byte) stores C with streaming stores where
+/// its rows lie on vector boundaries: the same bits as stored normally (caches that hold it) and
+/// the reference's values; C NaN-poisoned (beta = 0 never reads it), rows on and off vector
+/// boundaries, a C one element past a boundary (no streaming), beta != 0 (no streaming), the
+/// element past the last product untouched.
+template <class T>
+void streamed_stacks_match_stored_ones() {
+    const cpu::cache_sizes none{1, 1, 1}, all{std::size_t(1) << 40, std::size_t(1) << 40, std::size_t(1) << 40};
+    std::mt19937_64 rng(27);
+    for (isa s : sets())
+        for (index_t n : {index_t(4), index_t(8), index_t(13), index_t(16)})
+            for (index_t m : {index_t(1), index_t(5), index_t(16)})
+                for (index_t k : {index_t(1), index_t(7), index_t(16)})
+                    for (index_t offset : {index_t(0), index_t(1)})
+                        for (T beta : {T(0), T(0.5)}) {
+                            SCOPED_TRACE(std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + " offset " +
+                                         std::to_string(offset) + " beta " + std::to_string(double(beta)) + " on " +
+                                         std::string(to_string(s)));
+                            const index_t count = 7;
+                            std::vector<T> a(std::size_t(count * m * k)), b(std::size_t(count * k * n)), c0(std::size_t(count * m * n));
+                            for (auto* x : {&a, &b, &c0})
+                                for (T& v : *x) v = entry<T>(rng);
+                            if (beta == T(0)) std::fill(c0.begin(), c0.end(), T(poison));
+                            // C on a 64-byte boundary (plus `offset` elements) with a sentinel after it.
+                            const std::size_t len = c0.size() + std::size_t(offset) + 1 + 64 / sizeof(T);
+                            std::vector<T> streamed_mem(len), stored_mem(len);
+                            const auto aligned = [&](std::vector<T>& mem) {
+                                void* p = mem.data();
+                                std::size_t room = mem.size() * sizeof(T);
+                                return static_cast<T*>(std::align(64, c0.size() * sizeof(T), p, room)) + offset;
+                            };
+                            T* streamed = aligned(streamed_mem);
+                            T* stored = aligned(stored_mem);
+                            for (T* c : {streamed, stored}) {
+                                std::copy(c0.begin(), c0.end(), c);
+                                c[c0.size()] = T(outside);
+                            }
+                            const auto run = [&](T* c, const cpu::cache_sizes& caches) {
+                                gemm_batched_call g;
+                                g.call = gemm_call{.type = dtype_of<T>(), .m = m, .n = n, .k = k, .alpha = T(1.25), .beta = beta,
+                                                   .a = a.data(), .lda = k, .b = b.data(), .ldb = n, .c = c, .ldc = n,
+                                                   .kernel = gemm_kernel::tiled};
+                                g.count = count;
+                                g.stride_a = m * k;
+                                g.stride_b = k * n;
+                                g.stride_c = m * n;
+                                cpu::gemm_tiled_items_with(s, caches, g, 0, 3);  // two ranges, as workers split it
+                                cpu::gemm_tiled_items_with(s, caches, g, 3, count);
+                            };
+                            run(streamed, none);
+                            run(stored, all);
+                            EXPECT_EQ(std::memcmp(streamed, stored, c0.size() * sizeof(T)), 0);
+                            EXPECT_EQ(streamed[c0.size()], T(outside));
+                            std::vector<T> want = c0;
+                            if (beta == T(0)) std::fill(want.begin(), want.end(), T(0));
+                            for (index_t q = 0; q < count; ++q)
+                                reference::gemm(gemm_call{.type = dtype_of<T>(), .m = m, .n = n, .k = k, .alpha = T(1.25), .beta = beta,
+                                                          .a = a.data() + q * m * k, .lda = k, .b = b.data() + q * k * n, .ldb = n,
+                                                          .c = want.data() + q * m * n, .ldc = n, .kernel = gemm_kernel::reference});
+                            const double eps = std::numeric_limits<T>::epsilon();
+                            for (std::size_t x = 0; x < want.size(); ++x)
+                                if (!(std::abs(double(streamed[x]) - double(want[x])) <= 8.0 * double(k + 2) * eps * (2.5 * double(k) + 1.0))) {
+                                    ADD_FAILURE() << "element " << x << " = " << streamed[x] << ", reference " << want[x];
+                                    break;
+                                }
+                        }
+}
+
+TEST(GemmStack, StreamedStoresOfStacksLargerThanTheCachesGiveTheSameBitsF32) { streamed_stacks_match_stored_ones<float>(); }
+TEST(GemmStack, StreamedStoresOfStacksLargerThanTheCachesGiveTheSameBitsF64) { streamed_stacks_match_stored_ones<double>(); }
 
 /// Scripted probe timings: vendor `vendor` seconds and tiled `tiled` (five repetitions each).
 detail::probe_timings timings(double vendor, double tiled) {

@@ -158,3 +158,57 @@ def test_small_stacks_on_the_direct_call_give_the_bits_of_the_general_path(rng, 
             assert fast.shape == out.shape and fast.dtype == out.dtype, (sa, sb)
             check(fast, x, y, dtype=dtype)
             assert np.array_equal(fast, out), (sa, sb)
+
+
+def handler_name(x):
+    """numpy's name for the memory handler of x's data (numpy 1.22 and later: NEP 49)."""
+    multiarray = (getattr(np, "_core", None) or np.core).multiarray
+    if not hasattr(multiarray, "get_handler_name"):
+        pytest.skip("this numpy has no memory handlers (1.22 and later have them)")
+    return multiarray.get_handler_name(x)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
+def test_large_results_reuse_the_last_freed_buffer_and_own_it(rng, dtype):
+    """A result of 4 MiB or more comes from the module's memory handler: an array that owns its
+    data as numpy's do, whose buffer, once freed, is the next large result's (poisoned here first:
+    every element must be written again), on the direct call and the general path alike."""
+    def stack(shape):
+        x = random(rng, shape)
+        if np.dtype(dtype).kind == "c":
+            x = x + 1j * random(rng, shape)
+        return x.astype(dtype)
+
+    ctx = tilestream.Context("cpu")
+    a, b = stack((1200, 33, 7)), stack((1200, 7, 29))  # 4.6 MB of float32 results, 18 MB of complex128
+    tilestream.release_memory()
+    first = ctx.matmul(a, b)
+    assert handler_name(first) == "tilestream_result"
+    assert first.flags.owndata and first.base is None and first.flags.c_contiguous
+    check(first, a, b, dtype=dtype)
+    for general in (False, True):
+        where = first.ctypes.data
+        first[...] = np.nan
+        del first
+        assert tilestream._native.kept_result_bytes() > 0
+        a, b = stack((1200, 33, 7)), stack((1, 7, 29))
+        # alpha=1.0 (not the int 1) takes the general path, whose result comes from the same handler.
+        first = ctx.matmul(a, b, alpha=1.0) if general else ctx.matmul(a, b)
+        assert first.ctypes.data == where, general
+        check(first, a, b, dtype=dtype)
+    del first
+    assert tilestream.release_memory() > 0 and tilestream.release_memory() == 0
+
+
+def test_large_matrix_results_and_resize_through_the_handler(rng):
+    """A large 2-D result takes the handler too; ndarray.resize (numpy's realloc through it) keeps
+    the values; small results stay numpy's."""
+    a, b = random(rng, (1100, 3)), random(rng, (3, 1000))
+    r = tilestream.matmul(a, b, alpha=1.0)
+    assert handler_name(r) == "tilestream_result"
+    check(r, a, b)
+    keep = r.copy()
+    r.resize((2200, 1000), refcheck=False)
+    assert np.array_equal(r[:1100], keep)
+    small = tilestream.matmul(a[:10], b[:, :10], alpha=1.0)
+    assert handler_name(small) == handler_name(np.empty(3))

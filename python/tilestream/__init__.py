@@ -80,7 +80,8 @@ except ImportError as _error:
 
 from . import _checks, _numpy_rules  # noqa: E402  (after the native part: its message comes first)
 
-__all__ = ["Context", "matmul", "jacobi", "devices", "parse_bytes", "cancel_supported", "MAX_CONTEXTS"]
+__all__ = ["Context", "matmul", "jacobi", "devices", "parse_bytes", "cancel_supported", "MAX_CONTEXTS",
+           "release_memory"]
 
 #: The version of the library and module (CMake's project version).
 __version__ = _native.version
@@ -105,6 +106,15 @@ def parse_bytes(text):
 def devices():
     """The devices present ('all'), one dict each: id, kind, name, memory_bytes, threads..."""
     return _native.devices()
+
+
+def release_memory():
+    """Gives back to the system the buffer of the last large result freed (4 MiB or more), which
+    matmul keeps to reuse for its next large result: a fresh one costs its page faults on every
+    call. One buffer at most, of at most an eighth of physical memory (1 GiB); returns its bytes."""
+    kept = _native.kept_result_bytes()
+    _native.release_memory()
+    return kept
 
 
 def _budget(memory_budget):
@@ -342,7 +352,8 @@ class Context:
         elif compute != dtype:
             copied.append(f"result: computed in {compute}, returned as {dtype} (numpy's {dtype} matmul sums in "
                           f"{compute} too)")
-        target = out if direct else np.empty(shape, compute)  # C order, like numpy's
+        # C order, like numpy's; a large one on huge pages, reusing the last large result freed.
+        target = out if direct else _native.empty_result(shape, np.dtype(compute))
         target2 = _matrix_view(target, a.ndim, b.ndim)
         if direct:
             for name in ("a", "b"):

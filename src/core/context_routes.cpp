@@ -4,6 +4,7 @@
 
 #include "core/gemm_direct.hpp"
 #include "core/rate_probes.hpp"
+#include "core/tick_clock.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -61,7 +62,7 @@ context_routes::context_routes(setup s) : s_(std::move(s)), host_threads_(detail
 
 namespace {
 
-bool recheck_due(const route& r) { return r.recheck_at && std::chrono::steady_clock::now() >= *r.recheck_at; }
+bool recheck_due(const route& r) { return r.recheck_at && tick_clock::now() >= r.recheck_tick; }
 
 }  // namespace
 
@@ -78,6 +79,11 @@ const route& context_routes::get(dtype t, shape_class c, std::optional<gemm_kern
     if (settled(old)) return *old;
     // Routes are never freed (a caller may still hold one); a re-measured one replaces the pointer.
     owned_.push_back(std::make_unique<route>(measure(t, c, kernel)));
+    if (route& r = *owned_.back(); r.recheck_at) {
+        // Due already: 0 (a counter read on another core may lag this one's by a little).
+        const double left = std::chrono::duration<double>(*r.recheck_at - std::chrono::steady_clock::now()).count();
+        r.recheck_tick = left > 0 ? tick_clock::after(left) : 0;
+    }
     routes_[i].store(owned_.back().get(), std::memory_order_release);
     if (old) {
         std::lock_guard plans_lock(plans_mutex_);  // plans made with the old route's kernels

@@ -5,6 +5,7 @@
 // synchronised across cores), its rate calibrated once against steady_clock; steady_clock elsewhere.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <fstream>
@@ -24,6 +25,10 @@ public:
         if (rate().tsc) return __rdtsc();
 #endif
         return std::uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
+    }
+    /// The point `seconds` from now (now() + seconds in ticks).
+    static std::uint64_t after(double seconds) noexcept {
+        return now() + std::uint64_t(std::max(0.0, seconds) / rate().seconds_per_tick);
     }
     /// Seconds from `from` to `to` (two now()s).
     static double seconds(std::uint64_t from, std::uint64_t to) noexcept {

@@ -8,6 +8,7 @@
 #include <tilestream/kernels.hpp>
 
 #include <cstddef>
+#include <cstdint>
 #include <type_traits>
 #include <string>
 #include <string_view>
@@ -75,6 +76,9 @@ struct small_stack {
     void* const* c_list = nullptr;
     T alpha = T(1), beta = T(0);
     T* panel = nullptr;
+    /// Store C with streaming (non-temporal) stores where the kernel can: a stack too large for the
+    /// caches, whose C would only evict A and B (and cost a read of each line before its write).
+    bool stream_c = false;
 };
 
 /// The stack kernel: products [begin, end) of a small_stack, each element with the micro-kernel's

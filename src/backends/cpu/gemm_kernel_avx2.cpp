@@ -22,6 +22,8 @@ struct avx2_f32 {
     static reg zero() { return _mm256_setzero_ps(); }
     static reg load(const float* p) { return _mm256_loadu_ps(p); }
     static void store(float* p, reg r) { _mm256_storeu_ps(p, r); }
+    static void stream(float* p, reg r) { _mm256_stream_ps(p, r); }  // p on a vector boundary
+    static void fence() { _mm_sfence(); }
     static reg broadcast(const float* p) { return _mm256_broadcast_ss(p); }
     static reg mul(reg x, reg y) { return _mm256_mul_ps(x, y); }
     static reg fma(reg x, reg y, reg z) { return _mm256_fmadd_ps(x, y, z); }
@@ -37,6 +39,8 @@ struct avx2_f64 {
     static reg zero() { return _mm256_setzero_pd(); }
     static reg load(const double* p) { return _mm256_loadu_pd(p); }
     static void store(double* p, reg r) { _mm256_storeu_pd(p, r); }
+    static void stream(double* p, reg r) { _mm256_stream_pd(p, r); }
+    static void fence() { _mm_sfence(); }  // streamed stores before what follows
     static reg broadcast(const double* p) { return _mm256_broadcast_sd(p); }
     static reg mul(reg x, reg y) { return _mm256_mul_pd(x, y); }
     static reg fma(reg x, reg y, reg z) { return _mm256_fmadd_pd(x, y, z); }

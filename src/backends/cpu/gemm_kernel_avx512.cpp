@@ -22,6 +22,8 @@ struct avx512_f32 {
     static reg zero() { return _mm512_setzero_ps(); }
     static reg load(const float* p) { return _mm512_loadu_ps(p); }
     static void store(float* p, reg r) { _mm512_storeu_ps(p, r); }
+    static void stream(float* p, reg r) { _mm512_stream_ps(p, r); }  // p on a vector boundary
+    static void fence() { _mm_sfence(); }
     static reg broadcast(const float* p) { return _mm512_set1_ps(*p); }
     static reg mul(reg x, reg y) { return _mm512_mul_ps(x, y); }
     static reg fma(reg x, reg y, reg z) { return _mm512_fmadd_ps(x, y, z); }
@@ -36,6 +38,8 @@ struct avx512_f64 {
     static reg zero() { return _mm512_setzero_pd(); }
     static reg load(const double* p) { return _mm512_loadu_pd(p); }
     static void store(double* p, reg r) { _mm512_storeu_pd(p, r); }
+    static void stream(double* p, reg r) { _mm512_stream_pd(p, r); }
+    static void fence() { _mm_sfence(); }  // streamed stores before what follows
     static reg broadcast(const double* p) { return _mm512_set1_pd(*p); }
     static reg mul(reg x, reg y) { return _mm512_mul_pd(x, y); }
     static reg fma(reg x, reg y, reg z) { return _mm512_fmadd_pd(x, y, z); }

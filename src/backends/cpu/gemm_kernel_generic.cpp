@@ -17,6 +17,8 @@ struct generic_vector {
         return r;
     }
     static void store(T* p, reg r) { __builtin_memcpy(p, &r, sizeof r); }
+    static void stream(T* p, reg r) { store(p, r); }  // no streaming store in portable C++
+    static void fence() {}
     static reg broadcast(const T* p) { return reg{} + *p; }
     static reg mul(reg x, reg y) { return x * y; }
     static reg fma(reg x, reg y, reg z) { return x * y + z; }

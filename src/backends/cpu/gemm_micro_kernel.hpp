@@ -104,8 +104,9 @@ namespace tilestream::cpu::micro {
 /// lanes past the tail are neither read nor written (V::load_part, V::store_part), so B and C are
 /// read where they lie, with no panel and no tile. Each element gets the micro-kernel's operations
 /// in its order (a zero accumulator, one multiply-add per step p, then update_rows' alpha * acc or
-/// beta * C + alpha * acc), so its bits are the micro-kernel's.
-template <class V, int MR, int NV>
+/// beta * C + alpha * acc), so its bits are the micro-kernel's. Stream: C's whole vectors go
+/// around the caches (beta == 0, every row on a vector boundary; the same values).
+template <class V, int MR, int NV, bool Stream>
 __attribute__((always_inline)) inline void stack_rows(index_t kc, const typename V::value* a, index_t rs_a,
                                                       index_t cs_a, const typename V::value* b, index_t rs_b, int tail,
                                                       typename V::value* c, index_t rs_c, typename V::value alpha,
@@ -140,7 +141,9 @@ __attribute__((always_inline)) inline void stack_rows(index_t kc, const typename
             const bool whole = v < NV - 1 || full;
             reg r = V::mul(va, acc[i][v]);
             if (beta != T(0)) r = V::fma(vb, whole ? V::load(p) : V::load_part(p, tail), r);
-            if (whole)
+            if (whole && Stream)
+                V::stream(p, r);
+            else if (whole)
                 V::store(p, r);
             else
                 V::store_part(p, r, tail);
@@ -149,15 +152,16 @@ __attribute__((always_inline)) inline void stack_rows(index_t kc, const typename
 
 /// Rows [0, m) of one k-block of a product in groups of MR rows sharing each load of B, then MR/2,
 /// MR/4, ..., 1 for the rest.
-template <class V, int MR, int NV>
+template <class V, int MR, int NV, bool Stream>
 __attribute__((always_inline)) inline void stack_row_groups(index_t m, index_t kc, const typename V::value* a,
                                                             index_t rs_a, index_t cs_a, const typename V::value* b,
                                                             index_t rs_b, int tail, typename V::value* c, index_t rs_c,
                                                             typename V::value alpha, typename V::value beta) {
     index_t i = 0;
-    for (; i + MR <= m; i += MR) stack_rows<V, MR, NV>(kc, a + i * rs_a, rs_a, cs_a, b, rs_b, tail, c + i * rs_c, rs_c, alpha, beta);
+    for (; i + MR <= m; i += MR)
+        stack_rows<V, MR, NV, Stream>(kc, a + i * rs_a, rs_a, cs_a, b, rs_b, tail, c + i * rs_c, rs_c, alpha, beta);
     if constexpr (MR > 1)
-        if (i < m) stack_row_groups<V, MR / 2, NV>(m - i, kc, a + i * rs_a, rs_a, cs_a, b, rs_b, tail, c + i * rs_c, rs_c, alpha, beta);
+        if (i < m) stack_row_groups<V, MR / 2, NV, Stream>(m - i, kc, a + i * rs_a, rs_a, cs_a, b, rs_b, tail, c + i * rs_c, rs_c, alpha, beta);
 }
 
 /// Products [begin, end) of a stack whose C rows fit NV vectors, each k-block (kc, the tiled
@@ -173,6 +177,11 @@ void stack_items(const small_stack<typename V::value>& s, index_t begin, index_t
     constexpr int MR = fit >= 8 ? 8 : fit >= 4 ? 4 : fit >= 2 ? 2 : 1;
     const int tail = static_cast<int>(s.n - (NV - 1) * V::width);
     const index_t rs_p = NV * V::width;
+    // Streamed C (s.stream_c): one k-block written once with beta == 0, rows a whole number of
+    // vectors apart; each product's C on a vector boundary.
+    constexpr std::size_t vector_bytes = sizeof(typename V::reg);
+    const bool may_stream = s.stream_c && s.beta == T(0) && s.k <= s.kc && (std::size_t(s.rs_c) * sizeof(T)) % vector_bytes == 0;
+    bool streamed = false;
     for (index_t it = begin; it < end; ++it) {
         const T* a = s.a_list ? static_cast<const T*>(s.a_list[it]) : s.a + it * s.stride_a;
         const T* b = s.b_list ? static_cast<const T*>(s.b_list[it]) : s.b + it * s.stride_b;
@@ -188,9 +197,15 @@ void stack_items(const small_stack<typename V::value>& s, index_t begin, index_t
                 bb = s.panel;
                 rs_b = rs_p;
             }
-            stack_row_groups<V, MR, NV>(s.m, kc, a + pc * s.cs_a, s.rs_a, s.cs_a, bb, rs_b, tail, c, s.rs_c, s.alpha, beta);
+            if (may_stream && reinterpret_cast<std::uintptr_t>(c) % vector_bytes == 0) {
+                stack_row_groups<V, MR, NV, true>(s.m, kc, a + pc * s.cs_a, s.rs_a, s.cs_a, bb, rs_b, tail, c, s.rs_c, s.alpha, beta);
+                streamed = true;
+            } else {
+                stack_row_groups<V, MR, NV, false>(s.m, kc, a + pc * s.cs_a, s.rs_a, s.cs_a, bb, rs_b, tail, c, s.rs_c, s.alpha, beta);
+            }
         }
     }
+    if (streamed) V::fence();  // the streamed stores are visible before the caller reports the range done
 }
 
 /// The stack kernel (cpu_isa.hpp's small_stack_kernel): products [begin, end) of s, C rows up to 4
