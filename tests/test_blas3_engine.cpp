@@ -199,6 +199,36 @@ TEST(Blas3Engine, ProgressCountsEveryTaskAndSlowDevicesTakeFewer) {
     EXPECT_GT(rep.devices[0].units, rep.devices[1].units) << "the slowed device took as many tasks";
 }
 
+/// A GPU beside the CPU (rates 50x apart): each device's measured GEMM rate is its rate for the
+/// balance until it finishes a task, so the slow one takes no task that would end after the others
+/// have done all of them (the first H100 run's multi-device GEMM lost 40x to that; the task engine
+/// balanced the same way).
+TEST(Blas3Engine, ADeviceMeasuredFarSlowerTakesNoTaskWhenTheOthersWouldFinishFirst) {
+    context ctx("cpu:2@128KiB");
+    blas3_call_options call;
+    call.tile = 24;
+    const blas3_case g = one_of_each(150)[3];  // symm: independent tasks
+    testing::blas3_data<double> d = testing::make_blas3_data<double>(g);
+    host_matrix<double> ref(d.c0.rows(), d.c0.cols(), d.c0.layout());
+    std::memcpy(ref.data(), d.c0.data(), sizeof(double) * std::size_t(ref.size()));
+    {
+        blas3_operands<double> ro = d.ops(g);
+        ro.c = ref.view();
+        reference_blas3<double>(g.routine, g.flags, ro);
+    }
+    blas3_plan plan = ctx.plan(describe_blas3<double>(g.routine, g.flags, d.ops(g)), call);
+    ASSERT_GT(plan.tasks, 4u);
+    EXPECT_EQ(plan.device_flops.size(), 2u) << "a context with two devices measures each";
+    plan.device_flops = {1e12, 1e3};  // the second "measured" at 1 kFLOP/s
+    const blas3_report rep = ctx.execute<double>(plan, d.ops(g), call);
+    ASSERT_EQ(rep.devices.size(), 2u);
+    EXPECT_EQ(rep.devices[1].units, 0u);
+    EXPECT_EQ(rep.devices[0].units, plan.tasks);
+    const testing::blas3_comparison cmp = testing::compare_blas3<double>(g, d, ref.view());
+    EXPECT_EQ(cmp.nonfinite, 0u);
+    EXPECT_LE(cmp.error, testing::blas3_tolerance<double>(g));
+}
+
 TEST(Blas3Engine, MeasuredBytesAreThePredictedOnes) {
     // One device, tasks without dependencies and a cache too small to reuse across tasks: the
     // executor's order and the model's are the same, so are the bytes.

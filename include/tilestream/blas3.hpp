@@ -135,6 +135,9 @@ struct blas3_plan {
     double predicted_h2d_seconds = 0, predicted_d2h_seconds = 0, predicted_critical_path_seconds = 0;
     std::string bound;  ///< "compute", "copy h2d", "copy d2h", "dependencies"
     device_rates rates;
+    /// Per device (in the context's order) its measured GEMM rate (FLOP/s) when a context measured
+    /// its devices one by one (empty: not measured): the balance's first estimate of each device.
+    std::vector<double> device_flops;
     std::vector<blas3_alternative> alternatives;
     /// Candidate tilings (tile size and order) the planner built and modelled, and how many it
     /// could have: out of core it descends from the largest tile and stops early.

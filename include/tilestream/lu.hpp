@@ -88,6 +88,9 @@ struct getrf_plan {
     double predicted_h2d_seconds = 0, predicted_d2h_seconds = 0, predicted_critical_path_seconds = 0;
     std::string bound;
     device_rates rates;
+    /// Per device (in the context's order) its measured GEMM rate (FLOP/s) when a context measured
+    /// its devices one by one (empty: not measured): the balance's first estimate of each device.
+    std::vector<double> device_flops;
     std::vector<getrf_alternative> alternatives;
     std::shared_ptr<const detail::engine::task_graph> graph;  ///< the tasks (library-private)
 };

@@ -33,7 +33,7 @@ using clock_type = std::chrono::steady_clock;
 struct shared_state {
     shared_state(const task_graph& graph, std::size_t devices)
         : g(graph), waiting(graph.tasks.size()), taken(graph.tasks.size(), 0), version(std::size_t(graph.tiles)),
-          tile_info(std::size_t(graph.tiles), 0), rate(devices, 0.0), queued_flops(devices, 0.0), active(devices, true) {
+          tile_info(std::size_t(graph.tiles), 0), rate(devices, 0.0), queued_flops(devices, 0.0), estimated(devices, false), active(devices, true) {
         for (std::size_t t = 0; t < g.tasks.size(); ++t) {
             waiting[t] = g.tasks[t].predecessors;
             if (waiting[t] == 0) ready.insert({-g.tasks[t].priority, int(t)});
@@ -59,6 +59,8 @@ struct shared_state {
     std::vector<std::string> warnings;
     // Balance: each device's best rate (flops/s of a task), the flops it has queued, whether it takes tasks.
     std::vector<double> rate, queued_flops;
+    /// rate[d] is still the estimate from run_request::device_flops: the first task replaces it.
+    std::vector<bool> estimated;
     std::vector<bool> active;
 };
 
@@ -549,7 +551,10 @@ private:
                 if (--st_.waiting[std::size_t(s)] == 0) st_.ready.insert({-g_.tasks[std::size_t(s)].priority, s});
             st_.taken[std::size_t(t)] = 0;
             st_.queued_flops[index_] = std::max(0.0, st_.queued_flops[index_] - flops);
-            if (flops > 0 && service > 0) st_.rate[index_] = std::max(st_.rate[index_], flops / service);
+            if (flops > 0 && service > 0) {
+                st_.rate[index_] = st_.estimated[index_] ? flops / service : std::max(st_.rate[index_], flops / service);
+                st_.estimated[index_] = false;
+            }
             done = ++st_.done;
         }
         st_.cv.notify_all();
@@ -590,6 +595,9 @@ run_result run_tasks(const run_request& rq, std::span<device* const> devices) {
     const auto t0 = clock_type::now();
     if (g.tasks.empty()) return res;
     shared_state st(g, devices.size());
+    if (rq.device_flops.size() == devices.size())
+        for (std::size_t d = 0; d < devices.size(); ++d)
+            if (rq.device_flops[d] > 0) st.rate[d] = rq.device_flops[d], st.estimated[d] = true;
     st.recoverable = devices.size() > 1;
     st.working = int(devices.size());
     // Each device's share of its budget (taken in one order, by address, so concurrent runs never

@@ -39,6 +39,10 @@ struct run_request {
     std::size_t slot_bytes = 0;
     /// Diagonal blocks on the reference (reproducible plans).
     bool deterministic = false;
+    /// Each device's measured GEMM rate (FLOP/s; empty or 0: none): its rate for the balance until
+    /// it has finished a task, so a device far slower than another takes no task it would finish
+    /// after the others have done all of them.
+    std::vector<double> device_flops;
     blas3_run_options run;
     /// A context's memory: each device's tile store (reservation, slots, streams) is taken from it
     /// and given back after a run that succeeded (null: made and freed here).

@@ -2,8 +2,11 @@
 #include <tilestream/context.hpp>
 #include <tilestream/error.hpp>
 
+#include "core/context_routes.hpp"
 #include "core/gemm_memory.hpp"
 #include "core/routines/routines.hpp"
+
+#include <algorithm>
 
 namespace tilestream {
 
@@ -22,7 +25,9 @@ blas3_plan context::plan(const blas3_problem& problem, const blas3_call_options&
     o.reproducible = options_.reproducible;
     const device_rates r = routine_rates(to_string(problem.routine), problem.type, o.kernel, problem.quick_return, call.rates);
     try {
-        return plan_blas3(problem, budget(), r, o);
+        blas3_plan p = plan_blas3(problem, budget(), r, o);
+        if (!problem.quick_return && !call.rates) p.device_flops = device_flops(problem.type);
+        return p;
     } catch (const out_of_budget& e) {
         throw out_of_budget(names_ + ": " + e.what());
     }
@@ -39,6 +44,16 @@ device_rates context::routine_rates(std::string_view routine, dtype type, gemm_k
     device_rates r = declared ? *declared : options_.rates ? *options_.rates : probe ? rates(type, kernel) : device_rates{};
     r.host_memory = computes_on_host_cores(device_ptrs_);
     return r;
+}
+
+std::vector<double> context::device_flops(dtype type) {
+    // One device has no one to balance with; declared rates are the same for every device.
+    if (device_ptrs_.size() <= 1 || options_.rates) return {};
+    const detail::route& r = routes_->get(type, shape_class::square, std::nullopt);
+    if (r.device_flops.size() != device_ptrs_.size() ||
+        std::any_of(r.device_flops.begin(), r.device_flops.end(), [](double f) { return f <= 0; }))
+        return {};
+    return r.device_flops;
 }
 
 std::string context::explain(const blas3_plan& p) const { return tilestream::explain(p); }

@@ -78,6 +78,7 @@ blas3_report detail::execute_blas3_kept(const blas3_plan& plan, std::span<device
     rq.slots = plan.slots;
     rq.slot_bytes = plan.slot_bytes;
     rq.deterministic = plan.reproducible;
+    rq.device_flops = plan.device_flops;
     rq.run = run;
     rq.memory = memory;
     rq.keeps = keeps;

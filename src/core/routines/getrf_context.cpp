@@ -21,7 +21,9 @@ getrf_plan context::plan(const getrf_problem& problem, const getrf_call_options&
     o.reproducible = options_.reproducible;
     const device_rates r = routine_rates("getrf", problem.type, o.kernel, problem.quick_return(), call.rates);
     try {
-        return plan_getrf(problem, budget(), r, o);
+        getrf_plan p = plan_getrf(problem, budget(), r, o);
+        if (!problem.quick_return() && !call.rates) p.device_flops = device_flops(problem.type);
+        return p;
     } catch (const out_of_budget& e) {
         throw out_of_budget(names_ + ": " + e.what());
     }

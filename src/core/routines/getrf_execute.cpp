@@ -96,6 +96,7 @@ getrf_report execute_getrf_kept(const getrf_plan& plan, std::span<device* const>
     rq.slots = plan.slots;
     rq.slot_bytes = plan.slot_bytes;
     rq.deterministic = plan.reproducible;
+    rq.device_flops = plan.device_flops;
     rq.run = run;
     rq.memory = memory;
     pinned_operands pinned;
