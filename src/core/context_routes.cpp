@@ -4,6 +4,7 @@
 
 #include "core/gemm_direct.hpp"
 #include "core/rate_probes.hpp"
+#include "core/tick_clock.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -61,7 +62,9 @@ context_routes::context_routes(setup s) : s_(std::move(s)), host_threads_(detail
 
 namespace {
 
-bool recheck_due(const route& r) { return r.recheck_at && std::chrono::steady_clock::now() >= *r.recheck_at; }
+// Read on every call that finds its route (the direct path's fixed cost): the tick clock, not
+// steady_clock, once a re-check is pending.
+bool recheck_due(const route& r) { return r.recheck_tick != 0 && detail::tick_clock::now() >= r.recheck_tick; }
 
 }  // namespace
 
@@ -202,6 +205,7 @@ route context_routes::measure(dtype t, shape_class c, std::optional<gemm_kernel>
                       s_.step_seconds, mnk, std::cbrt(mnk));
         r.crossover_text = buf;
     }
+    if (r.recheck_at) r.recheck_tick = detail::tick_clock::at(*r.recheck_at);
     return r;
 }
 

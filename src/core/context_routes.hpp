@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -43,6 +44,7 @@ struct route {
     /// A kernel chosen against vendor waits for its re-check (choose_kernel_kept): the first call
     /// from then measures the route again, which makes the re-check.
     std::optional<std::chrono::steady_clock::time_point> recheck_at;
+    std::uint64_t recheck_tick = 0;  ///< recheck_at on detail::tick_clock (what calls read); 0: none
     std::string kernels_text;    ///< explain: the kernels each side chose, and from which rates
     std::string crossover_text;  ///< explain: where the direct path ends
 };
