@@ -4,10 +4,13 @@ library mapped where it finds no GPU and no OpenCL library where it finds no pla
 tilestream` and a CPU matmul in Python map none either. Where every OpenCL driver is PoCL with CPU
 devices only (a vendors folder of PoCL alone, POCL_DEVICES=pthread), `all` (the CLI's --devices all,
 Python's default) maps no OpenCL library either, while `devices` still lists PoCL's device; one more
-driver listed and `all` discovers OpenCL again.
+driver listed and `all` discovers OpenCL again. Where no CUDA driver (libcuda.so.1) can be loaded,
+`all` does not even open the CUDA module (the runtime and cuBLAS, ~200 MiB for a moment): the
+loader's own trace (LD_DEBUG=files) shows no such file opened.
 
 usage: backend_loading.py CLI MAPS_AT_EXIT WORK_DIR [PYTHON PYTHONPATH]
 """
+import ctypes
 import glob
 import json
 import os
@@ -76,6 +79,20 @@ def main():
         fail('`devices` found no OpenCL platform but kept %s mapped' % mapped(maps, OPENCL))
     if 'opencl:0' in out:
         fail('OCL_ICD_VENDORS=%s (empty) still listed an OpenCL device:\n%s' % (no_icd, out))
+
+    # `all` where no CUDA driver can be loaded: the CUDA module is not opened to find none.
+    try:
+        ctypes.CDLL('libcuda.so.1')
+        cuda_driver = True
+    except OSError:
+        cuda_driver = False
+    if not cuda_driver:
+        p = subprocess.run([cli, 'gemm', '--devices', 'all', '--m', '64', '--n', '48', '--k', '32'],
+                           env=dict(os.environ, LD_DEBUG='files'), capture_output=True, text=True, timeout=300)
+        opened = sorted({line.split('file=')[1].split()[0] for line in p.stderr.splitlines()
+                         if 'file=' in line and any(n in line for n in ('libtilestream_cuda', 'libcudart', 'libcublas'))})
+        if p.returncode != 0 or opened:
+            fail('gemm --devices all without a CUDA driver opened %s (exit %d)' % (opened, p.returncode))
 
     # `all` where the only OpenCL driver is PoCL with CPU devices: no OpenCL discovery.
     pocl = pocl_library()
