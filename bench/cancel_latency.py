@@ -44,7 +44,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from blas_shim_numpy import machine  # noqa: E402  (the same machine record)
+from blas_shim_numpy import machine, write_report  # noqa: E402  (the same machine record)
 
 GOAL_SECONDS = 0.5
 PR_SET_PDEATHSIG = 1
@@ -312,14 +312,7 @@ def main():
         met, broken = False, True
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
-    report['load_average_after'] = os.getloadavg()
-    report['goals_met'] = met
-    text = json.dumps(report, indent=1)
-    if args.out:
-        with open(args.out, 'w') as f:
-            f.write(text + '\n')
-    else:
-        print(text)
+    write_report(report, args.out, met)
     return 2 if broken else 0 if met else 1
 
 

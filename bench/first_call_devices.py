@@ -25,7 +25,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from blas_shim_numpy import machine  # noqa: E402  (the same machine record)
+from blas_shim_numpy import machine, write_report  # noqa: E402  (the same machine record)
 
 GOAL_SECONDS, GOAL_BYTES = 10e-3, 10e6
 NUMPY = 'import numpy as np\na = np.random.rand(64, 64)\nb = a @ a\n'
@@ -93,14 +93,7 @@ def main():
                                                 'cpu': ([args.python, '-c', NUMPY], dict(routed, TILESTREAM_DEVICES='cpu'))},
                                     args.rounds)
         met = met and report['drop_in']['met']
-    report['load_average_after'] = os.getloadavg()
-    report['goals_met'] = met
-    text = json.dumps(report, indent=1)
-    if args.out:
-        with open(args.out, 'w') as f:
-            f.write(text + '\n')
-    else:
-        print(text)
+    write_report(report, args.out, met)
     return 0 if met else 1
 
 
