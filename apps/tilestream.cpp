@@ -173,7 +173,8 @@ int cmd_devices(int argc, char** argv) {
                               {"global_memory_bytes", i.memory_bytes}, {"local_memory_bytes", i.local_memory},
                               {"fp64", i.fp64}, {"emulated", i.emulated}});
         const json top = {{"devices", items}, {"cpu_cores", inv.cpu_cores}, {"cuda_status", inv.cuda_status},
-                          {"opencl_devices", opencl}, {"opencl_status", inv.opencl_status}};
+                          {"opencl_devices", opencl}, {"opencl_status", inv.opencl_status},
+                          {"opencl_under_all", inv.opencl_under_all}};
         std::cout << ts::detail::json_line(top) << "\n";
         return 0;
     }
@@ -209,6 +210,7 @@ int cmd_devices(int argc, char** argv) {
     }
     std::printf("CUDA: %s\n", inv.cuda_status.c_str());
     std::printf("OpenCL: %s\n", inv.opencl_status.c_str());
+    if (!inv.opencl_under_all.empty()) std::printf("OpenCL: %s\n", inv.opencl_under_all.c_str());
     for (const auto& i : inv.opencl_devices) {
         std::printf("%-10s %s (%s, %s), %s%s\n", i.id.c_str(), i.name.c_str(), i.vendor.c_str(), i.platform.c_str(),
                     i.device_type.c_str(), i.emulated ? ", emulated: used only when named" : "");

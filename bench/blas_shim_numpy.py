@@ -175,6 +175,18 @@ def machine():
             'environment': {k: os.environ.get(k, '(unset)') for k in THREAD_ENV}}
 
 
+def write_report(report, out, met):
+    """Ends a benchmark's JSON object (load average after, goals_met) and writes it to `out`, or stdout."""
+    report['load_average_after'] = os.getloadavg()
+    report['goals_met'] = met
+    text = json.dumps(report, indent=1)
+    if out:
+        with open(out, 'w') as f:
+            f.write(text + '\n')
+    else:
+        print(text)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument('--shim', help='path of libtilestream_blas.so')

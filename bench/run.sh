@@ -68,6 +68,14 @@ if [ -x "$build/bench/split_bench" ] && [ -x "$build/apps/tilestream" ] && [ -d 
       --split-bench "$build/bench/split_bench" --n 4096 --samples 8 --git-hash "$hash" \
       --out "bench/results/cancel-latency-$host-$date.json" || status=1
 fi
+# Issue 27, start-up: a first call with the default devices `all` against `cpu` (CLI gemm, numpy under
+# the drop-in), where `all` finds no more than the CPU (goal: within 10 ms and 10 MB).
+if [ -x "$build/apps/tilestream" ]; then
+  shim_args=()
+  [ -f "$build/src/blas/libtilestream_blas.so" ] && shim_args=(--shim "$build/src/blas/libtilestream_blas.so")
+  /usr/bin/python3 bench/first_call_devices.py --cli "$build/apps/tilestream" "${shim_args[@]}" --rounds 11 \
+      --git-hash "$hash" --out "bench/results/first-call-devices-$host-$date.json" || status=1
+fi
 # Issue 29: getrf beside OpenBLAS's dgetrf_/zgetrf_ (n = 8192 f64, 4096 c64) and out of core (goals: exit 1 below one).
 "$build/bench/lu_bench" --git-hash "$hash" --out "bench/results/lu-cpu-$host-$date.json" || status=$?
 exit $status

@@ -1,10 +1,18 @@
 """Backends' libraries are loaded only when their devices are asked for (/proc/self/maps at exit,
 through the maps_at_exit preload): a CPU gemm maps nothing of CUDA or OpenCL; `devices` keeps no CUDA
 library mapped where it finds no GPU and no OpenCL library where it finds no platform; `import
-tilestream` and a CPU matmul in Python map none either.
+tilestream` and a CPU matmul in Python map none either. Where every OpenCL driver is PoCL with CPU
+devices only (a vendors folder of PoCL alone, POCL_DEVICES=pthread), `all` (the CLI's --devices all,
+Python's default) maps no OpenCL library either, while `devices` still lists PoCL's device; one more
+driver listed and `all` discovers OpenCL again. Where no CUDA driver (libcuda.so.1) can be loaded,
+`all` does not even open the CUDA module (the runtime and cuBLAS, ~200 MiB for a moment): the
+loader's own trace (LD_DEBUG=files) shows no such file opened.
 
 usage: backend_loading.py CLI MAPS_AT_EXIT WORK_DIR [PYTHON PYTHONPATH]
 """
+import ctypes
+import glob
+import json
 import os
 import subprocess
 import sys
@@ -21,6 +29,28 @@ def fail(message):
 def mapped(maps_text, names):
     files = {line.split()[-1] for line in maps_text.splitlines() if '/' in line}
     return sorted({os.path.basename(f) for f in files if any(n in os.path.basename(f) for n in names)})
+
+
+def pocl_library():
+    """The system's PoCL library (what its .icd names), or None."""
+    for pattern in ('/usr/lib/*-linux-gnu/libpocl.so.*', '/usr/lib64/libpocl.so.*', '/usr/lib/libpocl.so.*',
+                    '/usr/local/lib/libpocl.so.*'):
+        found = sorted(glob.glob(pattern), key=len)
+        if found:
+            return found[0]
+    return None
+
+
+def vendors(work, name, libraries):
+    """A vendors folder listing `libraries`, one .icd each."""
+    folder = os.path.join(work, name)
+    os.makedirs(folder, exist_ok=True)
+    for f in os.listdir(folder):
+        os.remove(os.path.join(folder, f))
+    for i, lib in enumerate(libraries):
+        with open(os.path.join(folder, 'driver%d.icd' % i), 'w') as f:
+            f.write(lib + '\n')
+    return folder
 
 
 def run_tool(cli, preload, work, args, env_updates=None):
@@ -50,6 +80,39 @@ def main():
     if 'opencl:0' in out:
         fail('OCL_ICD_VENDORS=%s (empty) still listed an OpenCL device:\n%s' % (no_icd, out))
 
+    # `all` where no CUDA driver can be loaded: the CUDA module is not opened to find none.
+    try:
+        ctypes.CDLL('libcuda.so.1')
+        cuda_driver = True
+    except OSError:
+        cuda_driver = False
+    if not cuda_driver:
+        p = subprocess.run([cli, 'gemm', '--devices', 'all', '--m', '64', '--n', '48', '--k', '32'],
+                           env=dict(os.environ, LD_DEBUG='files'), capture_output=True, text=True, timeout=300)
+        opened = sorted({line.split('file=')[1].split()[0] for line in p.stderr.splitlines()
+                         if 'file=' in line and any(n in line for n in ('libtilestream_cuda', 'libcudart', 'libcublas'))})
+        if p.returncode != 0 or opened:
+            fail('gemm --devices all without a CUDA driver opened %s (exit %d)' % (opened, p.returncode))
+
+    # `all` where the only OpenCL driver is PoCL with CPU devices: no OpenCL discovery.
+    pocl = pocl_library()
+    pocl_only = None
+    if pocl:
+        pocl_only = {'OCL_ICD_VENDORS': vendors(work, 'vendors-pocl-only', [pocl]), 'POCL_DEVICES': 'pthread'}
+        out, _ = run_tool(cli, preload, work, ['devices', '--json'], pocl_only)
+        listing = json.loads(out)
+        if 'only PoCL CPU devices' not in listing.get('opencl_under_all', ''):
+            fail('a vendors folder of PoCL alone (pthread) did not skip OpenCL under all: %r' % listing)
+        if listing['opencl_devices']:  # the OpenCL backend is built and PoCL works: the skip shows in the maps
+            gemm = ['gemm', '--devices', 'all', '--m', '301', '--n', '203', '--k', '157', '--check']
+            _, maps = run_tool(cli, preload, work, gemm, pocl_only)
+            if mapped(maps, OPENCL):
+                fail('gemm --devices all with PoCL CPU devices only mapped %s' % mapped(maps, OPENCL))
+            another = dict(pocl_only, OCL_ICD_VENDORS=vendors(work, 'vendors-pocl-and-another', [pocl, 'libnot-a-driver.so']))
+            _, maps = run_tool(cli, preload, work, gemm, another)
+            if not mapped(maps, ('libOpenCL', 'libpocl')):
+                fail('gemm --devices all with a second OpenCL driver listed did not discover OpenCL')
+
     if len(sys.argv) > 5:
         python, path = sys.argv[4:6]
         code = ('import numpy as np, tilestream\n'
@@ -62,8 +125,17 @@ def main():
             fail('python: %s' % p.stderr)
         if mapped(p.stdout, CUDA + OPENCL):
             fail('import tilestream and a CPU matmul mapped %s' % mapped(p.stdout, CUDA + OPENCL))
+        if pocl_only:
+            default = code.replace(', devices="cpu"', '')  # devices "all"
+            p = subprocess.run([python, '-c', default], env=dict(os.environ, PYTHONPATH=path, **pocl_only),
+                               capture_output=True, text=True, timeout=300)
+            if p.returncode != 0:
+                fail('python: %s' % p.stderr)
+            if mapped(p.stdout, OPENCL):
+                fail('tilestream.matmul (devices all) with PoCL CPU devices only mapped %s' % mapped(p.stdout, OPENCL))
     print('backends load on demand: CPU runs and Python map no CUDA or OpenCL library, '
-          'discovery that finds none unloads them')
+          'discovery that finds none unloads them' +
+          (', all skips PoCL CPU devices' if pocl else ' (no PoCL: the skip under all not checked)'))
 
 
 if __name__ == '__main__':

@@ -311,6 +311,26 @@ TEST(DirectPath, TheCallClockMeasuresSeconds) {
     EXPECT_LE(rep.seconds, outer * 1.001);
 }
 
+// Deadlines on the call clock (a route's pending re-check, read on every call): at(t) is due from
+// steady_clock time t on, never before; a past time is due at once; 0 is never a deadline.
+TEST(DirectPath, TheCallClockKeepsSteadyClockDeadlines) {
+    using clock = std::chrono::steady_clock;
+    const std::uint64_t past = detail::tick_clock::at(clock::now() - std::chrono::seconds(5));
+    EXPECT_NE(past, 0u);
+    EXPECT_GE(detail::tick_clock::now(), past);
+    EXPECT_GT(detail::tick_clock::at(clock::now() + std::chrono::hours(24 * 365 * 100)), detail::tick_clock::now() + 1000);
+    for (int i = 0; i < 3; ++i) {
+        const auto due = clock::now() + std::chrono::milliseconds(30);
+        const std::uint64_t deadline = detail::tick_clock::at(due);
+        // Polled until due on the call clock: steady_clock agrees it is time (the calibration's
+        // error, ~1e-5 of 30 ms, is within the 50 us allowed), and it came within a few ms.
+        while (detail::tick_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::microseconds(100));
+        const auto seen = clock::now();
+        EXPECT_GE(seen, due - std::chrono::microseconds(50));
+        EXPECT_LE(seen, due + std::chrono::milliseconds(20));
+    }
+}
+
 TEST(DirectPath, ReproducibleModeGivesTheSameBitsOnBothRoutesAndAnyStepCut) {
     context_options o;
     o.reproducible = true;
@@ -783,6 +803,29 @@ TEST(KernelChoice, AContextsCallsRunVendorAfterTheRecheckDisagrees) {
     gemm_call_options engine;
     engine.strategy = gemm_strategy::zero_copy;
     EXPECT_EQ(calls.operator()<float>(150, 2, engine), gemm_strategy::zero_copy);
+}
+
+// A context's route with a pending re-check is measured again from its time on, not before (the
+// call clock reads the deadline).
+TEST(KernelChoice, AContextsRouteIsRecheckedFromItsTimeOnNotBefore) {
+    busy_then_quiet script;
+    const double recheck = 0.4;
+    const detail::scripted_kernel_probes hook([&](const auto& r) { return script(r); }, recheck);
+    context ctx("cpu");
+    operands<double> x(op::n, op::t, 2, 150, 140, layout::row_major, 3);
+    auto [c1, r1] = x.run(ctx, 1.5, 0.0);
+    const auto verdict = std::chrono::steady_clock::now();
+    EXPECT_EQ(r1.plan.kernel, gemm_kernel::tiled) << ctx.explain(r1.plan);
+    const std::size_t probes = script.asked.size();
+    auto [c2, r2] = x.run(ctx, 1.5, 0.0);
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - verdict).count() < 0.8 * recheck) {
+        EXPECT_EQ(r2.plan.kernel, gemm_kernel::tiled) << ctx.explain(r2.plan);
+        EXPECT_EQ(script.asked.size(), probes);  // not due: no probe
+    }
+    std::this_thread::sleep_for(std::chrono::duration<double>(recheck + 0.05));
+    auto [c3, r3] = x.run(ctx, 1.5, 0.0);
+    EXPECT_EQ(r3.plan.kernel, gemm_kernel::vendor) << ctx.explain(r3.plan);
+    EXPECT_GT(script.asked.size(), probes);
 }
 
 // Declared rates, so the steps are known: 64 x 64 x 256 f64 is 2.1 MFLOP, 2.1 ms at a declared

@@ -35,9 +35,13 @@ struct system_inventory {
     std::string cuda_status;        ///< one line: why there are no GPUs, or the driver/runtime versions
     std::vector<device_info> opencl_devices;  ///< every OpenCL device, in `opencl:I` order
     std::string opencl_status;      ///< one line: the platforms found, or why there are none
+    /// One line when `all` skips OpenCL discovery here (every OpenCL driver is PoCL with CPU devices
+    /// only, which `all` never takes: the host's cores are already `cpu`); empty when it discovers.
+    std::string opencl_under_all;
 };
 /// Discovers CPU cores, host memory, CUDA GPUs and OpenCL devices (never aborts; no GPU is not an
-/// error). open_devices discovers OpenCL only for specs that name it (opencl:I, all).
+/// error). open_devices discovers OpenCL only for specs that name it (opencl:I), and for `all`
+/// unless opencl_under_all says it skips.
 const system_inventory& inventory();
 
 struct open_options {

@@ -62,7 +62,9 @@ context_routes::context_routes(setup s) : s_(std::move(s)), host_threads_(detail
 
 namespace {
 
-bool recheck_due(const route& r) { return r.recheck_at && tick_clock::now() >= r.recheck_tick; }
+// Read on every call that finds its route (the direct path's fixed cost): the tick clock, not
+// steady_clock, once a re-check is pending.
+bool recheck_due(const route& r) { return r.recheck_tick != 0 && detail::tick_clock::now() >= r.recheck_tick; }
 
 }  // namespace
 
@@ -79,11 +81,6 @@ const route& context_routes::get(dtype t, shape_class c, std::optional<gemm_kern
     if (settled(old)) return *old;
     // Routes are never freed (a caller may still hold one); a re-measured one replaces the pointer.
     owned_.push_back(std::make_unique<route>(measure(t, c, kernel)));
-    if (route& r = *owned_.back(); r.recheck_at) {
-        // Due already: 0 (a counter read on another core may lag this one's by a little).
-        const double left = std::chrono::duration<double>(*r.recheck_at - std::chrono::steady_clock::now()).count();
-        r.recheck_tick = left > 0 ? tick_clock::after(left) : 0;
-    }
     routes_[i].store(owned_.back().get(), std::memory_order_release);
     if (old) {
         std::lock_guard plans_lock(plans_mutex_);  // plans made with the old route's kernels
@@ -208,6 +205,7 @@ route context_routes::measure(dtype t, shape_class c, std::optional<gemm_kernel>
                       s_.step_seconds, mnk, std::cbrt(mnk));
         r.crossover_text = buf;
     }
+    if (r.recheck_at) r.recheck_tick = detail::tick_clock::at(*r.recheck_at);
     return r;
 }
 

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -44,10 +45,7 @@ struct route {
     /// A kernel chosen against vendor waits for its re-check (choose_kernel_kept): the first call
     /// from then measures the route again, which makes the re-check.
     std::optional<std::chrono::steady_clock::time_point> recheck_at;
-    /// recheck_at on tick_clock (set with it): every call checks it, and a time-stamp counter read
-    /// costs a fraction of steady_clock's (about 50 ns on the 2-core VM, a third of a tiny call's
-    /// fixed cost).
-    std::uint64_t recheck_tick = 0;
+    std::uint64_t recheck_tick = 0;  ///< recheck_at on detail::tick_clock (what calls read); 0: none
     std::string kernels_text;    ///< explain: the kernels each side chose, and from which rates
     std::string crossover_text;  ///< explain: where the direct path ends
 };

@@ -2,6 +2,7 @@
 #include "backends/backends.hpp"
 #include "core/device_identity.hpp"
 #include "core/message_text.hpp"
+#include "core/opencl_icds.hpp"
 
 #include <tilestream/devices.hpp>
 #include <tilestream/error.hpp>
@@ -156,10 +157,20 @@ const system_inventory& cuda_inventory() {
 }
 }  // namespace
 
+namespace {
+/// Whether `all` discovers OpenCL: read from the ICD loader's files alone, once per process.
+const detail::opencl_all_decision& opencl_under_all() {
+    static const detail::opencl_all_decision d =
+        detail::decide_opencl_under_all(detail::opencl_icd_environment::of_process());
+    return d;
+}
+}  // namespace
+
 const system_inventory& inventory() {
     cuda_inventory();
     static std::once_flag once;
     std::call_once(once, [] {
+        if (opencl_under_all().skip) inventory_storage().opencl_under_all = opencl_under_all().reason;
         auto opencl = backends::discover_opencl();
         inventory_storage().opencl_devices = std::move(opencl.devices);
         inventory_storage().opencl_status = std::move(opencl.status);
@@ -191,14 +202,14 @@ int max_cpu_threads_per_device() { return std::max(16, 4 * host_inventory().cpu_
 
 std::vector<std::unique_ptr<device>> open_devices(std::string_view spec, const open_options& opt) {
     const auto requests = parse_device_spec(spec);
-    const auto wants = [&](device_request::what kind) {
-        return std::any_of(requests.begin(), requests.end(), [&](const device_request& r) {
-            return r.kind == kind || r.kind == device_request::what::all;
-        });
+    const auto names = [&](device_request::what kind) {
+        return std::any_of(requests.begin(), requests.end(), [&](const device_request& r) { return r.kind == kind; });
     };
-    const auto& inv = wants(device_request::what::opencl) ? inventory()
-                      : wants(device_request::what::cuda) ? cuda_inventory()
-                                                          : host_inventory();
+    // `all` takes OpenCL GPUs only: where every OpenCL driver is PoCL with CPU devices, it skips
+    // discovering them (libOpenCL, PoCL and LLVM, ~210 MiB, for no device it would take).
+    const bool all = names(device_request::what::all);
+    const bool opencl = names(device_request::what::opencl) || (all && !opencl_under_all().skip);
+    const auto& inv = opencl ? inventory() : all || names(device_request::what::cuda) ? cuda_inventory() : host_inventory();
     if (opt.cpu_threads < 0) throw invalid_argument("--cpu-threads must be >= 1");
     // More threads or CPU devices than this only oversubscribes the cores (and thousands of
     // threads exhaust memory); the floor keeps multi-device runs possible on small machines.
@@ -277,7 +288,8 @@ std::vector<std::unique_ptr<device>> open_devices(std::string_view spec, const o
                     one.text = g.id;
                     open_gpu(one, budget);
                 }
-                for (int index : opencl_gpus_for_all()) {
+                // (Skipped: not read, as another thread may be discovering them.)
+                for (int index : opencl ? opencl_gpus_for_all() : std::vector<int>()) {
                     device_request one;
                     one.kind = device_request::what::opencl;
                     one.index = index;

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <fstream>
+#include <limits>
 #include <string>
 
 #if defined(__x86_64__)
@@ -26,9 +27,15 @@ public:
 #endif
         return std::uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
     }
-    /// The point `seconds` from now (now() + seconds in ticks).
-    static std::uint64_t after(double seconds) noexcept {
-        return now() + std::uint64_t(std::max(0.0, seconds) / rate().seconds_per_tick);
+    /// The tick of steady_clock time `t`, for a deadline checked with `now() >= at(t)`: never 0
+    /// (free for "none"), now() when `t` has passed, the largest tick when beyond reach.
+    static std::uint64_t at(std::chrono::steady_clock::time_point t) noexcept {
+        const std::uint64_t ticks_now = std::max<std::uint64_t>(now(), 1);
+        const double ahead = std::chrono::duration<double>(t - std::chrono::steady_clock::now()).count();
+        if (!(ahead > 0)) return ticks_now;
+        const double ticks = ahead / rate().seconds_per_tick;
+        const auto room = std::numeric_limits<std::uint64_t>::max() - ticks_now;
+        return ticks >= double(room) ? std::numeric_limits<std::uint64_t>::max() : ticks_now + std::uint64_t(ticks);
     }
     /// Seconds from `from` to `to` (two now()s).
     static double seconds(std::uint64_t from, std::uint64_t to) noexcept {

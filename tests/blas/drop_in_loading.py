@@ -1,14 +1,17 @@
 """What preloading the drop-in brings into a process. It exports exactly the rows of
 src/blas/blas_routines.hpp; a process that makes no BLAS call maps no BLAS, no libtilestream and
 nothing of CUDA or OpenCL; numpy routing a call to CPU devices maps libtilestream but nothing of CUDA
-or OpenCL (/proc/self/maps of the process itself).
+or OpenCL (/proc/self/maps of the process itself); nor does one routed with the default devices
+`all` where the only OpenCL driver is PoCL with CPU devices (`all` never takes those: no discovery).
 
 usage: drop_in_loading.py SHIM ROUTINES_HEADER
 """
+import glob
 import os
 import re
 import subprocess
 import sys
+import tempfile
 
 from blas_log import check, run
 
@@ -54,6 +57,16 @@ def main():
         check(p.returncode == 0, 'numpy with the drop-in failed')
         check(mapped(p.stdout, ('libtilestream.',)), 'the routed call did not load libtilestream')
         check(not mapped(p.stdout, VENDOR), 'a call routed to CPU devices mapped %s' % mapped(p.stdout, VENDOR))
+        pocl = sorted(glob.glob('/usr/lib/*-linux-gnu/libpocl.so.*') + glob.glob('/usr/lib64/libpocl.so.*'), key=len)
+        if pocl:
+            with tempfile.TemporaryDirectory() as folder:
+                with open(os.path.join(folder, 'pocl.icd'), 'w') as f:
+                    f.write(pocl[0] + '\n')
+                p = run([sys.executable, '-c', code], {'TILESTREAM_BLAS_THRESHOLD': '1', 'OCL_ICD_VENDORS': folder,
+                                                       'POCL_DEVICES': 'pthread'}, shim, os.devnull)
+            check(p.returncode == 0, 'numpy with the drop-in (devices all) failed')
+            opencl = mapped(p.stdout, ('libOpenCL', 'libclblast', 'libpocl', 'libtilestream_opencl'))
+            check(not opencl, 'a call routed to devices all, PoCL CPU devices only, mapped %s' % opencl)
     print('drop-in: exports %s; maps nothing until a call needs it; CPU calls map no CUDA or OpenCL library'
           % ', '.join(rows))
 
