@@ -13,6 +13,12 @@ mkdir -p bench/results
 # other benchmarks have still been written).
 status=0
 "$build/bench/goals_bench" --git-hash "$hash" --out "bench/results/goals-cpu-$host-$date.json" || status=$?
+# Issue 25: the tiled kernel's AVX2 path beside OpenBLAS's Haswell kernels (both sides AVX2), where the
+# CPU has AVX-512 (on an AVX2-only CPU the run above is that already).
+if grep -qw avx512f /proc/cpuinfo 2>/dev/null; then
+  TILESTREAM_CPU_ISA=avx2 OPENBLAS_CORETYPE=Haswell "$build/bench/goals_bench" --only tiled,complex --git-hash "$hash" \
+      --out "bench/results/goals-avx2-cpu-$host-$date.json" || status=$?
+fi
 "$build/bench/gemm_bench" --git-hash "$hash" --out "bench/results/gemm-cpu-$host-$date.json"
 "$build/bench/ooc_bench" --git-hash "$hash" --out "bench/results/gemm-ooc-cpu-$host-$date.json"
 "$build/bench/multi_bench" --git-hash "$hash" --cpu-threads 1 --sets cpu:1,cpu:2 --out "bench/results/gemm-multi-cpu-$host-$date.json"

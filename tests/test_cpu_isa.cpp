@@ -380,7 +380,7 @@ TEST(CpuIsaBlocking, BlockSizesRespectTheCacheSizesGiven) {
                 const double e = t == dtype::f32 ? 4 : 8;
                 EXPECT_EQ(b.mr, t == dtype::f32 ? cfg.mr_f32 : cfg.mr_f64);
                 EXPECT_EQ(b.nr, t == dtype::f32 ? cfg.nr_f32 : cfg.nr_f64);
-                EXPECT_LE(double(b.kc) * b.nr * e, double(c.l1d) * cfg.l1_share);  // B micro-panel in L1
+                EXPECT_LE(double(b.kc) * b.nr * e, double(c.l1d) * (t == dtype::f32 ? cfg.l1_share_f32 : cfg.l1_share_f64));  // B micro-panel
                 EXPECT_LE(double(b.mc) * b.kc * e, double(c.l2) * cfg.l2_share);   // A block in L2
                 EXPECT_LE(double(b.kc) * b.nc * e, double(c.l3) * cfg.l3_share);   // B block in L3
                 EXPECT_EQ(b.mc % b.mr, 0);
@@ -396,11 +396,13 @@ TEST(CpuIsaBlocking, BlockSizesRespectTheCacheSizesGiven) {
             }
     }
 #if defined(__x86_64__)
-    // The AVX2 blocking of this machine class, as in BLIS's Haswell/Zen configuration.
+    // The AVX2 blocking of this machine class: BLIS's Haswell/Zen register tiles, KC 512 for f32 (the
+    // B micro-panel the size of L1) and 256 for f64 (half of it), as measured on Zen 4.
     const cpu::block_sizes avx2_f32 = cpu::derive_block_sizes(cpu::config_for(isa::avx2), dtype::f32, zen3_caches);
     EXPECT_EQ(avx2_f32.mr, 6);
     EXPECT_EQ(avx2_f32.nr, 16);
-    EXPECT_EQ(avx2_f32.kc, 256);
+    EXPECT_EQ(avx2_f32.kc, 512);
+    EXPECT_EQ(cpu::derive_block_sizes(cpu::config_for(isa::avx2), dtype::f64, zen3_caches).kc, 256);
 #endif
 }
 

@@ -195,9 +195,10 @@ block_sizes derive_block_sizes(const isa_config& cfg, dtype type, const cache_si
     b.mr = tile.mr;
     b.nr = tile.nr;
     const auto share = [](std::size_t bytes, double fraction) { return index_t(double(bytes) * fraction); };
+    const double l1_share = info.real == dtype::f32 ? cfg.l1_share_f32 : cfg.l1_share_f64;
     const auto round_down = [](index_t x, index_t unit) { return x / unit * unit; };
     // Floors keep a tiny report working; caps bound the packing buffers when a report is huge.
-    b.kc = std::clamp<index_t>(round_down(share(caches.l1d, cfg.l1_share) / (b.nr * e), 8), 16, 1024);
+    b.kc = std::clamp<index_t>(round_down(share(caches.l1d, l1_share) / (b.nr * e), 8), 16, 1024);
     b.mc = std::clamp<index_t>(round_down(share(caches.l2, cfg.l2_share) / (b.kc * e), b.mr), b.mr,
                                round_down(1024, b.mr));
     b.nc = std::clamp<index_t>(round_down(share(caches.l3, cfg.l3_share) / (b.kc * e), b.nr), b.nr,

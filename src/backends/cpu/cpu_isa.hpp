@@ -96,7 +96,11 @@ struct isa_config {
     int mr_f32 = 0, nr_f32 = 0;
     micro_kernel<double> kernel_f64 = nullptr;
     int mr_f64 = 0, nr_f64 = 0;
-    double l1_share = 0.5;  ///< of L1 for the KC x NR micro-panel of B
+    /// Of L1 for the KC x NR micro-panel of B, per real type. Above 1 the micro-panel streams from
+    /// L2 (each micro-tile reads it once per KC steps): a longer KC means fewer passes over C (read
+    /// and written once per k-block), which the entries with 24 accumulators measured to be worth more.
+    double l1_share_f32 = 0.5;
+    double l1_share_f64 = 0.5;
     double l2_share = 0.5;  ///< of L2 for the MC x KC block of A
     double l3_share = 0.5;  ///< of this core's L3 share for the KC x NC block of B
     /// The widest panel of the small-product kernels (4 vectors), in real elements, and the kernels.

@@ -60,9 +60,12 @@ struct avx512_f64 {
 
 namespace tilestream::cpu {
 namespace {
-// The register tiles and cache shares measured fastest on Zen 5 (2 cores, 48 KiB L1, 1 MiB L2)
-// before the registry existed: f32 12x32 with KC=384, f64 8x24 with KC=256, i.e. a B micro-panel
-// the size of L1; MC=96/48 (about an eighth of L2).
+// The register tiles measured fastest on Zen 5 before the registry existed: f32 12x32, f64 8x24.
+// Cache shares re-measured on Zen 4 (32 KiB L1, 1 MiB L2; one thread, CPU time against OpenBLAS's
+// Cooperlake kernels at 2048^3, 2026-11-26): a B micro-panel of three L1s (KC 768 f32 / 512 f64,
+// streamed from L2) and an A block filling L2 ran f32 1.07x, f64 0.96x, c32 1.02x and c64 1.00x of
+// OpenBLAS, against 0.96x, 0.88x, 0.92x and 0.92x with the old shares (one L1, an eighth of L2):
+// with 24 accumulators the L2 stream keeps up, and each k-block costs a pass over C.
 constexpr int mr_f32 = 12, nv_f32 = 2, mr_f64 = 8, nv_f64 = 3;
 }  // namespace
 
@@ -70,7 +73,7 @@ constinit const isa_config avx512_config{
     isa::avx512,
     &micro::kernel<avx512_f32, mr_f32, nv_f32>, mr_f32, nv_f32 * avx512_f32::width,
     &micro::kernel<avx512_f64, mr_f64, nv_f64>, mr_f64, nv_f64 * avx512_f64::width,
-    /*l1_share=*/1.0, /*l2_share=*/0.125, /*l3_share=*/0.5,
+    /*l1_share_f32=*/3.0, /*l1_share_f64=*/3.0, /*l2_share=*/1.0, /*l3_share=*/0.5,
     4 * avx512_f32::width, 4 * avx512_f64::width,
     &micro::stack_kernel<avx512_f32>, &micro::stack_kernel<avx512_f64>};
 

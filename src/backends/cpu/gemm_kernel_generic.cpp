@@ -46,7 +46,7 @@ constinit const isa_config generic_config{
     isa::generic,
     &micro::kernel<generic_f32, mr_f32, nv_f32>, mr_f32, nv_f32 * generic_f32::width,
     &micro::kernel<generic_f64, mr_f64, nv_f64>, mr_f64, nv_f64 * generic_f64::width,
-    /*l1_share=*/0.5, /*l2_share=*/0.5, /*l3_share=*/0.5,
+    /*l1_share_f32=*/0.5, /*l1_share_f64=*/0.5, /*l2_share=*/0.5, /*l3_share=*/0.5,
     4 * generic_f32::width, 4 * generic_f64::width,
     &micro::stack_kernel<generic_f32>, &micro::stack_kernel<generic_f64>};
 

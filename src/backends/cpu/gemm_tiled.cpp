@@ -276,7 +276,29 @@ void pack_b_1e(index_t kc, index_t nc, const std::complex<R>* b, index_t rs, ind
     for (index_t jr = 0; jr < nc; jr += NRc, dst += 2 * kc * NR) {
         const index_t cols = std::min<index_t>(NRc, nc - jr);
         const std::complex<R>* src = b + jr * cs;
-        if (cs == 1) {
+        if (cs == 1 && !scaled) {
+            // The common case as plain loops over the parts (no complex arithmetic), which the
+            // compiler vectorizes: row 2p is the row of B (imaginary parts negated when conj), row
+            // 2p + 1 its pairs swapped with the new real parts negated; the values of `put`.
+            const auto rows = [&]<bool Conj>() {
+                for (index_t p = 0; p < kc; ++p) {
+                    const R* s = reinterpret_cast<const R*>(src + p * rs);
+                    R* __restrict d0 = dst + 2 * p * NR;
+                    R* __restrict d1 = d0 + NR;
+                    for (index_t j = 0; j < 2 * cols; j += 2) {
+                        const R re = s[j], im = Conj ? -s[j + 1] : s[j + 1];
+                        d0[j] = re;
+                        d0[j + 1] = im;
+                        d1[j] = -im;
+                        d1[j + 1] = re;
+                    }
+                }
+            };
+            if (conj)
+                rows.template operator()<true>();
+            else
+                rows.template operator()<false>();
+        } else if (cs == 1) {
             for (index_t p = 0; p < kc; ++p)
                 for (index_t j = 0; j < cols; ++j) put(dst, p, j, element(src[p * rs + j]));
         } else {
