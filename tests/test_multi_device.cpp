@@ -8,6 +8,7 @@
 #include <tilestream/plan.hpp>
 #include <tilestream/verify.hpp>
 
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <tuple>
@@ -248,6 +249,40 @@ TEST(multi_device, ADeviceMeasuredFarSlowerTakesNoUnitWhenTheOthersWouldFinishFi
         for (index_t j = 0; j < n; ++j) ref(i, j) = 0;
     reference_gemm<double>(op::n, op::n, 1.0, ad.view(), bd.view(), 0.0, ref.view());
     EXPECT_LE(relative_frobenius_error<float>(c.view(), ref.view()), gemm_tolerance(dtype::f32, k));
+}
+
+/// A device 20x slower than another that takes work does under 5% of it and would end last: it
+/// takes none, even where its one unit would end before the others finished the rest.
+TEST(multi_device, ADeviceTwentyTimesSlowerThanAnotherTakesNoUnit) {
+    const index_t m = 2048, n = 2048, k = 64;
+    host_matrix<float> a(m, k), b(k, n), c(m, n);
+    fill_random(a.view(), 43);
+    fill_random(b.view(), 44);
+    fill_nan(c.view());
+    open_options oo;
+    oo.memory_budget = 1 << 22;
+    oo.cpu_threads = 1;
+    auto devs = open_devices("cpu:2", oo);
+    const gemm_problem problem = describe_gemm<float>(op::n, op::n, 1.f, a.view(), b.view(), 0.f, c.view());
+    plan_options po;
+    po.strategy = gemm_strategy::c_block;
+    po.kernel = gemm_kernel::tiled;
+    po.tile_m = po.tile_n = 32;
+    po.tile_k = 64;
+    po.devices = 2;
+    gemm_plan plan = plan_gemm(problem, 1 << 22, device_rates{}, po);
+    ASSERT_EQ(plan.units, 4096u);
+    // cpu:0 is measured once its first unit is done (5-50 microseconds); cpu:1 stays at its
+    // estimate, 2 ms a unit: far shorter than the ~4000 units left to cpu:0, over 20x its unit.
+    plan.device_flops = {1e15, 2.0 * 32 * 32 * 64 / 0.002};
+    const auto rep = execute_gemm<float>(plan, raw(devs), 1.f, a.view(), b.view(), 0.f, c.view());
+    ASSERT_EQ(rep.devices.size(), 2u);
+    EXPECT_EQ(rep.devices[1].units, 0u);
+    EXPECT_EQ(rep.devices[0].units, 4096u);
+    std::size_t unwritten = 0;
+    for (index_t i = 0; i < m; ++i)
+        for (index_t j = 0; j < n; ++j) unwritten += std::isfinite(c(i, j)) ? 0 : 1;
+    EXPECT_EQ(unwritten, 0u);
 }
 
 TEST(multi_device, RowPanelsAreDealtRoundRobin) {

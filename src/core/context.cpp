@@ -4,6 +4,7 @@
 #include <tilestream/devices.hpp>
 #include <tilestream/error.hpp>
 
+#include "core/balance.hpp"
 #include "core/context_routes.hpp"
 #include "core/gemm_direct.hpp"
 #include "core/gemm_memory.hpp"
@@ -296,9 +297,11 @@ gemm_plan context::plan_for_devices(const gemm_problem& problem, const gemm_call
     if (route && device_ptrs_.size() > 1 && route->device_flops.size() == device_ptrs_.size() &&
         std::all_of(route->device_flops.begin(), route->device_flops.end(), [](double f) { return f > 0; })) {
         device_flops = route->device_flops;
-        if (!call.rates && !options_.rates)
-            r.flops *= std::accumulate(device_flops.begin(), device_flops.end(), 0.0) / double(device_flops.size()) /
-                       device_flops.front();
+        // Devices far slower than the fastest take no work (detail::negligible_device_ratio).
+        const double fastest = *std::max_element(device_flops.begin(), device_flops.end());
+        double working = 0;
+        for (double f : device_flops) working += f * detail::negligible_device_ratio > fastest ? f : 0.0;
+        if (!call.rates && !options_.rates) r.flops *= working / double(device_flops.size()) / device_flops.front();
     }
     if (!r.measured && !call.rates && !options_.rates) po.max_step_seconds = 0;  // no rate to bound a step with
     gemm_plan p;

@@ -1,6 +1,7 @@
 // Executes a GEMM plan: per device a pipeline of copy-in, compute and copy-out streams over a
 // few device buffers ("slots"), ordered by events so copies overlap compute; work units come
 // from a queue shared by all devices.
+#include "core/balance.hpp"
 #include "core/fault_injection.hpp"
 
 #include <tilestream/error.hpp>
@@ -340,6 +341,14 @@ private:
         for (std::size_t d = 0; d < state_.seconds_per_unit.size(); ++d) {
             const double other = state_.unit_seconds(d);
             if (d == index_ || !state_.active[d] || other <= 0) continue;
+            // Far slower: by the kernels' measured rates where known (a first unit's time includes
+            // warm-up), else by the units' times.
+            const double mine_unit = state_.estimated_seconds_per_unit[index_] > 0 ? state_.estimated_seconds_per_unit[index_] : mine;
+            const double other_unit = state_.estimated_seconds_per_unit[d] > 0 ? state_.estimated_seconds_per_unit[d] : other;
+            if (other_unit * detail::negligible_device_ratio <= mine_unit) {
+                state_.active[index_] = false;
+                return false;
+            }
             if ((double(state_.in_flight[d].load()) + remaining) * other < my_finish) {
                 state_.active[index_] = false;
                 return false;

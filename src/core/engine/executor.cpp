@@ -1,5 +1,6 @@
 // The task executor (see executor.hpp): a shared ready queue, one host thread per device issuing
 // tasks to its streams through its tile store, commits, faults and cancellation.
+#include "core/balance.hpp"
 #include "core/engine/executor.hpp"
 
 #include "backends/cpu/cpu_kernels.hpp"
@@ -33,7 +34,7 @@ using clock_type = std::chrono::steady_clock;
 struct shared_state {
     shared_state(const task_graph& graph, std::size_t devices)
         : g(graph), waiting(graph.tasks.size()), taken(graph.tasks.size(), 0), version(std::size_t(graph.tiles)),
-          tile_info(std::size_t(graph.tiles), 0), rate(devices, 0.0), queued_flops(devices, 0.0), estimated(devices, false), active(devices, true) {
+          tile_info(std::size_t(graph.tiles), 0), rate(devices, 0.0), queued_flops(devices, 0.0), estimated(devices, false), kernel_rate(devices, 0.0), active(devices, true) {
         for (std::size_t t = 0; t < g.tasks.size(); ++t) {
             waiting[t] = g.tasks[t].predecessors;
             if (waiting[t] == 0) ready.insert({-g.tasks[t].priority, int(t)});
@@ -61,6 +62,9 @@ struct shared_state {
     std::vector<double> rate, queued_flops;
     /// rate[d] is still the estimate from run_request::device_flops: the first task replaces it.
     std::vector<bool> estimated;
+    /// run_request::device_flops (0: none): whether a device is far slower than another is judged
+    /// by these kernel rates where both have one (a first task's time includes warm-up).
+    std::vector<double> kernel_rate;
     std::vector<bool> active;
 };
 
@@ -270,6 +274,12 @@ private:
         const double my_finish = (st_.queued_flops[d] + flops) / mine;
         for (std::size_t e = 0; e < st_.rate.size(); ++e) {
             if (e == d || !st_.active[e] || st_.rate[e] <= 0) continue;
+            const bool kernels = st_.kernel_rate[d] > 0 && st_.kernel_rate[e] > 0;
+            if ((kernels ? st_.kernel_rate[e] >= detail::negligible_device_ratio * st_.kernel_rate[d]
+                         : st_.rate[e] >= detail::negligible_device_ratio * mine)) {
+                st_.active[d] = false;
+                return false;
+            }
             if ((st_.queued_flops[e] + st_.remaining_flops) / st_.rate[e] < my_finish) {
                 st_.active[d] = false;
                 return false;
@@ -597,7 +607,7 @@ run_result run_tasks(const run_request& rq, std::span<device* const> devices) {
     shared_state st(g, devices.size());
     if (rq.device_flops.size() == devices.size())
         for (std::size_t d = 0; d < devices.size(); ++d)
-            if (rq.device_flops[d] > 0) st.rate[d] = rq.device_flops[d], st.estimated[d] = true;
+            if (rq.device_flops[d] > 0) st.rate[d] = st.kernel_rate[d] = rq.device_flops[d], st.estimated[d] = true;
     st.recoverable = devices.size() > 1;
     st.working = int(devices.size());
     // Each device's share of its budget (taken in one order, by address, so concurrent runs never
