@@ -356,39 +356,26 @@ bool better(const gemm_plan& a, const gemm_plan& b) {
 void bound_steps(gemm_plan& p, double bound) {
     const gemm_problem& q = p.problem;
     if (bound <= 0 || !q.reads_ab || q.k <= 0 || p.rates.flops <= 0) return;
-    const index_t k = std::min(p.tile_k, q.k);
-    const auto seconds = [&](index_t tm, index_t tn, index_t tk) {
-        return double(dtype_traits(q.type).flops_per_multiply_add) * double(tm) * double(tn) * double(tk) / p.rates.flops;
-    };
-    const double per_step = seconds(p.tile_m, p.tile_n, k);
+    const double per_step = [&] {
+        return double(dtype_traits(q.type).flops_per_multiply_add) * double(p.tile_m) * double(p.tile_n) *
+               double(std::min(p.tile_k, q.k)) / p.rates.flops;
+    }();
     if (per_step <= bound) return;
-    // Blocks of C with all of k first: each element's sum stays in one kernel call, C is read and
-    // written once, and a step packs only its own rows of A and columns of B. (Steps along k read
-    // and wrote the whole block again each: f32 8192^3 in 22 k-steps moved 12 GB more through
-    // memory and ran at 0.95x of one call on the 2-core VM.) Of the grids of sm x sn blocks that
-    // make the steps short enough, the one that packs least: A is packed once per block column
-    // and B once per block row, m*k*sn + k*n*sm elements.
-    const index_t steps = index_t(std::ceil(per_step / bound));
-    const index_t most_m = std::max<index_t>(1, p.tile_m / 16), most_n = std::max<index_t>(1, p.tile_n / 16);
-    index_t sm = 0, sn = 0;
-    double least = 0;
-    for (index_t rows = 1; rows <= std::min(steps, most_m); ++rows) {
-        const index_t cols = std::min(most_n, ceil_div(steps, rows));
-        if (rows * cols < steps && cols < most_n) continue;
-        const double packed = double(p.tile_m) * double(cols) + double(p.tile_n) * double(rows);
-        if (sm == 0 || packed < least) sm = rows, sn = cols, least = packed;
-    }
-    if (sm == 0) sm = std::min(steps, most_m), sn = most_n;
-    p.tile_m = std::min(p.tile_m, ceil_div(ceil_div(p.tile_m, sm), 16) * 16);
-    p.tile_n = std::min(p.tile_n, ceil_div(ceil_div(p.tile_n, sn), 16) * 16);
-    // Blocks of 16 still too long (a deep k): steps along k too, whole k-blocks each, evened out.
-    // (Blocks rounded up to 16 rows may pass the bound by a few percent: not worth a cut of k.)
-    const double per_block = seconds(p.tile_m, p.tile_n, k);
-    if (per_block > 1.05 * bound) {
-        const index_t kb = p.k_block > 0 ? p.k_block : reproducible_k_block(q.type);
-        const index_t blocks = ceil_div(k, kb);
-        const index_t fit = std::max<index_t>(1, index_t(bound / (per_block * double(kb) / double(k))));
-        p.tile_k = std::min(k, ceil_div(blocks, ceil_div(blocks, fit)) * kb);
+    const index_t kb = p.k_block > 0 ? p.k_block : reproducible_k_block(q.type);
+    const index_t k = std::min(p.tile_k, q.k);
+    // As many whole k-blocks a step as the bound allows (one at least), then evened out over the steps.
+    const index_t blocks = ceil_div(k, kb);
+    const index_t fit = std::max<index_t>(1, index_t(bound / (per_step * double(kb) / double(k))));
+    const index_t steps = ceil_div(blocks, fit);
+    const index_t tk = std::min(k, ceil_div(blocks, steps) * kb);
+    p.tile_k = tk;
+    double per_kstep = per_step * double(tk) / double(k);
+    while (per_kstep > bound && (p.tile_m > 16 || p.tile_n > 16)) {
+        const index_t f = index_t(std::ceil(per_kstep / bound));
+        index_t& longer = p.tile_m >= p.tile_n ? p.tile_m : p.tile_n;
+        const index_t was = longer;
+        longer = std::max<index_t>(16, ceil_div(ceil_div(longer, f), 16) * 16);
+        per_kstep *= double(longer) / double(was);
     }
     cost(p);
 }
