@@ -212,18 +212,16 @@ TEST(multi_device, SlowedDeviceGetsFewerUnitsAndTheResultIsRight) {
     EXPECT_LE(relative_frobenius_error<double>(c.view(), ref.view()), gemm_tolerance(dtype::f64, k));
 }
 
-/// A GPU beside the CPU: the CPU's rate is 50x below the GPU's, so one unit on the CPU outlasts all
-/// of them on the GPU (the first H100 run, f64 16384 on cuda:0,cpu: the CPU took 2 of 4 units
-/// before any had finished, and the call took 9.8 s against 0.23 s on the GPU alone). Before any
-/// unit finishes, each device's time for one is estimated from its measured rate.
-TEST(multi_device, ADeviceMeasuredFarSlowerTakesNoUnitWhenTheOthersWouldFinishFirst) {
-    const index_t m = 96, n = 160, k = 64;
+/// Two one-thread CPU devices on an m x n x 64 f32 product in 32 x 32 units (c-block, tiled), the
+/// plan's device rates set to `device_flops`; checks that cpu:1 took no unit and C is right.
+void check_second_device_takes_nothing(index_t m, index_t n, std::vector<double> device_flops) {
+    const index_t k = 64;
     host_matrix<float> a(m, k), b(k, n), c(m, n);
     fill_random(a.view(), 41);
     fill_random(b.view(), 42);
     fill_nan(c.view());
     open_options oo;
-    oo.memory_budget = 1 << 20;
+    oo.memory_budget = 1 << 22;
     oo.cpu_threads = 1;
     auto devs = open_devices("cpu:2", oo);
     const gemm_problem problem = describe_gemm<float>(op::n, op::n, 1.f, a.view(), b.view(), 0.f, c.view());
@@ -231,15 +229,16 @@ TEST(multi_device, ADeviceMeasuredFarSlowerTakesNoUnitWhenTheOthersWouldFinishFi
     po.strategy = gemm_strategy::c_block;
     po.kernel = gemm_kernel::tiled;
     po.tile_m = po.tile_n = 32;
-    po.tile_k = 64;  // 15 units
+    po.tile_k = k;
     po.devices = 2;
-    gemm_plan plan = plan_gemm(problem, 1 << 20, device_rates{}, po);
-    ASSERT_EQ(plan.units, 15u);
-    plan.device_flops = {1e12, 1e3};  // cpu:1 "measured" at 1 kFLOP/s: 262 s per unit
+    gemm_plan plan = plan_gemm(problem, 1 << 22, device_rates{}, po);
+    const std::size_t units = std::size_t((m + 31) / 32 * ((n + 31) / 32));
+    ASSERT_EQ(plan.units, units);
+    plan.device_flops = std::move(device_flops);
     const auto rep = execute_gemm<float>(plan, raw(devs), 1.f, a.view(), b.view(), 0.f, c.view());
     ASSERT_EQ(rep.devices.size(), 2u);
     EXPECT_EQ(rep.devices[1].units, 0u);
-    EXPECT_EQ(rep.devices[0].units, 15u);
+    EXPECT_EQ(rep.devices[0].units, units);
     host_matrix<double> ad(m, k), bd(k, n), ref(m, n);
     for (index_t i = 0; i < m; ++i)
         for (index_t j = 0; j < k; ++j) ad(i, j) = a(i, j);
@@ -251,38 +250,20 @@ TEST(multi_device, ADeviceMeasuredFarSlowerTakesNoUnitWhenTheOthersWouldFinishFi
     EXPECT_LE(relative_frobenius_error<float>(c.view(), ref.view()), gemm_tolerance(dtype::f32, k));
 }
 
+/// A GPU beside the CPU: the CPU's rate is 50x below the GPU's, so one unit on the CPU outlasts all
+/// of them on the GPU (the first H100 run, f64 16384 on cuda:0,cpu: the CPU took 2 of 4 units
+/// before any had finished, and the call took 9.8 s against 0.23 s on the GPU alone). Before any
+/// unit finishes, each device's time for one is estimated from its measured rate.
+TEST(multi_device, ADeviceMeasuredFarSlowerTakesNoUnitWhenTheOthersWouldFinishFirst) {
+    check_second_device_takes_nothing(96, 160, {1e12, 1e3});  // cpu:1 at 1 kFLOP/s: 131 s a unit
+}
+
 /// A device 20x slower than another that takes work does under 5% of it and would end last: it
-/// takes none, even where its one unit would end before the others finished the rest.
+/// takes none, even where its one unit would end before the others finished the rest. cpu:0 is
+/// measured once its first unit is done (5-50 microseconds); cpu:1 stays at its estimate, 2 ms a
+/// unit: far shorter than the ~4000 units left to cpu:0, over 20x its unit.
 TEST(multi_device, ADeviceTwentyTimesSlowerThanAnotherTakesNoUnit) {
-    const index_t m = 2048, n = 2048, k = 64;
-    host_matrix<float> a(m, k), b(k, n), c(m, n);
-    fill_random(a.view(), 43);
-    fill_random(b.view(), 44);
-    fill_nan(c.view());
-    open_options oo;
-    oo.memory_budget = 1 << 22;
-    oo.cpu_threads = 1;
-    auto devs = open_devices("cpu:2", oo);
-    const gemm_problem problem = describe_gemm<float>(op::n, op::n, 1.f, a.view(), b.view(), 0.f, c.view());
-    plan_options po;
-    po.strategy = gemm_strategy::c_block;
-    po.kernel = gemm_kernel::tiled;
-    po.tile_m = po.tile_n = 32;
-    po.tile_k = 64;
-    po.devices = 2;
-    gemm_plan plan = plan_gemm(problem, 1 << 22, device_rates{}, po);
-    ASSERT_EQ(plan.units, 4096u);
-    // cpu:0 is measured once its first unit is done (5-50 microseconds); cpu:1 stays at its
-    // estimate, 2 ms a unit: far shorter than the ~4000 units left to cpu:0, over 20x its unit.
-    plan.device_flops = {1e15, 2.0 * 32 * 32 * 64 / 0.002};
-    const auto rep = execute_gemm<float>(plan, raw(devs), 1.f, a.view(), b.view(), 0.f, c.view());
-    ASSERT_EQ(rep.devices.size(), 2u);
-    EXPECT_EQ(rep.devices[1].units, 0u);
-    EXPECT_EQ(rep.devices[0].units, 4096u);
-    std::size_t unwritten = 0;
-    for (index_t i = 0; i < m; ++i)
-        for (index_t j = 0; j < n; ++j) unwritten += std::isfinite(c(i, j)) ? 0 : 1;
-    EXPECT_EQ(unwritten, 0u);
+    check_second_device_takes_nothing(2048, 2048, {1e15, 2.0 * 32 * 32 * 64 / 0.002});
 }
 
 TEST(multi_device, RowPanelsAreDealtRoundRobin) {
