@@ -218,8 +218,8 @@ TEST(Blas3Engine, ADeviceMeasuredFarSlowerTakesNoTaskWhenTheOthersWouldFinishFir
     }
     blas3_plan plan = ctx.plan(describe_blas3<double>(g.routine, g.flags, d.ops(g)), call);
     ASSERT_GT(plan.tasks, 4u);
-    EXPECT_EQ(plan.device_flops.size(), 2u) << "a context with two devices measures each";
-    plan.device_flops = {1e12, 1e3};  // the second "measured" at 1 kFLOP/s
+    EXPECT_TRUE(plan.device_flops.empty()) << "CPU slices of one host are of one speed: nothing to measure";
+    plan.device_flops = {1e12, 1e3};  // as if the second were measured at 1 kFLOP/s
     const blas3_report rep = ctx.execute<double>(plan, d.ops(g), call);
     ASSERT_EQ(rep.devices.size(), 2u);
     EXPECT_EQ(rep.devices[1].units, 0u);

@@ -352,7 +352,8 @@ private:
     device_rates routine_rates(std::string_view routine, dtype type, gemm_kernel kernel, bool quick_return,
                                const std::optional<device_rates>& declared);
     /// Several devices: each one's measured GEMM rate for `type` (their kernel choice's probes),
-    /// for the task engine's first balance; empty with one device, declared rates or no measure.
+    /// for the task engine's first balance; empty with one device, only CPU devices (slices of one
+    /// host), declared rates or no measure.
     std::vector<double> device_flops(dtype type);
     /// Throws device_error in a child made with fork() after the context was opened when it has
     /// devices other than CPUs (their runtimes do not survive fork; CPU devices start their

@@ -47,8 +47,12 @@ device_rates context::routine_rates(std::string_view routine, dtype type, gemm_k
 }
 
 std::vector<double> context::device_flops(dtype type) {
-    // One device has no one to balance with; declared rates are the same for every device.
+    // One device has no one to balance with; declared rates are the same for every device; CPU
+    // devices are slices of one host's cores, of one speed (and their probes would only delay the
+    // first call: under TSan, past a cancel test's second).
     if (device_ptrs_.size() <= 1 || options_.rates) return {};
+    if (std::all_of(device_ptrs_.begin(), device_ptrs_.end(), [](const device* d) { return d->host_addressable(); }))
+        return {};
     const detail::route& r = routes_->get(type, shape_class::square, std::nullopt);
     if (r.device_flops.size() != device_ptrs_.size() ||
         std::any_of(r.device_flops.begin(), r.device_flops.end(), [](double f) { return f <= 0; }))
