@@ -2,6 +2,7 @@
 // whatever the device count, a slowed device gets fewer units, and the tile cache counts hits and
 // misses exactly as computed by hand.
 #include "test_support.hpp"
+#include "core/context_routes.hpp"
 #include "core/fault_injection.hpp"
 
 #include <tilestream/gemm.hpp>
@@ -264,6 +265,20 @@ TEST(multi_device, ADeviceMeasuredFarSlowerTakesNoUnitWhenTheOthersWouldFinishFi
 /// unit: far shorter than the ~4000 units left to cpu:0, over 20x its unit.
 TEST(multi_device, ADeviceTwentyTimesSlowerThanAnotherTakesNoUnit) {
     check_second_device_takes_nothing(2048, 2048, {1e15, 2.0 * 32 * 32 * 64 / 0.002});
+}
+
+// The model's rate for devices measured one by one: the mean of those that take work, at the
+// scale of the first device's probe; a device 20x slower than the fastest counts for nothing.
+TEST(multi_device, TheModelCountsOnlyTheDevicesThatTakeWork) {
+    detail::device_balance b = detail::balance_of({50e12, 1e12});  // a GPU, then the CPU
+    EXPECT_EQ(b.flops, (std::vector<double>{50e12, 1e12}));
+    EXPECT_DOUBLE_EQ(b.model_scale, 0.5);  // the GPU's rate over two devices
+    EXPECT_DOUBLE_EQ(detail::balance_of({1e12, 50e12}).model_scale, 25.0);  // the CPU probed first
+    EXPECT_DOUBLE_EQ(detail::balance_of({1e12, 3e12}).model_scale, 2.0);     // both work
+    for (const std::vector<double>& none : {std::vector<double>{1e12, 0.0}, std::vector<double>{1e12}}) {
+        EXPECT_TRUE(detail::balance_of(none).flops.empty());
+        EXPECT_DOUBLE_EQ(detail::balance_of(none).model_scale, 1.0);
+    }
 }
 
 TEST(multi_device, RowPanelsAreDealtRoundRobin) {

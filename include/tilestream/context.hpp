@@ -49,6 +49,7 @@ struct gemm_memory;
 struct keep_record;
 struct keep_registry;
 class context_routes;
+struct device_balance;
 }  // namespace detail
 
 /// A caller's promise, made with context::keep, that a host operand keeps its values and stays
@@ -352,9 +353,9 @@ private:
     device_rates routine_rates(std::string_view routine, dtype type, gemm_kernel kernel, bool quick_return,
                                const std::optional<device_rates>& declared);
     /// Several devices: each one's measured GEMM rate for `type` (their kernel choice's probes),
-    /// for the task engine's first balance; empty with one device, only CPU devices (slices of one
-    /// host), declared rates or no measure.
-    std::vector<double> device_flops(dtype type);
+    /// for the task engine's first balance and its model (detail::balance_of); none with one
+    /// device, only CPU devices (slices of one host), declared rates or no measure.
+    detail::device_balance balance(dtype type);
     /// Throws device_error in a child made with fork() after the context was opened when it has
     /// devices other than CPUs (their runtimes do not survive fork; CPU devices start their
     /// threads again in the child).

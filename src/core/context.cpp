@@ -291,18 +291,10 @@ gemm_plan context::plan_for_devices(const gemm_problem& problem, const gemm_call
         r.measured = route->measured;
     }
     r.host_memory = computes_on_host_cores(device_ptrs_);
-    // Devices measured one by one (a GPU beside the CPU: rates 50x apart): the probe measured the
-    // first; the model takes their mean rate at its scale, and the engine each one's own.
-    std::vector<double> device_flops;
-    if (route && device_ptrs_.size() > 1 && route->device_flops.size() == device_ptrs_.size() &&
-        std::all_of(route->device_flops.begin(), route->device_flops.end(), [](double f) { return f > 0; })) {
-        device_flops = route->device_flops;
-        // Devices far slower than the fastest take no work (detail::negligible_device_ratio).
-        const double fastest = *std::max_element(device_flops.begin(), device_flops.end());
-        double working = 0;
-        for (double f : device_flops) working += f * detail::negligible_device_ratio > fastest ? f : 0.0;
-        if (!call.rates && !options_.rates) r.flops *= working / double(device_flops.size()) / device_flops.front();
-    }
+    // Devices measured one by one: the model takes the mean rate of those that take work, the
+    // engine each one's own.
+    const detail::device_balance balance = route ? detail::balance_of(route->device_flops) : detail::device_balance{};
+    if (!call.rates && !options_.rates) r.flops *= balance.model_scale;
     if (!r.measured && !call.rates && !options_.rates) po.max_step_seconds = 0;  // no rate to bound a step with
     gemm_plan p;
     try {
@@ -312,7 +304,7 @@ gemm_plan context::plan_for_devices(const gemm_problem& problem, const gemm_call
     }
     if (std::any_of(kernels.begin(), kernels.end(), [&](gemm_kernel k) { return k != kernels.front(); }))
         p.device_kernels = kernels;
-    p.device_flops = device_flops;
+    p.device_flops = balance.flops;
     if (!route) return p;
     p.choice = route->kernels_text + route->crossover_text;
     if (automatic && route->direct_possible && !in_place_ && route->host_flops > 0) {

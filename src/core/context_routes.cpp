@@ -4,6 +4,7 @@
 
 #include "core/gemm_direct.hpp"
 #include "core/rate_probes.hpp"
+#include "core/balance.hpp"
 #include "core/tick_clock.hpp"
 
 #include <algorithm>
@@ -52,6 +53,18 @@ std::string seconds_text(double s) {
 }
 
 }  // namespace
+
+device_balance balance_of(const std::vector<double>& device_flops) {
+    device_balance b;
+    if (device_flops.size() < 2 || std::any_of(device_flops.begin(), device_flops.end(), [](double f) { return f <= 0; }))
+        return b;
+    b.flops = device_flops;
+    const double fastest = *std::max_element(device_flops.begin(), device_flops.end());
+    double working = 0;
+    for (double f : device_flops) working += f * negligible_device_ratio > fastest ? f : 0.0;
+    b.model_scale = working / double(device_flops.size()) / device_flops.front();
+    return b;
+}
 
 bool automatic_call(const gemm_call_options& call) {
     return call.strategy == gemm_strategy::automatic && call.tile_m == 0 && call.tile_n == 0 && call.tile_k == 0 &&

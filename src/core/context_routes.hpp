@@ -113,4 +113,15 @@ private:
 /// Whether a call's options leave the plan to the context (what the direct path may take).
 bool automatic_call(const gemm_call_options& call);
 
+/// Several devices measured one by one (a GPU beside the CPU: rates 50x apart): each one's rate,
+/// for the engines' first balance, and the factor that turns the first device's rate (what the
+/// model's probe measured) into the mean rate of the devices that take work (a device
+/// negligible_device_ratio slower than the fastest takes none). Empty, and 1, unless every device
+/// of several has a measured rate.
+struct device_balance {
+    std::vector<double> flops;
+    double model_scale = 1.0;
+};
+device_balance balance_of(const std::vector<double>& device_flops);
+
 }  // namespace tilestream::detail

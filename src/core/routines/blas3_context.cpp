@@ -23,10 +23,12 @@ blas3_plan context::plan(const blas3_problem& problem, const blas3_call_options&
     o.devices = int(device_ptrs_.size());
     o.in_place = in_place_;
     o.reproducible = options_.reproducible;
-    const device_rates r = routine_rates(to_string(problem.routine), problem.type, o.kernel, problem.quick_return, call.rates);
+    device_rates r = routine_rates(to_string(problem.routine), problem.type, o.kernel, problem.quick_return, call.rates);
+    const detail::device_balance b = problem.quick_return || call.rates ? detail::device_balance{} : balance(problem.type);
+    if (!options_.rates) r.flops *= b.model_scale;
     try {
         blas3_plan p = plan_blas3(problem, budget(), r, o);
-        if (!problem.quick_return && !call.rates) p.device_flops = device_flops(problem.type);
+        p.device_flops = b.flops;
         return p;
     } catch (const out_of_budget& e) {
         throw out_of_budget(names_ + ": " + e.what());
@@ -46,18 +48,14 @@ device_rates context::routine_rates(std::string_view routine, dtype type, gemm_k
     return r;
 }
 
-std::vector<double> context::device_flops(dtype type) {
+detail::device_balance context::balance(dtype type) {
     // One device has no one to balance with; declared rates are the same for every device; CPU
     // devices are slices of one host's cores, of one speed (and their probes would only delay the
     // first call: under TSan, past a cancel test's second).
     if (device_ptrs_.size() <= 1 || options_.rates) return {};
     if (std::all_of(device_ptrs_.begin(), device_ptrs_.end(), [](const device* d) { return d->host_addressable(); }))
         return {};
-    const detail::route& r = routes_->get(type, shape_class::square, std::nullopt);
-    if (r.device_flops.size() != device_ptrs_.size() ||
-        std::any_of(r.device_flops.begin(), r.device_flops.end(), [](double f) { return f <= 0; }))
-        return {};
-    return r.device_flops;
+    return detail::balance_of(routes_->get(type, shape_class::square, std::nullopt).device_flops);
 }
 
 std::string context::explain(const blas3_plan& p) const { return tilestream::explain(p); }

@@ -3,6 +3,7 @@
 #include <tilestream/context.hpp>
 #include <tilestream/error.hpp>
 
+#include "core/context_routes.hpp"
 #include "core/gemm_memory.hpp"
 #include "core/routines/routines.hpp"
 
@@ -19,10 +20,12 @@ getrf_plan context::plan(const getrf_problem& problem, const getrf_call_options&
     o.devices = int(device_ptrs_.size());
     o.in_place = in_place_;
     o.reproducible = options_.reproducible;
-    const device_rates r = routine_rates("getrf", problem.type, o.kernel, problem.quick_return(), call.rates);
+    device_rates r = routine_rates("getrf", problem.type, o.kernel, problem.quick_return(), call.rates);
+    const detail::device_balance b = problem.quick_return() || call.rates ? detail::device_balance{} : balance(problem.type);
+    if (!options_.rates) r.flops *= b.model_scale;
     try {
         getrf_plan p = plan_getrf(problem, budget(), r, o);
-        if (!problem.quick_return() && !call.rates) p.device_flops = device_flops(problem.type);
+        p.device_flops = b.flops;
         return p;
     } catch (const out_of_budget& e) {
         throw out_of_budget(names_ + ": " + e.what());
