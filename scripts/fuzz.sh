@@ -13,7 +13,10 @@ harnesses=("$@")
 
 command -v clang++ >/dev/null || { echo "fuzz.sh: clang++ not found (apt-get install clang libclang-rt-14-dev)" >&2; exit 2; }
 if [ ! -f "$build/CMakeCache.txt" ]; then
+  # -O1, as libFuzzer's documentation builds: the harnesses parse, and CI builds this whole
+  # library once more with clang under ASan+UBSan (184 s of its 234 s stage on 2 cores at -O2).
   CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -DNDEBUG" \
     -DTILESTREAM_FUZZ=ON -DTILESTREAM_BUILD_TESTS=OFF -DTILESTREAM_BUILD_APPS=OFF -DTILESTREAM_BUILD_BENCH=OFF \
     -DTILESTREAM_WITH_CUDA=OFF -DTILESTREAM_NATIVE=OFF >/dev/null
 fi
