@@ -72,6 +72,9 @@ int open_context(const char* devices, int has_budget, unsigned long long budget,
     try {
         context_options options;
         if (has_budget) options.memory_budget = std::size_t(budget);
+        // BLAS has no cancel and no progress: steps of a bounded time would only cost speed (and
+        // keep a long call on one CPU device off the direct path, which is the system BLAS's call).
+        options.step_seconds = 0;
         s.ctx = new context(devices, options);
         return 0;
     } catch (const std::exception& e) {

@@ -224,6 +224,8 @@ tilestream::context& rank_context() {
         const char* threads = std::getenv("TILESTREAM_CPU_THREADS");
         tilestream::context_options o;
         o.cpu_threads = threads ? std::max(1, std::atoi(threads)) : 1;
+        // PBLAS has no cancel and no progress: steps of a bounded time would only cost speed.
+        o.step_seconds = 0;
         return tilestream::context(spec ? spec : "cpu", o);
     }();
     return ctx;
