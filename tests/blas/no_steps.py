@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+"""A long call under the drop-in on one CPU device runs as one call of the host's kernel (the
+direct path), not in steps: BLAS has no cancel and no progress, so steps of ~0.2 s (what the
+library's contexts cut long in-place work into) would only cost speed. numpy's `a @ b` on 3072^3
+float64 (about 1 s on 2 cores) must be logged with strategy=direct and give the right C.
+
+    no_steps.py PYTHON SHIM WORKDIR
+"""
+import os
+import subprocess
+import sys
+
+CALL = r'''
+import sys, time
+import numpy as np
+rng = np.random.default_rng(11)
+n = 3072
+a = rng.uniform(-1, 1, (n, n))
+b = rng.uniform(-1, 1, (n, n))
+t0 = time.perf_counter()
+c = a @ b
+seconds = time.perf_counter() - t0
+rows = rng.choice(n, 8, replace=False)
+ref = np.array([[np.dot(a[i], b[:, j]) for j in range(0, n, 97)] for i in rows])
+if not np.allclose(c[np.ix_(rows, range(0, n, 97))], ref, rtol=1e-12, atol=1e-10):
+    sys.exit('wrong C')
+print('seconds %.3f' % seconds)
+'''
+
+
+def main():
+    python, shim, work = sys.argv[1:4]
+    os.makedirs(work, exist_ok=True)
+    log = os.path.join(work, 'no_steps.log')
+    if os.path.exists(log):
+        os.remove(log)
+    env = {k: v for k, v in os.environ.items() if not k.startswith('TILESTREAM_')}
+    env.update({'LD_PRELOAD': shim, 'TILESTREAM_BLAS_THRESHOLD': '0', 'TILESTREAM_DEVICES': 'cpu',
+                'TILESTREAM_BLAS_LOG': log})
+    p = subprocess.run([python, '-c', CALL], env=env, capture_output=True, text=True, timeout=300)
+    if p.returncode != 0:
+        sys.exit('FAIL: %s %s' % (p.stdout, p.stderr))
+    seconds = float(p.stdout.split()[-1])
+    with open(log) as f:
+        calls = [l for l in f if 'dgemm' in l.split()[0] and 'm=3072 n=3072 k=3072' in l]
+    if len(calls) != 1:
+        sys.exit('FAIL: expected one logged 3072^3 dgemm:\n' + ''.join(calls))
+    if seconds < 0.25:
+        # A step is ~0.2 s: on a machine this fast the call fits one step either way.
+        print('skipped: the 3072^3 call took %.3f s, under one step' % seconds)
+        return
+    if 'strategy=direct' not in calls[0]:
+        sys.exit('FAIL: a %.2f s call under the drop-in did not run as one direct call:\n%s' % (seconds, calls[0]))
+    print('no steps: the %.2f s call ran direct (%s)' % (seconds, calls[0].strip()))
+
+
+if __name__ == '__main__':
+    main()
