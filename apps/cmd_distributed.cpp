@@ -263,6 +263,9 @@ int run_gemm_typed(const args& a, const gemm_setup& s, const td::environment& en
         oo.cpu_threads = dev.cpu_threads > 0 ? dev.cpu_threads : default_cpu_threads();
         oo.kernel = parse_kernel_setting(a.get_or("kernel", "auto"));
         oo.reproducible = s.reproducible;
+        // The local calls have no cancel and no progress callback (a signal ends the ranks): steps
+        // of a bounded time would only cost speed.
+        oo.step_seconds = 0;
         ctx.emplace(rank_device_spec(a.get_or("devices", "cpu")), oo);
         call.strategy = parse_gemm_strategy(a.get_or("strategy", "auto"));
         const index_t big = std::numeric_limits<index_t>::max();

@@ -106,6 +106,15 @@ struct local_multiply {
     }
 };
 
+/// The context a pgemm opens when it is given none: one CPU thread, and steps of a bounded time
+/// only when the call can cancel or report progress (otherwise they would only cost speed).
+context_options own_options(const gemm_call_options& call) {
+    context_options o;
+    o.cpu_threads = 1;
+    if (!call.run.cancel && !call.run.on_step_done && !call.run.on_unit_done) o.step_seconds = 0;
+    return o;
+}
+
 /// Scales the local part of C by beta (0 overwrites: C is not read, as in BLAS).
 template <class T>
 void scale_local(T* c, index_t ldc, index_t rows, index_t cols, T beta) {
@@ -148,7 +157,7 @@ pgemm_report pgemm(const process_grid& grid, op op_a, op op_b, index_t m, index_
         // the rank's context on the sub-matrices where they lie, no panels and no copies. (With a
         // reproducible context the call adds k in the same k-blocks as the panels would.)
         std::optional<tilestream::context> own;
-        tilestream::context* ctx = options.context ? options.context : &own.emplace("cpu", context_options{.cpu_threads = 1});
+        tilestream::context* ctx = options.context ? options.context : &own.emplace("cpu", own_options(options.call));
         const index_t ar = na ? m : k, ac = na ? k : m, br = nb_ ? k : n, bc = nb_ ? n : k;
         const host_matrix_view<const T> av(a + da.rows.local(0) + da.cols.local(0) * da.ld, ar, ac, layout::col_major, da.ld);
         const host_matrix_view<const T> bv(b + db.rows.local(0) + db.cols.local(0) * db.ld, br, bc, layout::col_major, db.ld);
@@ -243,7 +252,7 @@ pgemm_report pgemm(const process_grid& grid, op op_a, op op_b, index_t m, index_
     local_multiply mul;
     mul.ctx = options.context;
     mul.call = &options.call;
-    if (!mul.ctx) mul.ctx = &own.emplace("cpu", context_options{.cpu_threads = 1});
+    if (!mul.ctx) mul.ctx = &own.emplace("cpu", own_options(options.call));
     trace_sink* const trace = options.call.run.trace;
 
     // Three panel buffers per operand: the one being multiplied and two in flight. A panel of A
