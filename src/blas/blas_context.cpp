@@ -134,7 +134,8 @@ std::string run_on_tilestream(context& ctx, const tilestream_blas_gemm_call& g) 
         if (!g.fields) return {};
         std::string fields = " devices=" + ctx.device_names() + " strategy=" +
                              std::string(to_string(report.plan.strategy)) +
-                             " kernel=" + std::string(to_string(report.plan.kernel));
+                             " kernel=" + std::string(to_string(report.plan.kernel)) +
+                             " steps=" + std::to_string(report.plan.steps);
         for (const auto& w : report.warnings) fields += " warning=\"" + w + "\"";
         return fields;
     } catch (...) {
