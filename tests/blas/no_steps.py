@@ -8,8 +8,9 @@ give the right C.
     no_steps.py PYTHON SHIM WORKDIR
 """
 import os
-import subprocess
 import sys
+
+import blas_log
 
 CALL = r'''
 import sys, time
@@ -33,28 +34,22 @@ def main():
     python, shim, work = sys.argv[1:4]
     os.makedirs(work, exist_ok=True)
     log = os.path.join(work, 'no_steps.log')
-    if os.path.exists(log):
-        os.remove(log)
-    env = {k: v for k, v in os.environ.items() if not k.startswith('TILESTREAM_')}
-    env.update({'LD_PRELOAD': shim, 'TILESTREAM_BLAS_THRESHOLD': '0', 'TILESTREAM_DEVICES': 'cpu',
-                'TILESTREAM_BLAS_LOG': log})
-    p = subprocess.run([python, '-c', CALL], env=env, capture_output=True, text=True, timeout=300)
-    if p.returncode != 0:
-        sys.exit('FAIL: %s %s' % (p.stdout, p.stderr))
+    p = blas_log.run([python, '-c', CALL], {'TILESTREAM_BLAS_THRESHOLD': '0', 'TILESTREAM_DEVICES': 'cpu'}, shim, log,
+                     timeout=300)
+    blas_log.check(p.returncode == 0, 'the numpy call under the drop-in: exit %d' % p.returncode)
     seconds = float(p.stdout.split()[-1])
-    with open(log) as f:
-        calls = [l for l in f if 'dgemm' in l.split()[0] and 'm=3072 n=3072 k=3072' in l]
-    if len(calls) != 1:
-        sys.exit('FAIL: expected one logged 3072^3 dgemm:\n' + ''.join(calls))
+    _, calls = blas_log.parse(log)
+    calls = [c for c in calls if 'dgemm' in c['routine'] and (c['m'], c['n'], c['k']) == ('3072',) * 3]
+    blas_log.check(len(calls) == 1, 'expected one logged 3072^3 dgemm: %s' % calls)
     if seconds < 0.25:
         # A step is ~0.2 s: on a machine this fast the call fits one step either way.
         print('skipped: the 3072^3 call took %.3f s, under one step' % seconds)
         return
     # One step: the direct path (vendor on both sides), or one engine unit when the kernels
     # measured put the engine ahead (tiled on the device's threads on a busy machine).
-    if 'steps=1' not in calls[0].split():
-        sys.exit('FAIL: a %.2f s call under the drop-in ran in steps:\n%s' % (seconds, calls[0]))
-    print('no steps: the %.2f s call ran as one step (%s)' % (seconds, calls[0].strip()))
+    blas_log.check(calls[0].get('steps') == '1', 'a %.2f s call under the drop-in ran in steps: %s' % (seconds, calls[0]))
+    print('no steps: the %.2f s call ran as one step (strategy=%s kernel=%s)' % (seconds, calls[0]['strategy'],
+                                                                                calls[0]['kernel']))
 
 
 if __name__ == '__main__':
