@@ -7,7 +7,7 @@
 # bytes each receives per rank; then Jacobi strong scaling over 1, 2 and 4 ranks with the
 # efficiency. JSON under bench/results/. Run it on a quiet machine: it takes every core.
 # LAYERS > 1 runs tilestream's GEMM as 2.5D over that many layers (ScaLAPACK stays on 2x2).
-# usage: bench/mpi_run.sh [BUILD_DIR] [GEMM_SIZES] [JACOBI_N] [LAYERS]
+# usage: [REPS=3] bench/mpi_run.sh [BUILD_DIR] [GEMM_SIZES] [JACOBI_N] [LAYERS]
 set -euo pipefail
 build=${1:-build}
 sizes=${2:-f64:4096,f32:8192,f64:65536x512x512,f32:65536x512x512,f64:4096+77,c64:2048,c32:2048,c64:2048+77}
@@ -20,10 +20,10 @@ date=$(date -u +%Y-%m-%d)
 host=$(hostname -s 2>/dev/null || echo host)
 mkdir -p bench/results
 run=tests/mpi/run_mpi_test.sh  # OpenMPI's root, oversubscribe and single-copy variables; OPENBLAS_NUM_THREADS=1
-"$run" 4 "$build/bench/mpi_bench" gemm --sizes "$sizes" --block 128 --reps 3 --layers "$layers" \
+"$run" 4 "$build/bench/mpi_bench" gemm --sizes "$sizes" --block 128 --reps "${REPS:-3}" --layers "$layers" \
   --git-hash "$hash" --out "bench/results/gemm-mpi-cpu$([ "$layers" = 1 ] || echo "-c$layers")-$host-$date.json"
 # One rank: both libraries on a 1x1 grid (tilestream one local call, ScaLAPACK its local dgemm).
-"$run" 1 "$build/bench/mpi_bench" gemm --sizes "$sizes" --block 128 --reps 3 \
+"$run" 1 "$build/bench/mpi_bench" gemm --sizes "$sizes" --block 128 --reps "${REPS:-3}" \
   --git-hash "$hash" --out "bench/results/gemm-mpi-cpu-np1-$host-$date.json"
 parts=()
 for np in 1 2 4; do
