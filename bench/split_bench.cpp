@@ -42,9 +42,14 @@ int run(const std::string& devices, ts::index_t n, int reps, int cancels,
     whole_options.step_seconds = 0;  // no bound: one step per unit
     ts::context whole(devices, whole_options);
 
+    // Steps are planned for calls that watch them: the split side carries a cancel flag (never
+    // raised), as Python's calls do.
+    std::atomic<bool> never{false};
+    ts::gemm_call_options watched;
+    watched.run.cancel = &never;
     ts::gemm_report split_report, whole_report;
     const ts::bench::pair_timing t = ts::bench::alternate(
-        reps, [&] { split_report = split.gemm<T>(a.view(), b.view(), c.view()); },
+        reps, [&] { split_report = split.gemm<T>(a.view(), b.view(), c.view(), watched); },
         [&] { whole_report = whole.gemm<T>(a.view(), b.view(), c.view()); });
     const double speed = t.ours > 0 ? t.anchor / t.ours : 0;
     const bool met = speed >= goal;

@@ -338,6 +338,9 @@ std::unique_ptr<background_run> start_gemm(py::object ctx_obj, ts::context& ctx,
     // waits on, Ctrl-C and progress between waits.
     std::optional<ts::gemm_plan> planned;
     {
+        // Planned as the run will watch it (its cancel flag and progress, set below): in steps of
+        // ~step_seconds past the bound, so that Ctrl-C and progress come within a step.
+        call.run.on_step_done = [](std::size_t) {};
         py::gil_scoped_release release;
         const in_flight counted;
         planned = ctxp->plan<T>(oa, ob, alpha, av, bv, beta, cv, call);

@@ -363,19 +363,32 @@ TEST(DirectPath, ExplainShowsTheCrossoverAndTheKernelsMeasured) {
     EXPECT_NE(text.find("direct"), std::string::npos) << text;
     EXPECT_NE(text.find("crossover"), std::string::npos) << text;
     EXPECT_NE(text.find("GFLOP/s at 64x64x64"), std::string::npos) << text;  // the small class's probe
-    // A product far past the crossover (planned, not run) goes to the engine, in bounded steps.
+    // A product far past the step bound (planned, not run), for a call that watches its steps (a
+    // step callback or a cancel flag): to the engine, in bounded steps.
     host_matrix<float> big_a(1, 1), big_b(1, 1), big_c(1, 1);
     gemm_problem q = describe_gemm<float>(op::n, op::n, 1.0f, big_a.view(), big_b.view(), 0.0f, big_c.view());
     q.m = q.n = 8192;
     q.k = 8192;
     q.lda = q.ldb = q.ldc = 8192;
-    const gemm_plan big = ctx.plan(q);
+    gemm_call_options watched;
+    watched.run.on_step_done = [](std::size_t) {};
+    const gemm_plan big = ctx.plan(q, watched);
     EXPECT_EQ(big.strategy, gemm_strategy::zero_copy);
     EXPECT_NE(ctx.explain(big).find("over the crossover"), std::string::npos) << ctx.explain(big);
     EXPECT_GT(big.steps, 1u);
     const double step = 2.0 * double(big.tile_m) * double(big.tile_n) * double(big.tile_k) / big.rates.flops;
     EXPECT_LE(step, 0.2 * 1.05) << ctx.explain(big);
     EXPECT_EQ(big.tile_k % reproducible_k_block(dtype::f32), 0) << "steps cut k in whole k-blocks";
+    std::atomic<bool> flag{false};
+    gemm_call_options cancellable;
+    cancellable.run.cancel = &flag;
+    EXPECT_EQ(ctx.plan(q, cancellable).steps, big.steps) << "a cancel flag watches the steps too";
+    // Unwatched, no step is worth its cost: one call, on the direct path where the engine runs the
+    // host's kernel on the same cores (the crossover by rates alone), else one engine step.
+    const gemm_plan whole = ctx.plan(q);
+    EXPECT_EQ(whole.steps, 1u) << ctx.explain(whole);
+    EXPECT_EQ(whole.tile_k, q.k) << ctx.explain(whole);
+    EXPECT_NE(ctx.explain(whole).find("without them"), std::string::npos) << ctx.explain(whole);
 }
 
 TEST(DirectPath, BudgetedCpuDevicesStageLikeAccelerators) {

@@ -86,7 +86,9 @@ struct gemm_run_options {
     peer_tile_mode peer_tiles = peer_tile_mode::automatic;
     /// When it becomes true the run stops handing out units, lets the queued ones finish, frees
     /// its buffers and throws tilestream::cancelled (unless every unit had already finished).
-    /// Checked between units and, on the compute stream, before each kernel step.
+    /// Checked between units and, on the compute stream, before each kernel step. A call planned
+    /// with a cancel flag or on_step_done has steps of at most context_options::step_seconds; one
+    /// planned with neither runs each unit as one kernel call.
     const std::atomic<bool>* cancel = nullptr;
 };
 

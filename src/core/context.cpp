@@ -224,7 +224,7 @@ plan_options context::plan_options_for(const gemm_problem&, const gemm_call_opti
     po.devices = int(device_ptrs_.size());
     po.in_place = in_place_;
     po.reproducible = options_.reproducible;
-    po.max_step_seconds = options_.step_seconds;
+    po.max_step_seconds = detail::watches_steps(call.run) ? options_.step_seconds : 0;  // no one to see a step
     po.direct_threads = routes_->host_threads();
     return po;
 }
@@ -270,7 +270,8 @@ gemm_plan context::plan_for_devices(const gemm_problem& problem, const gemm_call
                                    "nor for the " + std::string(to_string(po.kernel)) + " kernel");
         return direct_plan("  route           direct (asked for)\n");
     }
-    if (automatic && route->direct_possible && in_place_ && flops <= route->flops_limit)
+    const bool watched = detail::watches_steps(call.run);
+    if (automatic && route->direct_possible && in_place_ && flops <= route->limit_for(watched))
         return direct_plan("  route           direct: under the crossover\n");
     std::vector<gemm_kernel> kernels(device_ptrs_.size(), po.kernel);
     if (route && !asked) {
@@ -315,7 +316,7 @@ gemm_plan context::plan_for_devices(const gemm_problem& problem, const gemm_call
         char buf[200];
         std::snprintf(buf, sizeof buf, "  route           host %.6f s against the engine's %.6f s (plan %.6f s + %.6f s fixed)",
                       host, engine, p.predicted_seconds, engine - p.predicted_seconds);
-        if (host < engine && (options_.step_seconds <= 0 || host <= options_.step_seconds))
+        if (host < engine && (options_.step_seconds <= 0 || !watched || host <= options_.step_seconds))
             return direct_plan(std::string(buf) + ": direct\n");
         p.choice += std::string(buf) + ": the engine\n";
     } else if (automatic) {
@@ -414,7 +415,7 @@ gemm_report context::gemm(op op_a, op op_b, T alpha, host_matrix_view<const T> a
         const std::optional<gemm_kernel> asked = call.kernel ? call.kernel : options_.kernel;
         const detail::route& r = routes_->get(dtype_of<T>(), classify_gemm(m, n, k), asked);
         const double flops = double(dtype_traits(dtype_of<T>()).flops_per_multiply_add) * double(m) * double(n) * double(k);
-        if (r.direct_possible && flops <= r.flops_limit) {
+        if (r.direct_possible && flops <= r.limit_for(detail::watches_steps(call.run))) {
             gemm_report rep;
             gemm_plan& p = rep.plan;
             p.problem = detail::describe_validated_gemm<T>(op_a, op_b, alpha, a, b, beta, c);

@@ -207,15 +207,29 @@ route context_routes::measure(dtype t, shape_class c, std::optional<gemm_kernel>
                                    ? std::max(0.0, (r.engine_fixed - r.host_fixed) / (1.0 / r.host_flops - 1.0 / r.engine_flops))
                                    : inf;
         r.flops_limit = std::min(by_bound, by_rate);
+        r.flops_limit_unwatched = by_rate;
         const double mnk = r.flops_limit / double(dtype_traits(t).flops_per_multiply_add);
-        char buf[400];
-        std::snprintf(buf, sizeof buf,
-                      "  crossover       %s: direct while its predicted time (%s + flops at %.1f GFLOP/s) is under "
-                      "the engine's (%s + flops at %.1f GFLOP/s)%s and under %.2f s a step: up to m*n*k = %.3g "
-                      "(about %.0f^3)\n",
-                      what.c_str(), seconds_text(r.host_fixed).c_str(), r.host_flops * 1e-9,
-                      seconds_text(r.engine_fixed).c_str(), r.engine_flops * 1e-9, same ? ", the same kernel" : "",
-                      s_.step_seconds, mnk, std::cbrt(mnk));
+        const double mnk_unwatched = by_rate / double(dtype_traits(t).flops_per_multiply_add);
+        char unwatched[120] = "any size (the engine is no faster)";
+        if (std::isfinite(mnk_unwatched))
+            std::snprintf(unwatched, sizeof unwatched, "up to m*n*k = %.3g (about %.0f^3)", mnk_unwatched,
+                          std::cbrt(mnk_unwatched));
+        char buf[600];
+        if (s_.step_seconds > 0)
+            std::snprintf(buf, sizeof buf,
+                          "  crossover       %s: direct while its predicted time (%s + flops at %.1f GFLOP/s) is under "
+                          "the engine's (%s + flops at %.1f GFLOP/s)%s and, for a call with a cancel flag or a step "
+                          "callback, under %.2f s a step: up to m*n*k = %.3g (about %.0f^3); without them %s\n",
+                          what.c_str(), seconds_text(r.host_fixed).c_str(), r.host_flops * 1e-9,
+                          seconds_text(r.engine_fixed).c_str(), r.engine_flops * 1e-9, same ? ", the same kernel" : "",
+                          s_.step_seconds, mnk, std::cbrt(mnk), unwatched);
+        else
+            std::snprintf(buf, sizeof buf,
+                          "  crossover       %s: direct while its predicted time (%s + flops at %.1f GFLOP/s) is under "
+                          "the engine's (%s + flops at %.1f GFLOP/s)%s (no step bound): %s\n",
+                          what.c_str(), seconds_text(r.host_fixed).c_str(), r.host_flops * 1e-9,
+                          seconds_text(r.engine_fixed).c_str(), r.engine_flops * 1e-9, same ? ", the same kernel" : "",
+                          unwatched);
         r.crossover_text = buf;
     }
     if (r.recheck_at) r.recheck_tick = detail::tick_clock::at(*r.recheck_at);
@@ -231,7 +245,8 @@ context_routes::plan_key context_routes::key_of(const gemm_problem& q, const gem
            std::int64_t(q.reads_ab) * 2 + std::int64_t(q.reads_c),
            std::int64_t(call.strategy), call.tile_m,         call.tile_n,              call.tile_k,
            std::int64_t(call.transfer) * 16 + std::int64_t(call.kernel ? 1 + int(*call.kernel) : 0),
-           std::int64_t(call.cache ? 1 + int(*call.cache) : 0), std::int64_t(budget)};
+           std::int64_t(call.cache ? 1 + int(*call.cache) : 0), std::int64_t(budget),
+           std::int64_t(watches_steps(call.run))};
     return k;
 }
 

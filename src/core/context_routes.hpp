@@ -38,9 +38,13 @@ struct route {
     std::vector<double> device_flops;
     double engine_flops = 0;  ///< in place: all devices together
     double engine_fixed = 0;  ///< a tiny call through the engine (s); in-place contexts only
-    /// In-place contexts: a call goes direct while its FLOP count is at most this (the crossover
-    /// with the engine, and the step bound: past it the engine cuts the work for cancellation).
+    /// In-place contexts: a call goes direct while its FLOP count is at most this. A call that
+    /// watches its steps (watches_steps: a cancel flag or a step callback) takes the crossover
+    /// with the engine and the step bound (past it the engine cuts the work so that a cancel or a
+    /// progress report comes within a step); one that does not, the crossover alone.
     double flops_limit = 0;
+    double flops_limit_unwatched = 0;
+    double limit_for(bool watched) const { return watched ? flops_limit : flops_limit_unwatched; }
     bool measured = false;  ///< rates measured (false: declared, or probes that did not fit)
     /// A kernel chosen against vendor waits for its re-check (choose_kernel_kept): the first call
     /// from then measures the route again, which makes the re-check.
@@ -100,7 +104,7 @@ private:
     std::optional<double> engine_fixed_;
 
     struct plan_key {
-        std::array<std::int64_t, 20> v{};
+        std::array<std::int64_t, 21> v{};
         bool operator==(const plan_key&) const = default;
     };
     struct plan_key_hash {
@@ -112,6 +116,11 @@ private:
 
 /// Whether a call's options leave the plan to the context (what the direct path may take).
 bool automatic_call(const gemm_call_options& call);
+
+/// Whether a run can use steps of bounded time (context_options::step_seconds): it has a cancel
+/// flag or a step callback. Steps cost a little speed (a BLAS called once per step re-reads C and
+/// re-packs; 1.5-4% at f32 8192^3 on 2 threads), so a call that watches neither runs unsplit.
+inline bool watches_steps(const gemm_run_options& run) { return run.cancel != nullptr || bool(run.on_step_done); }
 
 /// Several devices measured one by one (a GPU beside the CPU: rates 50x apart): each one's rate,
 /// for the engines' first balance, and the factor that turns the first device's rate (what the
