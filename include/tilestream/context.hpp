@@ -228,8 +228,10 @@ public:
                                host_batch_view<T>::strided(c, stride_c, batch), call);
     }
 
-    /// Whether a gemm of this precision and shape with default call options (and `kernel`, else
-    /// the context's) runs on the direct path, measuring the rates on first need. Contexts whose
+    /// Whether a gemm of this precision and shape with default call options plus a cancel flag or
+    /// a step callback (a call that watches its steps, as Python's do; one that watches neither
+    /// also goes direct past the step bound where the engine is no faster) and `kernel`, else the
+    /// context's, runs on the direct path, measuring the rates on first need. Contexts whose
     /// devices copy decide per plan: false there. A front may then run such a call on its own
     /// thread rather than hand it to a worker (Python does).
     bool runs_direct(dtype type, index_t m, index_t n, index_t k, std::optional<gemm_kernel> kernel = {});
