@@ -157,6 +157,22 @@ TEST(cli, ProgressLineOnATerminal) {
     EXPECT_EQ(piped.out.find("ETA"), std::string::npos) << "no progress line when stderr is not a terminal";
 }
 
+/// Steps of ~0.2 s are planned only for a run that shows them (the progress line): piped or
+/// --quiet, a product past the step bound is one call. Declared rates (1 GFLOP/s) put 600^3 f64
+/// (0.43 s) past the bound on any machine.
+TEST(cli, StepsOnlyWhenTheProgressLineShows) {
+    if (std::system("command -v script > /dev/null 2>&1") != 0) GTEST_SKIP() << "no 'script' command for a pseudo-terminal";
+    const std::string args = " gemm --m 600 --n 600 --k 600 --dtype f64 --rates gflops=1";
+    const std::string run = std::string("script -qec \"") + TILESTREAM_CLI_PATH + args;
+    const auto shown = testing::run_cli_raw(run + "\" /dev/null");
+    EXPECT_NE(shown.find("strategy=zero-copy"), std::string::npos) << "a terminal run is cut into steps:\n" << shown;
+    const auto quiet = testing::run_cli_raw(run + " --quiet\" /dev/null");
+    EXPECT_NE(quiet.find("strategy=direct"), std::string::npos) << "--quiet shows no steps, so none are planned:\n" << quiet;
+    const auto piped = run_cli(args.substr(1));
+    ASSERT_EQ(piped.exit_code, 0) << piped.out;
+    EXPECT_NE(piped.out.find("strategy=direct"), std::string::npos) << "a piped run is one call:\n" << piped.out;
+}
+
 }  // namespace
 }  // namespace tilestream
 

@@ -56,3 +56,15 @@ def test_ctrl_c_during_a_default_in_place_call_stops_it_after_a_step(rng):
         whole = time.perf_counter() - t0
         assert raised - sent[0] < 0.5 * whole, (raised - sent[0], whole, plan["steps"], done)
     check(ctx.matmul(a[:67, :45], b[:45, :31]), a[:67, :45], b[:45, :31])  # the context is still usable
+
+
+def test_python_calls_are_planned_with_steps_as_they_watch_them(rng):
+    # Steps are planned only for calls that can use them (a cancel flag or a step callback when
+    # planned); every Python call can (Ctrl-C, progress), so a product past the step bound is cut.
+    ctx = tilestream.Context("cpu")
+    a, b = random(rng, (4096, 4096)), random(rng, (4096, 4096))
+    plan = ctx.plan(a, b)
+    if plan["predicted_seconds"] < 0.5:
+        pytest.skip("4096^3 f64 is predicted at %.2f s here: within about two steps" % plan["predicted_seconds"])
+    assert plan["strategy"] in ("zero-copy", "in-core"), plan
+    assert plan["steps"] >= 2, plan

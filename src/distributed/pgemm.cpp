@@ -106,14 +106,9 @@ struct local_multiply {
     }
 };
 
-/// The context a pgemm opens when it is given none: one CPU thread, and steps of a bounded time
-/// only when the call can cancel or report progress (otherwise they would only cost speed).
-context_options own_options(const gemm_call_options& call) {
-    context_options o;
-    o.cpu_threads = 1;
-    if (!call.run.cancel && !call.run.on_step_done && !call.run.on_unit_done) o.step_seconds = 0;
-    return o;
-}
+/// The context a pgemm opens when it is given none: one CPU thread (a rank per core). Its calls
+/// step only when they carry a cancel flag or a step callback, as every context's do.
+context_options own_options() { return context_options{.cpu_threads = 1}; }
 
 /// Scales the local part of C by beta (0 overwrites: C is not read, as in BLAS).
 template <class T>
@@ -157,7 +152,7 @@ pgemm_report pgemm(const process_grid& grid, op op_a, op op_b, index_t m, index_
         // the rank's context on the sub-matrices where they lie, no panels and no copies. (With a
         // reproducible context the call adds k in the same k-blocks as the panels would.)
         std::optional<tilestream::context> own;
-        tilestream::context* ctx = options.context ? options.context : &own.emplace("cpu", own_options(options.call));
+        tilestream::context* ctx = options.context ? options.context : &own.emplace("cpu", own_options());
         const index_t ar = na ? m : k, ac = na ? k : m, br = nb_ ? k : n, bc = nb_ ? n : k;
         const host_matrix_view<const T> av(a + da.rows.local(0) + da.cols.local(0) * da.ld, ar, ac, layout::col_major, da.ld);
         const host_matrix_view<const T> bv(b + db.rows.local(0) + db.cols.local(0) * db.ld, br, bc, layout::col_major, db.ld);
@@ -252,7 +247,7 @@ pgemm_report pgemm(const process_grid& grid, op op_a, op op_b, index_t m, index_
     local_multiply mul;
     mul.ctx = options.context;
     mul.call = &options.call;
-    if (!mul.ctx) mul.ctx = &own.emplace("cpu", own_options(options.call));
+    if (!mul.ctx) mul.ctx = &own.emplace("cpu", own_options());
     trace_sink* const trace = options.call.run.trace;
 
     // Three panel buffers per operand: the one being multiplied and two in flight. A panel of A
