@@ -194,7 +194,7 @@ ts::detail::json gemm_case(int m, int n, int k, int off, int block, int reps, in
                                 {"shape", shape}, {"offset", off}, {"block", block},
                                 {"grid", std::to_string(p) + "x" + std::to_string(q)}, {"reps", reps},
                                 {"tilestream_grid", std::to_string(lgrid.rows()) + "x" + std::to_string(lgrid.cols())},
-                                {"layers", lg.layers()}, {"tilestream_context", own ? "its own, cpu, 1 thread" : "pgemm's default"},
+                                {"layers", lg.layers()}, {"tilestream_context", own ? "its own, cpu, 1 thread" : "pgemm's default (cpu, 1 thread; calls with no cancel flag or step callback are not cut)"},
                                 {"step_seconds", own ? own->options().step_seconds : 0.0},
                                 {"tilestream_seconds", t_ours}, {"tilestream_gflops", flops / t_ours * 1e-9},
                                 {"scalapack_seconds", t_theirs}, {"scalapack_gflops", flops / t_theirs * 1e-9},
