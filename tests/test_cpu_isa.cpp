@@ -373,27 +373,33 @@ TEST(CpuIsaBlocking, BlockSizesRespectTheCacheSizesGiven) {
         const cpu::isa_config& cfg = cpu::config_for(s);
         ASSERT_EQ(cfg.set, s) << to_string(s) << " is missing from the registry";
         for (dtype t : {dtype::f32, dtype::f64})
-            for (const cache_sizes& c : machines) {
-                SCOPED_TRACE(std::string(to_string(s)) + " " + std::string(to_string(t)) + " L1 " +
-                             std::to_string(c.l1d) + " L2 " + std::to_string(c.l2) + " L3 " + std::to_string(c.l3));
-                const cpu::block_sizes b = cpu::derive_block_sizes(cfg, t, c);
-                const double e = t == dtype::f32 ? 4 : 8;
-                EXPECT_EQ(b.mr, t == dtype::f32 ? cfg.mr_f32 : cfg.mr_f64);
-                EXPECT_EQ(b.nr, t == dtype::f32 ? cfg.nr_f32 : cfg.nr_f64);
-                EXPECT_LE(double(b.kc) * b.nr * e, double(c.l1d) * (t == dtype::f32 ? cfg.l1_share_f32 : cfg.l1_share_f64));  // B micro-panel
-                EXPECT_LE(double(b.mc) * b.kc * e, double(c.l2) * cfg.l2_share);   // A block in L2
-                EXPECT_LE(double(b.kc) * b.nc * e, double(c.l3) * cfg.l3_share);   // B block in L3
-                EXPECT_EQ(b.mc % b.mr, 0);
-                EXPECT_EQ(b.nc % b.nr, 0);
-                EXPECT_GE(b.kc, 64);  // no machine above is small enough to starve the micro-kernel
-                EXPECT_GE(b.mc, b.mr);
-                EXPECT_GE(b.nc, b.nr);
-                // Filling: doubling a cache never shrinks the block it sizes.
-                cache_sizes bigger = c;
-                bigger.l2 *= 2;
-                EXPECT_GE(cpu::derive_block_sizes(cfg, t, bigger).mc, b.mc);
-                EXPECT_GT(double(b.mc + b.mr) * b.kc * e, double(c.l2) * cfg.l2_share * 0.5);
-            }
+            for (cache_sizes c : machines)
+                for (bool intel : {false, true}) {
+                    c.intel = intel;
+                    SCOPED_TRACE(std::string(to_string(s)) + " " + std::string(to_string(t)) + " L1 " +
+                                 std::to_string(c.l1d) + " L2 " + std::to_string(c.l2) + " L3 " + std::to_string(c.l3) +
+                                 (intel ? " Intel" : ""));
+                    const cpu::block_sizes b = cpu::derive_block_sizes(cfg, t, c);
+                    const double e = t == dtype::f32 ? 4 : 8;
+                    const bool intel_shares = intel && cfg.intel_l1_share > 0;
+                    const double l1_share = intel_shares ? cfg.intel_l1_share : t == dtype::f32 ? cfg.l1_share_f32 : cfg.l1_share_f64;
+                    const double l2_share = intel_shares ? cfg.intel_l2_share : cfg.l2_share;
+                    EXPECT_EQ(b.mr, t == dtype::f32 ? cfg.mr_f32 : cfg.mr_f64);
+                    EXPECT_EQ(b.nr, t == dtype::f32 ? cfg.nr_f32 : cfg.nr_f64);
+                    EXPECT_LE(double(b.kc) * b.nr * e, double(c.l1d) * l1_share);  // B micro-panel
+                    EXPECT_LE(double(b.mc) * b.kc * e, double(c.l2) * l2_share);   // A block in L2
+                    EXPECT_LE(double(b.kc) * b.nc * e, double(c.l3) * cfg.l3_share);   // B block in L3
+                    EXPECT_EQ(b.mc % b.mr, 0);
+                    EXPECT_EQ(b.nc % b.nr, 0);
+                    EXPECT_GE(b.kc, 64);  // no machine above is small enough to starve the micro-kernel
+                    EXPECT_GE(b.mc, b.mr);
+                    EXPECT_GE(b.nc, b.nr);
+                    // Filling: doubling a cache never shrinks the block it sizes.
+                    cache_sizes bigger = c;
+                    bigger.l2 *= 2;
+                    EXPECT_GE(cpu::derive_block_sizes(cfg, t, bigger).mc, b.mc);
+                    EXPECT_GT(double(b.mc + b.mr) * b.kc * e, double(c.l2) * l2_share * 0.5);
+                }
     }
 #if defined(__x86_64__)
     // The AVX2 blocking of this machine class: BLIS's Haswell/Zen register tiles, KC 512 for f32 (the
@@ -403,6 +409,22 @@ TEST(CpuIsaBlocking, BlockSizesRespectTheCacheSizesGiven) {
     EXPECT_EQ(avx2_f32.nr, 16);
     EXPECT_EQ(avx2_f32.kc, 512);
     EXPECT_EQ(cpu::derive_block_sizes(cpu::config_for(isa::avx2), dtype::f64, zen3_caches).kc, 256);
+    // AVX-512 on Sapphire/Emerald Rapids caches: the Zen 4 shares (KC 1024 capped / 768) unless the
+    // CPU is Intel's, whose shares (1.5 L1s, half of L2) were measured there: KC 576 / 384, MC 444 / 336.
+    // The AVX2 entry has no Intel shares: the same blocks either way.
+    cache_sizes spr{48 * KiB, 2 * MiB, 1920 * KiB};
+    const cpu::isa_config& avx512 = cpu::config_for(isa::avx512);
+    EXPECT_EQ(cpu::derive_block_sizes(avx512, dtype::f32, spr).kc, 1024);
+    EXPECT_EQ(cpu::derive_block_sizes(avx512, dtype::f64, spr).kc, 768);
+    const cpu::block_sizes avx2_amd = cpu::derive_block_sizes(cpu::config_for(isa::avx2), dtype::f64, spr);
+    spr.intel = true;
+    EXPECT_EQ(cpu::derive_block_sizes(avx512, dtype::f32, spr).kc, 576);
+    EXPECT_EQ(cpu::derive_block_sizes(avx512, dtype::f32, spr).mc, 444);
+    EXPECT_EQ(cpu::derive_block_sizes(avx512, dtype::f64, spr).kc, 384);
+    EXPECT_EQ(cpu::derive_block_sizes(avx512, dtype::f64, spr).mc, 336);
+    const cpu::block_sizes avx2_intel = cpu::derive_block_sizes(cpu::config_for(isa::avx2), dtype::f64, spr);
+    EXPECT_EQ(avx2_intel.kc, avx2_amd.kc);
+    EXPECT_EQ(avx2_intel.mc, avx2_amd.mc);
 #endif
 }
 

@@ -170,6 +170,9 @@ cache_sizes host_cache_sizes() {
         c.l1d = plausible(c.l1d, 4 * KiB, 4 * MiB, 32 * KiB);
         c.l2 = plausible(c.l2, 32 * KiB, 64 * MiB, 512 * KiB);
         c.l3 = plausible(c.l3, 64 * KiB, 1024 * MiB, 2 * MiB);
+#if defined(__x86_64__)
+        c.intel = __builtin_cpu_is("intel");
+#endif
         return c;
     }();
     return sizes;
@@ -195,11 +198,13 @@ block_sizes derive_block_sizes(const isa_config& cfg, dtype type, const cache_si
     b.mr = tile.mr;
     b.nr = tile.nr;
     const auto share = [](std::size_t bytes, double fraction) { return index_t(double(bytes) * fraction); };
-    const double l1_share = info.real == dtype::f32 ? cfg.l1_share_f32 : cfg.l1_share_f64;
+    const bool intel = caches.intel && cfg.intel_l1_share > 0;
+    const double l1_share = intel ? cfg.intel_l1_share : info.real == dtype::f32 ? cfg.l1_share_f32 : cfg.l1_share_f64;
+    const double l2_share = intel ? cfg.intel_l2_share : cfg.l2_share;
     const auto round_down = [](index_t x, index_t unit) { return x / unit * unit; };
     // Floors keep a tiny report working; caps bound the packing buffers when a report is huge.
     b.kc = std::clamp<index_t>(round_down(share(caches.l1d, l1_share) / (b.nr * e), 8), 16, 1024);
-    b.mc = std::clamp<index_t>(round_down(share(caches.l2, cfg.l2_share) / (b.kc * e), b.mr), b.mr,
+    b.mc = std::clamp<index_t>(round_down(share(caches.l2, l2_share) / (b.kc * e), b.mr), b.mr,
                                round_down(1024, b.mr));
     b.nc = std::clamp<index_t>(round_down(share(caches.l3, cfg.l3_share) / (b.kc * e), b.nr), b.nr,
                                round_down(8192, b.nr));

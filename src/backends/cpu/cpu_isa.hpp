@@ -36,6 +36,8 @@ isa selected_isa();
 /// Data cache sizes in bytes available to one core: L1 data, L2, and its share of L3.
 struct cache_sizes {
     std::size_t l1d = 0, l2 = 0, l3 = 0;
+    /// The CPU is Intel's (cpuid): the entries' Intel shares apply (isa_config::intel_l1_share).
+    bool intel = false;
 };
 /// From /sys/devices/system/cpu/cpu0/cache (L3 divided among the CPUs sharing it), else sysconf,
 /// else typical sizes (32 KiB, 512 KiB, 2 MiB); cached after the first call.
@@ -108,6 +110,10 @@ struct isa_config {
     int small_cols_f64 = 0;
     small_stack_kernel<float> stack_f32 = nullptr;
     small_stack_kernel<double> stack_f64 = nullptr;
+    /// On Intel cores (cache_sizes::intel), when above 0: the L1 share of both real types and the
+    /// L2 share instead of those above (measured apart: AVX-512 runs on full-width units there).
+    double intel_l1_share = 0;
+    double intel_l2_share = 0;
 };
 /// The registry entry of an instruction set (compiled on every x86-64 build).
 const isa_config& config_for(isa s);
