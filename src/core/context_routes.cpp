@@ -152,8 +152,11 @@ route context_routes::measure(dtype t, shape_class c, std::optional<gemm_kernel>
     // The direct path: the host's kernels on the calling thread. With one CPU device in place of
     // as many threads as the direct call's, its probes are the host's: vendor is the same OpenBLAS
     // call on the same cores, tiled the same kernel on one of them (its rate over the threads).
-    // Not for tiny products: there each kernel's entry cost is the measurement, and a device's
-    // probe adds the engine's.
+    // Not for tiny and small products (probes of 8^3 and 64^3): there each kernel's entry cost
+    // weighs, and a device's probe adds the engine's hand-off, which dividing by the threads does
+    // not remove (on an Emerald Rapids VM the device's f32 64^3 probe put tiled on one thread at
+    // 14.5 GFLOP/s against OpenBLAS's 23.6, so 32-128^3 ran OpenBLAS's misdetected Prescott kernels
+    // on the calling thread, about 4x slower than tiled there). The host's own probe runs both.
     if (r.direct_possible) {
         r.host_fixed = direct_call_seconds();
         const device* only = s_.devices.size() == 1 ? s_.devices.front() : nullptr;
@@ -164,7 +167,7 @@ route context_routes::measure(dtype t, shape_class c, std::optional<gemm_kernel>
             kernel_choice hc;
             std::string source;
             if (s_.in_place && only && only->info().threads == host_threads_ && measured.front().measured &&
-                c != shape_class::tiny) {
+                c != shape_class::tiny && c != shape_class::small) {
                 hc = measured.front();
                 for (kernel_rate& x : hc.rates)
                     if (x.kernel == gemm_kernel::tiled) x.flops /= double(std::max(1, host_threads_));
