@@ -762,6 +762,40 @@ TEST(KernelChoice, TinyProductsTakeTheKernelMeasuredFastestThere) {
     }
 }
 
+// Small products (no side above 128, the 64^3 probe) take the direct path's kernel from the host's
+// own probe on the calling thread, not from the device's probe with tiled's rate divided by its
+// threads: at that size the device's hand-off is in its probe and hid a tiled kernel four times as
+// fast as a misdetected OpenBLAS (an Emerald Rapids VM). Either kernel can win.
+TEST(KernelChoice, SmallProductsTakeTheHostsOwnMeasurementForTheDirectPath) {
+    for (bool host_tiled_faster : {true, false}) {
+        std::vector<std::string> asked;
+        std::mutex m;
+        const detail::scripted_kernel_probes hook(
+            [&](const detail::scripted_kernel_probes::request& r) {
+                const std::lock_guard lock(m);
+                asked.push_back(r.where + " " + std::to_string(r.shape.m));
+                // The device: vendor ahead (and tiled's rate halved again over its threads); the
+                // host: as the case says, its faster kernel ahead of the device's vendor too, so the
+                // engine is no faster and every small product goes direct.
+                if (r.where != "host") return timings(1e-3, 1.5e-3);
+                return host_tiled_faster ? timings(2e-3, 0.5e-3) : timings(0.5e-3, 2e-3);
+            },
+            3600);
+        context ctx("cpu");
+        int seed = 0;
+        for (auto [m, n, k] : {std::array<index_t, 3>{64, 64, 64}, {100, 17, 128}})
+            for (dtype t : {dtype::f64, dtype::c32})
+                visit_dtype(t, [&]<class T>() {
+                    operands<T> x(op::n, op::t, m, n, k, layout::row_major, std::uint64_t(++seed));
+                    auto [c, rep] = x.run(ctx, T(1.5), T(0));
+                    EXPECT_EQ(rep.plan.strategy, gemm_strategy::direct) << ctx.explain(rep.plan);
+                    EXPECT_EQ(rep.plan.kernel, host_tiled_faster ? gemm_kernel::tiled : gemm_kernel::vendor)
+                        << m << "x" << n << "x" << k << "\n" << ctx.explain(rep.plan);
+                });
+        EXPECT_NE(std::find(asked.begin(), asked.end(), "host 64"), asked.end());
+    }
+}
+
 // A single row or column of C is a class of its own, measured on a probe of one row (1 x 512 x 512):
 // the vendor kernel runs ?gemv there, which a thin probe of 16 rows does not measure.
 TEST(KernelChoice, SingleLineProductsAreMeasuredOnALineProbe) {
