@@ -45,12 +45,17 @@ void stderr_line(const std::string& text) {
 // `finish` is registered when the drop-in loads, so it runs after every atexit handler and static
 // destructor of the program, just before the libraries' finalizers (OpenBLAS frees its buffers and
 // joins its threads there): from then on a BLAS call from another thread never returns, since the
-// process is ending and no library can be relied on any more.
+// process is ending and no library can be relied on any more. A call that would have been routed
+// but finds routing stopped runs on the system BLAS (a program's static destructors may still join
+// threads that compute), and `finish` waits for those too: a call still inside OpenBLAS when its
+// finalizer joins its threads hangs the exit (seen under ASan, exit() 10 ms into a routed dgemm_).
 pthread_mutex_t flight_mutex = PTHREAD_MUTEX_INITIALIZER;
 pthread_cond_t flight_done = PTHREAD_COND_INITIALIZER;
 int routed_in_flight = 0;  // routed calls in flight, all threads
 bool routing_stopped = false;
 thread_local int routed_on_this_thread = 0;  // an exit handler on such a thread must not wait for itself
+int exit_forwards = 0;  // calls sent to the system BLAS because routing had stopped, all threads
+thread_local int exit_forwards_on_this_thread = 0;
 std::atomic<bool> process_finishing{false};
 pthread_t finishing_thread;
 
@@ -63,8 +68,11 @@ void stop_routing() {
 
 void finish() {
     stop_routing();
+    pthread_mutex_lock(&flight_mutex);
     finishing_thread = pthread_self();
     process_finishing.store(true, std::memory_order_release);
+    while (exit_forwards != exit_forwards_on_this_thread) pthread_cond_wait(&flight_done, &flight_mutex);
+    pthread_mutex_unlock(&flight_mutex);
 }
 
 // This process's id, kept: getpid() is a system call (about 0.1 us on a VM) and every routed call
@@ -83,6 +91,7 @@ __attribute__((constructor)) void register_finish() {
                    [] {
                        cached_pid.store(0, std::memory_order_relaxed);
                        routed_in_flight = routed_on_this_thread;
+                       exit_forwards = exit_forwards_on_this_thread;
                        pthread_mutex_unlock(&flight_mutex);
                    });
 }
@@ -325,6 +334,29 @@ public:
     bool active;
 };
 
+// A call on the system BLAS because exit stopped routing: `finish` waits for it, and once `finish`
+// has run such a call from another thread never starts (as at every entry point).
+class exit_forward {
+public:
+    exit_forward() {
+        pthread_mutex_lock(&flight_mutex);
+        if (process_finishing.load(std::memory_order_relaxed) && !pthread_equal(pthread_self(), finishing_thread)) {
+            pthread_mutex_unlock(&flight_mutex);
+            for (;;) ::pause();
+        }
+        ++exit_forwards, ++exit_forwards_on_this_thread;
+        pthread_mutex_unlock(&flight_mutex);
+    }
+    ~exit_forward() {
+        pthread_mutex_lock(&flight_mutex);
+        --exit_forwards, --exit_forwards_on_this_thread;
+        pthread_cond_broadcast(&flight_done);
+        pthread_mutex_unlock(&flight_mutex);
+    }
+    exit_forward(const exit_forward&) = delete;
+    exit_forward& operator=(const exit_forward&) = delete;
+};
+
 // The one decision: which library computes this call. `forward` calls an entry of a real library
 // (the same routine) with the caller's own arguments.
 // What route() needs of each kind of call, GEMM's here (the other Level 3 routines' below): its
@@ -390,7 +422,10 @@ void route(const void* caller, routine r, const Args& g, Forward forward) {
     };
     if (reason) return to_real_blas(reason);
     const routed_call in_flight;
-    if (!in_flight.active) return to_real_blas("exiting");
+    if (!in_flight.active) {
+        const exit_forward waited_for_by_exit;
+        return to_real_blas("exiting");
+    }
     if (!f.context_ready()) return to_real_blas("no-context");
     const long internal_before = f.internal_calls.load(std::memory_order_relaxed);
     char* text = nullptr;
