@@ -509,6 +509,31 @@ detail::probe_timings timings(double vendor_seconds, double tiled_seconds) {
     return p;
 }
 
+// Scripted kernel probes (no re-check within the test) that keep where each ran and on which
+// shape, as "host 8" or "cpu:0 512" (the probe's m).
+class recorded_probes {
+public:
+    explicit recorded_probes(std::function<detail::probe_timings(const detail::scripted_kernel_probes::request&)> f)
+        : hook_(
+              [this, f = std::move(f)](const detail::scripted_kernel_probes::request& r) {
+                  {
+                      const std::lock_guard lock(mutex_);
+                      asked_.push_back(r.where + " " + std::to_string(r.shape.m));
+                  }
+                  return f(r);
+              },
+              3600) {}
+    bool asked(const std::string& where_and_m) const {
+        const std::lock_guard lock(mutex_);
+        return std::find(asked_.begin(), asked_.end(), where_and_m) != asked_.end();
+    }
+
+private:
+    mutable std::mutex mutex_;
+    std::vector<std::string> asked_;
+    detail::scripted_kernel_probes hook_;  // last: set after what it records into, gone before it
+};
+
 double rate_of(const kernel_choice& c, gemm_kernel k) {
     for (const kernel_rate& r : c.rates)
         if (r.kernel == k && r.measured) return r.flops;
@@ -735,16 +760,10 @@ TEST(KernelChoice, AVerdictAgainstVendorIsRecheckedOnceLater) {
 // measurement. Either kernel can win (never a fixed preference).
 TEST(KernelChoice, TinyProductsTakeTheKernelMeasuredFastestThere) {
     for (bool tiled_faster : {true, false}) {
-        std::vector<std::string> asked;
-        std::mutex m;
-        const detail::scripted_kernel_probes hook(
-            [&](const detail::scripted_kernel_probes::request& r) {
-                const std::lock_guard lock(m);
-                asked.push_back(r.where + " " + std::to_string(r.shape.m));
-                const bool tiny = std::max({r.shape.m, r.shape.n, r.shape.k}) <= 16;
-                return tiny && tiled_faster ? timings(2e-6, 1e-6) : timings(1e-3, 2e-3);
-            },
-            3600);
+        const recorded_probes probes([&](const detail::scripted_kernel_probes::request& r) {
+            const bool tiny = std::max({r.shape.m, r.shape.n, r.shape.k}) <= 16;
+            return tiny && tiled_faster ? timings(2e-6, 1e-6) : timings(1e-3, 2e-3);
+        });
         context ctx("cpu");
         int seed = 0;
         for (auto [m, n, k] : {std::array<index_t, 3>{1, 1, 1}, {16, 16, 16}, {5, 16, 3}, {17, 16, 16}, {64, 64, 64}})
@@ -758,7 +777,7 @@ TEST(KernelChoice, TinyProductsTakeTheKernelMeasuredFastestThere) {
                         << m << "x" << n << "x" << k << "\n" << ctx.explain(rep.plan);
                 });
         // The host's own probe measured the tiny class (a device's probe adds the engine's cost).
-        EXPECT_NE(std::find(asked.begin(), asked.end(), "host 8"), asked.end());
+        EXPECT_TRUE(probes.asked("host 8"));
     }
 }
 
@@ -768,19 +787,13 @@ TEST(KernelChoice, TinyProductsTakeTheKernelMeasuredFastestThere) {
 // fast as a misdetected OpenBLAS (an Emerald Rapids VM). Either kernel can win.
 TEST(KernelChoice, SmallProductsTakeTheHostsOwnMeasurementForTheDirectPath) {
     for (bool host_tiled_faster : {true, false}) {
-        std::vector<std::string> asked;
-        std::mutex m;
-        const detail::scripted_kernel_probes hook(
-            [&](const detail::scripted_kernel_probes::request& r) {
-                const std::lock_guard lock(m);
-                asked.push_back(r.where + " " + std::to_string(r.shape.m));
-                // The device: vendor ahead (and tiled's rate halved again over its threads); the
-                // host: as the case says, its faster kernel ahead of the device's vendor too, so the
-                // engine is no faster and every small product goes direct.
-                if (r.where != "host") return timings(1e-3, 1.5e-3);
-                return host_tiled_faster ? timings(2e-3, 0.5e-3) : timings(0.5e-3, 2e-3);
-            },
-            3600);
+        const recorded_probes probes([&](const detail::scripted_kernel_probes::request& r) {
+            // The device: vendor ahead (and tiled's rate halved again over its threads); the host:
+            // as the case says, its faster kernel ahead of the device's vendor too, so the engine
+            // is no faster and every small product goes direct.
+            if (r.where != "host") return timings(1e-3, 1.5e-3);
+            return host_tiled_faster ? timings(2e-3, 0.5e-3) : timings(0.5e-3, 2e-3);
+        });
         context ctx("cpu");
         int seed = 0;
         for (auto [m, n, k] : {std::array<index_t, 3>{64, 64, 64}, {100, 17, 128}})
@@ -792,7 +805,7 @@ TEST(KernelChoice, SmallProductsTakeTheHostsOwnMeasurementForTheDirectPath) {
                     EXPECT_EQ(rep.plan.kernel, host_tiled_faster ? gemm_kernel::tiled : gemm_kernel::vendor)
                         << m << "x" << n << "x" << k << "\n" << ctx.explain(rep.plan);
                 });
-        EXPECT_NE(std::find(asked.begin(), asked.end(), "host 64"), asked.end());
+        EXPECT_TRUE(probes.asked("host 64"));
     }
 }
 

@@ -313,48 +313,35 @@ template <class T>
     std::abort();
 }
 
-// A routed call in flight, for exit; `active` false once exit has stopped routing.
+// A call past the threshold, in flight, for exit. `active`: routed (exit waits for it before the
+// static objects go); false once exit has stopped routing: the call runs on the system BLAS and
+// `finish` waits for it before the libraries' finalizers, and once `finish` has run such a call
+// from another thread never starts (as at every entry point).
 class routed_call {
 public:
     routed_call() {
         pthread_mutex_lock(&flight_mutex);
         active = !routing_stopped;
-        if (active) ++routed_in_flight, ++routed_on_this_thread;
+        if (!active && process_finishing.load(std::memory_order_relaxed) && !pthread_equal(pthread_self(), finishing_thread)) {
+            pthread_mutex_unlock(&flight_mutex);
+            for (;;) ::pause();
+        }
+        ++in_flight(), ++on_this_thread();
         pthread_mutex_unlock(&flight_mutex);
     }
     ~routed_call() {
-        if (!active) return;
         pthread_mutex_lock(&flight_mutex);
-        --routed_in_flight, --routed_on_this_thread;
+        --in_flight(), --on_this_thread();
         pthread_cond_broadcast(&flight_done);
         pthread_mutex_unlock(&flight_mutex);
     }
     routed_call(const routed_call&) = delete;
     routed_call& operator=(const routed_call&) = delete;
     bool active;
-};
 
-// A call on the system BLAS because exit stopped routing: `finish` waits for it, and once `finish`
-// has run such a call from another thread never starts (as at every entry point).
-class exit_forward {
-public:
-    exit_forward() {
-        pthread_mutex_lock(&flight_mutex);
-        if (process_finishing.load(std::memory_order_relaxed) && !pthread_equal(pthread_self(), finishing_thread)) {
-            pthread_mutex_unlock(&flight_mutex);
-            for (;;) ::pause();
-        }
-        ++exit_forwards, ++exit_forwards_on_this_thread;
-        pthread_mutex_unlock(&flight_mutex);
-    }
-    ~exit_forward() {
-        pthread_mutex_lock(&flight_mutex);
-        --exit_forwards, --exit_forwards_on_this_thread;
-        pthread_cond_broadcast(&flight_done);
-        pthread_mutex_unlock(&flight_mutex);
-    }
-    exit_forward(const exit_forward&) = delete;
-    exit_forward& operator=(const exit_forward&) = delete;
+private:
+    int& in_flight() const { return active ? routed_in_flight : exit_forwards; }
+    int& on_this_thread() const { return active ? routed_on_this_thread : exit_forwards_on_this_thread; }
 };
 
 // The one decision: which library computes this call. `forward` calls an entry of a real library
@@ -422,10 +409,7 @@ void route(const void* caller, routine r, const Args& g, Forward forward) {
     };
     if (reason) return to_real_blas(reason);
     const routed_call in_flight;
-    if (!in_flight.active) {
-        const exit_forward waited_for_by_exit;
-        return to_real_blas("exiting");
-    }
+    if (!in_flight.active) return to_real_blas("exiting");
     if (!f.context_ready()) return to_real_blas("no-context");
     const long internal_before = f.internal_calls.load(std::memory_order_relaxed);
     char* text = nullptr;
