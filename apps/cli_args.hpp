@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <initializer_list>
 #include <iostream>
 #include <limits>
@@ -279,6 +280,13 @@ inline CLI::Validator at_least(long long lo) {
             return {};
         },
         "INT >= " + std::to_string(lo), "at least");
+}
+
+/// The command's devices: --devices, else TILESTREAM_DEVICES (the drop-in's setting, shared), else
+/// "auto" (every GPU present, else the CPU).
+inline std::string devices_of(const args& a) {
+    const char* env = std::getenv("TILESTREAM_DEVICES");
+    return a.get_or("devices", env && *env ? env : "auto");
 }
 
 /// --memory-budget and --cpu-threads, taken by every command that opens devices.

@@ -82,7 +82,7 @@ void declare(args& a, blas3_routine r) {
                         : rank_k(r) ? "op(A): n (default) or t" : "op(A): n (default), t or c", "n|t|c");
     if (solves(r)) a.text("diag", "non-unit (default) or unit", "non-unit|unit");
     a.text("kernel", "GEMM tiles and diagonal blocks: reference, naive, tiled or vendor (default)", "KERNEL")
-        .text("devices", "e.g. cpu, cpu:2, cuda:0, opencl:0, cpu@512MiB (default cpu)", "SPEC")
+        .text("devices", "e.g. cpu, cpu:2, cuda:0, opencl:0, cpu@512MiB (default auto: every GPU present, else the CPU; or TILESTREAM_DEVICES)", "SPEC")
         .integer_option("tile", "tile size along A's order (syrk family: C's tiles) instead of the planner's")
         .integer_option("tile-free", "tile size along the other dimension of B or C");
     if (rk) a.integer_option("tile-k", "tile size along k");
@@ -252,7 +252,7 @@ int run(const args& a, blas3_routine r, dtype type, run_files& out_files) {
     const blas3_problem problem = describe_blas3<T>(r, f, ops);
 
     const context_options co = routine_context_options(a);
-    context ctx(a.get_or("devices", "cpu"), co);
+    context ctx(cli::devices_of(a), co);
     blas3_call_options call;
     const index_t big = std::numeric_limits<index_t>::max();
     call.tile = a.integer("tile", 0, 1, big);
@@ -260,7 +260,9 @@ int run(const args& a, blas3_routine r, dtype type, run_files& out_files) {
     call.tile_k = a.integer("tile-k", 0, 1, big);
     call.order = parse_blas3_order(a.get_or("order", "auto"));
     const bool explain = a.flag("explain");
-    if (explain && !co.rates && !problem.quick_return) call.rates = ctx.rates(type, co.kernel);
+    // Measured rates for the explanation of one device in place (which probes nothing itself);
+    // never with several: declared call rates leave out the balance's rate per device.
+    if (explain && !co.rates && !problem.quick_return && ctx.devices().size() == 1) call.rates = ctx.rates(type, co.kernel);
     const blas3_plan plan = ctx.plan(problem, call);
     if (explain) std::fprintf(stderr, "%s", ctx.explain(plan).c_str());
     trace_recorder recorder;

@@ -92,7 +92,7 @@ void declare(args& a, const factor_command& c) {
                "P.npy");
     if (!lu) a.text("uplo", "lower (default) or upper: the triangle of A read and factored", "lower|upper");
     a.text("kernel", "GEMM tiles and diagonal blocks: reference, naive, tiled or vendor (default)", "KERNEL")
-        .text("devices", "e.g. cpu, cpu:2, cuda:0, opencl:0, cpu@512MiB (default cpu)", "SPEC")
+        .text("devices", "e.g. cpu, cpu:2, cuda:0, opencl:0, cpu@512MiB (default auto: every GPU present, else the CPU; or TILESTREAM_DEVICES)", "SPEC")
         .integer_option("tile", lu ? "block columns' width instead of the planner's" : "tile size instead of the planner's")
         .text("order", "auto (default: the cost model's), left (left-looking) or right (right-looking)", "auto|left|right")
         .text("reproducible", "on: results bitwise the same for any budget and device count; default off", "on|off")
@@ -223,7 +223,7 @@ void predict_solve(context& ctx, factor_run& r, const std::array<blas3_flags, 2>
     for (const blas3_flags& f : steps) {
         blas3_call_options call;
         const blas3_problem problem = describe_blas3<T>(blas3_routine::trsm, f, {T(1), T(0), a, {}, b});
-        if (explain && !ctx.options().rates && !problem.quick_return)
+        if (explain && !ctx.options().rates && !problem.quick_return && ctx.devices().size() == 1)
             call.rates = ctx.rates(dtype_of<T>(), ctx.options().kernel);
         const blas3_plan plan = ctx.plan(problem, call);
         r.predicted_solve_seconds += plan.predicted_seconds;
@@ -255,7 +255,7 @@ factor_run run_cholesky(context& ctx, const factor_command& c, uplo u, const fac
     call.run.trace = fc.trace;
     const blas3_operands<T> ops{T(1), T(0), {}, {}, work.view()};
     const blas3_problem problem = describe_blas3<T>(blas3_routine::potrf, {side::left, u, op::n, diag::non_unit}, ops);
-    if (fc.explain && !ctx.options().rates && !problem.quick_return)
+    if (fc.explain && !ctx.options().rates && !problem.quick_return && ctx.devices().size() == 1)
         call.rates = ctx.rates(dtype_of<T>(), ctx.options().kernel);
     const blas3_plan plan = ctx.plan(problem, call);
     if (fc.explain) std::fprintf(stderr, "%s", ctx.explain(plan).c_str());
@@ -283,7 +283,7 @@ factor_run run_lu(context& ctx, const factor_command& c, const factor_call& fc, 
     call.order = parse_lu_order(fc.order);
     call.run.trace = fc.trace;
     const getrf_problem problem = describe_getrf<T>(host_matrix_view<const T>(work.view()));
-    if (fc.explain && !ctx.options().rates && !problem.quick_return())
+    if (fc.explain && !ctx.options().rates && !problem.quick_return() && ctx.devices().size() == 1)
         call.rates = ctx.rates(dtype_of<T>(), ctx.options().kernel);
     const getrf_plan plan = ctx.plan(problem, call);
     if (fc.explain) std::fprintf(stderr, "%s", ctx.explain(plan).c_str());
@@ -378,7 +378,7 @@ int run(const args& a, const factor_command& c, dtype type, run_files& out_files
     host_matrix<T> x;
     if (c.solves) x = copy_of<T>(host_matrix_view<const T>(b0.view()));
 
-    context ctx(a.get_or("devices", "cpu"), routine_context_options(a));
+    context ctx(cli::devices_of(a), routine_context_options(a));
     trace_recorder recorder;
     if (a.has("trace") || a.has("timeline")) fc.trace = &recorder;
     std::vector<index_t> ipiv;

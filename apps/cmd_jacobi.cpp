@@ -40,7 +40,7 @@ void declare_jacobi_options(args& a) {
         .integer_option("iters", "most iterations (default 1000)")
         .number_option("tol", "stop when the residual norm is below X (default 0: never)")
         .integer_option("check-every", "residual every K iterations, read one check later (default 10)")
-        .text("devices", "e.g. cpu, cpu:4, cuda:0,cuda:1 (default cpu)", "SPEC")
+        .text("devices", "e.g. cpu, cpu:4, cuda:0,cuda:1 (default auto: every GPU present, else the CPU; or TILESTREAM_DEVICES)", "SPEC")
         .text("decomp", "rows | cols | tiles | tiles:PxQ | auto (default auto: least halo bytes)", "D")
         .text("overlap", "strips and halos first, interior meanwhile (default on)", "on|off")
         .text("out", "write the final field", "FIELD.npy")
@@ -80,7 +80,7 @@ int run_jacobi_command(const args& a, const jacobi_problem& pb, jacobi_options o
     context_options co;
     co.memory_budget = oo.memory_budget;
     co.cpu_threads = oo.cpu_threads;
-    context ctx(a.get_or("devices", "cpu"), co);
+    context ctx(cli::devices_of(a), co);
     check_budgets(ctx.devices());
     const bool json = a.flag("json");
     if (!json && !a.flag("quiet")) opt.progress = progress_printer{};

@@ -81,7 +81,7 @@ void declare_gemm_options(ts::cli::args& a) {
         .text("kernel", "auto (default: the fastest measured per device, precision and shape), reference, naive, "
                         "tiled or vendor", "KERNEL")
         .text("math", "strict (default) or tf32 (f32 on tensor cores, CUDA vendor kernel only)", "strict|tf32")
-        .text("devices", "e.g. cpu, cpu:2, cuda:0, cpu@512MiB (default cpu)", "SPEC")
+        .text("devices", "e.g. cpu, cpu:2, cuda:0, cpu@512MiB (default auto: every GPU present, else the CPU; or TILESTREAM_DEVICES)", "SPEC")
         .text("strategy",
               "auto (default), in-core, tiles-3d, a-panel, a-panel-c-panel, b-panel, c-block, row-panels, "
               "zero-copy (CPU devices without a budget: operands used in place; what auto and in-core run there)",
@@ -174,7 +174,8 @@ int cmd_devices(int argc, char** argv) {
                               {"fp64", i.fp64}, {"emulated", i.emulated}});
         const json top = {{"devices", items}, {"cpu_cores", inv.cpu_cores}, {"cuda_status", inv.cuda_status},
                           {"opencl_devices", opencl}, {"opencl_status", inv.opencl_status},
-                          {"opencl_under_all", inv.opencl_under_all}};
+                          {"opencl_under_all", inv.opencl_under_all},
+                          {"opencl_under_all_decision", inv.opencl_under_all_decision}};
         std::cout << ts::detail::json_line(top) << "\n";
         return 0;
     }
@@ -464,7 +465,7 @@ int run_gemm(const ts::cli::args& a, ts::dtype type, ts::cli::run_files& files) 
         throw ts::invalid_argument("--reproducible expects on or off, got '" + reproducible + "'");
     co.reproducible = reproducible == "on";
     if (a.has("rates")) co.rates = ts::parse_rates(*a.get("rates"));
-    ts::context ctx(a.get_or("devices", "cpu"), co);
+    ts::context ctx(ts::cli::devices_of(a), co);
     ts::cli::check_budgets(ctx.devices());
     check_math_mode(opt.math, type, opt.kernel, ctx);
     const std::size_t budget = ctx.budget();
@@ -873,7 +874,7 @@ int run_gemm_stack(const ts::cli::args& a, ts::dtype type, ts::cli::run_files& f
     co.cache = ts::parse_cache_mode(a.get_or("cache", "auto"));
     co.reproducible = ts::cli::parse_on_off("reproducible", a.get_or("reproducible", "off"));
     if (a.has("rates")) co.rates = ts::parse_rates(*a.get("rates"));
-    ts::context ctx(a.get_or("devices", "cpu"), co);
+    ts::context ctx(ts::cli::devices_of(a), co);
     ts::cli::check_budgets(ctx.devices());
     check_math_mode(math, type, kernel.value_or(ts::gemm_kernel::vendor), ctx);
 

@@ -12,7 +12,7 @@ import resource
 import subprocess
 import sys
 
-ARGS = ['gemm', '--m', '256', '--n', '256', '--k', '256', '--check']
+ARGS = ['gemm', '--devices', 'cpu', '--m', '256', '--n', '256', '--k', '256', '--check']
 
 
 def run(cli, kib):

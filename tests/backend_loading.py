@@ -56,6 +56,7 @@ def vendors(work, name, libraries):
 def run_tool(cli, preload, work, args, env_updates=None):
     out = os.path.join(work, 'maps.txt')
     env = dict(os.environ, LD_PRELOAD=preload, TILESTREAM_TEST_MAPS_OUT=out, **(env_updates or {}))
+    env = {k: v for k, v in env.items() if v is not None}  # None: unset
     p = subprocess.run([cli] + args, env=env, capture_output=True, text=True, timeout=300)
     if p.returncode != 0:
         fail('%s failed (%d): %s' % (' '.join(args), p.returncode, p.stderr))
@@ -66,7 +67,7 @@ def run_tool(cli, preload, work, args, env_updates=None):
 def main():
     cli, preload, work = sys.argv[1:4]
     os.makedirs(work, exist_ok=True)
-    _, maps = run_tool(cli, preload, work, ['gemm', '--m', '301', '--n', '203', '--k', '157', '--check'])
+    _, maps = run_tool(cli, preload, work, ['gemm', '--devices', 'cpu', '--m', '301', '--n', '203', '--k', '157', '--check'])
     if mapped(maps, CUDA + OPENCL):
         fail('a CPU gemm mapped %s' % mapped(maps, CUDA + OPENCL))
 
@@ -86,23 +87,28 @@ def main():
         cuda_driver = True
     except OSError:
         cuda_driver = False
-    if not cuda_driver:
-        p = subprocess.run([cli, 'gemm', '--devices', 'all', '--m', '64', '--n', '48', '--k', '32'],
+    # The same for the default devices (auto), which looks for GPUs as `all` does.
+    for spec in (['--devices', 'all'], []) if not cuda_driver else ():
+        p = subprocess.run([cli, 'gemm'] + spec + ['--m', '64', '--n', '48', '--k', '32'],
                            env=dict(os.environ, LD_DEBUG='files'), capture_output=True, text=True, timeout=300)
         opened = sorted({line.split('file=')[1].split()[0] for line in p.stderr.splitlines()
                          if 'file=' in line and any(n in line for n in ('libtilestream_cuda', 'libcudart', 'libcublas'))})
         if p.returncode != 0 or opened:
-            fail('gemm --devices all without a CUDA driver opened %s (exit %d)' % (opened, p.returncode))
+            fail('gemm %s without a CUDA driver opened %s (exit %d)' % (' '.join(spec) or '(default devices)', opened,
+                                                                         p.returncode))
 
     # `all` where the only OpenCL driver is PoCL with CPU devices: no OpenCL discovery.
     pocl = pocl_library()
     pocl_only = None
     if pocl:
-        pocl_only = {'OCL_ICD_VENDORS': vendors(work, 'vendors-pocl-only', [pocl]), 'POCL_DEVICES': 'pthread'}
+        # OCL_ICD_FILENAMES (which a CUDA image may set) would add its drivers to the folder's.
+        pocl_only = {'OCL_ICD_VENDORS': vendors(work, 'vendors-pocl-only', [pocl]), 'POCL_DEVICES': 'pthread',
+                     'OCL_ICD_FILENAMES': None}
         out, _ = run_tool(cli, preload, work, ['devices', '--json'], pocl_only)
         listing = json.loads(out)
         if 'only PoCL CPU devices' not in listing.get('opencl_under_all', ''):
-            fail('a vendors folder of PoCL alone (pthread) did not skip OpenCL under all: %r' % listing)
+            fail('a vendors folder of PoCL alone (pthread) did not skip OpenCL under all (%s): %r'
+                 % (listing.get('opencl_under_all_decision'), listing))
         if listing['opencl_devices']:  # the OpenCL backend is built and PoCL works: the skip shows in the maps
             gemm = ['gemm', '--devices', 'all', '--m', '301', '--n', '203', '--k', '157', '--check']
             _, maps = run_tool(cli, preload, work, gemm, pocl_only)
@@ -126,13 +132,14 @@ def main():
         if mapped(p.stdout, CUDA + OPENCL):
             fail('import tilestream and a CPU matmul mapped %s' % mapped(p.stdout, CUDA + OPENCL))
         if pocl_only:
-            default = code.replace(', devices="cpu"', '')  # devices "all"
-            p = subprocess.run([python, '-c', default], env=dict(os.environ, PYTHONPATH=path, **pocl_only),
+            default = code.replace(', devices="cpu"', '')  # the default devices (auto)
+            env = {k: v for k, v in dict(os.environ, PYTHONPATH=path, **pocl_only).items() if v is not None}
+            p = subprocess.run([python, '-c', default], env=env,
                                capture_output=True, text=True, timeout=300)
             if p.returncode != 0:
                 fail('python: %s' % p.stderr)
             if mapped(p.stdout, OPENCL):
-                fail('tilestream.matmul (devices all) with PoCL CPU devices only mapped %s' % mapped(p.stdout, OPENCL))
+                fail('tilestream.matmul (default devices) with PoCL CPU devices only mapped %s' % mapped(p.stdout, OPENCL))
     print('backends load on demand: CPU runs and Python map no CUDA or OpenCL library, '
           'discovery that finds none unloads them' +
           (', all skips PoCL CPU devices' if pocl else ' (no PoCL: the skip under all not checked)'))

@@ -7,6 +7,7 @@
 #include "backends/cuda/cuda_blas3_logic.hpp"
 #include "core/engine/tile_mapping.hpp"
 #include "core/fault_injection.hpp"
+#include "core/rate_probes.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -423,5 +424,60 @@ TEST(TileOps, CublasPlanScalesWithoutReadingAWhenAlphaIsZero) {
     EXPECT_EQ(m.call.trans, blas_trans::trans);
 }
 
+}  // namespace
+}  // namespace tilestream
+
+namespace tilestream {
+namespace {
+// A device whose measured GEMM rate is a twentieth of another's or less takes no task while that
+// one works: on an H200 host, syrk f64 8192 on cuda:0,cpu took 0.41 s with the CPU holding 2 of 36
+// tasks (0.015 s for 4096 on the GPU alone). Scripted probes make opencl:0 (PoCL) 30 times
+// slower than the CPU device here; the other way round, the CPU is the one left out.
+TEST(Blas3Balance, AFarSlowerDeviceTakesNoTask) {
+    TILESTREAM_SKIP_WITHOUT_GPU("opencl:0");
+    for (bool cpu_fast : {true, false}) {
+        const detail::scripted_kernel_probes probes(
+            [&](const detail::scripted_kernel_probes::request& r) {
+                const bool fast = (r.where.rfind("cpu", 0) == 0 || r.where == "host") == cpu_fast;
+                // Seconds for the probe's shape at 30 or 1 TFLOP/s (probes differ in shape).
+                const double s = 2.0 * double(r.shape.m) * double(r.shape.n) * double(r.shape.k) / (fast ? 30e12 : 1e12);
+                detail::probe_timings p;
+                for (int k = 0; k < 2; ++k) p.seconds.push_back({s, s, s});
+                p.notes.resize(2);
+                return p;
+            },
+            3600);
+        context ctx("cpu@64MiB,opencl:0@64MiB");
+        const index_t n = 700, k = 300;
+        host_matrix<double> a(n, k, layout::col_major), c(n, n, layout::col_major);
+        fill_random(a.view(), 11);
+        blas3_call_options call;
+        call.tile = 64;  // 66 tasks: the slower device's one task would end before the faster one's whole share
+        const blas3_report rep = ctx.syrk<double>(uplo::lower, op::n, 1.0, a.view(), 0.0, c.view(), call);
+        ASSERT_EQ(rep.devices.size(), 2u);
+        const std::size_t slow = cpu_fast ? 1 : 0;
+        EXPECT_EQ(rep.devices[slow].units, 0u) << rep.devices[slow].id << " took tasks (cpu fast: " << cpu_fast
+                                               << ")\n" << ctx.explain(rep.plan);
+        EXPECT_GT(rep.devices[1 - slow].units, 0u);
+    }
+}
+
+// Rates declared for a call stand for the plan's model; the balance still has each device's own
+// measured rate (once, declared rates dropped it, and a CPU beside a GPU took tasks).
+TEST(Blas3Balance, DeclaredCallRatesKeepEachDevicesRate) {
+    TILESTREAM_SKIP_WITHOUT_GPU("opencl:0");
+    context ctx("cpu@1MiB,opencl:0@1MiB");
+    host_matrix<double> a(120, 80, layout::col_major), c(120, 120, layout::col_major);
+    fill_random(a.view(), 12);
+    const blas3_problem q = describe_blas3<double>(blas3_routine::syrk, {side::left, uplo::lower, op::n, diag::non_unit},
+                                                   {1.0, 0.0, a.view(), {}, c.view()});
+    blas3_call_options call;
+    call.rates = device_rates{};
+    const blas3_plan p = ctx.plan(q, call);
+    ASSERT_EQ(p.device_flops.size(), 2u) << ctx.explain(p);
+    EXPECT_GT(p.device_flops[0], 0);
+    EXPECT_GT(p.device_flops[1], 0);
+    EXPECT_NE(ctx.explain(p).find("balance         cpu:0 "), std::string::npos) << ctx.explain(p);
+}
 }  // namespace
 }  // namespace tilestream

@@ -3,6 +3,8 @@
 
 #include <tilestream/devices.hpp>
 
+#include "core/device_identity.hpp"
+
 #include <atomic>
 #include <chrono>
 #include <filesystem>
@@ -241,6 +243,31 @@ TEST(discovery, NoGpuIsNotAnError) {
     }
     auto all = open_devices("all");
     EXPECT_EQ(all.size(), inv.gpus.size() + 1);
+}
+
+// "auto", every front's default: the accelerators "all" opens, without the CPU beside them; the CPU
+// alone where there is none (so a newcomer's command line uses the GPU of a GPU machine).
+TEST(discovery, AutoTakesTheAcceleratorsElseTheCpu) {
+    const auto r = parse_device_spec("AUTO@1GiB");
+    ASSERT_EQ(r.size(), 1u);
+    EXPECT_EQ(r[0].kind, device_request::what::automatic);
+    EXPECT_EQ(r[0].budget.value(), std::size_t(1) << 30);
+    EXPECT_EQ(count_cpu_devices(r), 1);
+    for (const char* mixed : {"auto,cpu", "cuda:0,auto", "auto,auto"}) {
+        try {
+            parse_device_spec(mixed);
+            ADD_FAILURE() << mixed << " was accepted";
+        } catch (const invalid_argument& e) {
+            EXPECT_NE(std::string(e.what()).find("'auto' stands alone"), std::string::npos) << e.what();
+        }
+    }
+    std::vector<std::string> accelerators;
+    for (const auto& d : open_devices("all"))
+        if (d->info().kind != device_kind::cpu) accelerators.push_back(d->id());
+    std::vector<std::string> picked;
+    for (const auto& d : open_devices("auto")) picked.push_back(d->id());
+    if (accelerators.empty()) EXPECT_EQ(picked, std::vector<std::string>{"cpu:0"});
+    else EXPECT_EQ(picked, accelerators);
 }
 
 }  // namespace

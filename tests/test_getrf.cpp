@@ -243,6 +243,16 @@ TEST(Getrf, OnOpenCLMatchesLapack) {
     call.tile = 48;
     factor_and_compare<float>(ctx, known_pivots<float>(150, 131, 21), layout::col_major, call, "opencl f32");
     factor_and_compare<double>(ctx, known_pivots<double>(131, 150, 22), layout::row_major, call, "opencl f64 row-major");
+    // OpenCL has no getrf or laswp: the plan prices its staged panels at the host's rate, and says
+    // so; a CPU device factors its own (nothing staged).
+    const getrf_report rep = factor_and_compare<double>(ctx, known_pivots<double>(140, 120, 23), layout::col_major, call,
+                                                        "opencl f64, explained");
+    EXPECT_GT(rep.plan.rates.staged_flops, 0) << explain(rep.plan);
+    EXPECT_NE(explain(rep.plan).find("staged tiles    getrf panels and row interchanges through host memory"),
+              std::string::npos) << explain(rep.plan);
+    context cpu("cpu@256KiB");
+    EXPECT_EQ(factor_and_compare<double>(cpu, known_pivots<double>(140, 120, 24), layout::col_major, call, "cpu f64")
+                  .plan.rates.staged_flops, 0);
 }
 
 TEST(GetrfCuda, MatchesLapack) {

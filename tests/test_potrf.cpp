@@ -273,6 +273,41 @@ TEST(PotrfOpenCL, MatchesLapack) {
     check_potrf<double>(rep, 270, uplo::upper, layout::col_major, 109, {}, 260);  // info 261, in the second tile
 }
 
+// Staged potrf tiles are priced at the host's rate (device_rates::staged_flops) with their copies
+// both ways: a GPU 500x the host no longer plans one 8192 tile, factored on the host in 3.6 s (an
+// H200 host, cuda:0,cpu), where 1024 tiles ran in 0.175 s.
+TEST(PotrfPlan, StagedTilesArePricedAtTheHostsRate) {
+    const index_t n = 8192;
+    blas3_problem q;
+    q.routine = blas3_routine::potrf;
+    q.type = dtype::f64;
+    q.flags.uplo = uplo::lower;
+    q.m = q.n = q.k = n;
+    q.layout_a = q.layout_b = q.layout_c = layout::col_major;
+    q.lda = q.ldb = q.ldc = n;
+    q.reads_ab = q.reads_c = true;
+    device_rates gpu;
+    gpu.flops = 50e12;
+    gpu.h2d = gpu.d2h = 50e9;
+    gpu.measured = true;
+    blas3_options opt;
+    opt.devices = 2;
+    const std::size_t budget = std::size_t(64) << 30;
+    device_rates staged = gpu;
+    staged.staged_flops = 50e9;
+    const blas3_plan p = plan_blas3(q, budget, staged, opt);
+    // Every diagonal tile is factored on the host, one after the other on the critical path.
+    const double tiles = double((n + p.tile - 1) / p.tile);
+    const double host_seconds = tiles * (double(p.tile) * double(p.tile) * double(p.tile) / 3) / staged.staged_flops;
+    EXPECT_GE(p.predicted_seconds, host_seconds) << explain(p);
+    EXPECT_LE(p.tile, 2048) << explain(p);
+    EXPECT_NE(explain(p).find("to the host's LAPACK at 50.0 GFLOP/s"), std::string::npos) << explain(p);
+    // Not staged (a device with its own potrf): the same tiles model faster.
+    blas3_options same = opt;
+    same.tile = p.tile;
+    EXPECT_LT(plan_blas3(q, budget, gpu, same).predicted_seconds, p.predicted_seconds);
+}
+
 TEST(PotrfOpenCL, StagedDiagonalTilesRunLapackOnTheHostExceptWhenReproducible) {
     // OpenCL has no potrf tile: its diagonal tiles are staged to the host, where LAPACK factors
     // them (the reference loop took about a second per 1024 tile); reproducible mode and the
@@ -295,6 +330,13 @@ TEST(PotrfOpenCL, StagedDiagonalTilesRunLapackOnTheHostExceptWhenReproducible) {
     check_potrf<double>(ctx, 97, uplo::lower, layout::col_major, 141, call);
     check_potrf<std::complex<float>>(ctx, 75, uplo::upper, layout::row_major, 142, call, 40);  // info 41 from LAPACK
     EXPECT_TRUE(all_are(names(host), "potrf on the host")) << names(host).size() << " potrf spans";
+    // The plan prices them so, at the host's measured rate.
+    const blas3_plan staged = ctx.plan(describe_blas3<double>(blas3_routine::potrf, {side::left, uplo::lower, op::n, diag::non_unit},
+                                                              {1.0, 0.0, {}, {}, make_spd<double>(97, uplo::lower, layout::col_major, 144).view()}),
+                                       call);
+    EXPECT_GT(staged.rates.staged_flops, 0) << ctx.explain(staged);
+    EXPECT_NE(ctx.explain(staged).find("staged tiles    potrf tiles through host memory"), std::string::npos)
+        << ctx.explain(staged);
     trace_recorder reference;
     call.run.trace = &reference;
     context rep("opencl:0@2MiB", {.reproducible = true});  // its k-block tiles: 256 wide in f64

@@ -50,8 +50,13 @@ struct cli_result {
     std::string out;  // stdout and stderr together
 };
 
+/// The CLI's tests run on the CPU unless they name devices (or TILESTREAM_DEVICES does): the
+/// default, every GPU present, would turn a GPU machine's `make test` into GPU runs that these
+/// tests do not expect (the reference kernel, zero-copy plans).
+inline std::string cli_env() { return "export TILESTREAM_DEVICES=\"${TILESTREAM_DEVICES:-cpu}\"; "; }
+
 inline cli_result run_cli(const std::string& args) {
-    const std::string cmd = std::string(TILESTREAM_CLI_PATH) + " " + args + " 2>&1";
+    const std::string cmd = cli_env() + std::string(TILESTREAM_CLI_PATH) + " " + args + " 2>&1";
     cli_result r;
     FILE* p = popen(cmd.c_str(), "r");
     if (!p) return r;
@@ -66,7 +71,7 @@ inline cli_result run_cli(const std::string& args) {
 /// Output (stdout and stderr) of a shell command line.
 inline std::string run_cli_raw(const std::string& command) {
     std::string out;
-    FILE* p = popen((command + " 2>&1").c_str(), "r");
+    FILE* p = popen((cli_env() + command + " 2>&1").c_str(), "r");
     if (!p) return out;
     std::array<char, 4096> buf{};
     std::size_t n;

@@ -152,9 +152,10 @@ struct gesv_report {
 
 class context {
 public:
-    /// Opens the devices of `spec` (the CLI's grammar: "all", "cpu:2", "cuda:0,cpu@4GiB",
-    /// "opencl:0x2"...). Throws invalid_argument naming a bad item and the devices present.
-    explicit context(std::string_view spec = "cpu", const context_options& options = {});
+    /// Opens the devices of `spec` (the CLI's grammar: "auto", the default: every GPU present, else
+    /// the CPU; "all", "cpu:2", "cuda:0,cpu@4GiB", "opencl:0x2"...). Throws invalid_argument naming
+    /// a bad item and the devices present.
+    explicit context(std::string_view spec = "auto", const context_options& options = {});
     context(const context&) = delete;
     context& operator=(const context&) = delete;
     ~context();

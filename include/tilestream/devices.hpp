@@ -1,4 +1,4 @@
-// Device specs ("all", "cpu", "cpu:N", "cuda:I", "cuda:IxK", "opencl:I", "opencl:IxK", comma lists, "@budget") and
+// Device specs ("auto", "all", "cpu", "cpu:N", "cuda:I", "cuda:IxK", "opencl:I", "opencl:IxK", comma lists, "@budget") and
 // discovery of the devices present.
 #pragma once
 
@@ -15,7 +15,9 @@ namespace tilestream {
 
 /// One item of a device spec.
 struct device_request {
-    enum class what { all, cpu, cuda, opencl } kind = what::cpu;
+    /// automatic ("auto", the fronts' default): the accelerators `all` would open (CUDA GPUs, OpenCL
+    /// GPUs), without the CPU beside them; the CPU alone where there is none.
+    enum class what { all, cpu, cuda, opencl, automatic } kind = what::cpu;
     int count = 1;       ///< cpu:N -> N CPU devices splitting the cores ("cpu" alone is N = 1)
     int index = 0;       ///< cuda:I, opencl:I
     int slices = 1;      ///< cuda:IxK, opencl:IxK -> K logical devices on device I
@@ -38,10 +40,12 @@ struct system_inventory {
     /// One line when `all` skips OpenCL discovery here (every OpenCL driver is PoCL with CPU devices
     /// only, which `all` never takes: the host's cores are already `cpu`); empty when it discovers.
     std::string opencl_under_all;
+    /// Why `all` (and `auto`) skip OpenCL discovery here or do not (one line, either way).
+    std::string opencl_under_all_decision;
 };
 /// Discovers CPU cores, host memory, CUDA GPUs and OpenCL devices (never aborts; no GPU is not an
-/// error). open_devices discovers OpenCL only for specs that name it (opencl:I), and for `all`
-/// unless opencl_under_all says it skips.
+/// error). open_devices discovers OpenCL only for specs that name it (opencl:I), and for `all` and
+/// `auto` unless opencl_under_all says it skips.
 const system_inventory& inventory();
 
 struct open_options {

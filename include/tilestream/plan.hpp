@@ -77,6 +77,11 @@ struct device_rates {
     /// hiding behind it, and each kernel call's packing of its A rows and B columns is such a copy
     /// too (fewer, larger calls pack less). Set by measure_rates (computes_on_host_cores).
     bool host_memory = false;
+    /// The rate of Cholesky's diagonal tiles and LU's panels where a device without a potrf or
+    /// getrf of its own (a GPU, an OpenCL device) stages them through host memory to the host's
+    /// LAPACK (FLOP/s); 0: the devices run them at `flops`. Set by the context from the host's
+    /// measured GEMM rate.
+    double staged_flops = 0;
 };
 /// Measures copy bandwidths and the kernel's FLOP rate on dev with short probes (cached per
 /// device id, dtype and kernel within the process).

@@ -260,9 +260,9 @@ class Kept:
 
 
 class Context:
-    """Devices opened once (the CLI's spec grammar: 'all', 'cpu', 'cpu:2', 'cuda:0,cpu@4GiB',
-    'opencl:0x2'...), their rates measured once, and every call planned for all of them:
-    tilestream::context. Safe to use from several threads; runs queue.
+    """Devices opened once (the CLI's spec grammar: 'auto' (the default: the GPUs, else the CPU),
+    'all', 'cpu', 'cpu:2', 'cuda:0,cpu@4GiB', 'opencl:0x2'...), their rates measured once, and every
+    call planned for all of them: tilestream::context. Safe to use from several threads; runs queue.
 
     memory_budget: bytes (int) or a string such as '8MiB', for each device without '@budget' in
     the spec. A budget on a CPU device makes it stage tiles like an accelerator (out-of-core);
@@ -273,7 +273,7 @@ class Context:
     reproducible (fixed k-order) are the CLI's --cpu-threads, --math, --cache and --reproducible.
     """
 
-    def __init__(self, devices="all", memory_budget=None, kernel="auto", *, cpu_threads=0, math="strict",
+    def __init__(self, devices="auto", memory_budget=None, kernel="auto", *, cpu_threads=0, math="strict",
                  cache="auto", reproducible=False):
         self._native = _native.Context(
             _checks.spec(devices), _budget(memory_budget),
@@ -571,14 +571,14 @@ os.register_at_fork(before=_native.fork_prepare, after_in_parent=_native.fork_af
 
 #: The settings of matmul's defaults, and their context once opened: a call with nothing but a and b
 #: goes straight to it (a dictionary lookup and argument checks cost microseconds).
-_DEFAULT_KEY = ("all", None, "auto")
+_DEFAULT_KEY = ("auto", None, "auto")
 _default_context = None
 
 
-def matmul(a, b, out=None, *, alpha=1, beta=0, c=None, devices="all", memory_budget=None, kernel="auto",
+def matmul(a, b, out=None, *, alpha=1, beta=0, c=None, devices="auto", memory_budget=None, kernel="auto",
            strategy="auto", explain=False, progress=None):
-    """alpha * a @ b + beta * c, on `devices` (all of them by default), out-of-core when the
-    operands do not fit `memory_budget` (bytes, or a string such as '8MiB').
+    """alpha * a @ b + beta * c, on `devices` (by default "auto": every GPU present, else the CPU),
+    out-of-core when the operands do not fit `memory_budget` (bytes, or a string such as '8MiB').
 
     a, b: arrays as numpy's matmul takes them, memmaps included: matrices, vectors (1-D) and stacks
     of matrices (more axes, broadcast as numpy does: one batched run). The result dtype is numpy's:
@@ -610,7 +610,7 @@ def matmul(a, b, out=None, *, alpha=1, beta=0, c=None, devices="all", memory_bud
     (cancelling the run where the library supports it, see cancel_supported).
     """
     ctx = _default_context
-    if (ctx is not None and out is None and c is None and devices == "all" and memory_budget is None
+    if (ctx is not None and out is None and c is None and devices == "auto" and memory_budget is None
             and kernel == "auto" and strategy == "auto" and not explain and progress is None
             and type(alpha) is int and alpha == 1 and type(beta) is int and beta == 0):
         result = _native.matmul_direct(ctx._direct, a, b)
@@ -620,7 +620,7 @@ def matmul(a, b, out=None, *, alpha=1, beta=0, c=None, devices="all", memory_bud
                                                            explain=explain, progress=progress)
 
 
-def jacobi(nx, ny, *, dtype=None, iters=1000, tol=0.0, check_every=10, devices="all", decomposition="auto",
+def jacobi(nx, ny, *, dtype=None, iters=1000, tol=0.0, check_every=10, devices="auto", decomposition="auto",
            overlap=True, memory_budget=None, start=None, explain=False, progress=None):
     """The 2-D Laplace equation on an ny x nx grid (boundary included, fixed) by Jacobi iterations,
     cut over `devices`; returns the final field (ny x nx, C order).

@@ -22,7 +22,7 @@ with one unit-stride axis (C or Fortran order). With c=None, C starts as zeros, 
 returns the named triangle and zeros elsewhere, as scipy's does. beta = 0 never reads c, alpha = 0
 never reads a or b (BLAS's semantics).
 
-Keyword-only extras: devices (default 'all'), memory_budget (bytes or '8MiB'), kernel ('vendor',
+Keyword-only extras: devices (default 'auto': the GPUs, else the CPU), memory_budget (bytes or '8MiB'), kernel ('vendor',
 'tiled', 'naive', 'reference'): the settings of tilestream.matmul's contexts, shared with it.
 """
 
@@ -78,7 +78,7 @@ def _output(c, shape, dtype, overwrite, name, fname):
     return np.array(c_arr, dtype=dtype, order="F")
 
 
-def _run(routine, alpha, a, b, c, beta=0, side=0, lower=0, trans=0, diag=0, devices="all", memory_budget=None,
+def _run(routine, alpha, a, b, c, beta=0, side=0, lower=0, trans=0, diag=0, devices="auto", memory_budget=None,
          kernel="vendor"):
     ctx = _context(devices, memory_budget, kernel)
     run = ctx._native.start_blas3(routine, "right" if side else "left", "lower" if lower else "upper",
@@ -91,7 +91,7 @@ def _make_mm(prefix, routine):
     dtype = _DTYPES[prefix]
     fname = prefix + routine
 
-    def mm(alpha, a, b, beta=0, c=None, side=0, lower=0, overwrite_c=0, *, devices="all", memory_budget=None,
+    def mm(alpha, a, b, beta=0, c=None, side=0, lower=0, overwrite_c=0, *, devices="auto", memory_budget=None,
            kernel="vendor"):
         alpha = _scalar(alpha, "alpha", fname, prefix in "sd")
         beta = _scalar(beta, "beta", fname, prefix in "sd")
@@ -144,7 +144,7 @@ def _make_rk(prefix, routine):
         if prefix in "sd" and trans == 2:
             trans = 1  # 'C' on real data is 'T'
         return _run(routine, al, a_m, b_m, out, be, lower=bool(opts.get("lower", 0)), trans=trans,
-                    devices=opts.get("devices", "all"), memory_budget=opts.get("memory_budget"),
+                    devices=opts.get("devices", "auto"), memory_budget=opts.get("memory_budget"),
                     kernel=opts.get("kernel", "vendor"))
 
     what = "a@a^H" if hermitian and not two else "a@b^H + b@a^H" if two and hermitian else \
@@ -160,7 +160,7 @@ def _make_tr(prefix, routine):
     dtype = _DTYPES[prefix]
     fname = prefix + routine
 
-    def tr(alpha, a, b, overwrite_b=0, lower=0, trans_a=0, side=0, diag=0, *, devices="all", memory_budget=None,
+    def tr(alpha, a, b, overwrite_b=0, lower=0, trans_a=0, side=0, diag=0, *, devices="auto", memory_budget=None,
            kernel="vendor"):
         alpha = _scalar(alpha, "alpha", fname, prefix in "sd")
         trans = _flag(trans_a, "trans_a", (0, 1, 2), fname)

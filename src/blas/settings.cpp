@@ -45,7 +45,7 @@ std::optional<std::uint64_t> parse_threshold(std::string_view s) {
 
 void apply(settings& s, std::string_view key, std::string_view value, const std::string& where) {
     if (key == "TILESTREAM_DEVICES") {
-        if (value.empty()) s.problems.push_back(where + ": TILESTREAM_DEVICES is empty (kept 'all')");
+        if (value.empty()) s.problems.push_back(where + ": TILESTREAM_DEVICES is empty (kept 'auto')");
         else s.devices = value;
     } else if (key == "TILESTREAM_MEMORY_BUDGET") {
         try {

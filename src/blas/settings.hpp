@@ -14,7 +14,7 @@ namespace tilestream::blas {
 inline constexpr std::uint64_t default_threshold = 512ull * 512 * 512;
 
 struct settings {
-    std::string devices = "all";               ///< TILESTREAM_DEVICES (the CLI's --devices grammar)
+    std::string devices = "auto";              ///< TILESTREAM_DEVICES (the CLI's --devices grammar)
     std::optional<std::size_t> memory_budget;  ///< TILESTREAM_MEMORY_BUDGET ("512MiB")
     std::uint64_t threshold = default_threshold;  ///< TILESTREAM_BLAS_THRESHOLD (m*n*k, or "N^3")
     std::string log_path;                      ///< TILESTREAM_BLAS_LOG: one line per GEMM call

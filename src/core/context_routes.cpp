@@ -66,6 +66,32 @@ device_balance balance_of(const std::vector<double>& device_flops) {
     return b;
 }
 
+std::string balance_line(const std::vector<device*>& devices, const std::vector<double>& device_flops) {
+    if (devices.size() < 2 || std::all_of(devices.begin(), devices.end(), [](const device* d) { return d->host_addressable(); }))
+        return {};
+    std::ostringstream o;
+    o << "  balance         ";
+    if (device_flops.size() != devices.size()) {
+        o << "no measured rate per device: each device's first task sets its rate\n";
+        return o.str();
+    }
+    const double fastest = *std::max_element(device_flops.begin(), device_flops.end());
+    std::vector<std::string> out;
+    for (std::size_t d = 0; d < devices.size(); ++d) {
+        char rate[64];
+        std::snprintf(rate, sizeof rate, " %.1f", device_flops[d] * 1e-9);
+        o << (d ? ", " : "") << devices[d]->id() << rate;
+        if (device_flops[d] * negligible_device_ratio <= fastest) out.push_back(devices[d]->id());
+    }
+    o << " GFLOP/s (each device's measured GEMM rate)";
+    for (std::size_t i = 0; i < out.size(); ++i) o << (i ? ", " : "; ") << out[i];
+    if (!out.empty())
+        o << " take" << (out.size() == 1 ? "s" : "") << " no task while a device " << negligible_device_ratio
+          << "x faster works";
+    o << "\n";
+    return o.str();
+}
+
 bool automatic_call(const gemm_call_options& call) {
     return call.strategy == gemm_strategy::automatic && call.tile_m == 0 && call.tile_n == 0 && call.tile_k == 0 &&
            call.transfer == transfer_mode::copy_2d && !call.rates && call.run.trace == nullptr;

@@ -133,4 +133,9 @@ struct device_balance {
 };
 device_balance balance_of(const std::vector<double>& device_flops);
 
+/// The explanation's line for a task-engine plan on `devices`: each one's rate for the balance
+/// (`device_flops`, the plan's) and which sit out; "" for one device or CPU slices of one host
+/// (one speed: no rate per device).
+std::string balance_line(const std::vector<device*>& devices, const std::vector<double>& device_flops);
+
 }  // namespace tilestream::detail

@@ -31,6 +31,7 @@ void check_distinct_devices(const std::vector<device_request>& requests,
         switch (r.kind) {
             case device_request::what::cuda: open(r.index, r); break;
             case device_request::what::all:
+            case device_request::what::automatic:
                 for (const auto& g : gpus) open(g.physical_index, r);
                 break;
             case device_request::what::opencl: {
@@ -52,7 +53,7 @@ int count_cpu_devices(const std::vector<device_request>& requests) {
     int n = 0;
     for (const auto& r : requests) {
         if (r.kind == device_request::what::cpu) n += r.count;
-        if (r.kind == device_request::what::all) n += 1;
+        if (r.kind == device_request::what::all || r.kind == device_request::what::automatic) n += 1;
     }
     return n;
 }

@@ -10,6 +10,12 @@
 namespace tilestream::detail::engine {
 
 double step_seconds(const task_graph& g, const task_step& s, const device_rates& r) {
+    const bool lapack = s.op.kind == tile_kind::potrf || s.op.kind == tile_kind::getrf || s.op.kind == tile_kind::laswp;
+    if (r.staged_flops > 0 && lapack) {
+        // Staged: the tile goes to host memory, the host's LAPACK works on it, and it comes back.
+        const double bytes = double(g.tile_bytes(s.c));
+        return s.op.flops() / r.staged_flops + r.op_overhead + bytes / std::max(r.d2h, 1.0) + bytes / std::max(r.h2d, 1.0);
+    }
     double t = s.op.flops() / std::max(r.flops, 1.0) + r.op_overhead;
     if (r.host_memory && s.op.flops() > 0) {
         // The kernel packs its operands (a strided gather at about half the copy rate).

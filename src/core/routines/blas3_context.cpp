@@ -4,9 +4,11 @@
 
 #include "core/context_routes.hpp"
 #include "core/gemm_memory.hpp"
+#include "core/rate_probes.hpp"
 #include "core/routines/routines.hpp"
 
 #include <algorithm>
+#include <thread>
 
 namespace tilestream {
 
@@ -24,8 +26,10 @@ blas3_plan context::plan(const blas3_problem& problem, const blas3_call_options&
     o.in_place = in_place_;
     o.reproducible = options_.reproducible;
     device_rates r = routine_rates(to_string(problem.routine), problem.type, o.kernel, problem.quick_return, call.rates);
-    const detail::device_balance b = problem.quick_return || call.rates ? detail::device_balance{} : balance(problem.type);
-    if (!options_.rates) r.flops *= b.model_scale;
+    // Each device's measured rate for the balance, also when the call declares the plan's rates
+    // (those stand for every device; the model's scale is then theirs).
+    const detail::device_balance b = problem.quick_return ? detail::device_balance{} : balance(problem.type);
+    if (!options_.rates && !call.rates) r.flops *= b.model_scale;
     try {
         blas3_plan p = plan_blas3(problem, budget(), r, o);
         p.device_flops = b.flops;
@@ -45,6 +49,28 @@ device_rates context::routine_rates(std::string_view routine, dtype type, gemm_k
     const bool probe = !quick_return && (!in_place_ || device_ptrs_.size() > 1);
     device_rates r = declared ? *declared : options_.rates ? *options_.rates : probe ? rates(type, kernel) : device_rates{};
     r.host_memory = computes_on_host_cores(device_ptrs_);
+    // Cholesky's diagonal tiles on devices without a potrf: staged to the host's LAPACK (outside
+    // reproducible mode and the reference kernel, which run the reference loops there). Priced at
+    // half the host's measured GEMM rate (an H200 host: a staged 8192 tile took 3.6 s, 51 GFLOP/s,
+    // against OpenBLAS's GEMM at 109), so a plan no longer takes one large potrf tile for free.
+    // LU's panels and row interchanges likewise (this VM's OpenBLAS: dgetrf on 8192 x 256-1024
+    // panels at 0.43-0.82 of its dgemm rate, dpotrf 1024-4096 at 0.58-0.78).
+    const std::optional<tile_kind> lapack = routine == "potrf"   ? std::optional(tile_kind::potrf)
+                                            : routine == "getrf" ? std::optional(tile_kind::getrf)
+                                                                 : std::nullopt;
+    const bool staged = lapack && std::any_of(device_ptrs_.begin(), device_ptrs_.end(), [&](const device* d) {
+        return !d->host_addressable() && !d->supports(*lapack, type, kernel);
+    });
+    // (Rates declared for the call that do not give this rate get the host's: the CLI's --explain
+    // declares the measured ones for one device, and must show the plan it runs.)
+    if (staged && !quick_return && r.staged_flops == 0 && !options_.rates &&
+        !options_.reproducible && kernel != gemm_kernel::reference) {
+        // Measured with the threads the staged step takes (OpenBLAS's over every host core).
+        const int host = int(std::max(1u, std::thread::hardware_concurrency()));
+        const detail::kept_choice kc = detail::choose_host_kernel_kept(type, shape_class::square, host);
+        for (const kernel_rate& k : kc.choice.rates)
+            if (k.kernel == gemm_kernel::vendor && k.measured) r.staged_flops = 0.5 * k.flops;
+    }
     return r;
 }
 
@@ -58,7 +84,10 @@ detail::device_balance context::balance(dtype type) {
     return detail::balance_of(routes_->get(type, shape_class::square, std::nullopt).device_flops);
 }
 
-std::string context::explain(const blas3_plan& p) const { return tilestream::explain(p); }
+std::string context::explain(const blas3_plan& p) const {
+    if (p.problem.quick_return) return tilestream::explain(p);
+    return tilestream::explain(p) + detail::balance_line(device_ptrs_, p.device_flops);
+}
 
 template <class T>
 blas3_report context::execute(const blas3_plan& p, const blas3_operands<T>& ops, const blas3_call_options& call) {

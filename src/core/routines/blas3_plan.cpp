@@ -17,6 +17,16 @@ namespace tilestream {
 
 namespace detail::routines {
 
+std::string staged_tiles_line(const device_rates& r, std::string_view tiles) {
+    if (r.staged_flops <= 0) return {};
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "  staged tiles    %.*s through host memory to the host's LAPACK at %.1f GFLOP/s (half the "
+                  "host's measured GEMM rate)\n",
+                  int(tiles.size()), tiles.data(), r.staged_flops * 1e-9);
+    return line;
+}
+
 engine::task_graph build_tasks(const blas3_problem& p, const build_settings& s) {
     switch (p.routine) {
         case blas3_routine::trsm: return build_trsm(p, s);
@@ -337,6 +347,7 @@ std::string explain(const blas3_plan& p) {
     std::snprintf(line, sizeof line, "  rates           h2d %.2f GB/s, d2h %.2f GB/s, %.1f GFLOP/s (%s)\n", p.rates.h2d * 1e-9,
                   p.rates.d2h * 1e-9, p.rates.flops * 1e-9, p.rates.measured ? "measured" : "default");
     o << line;
+    if (q.routine == blas3_routine::potrf) o << detail::routines::staged_tiles_line(p.rates, "potrf tiles");
     std::snprintf(line, sizeof line,
                   "  predicted       %.4f s on %d device(s): compute %.4f s, copies h2d %.4f s d2h %.4f s, "
                   "critical path %.4f s; bound by %s\n",

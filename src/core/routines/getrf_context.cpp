@@ -21,8 +21,10 @@ getrf_plan context::plan(const getrf_problem& problem, const getrf_call_options&
     o.in_place = in_place_;
     o.reproducible = options_.reproducible;
     device_rates r = routine_rates("getrf", problem.type, o.kernel, problem.quick_return(), call.rates);
-    const detail::device_balance b = problem.quick_return() || call.rates ? detail::device_balance{} : balance(problem.type);
-    if (!options_.rates) r.flops *= b.model_scale;
+    // Each device's measured rate for the balance, also when the call declares the plan's rates
+    // (those stand for every device; the model's scale is then theirs).
+    const detail::device_balance b = problem.quick_return() ? detail::device_balance{} : balance(problem.type);
+    if (!options_.rates && !call.rates) r.flops *= b.model_scale;
     try {
         getrf_plan p = plan_getrf(problem, budget(), r, o);
         p.device_flops = b.flops;
@@ -32,7 +34,10 @@ getrf_plan context::plan(const getrf_problem& problem, const getrf_call_options&
     }
 }
 
-std::string context::explain(const getrf_plan& p) const { return tilestream::explain(p); }
+std::string context::explain(const getrf_plan& p) const {
+    if (p.problem.quick_return()) return tilestream::explain(p);
+    return tilestream::explain(p) + detail::balance_line(device_ptrs_, p.device_flops);
+}
 
 template <class T>
 getrf_report context::execute(const getrf_plan& p, host_matrix_view<T> a, std::span<index_t> ipiv,

@@ -361,6 +361,7 @@ std::string explain(const getrf_plan& p) {
     std::snprintf(line, sizeof line, "  rates           h2d %.2f GB/s, d2h %.2f GB/s, %.1f GFLOP/s (%s)\n", p.rates.h2d * 1e-9,
                   p.rates.d2h * 1e-9, p.rates.flops * 1e-9, p.rates.measured ? "measured" : "default");
     o << line;
+    o << detail::routines::staged_tiles_line(p.rates, "getrf panels and row interchanges");
     std::snprintf(line, sizeof line,
                   "  predicted       %.4f s on %d device(s): compute %.4f s, copies h2d %.4f s d2h %.4f s, "
                   "critical path %.4f s; bound by %s\n",

@@ -54,6 +54,9 @@ struct tile_ref {
 void add_scaling_tasks(engine::task_graph& g, int operand, const build_settings& s, bool reads_c,
                        const blas3_problem& p, bool triangle);
 
+/// The explanation's line for tiles staged to the host's LAPACK ("" when the rates stage none).
+std::string staged_tiles_line(const device_rates& r, std::string_view tiles);
+
 }  // namespace tilestream::detail::routines
 
 namespace tilestream::detail {
