@@ -4,7 +4,7 @@
 Alternating rounds: the CLI (`tilestream gemm --m N --n N --k N --dtype D --repeat R --json`, its own
 median, random operands) and, in this process, the wall time of `tilestream.matmul(a, b, out=out)`
 on random operands of the same shape (median of R calls, after a warm-up). Default options on both
-sides: the devices `all` gives on this machine and the vendor kernel. Prints one JSON object.
+sides: the default devices (`auto`: the GPUs, else the CPU) and the vendor kernel. Prints one JSON object.
 usage: PYTHONPATH=build/python bench/python_vs_cli.py --cli build/apps/tilestream [--n 4096] [--dtype f64]
 """
 import argparse, json, os, platform, statistics, subprocess, sys, time
@@ -43,7 +43,7 @@ git = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
 print(json.dumps({
     "benchmark": "python_vs_cli", "git_hash": git, "machine": f"{platform.node()} ({cpu}, {os.cpu_count()} cores)",
-    "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "device": "devices 'all' (default)",
+    "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "device": "devices 'auto' (default)",
     "kernel_environment": {k: os.environ.get(k, "(unset)") for k in ("OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS", "TILESTREAM_CPU_ISA")},
     "n": n, "dtype": args.dtype, "rounds": args.rounds, "repeat": args.repeat,
     "cli_median_seconds_per_round": cli_runs, "python_median_seconds_per_round": py_runs,
