@@ -285,8 +285,15 @@ inline CLI::Validator at_least(long long lo) {
 /// The command's devices: --devices, else TILESTREAM_DEVICES (the drop-in's setting, shared), else
 /// "auto" (every GPU present, else the CPU).
 inline std::string devices_of(const args& a) {
+    if (a.has("devices")) return a.get_or("devices", "auto");
     const char* env = std::getenv("TILESTREAM_DEVICES");
-    return a.get_or("devices", env && *env ? env : "auto");
+    if (!env || !*env) return "auto";
+    try {
+        (void)parse_device_spec(env);
+    } catch (const invalid_argument& e) {
+        throw invalid_argument(std::string("TILESTREAM_DEVICES (the default of --devices): ") + e.what());
+    }
+    return env;
 }
 
 /// --memory-budget and --cpu-threads, taken by every command that opens devices.

@@ -160,6 +160,19 @@ TEST(cli, ProgressLineOnATerminal) {
 /// Steps of ~0.2 s are planned only for a run that shows them (the progress line): piped or
 /// --quiet, a product past the step bound is one call. Declared rates (1 GFLOP/s) put 600^3 f64
 /// (0.43 s) past the bound on any machine.
+// With no --devices the CLI takes TILESTREAM_DEVICES (the drop-in's setting), else auto; --devices
+// wins; a bad value is named with where it came from, before any work.
+TEST(cli, DefaultDevicesFromTheEnvironment) {
+    const std::string cli = TILESTREAM_CLI_PATH, gemm = " gemm --m 64 --n 48 --k 32 --json --quiet";
+    const std::string two = testing::run_cli_raw("TILESTREAM_DEVICES=cpu:2 " + cli + gemm);
+    EXPECT_NE(two.find("\"devices\": \"cpu:0,cpu:1\""), std::string::npos) << two;
+    const std::string named = testing::run_cli_raw("TILESTREAM_DEVICES=cpu:2 " + cli + gemm + " --devices cpu");
+    EXPECT_NE(named.find("\"devices\": \"cpu:0\""), std::string::npos) << named;
+    const std::string bad = testing::run_cli_raw("TILESTREAM_DEVICES=bogus " + cli + gemm + " 2>&1; echo \"exit=$?\"");
+    EXPECT_NE(bad.find("TILESTREAM_DEVICES (the default of --devices): unknown device 'bogus'"), std::string::npos) << bad;
+    EXPECT_NE(bad.find("exit=2"), std::string::npos) << bad;
+}
+
 TEST(cli, StepsOnlyWhenTheProgressLineShows) {
     if (std::system("command -v script > /dev/null 2>&1") != 0) GTEST_SKIP() << "no 'script' command for a pseudo-terminal";
     const std::string args = " gemm --m 600 --n 600 --k 600 --dtype f64 --rates gflops=1";
