@@ -125,10 +125,13 @@ device_rates measure_rates(device& dev, dtype type, gemm_kernel kernel, math_mod
     const std::size_t free = dev.budget() - std::min(dev.budget(), dev.bytes_in_use());
     const std::size_t es = size_of(type);
     bool copies_measured = false, gemm_measured = false;
-    // Copies: 16 MiB (less on small budgets, at least 64 KiB) from a staging buffer, as the pipeline copies.
+    // Copies: 16 MiB (less on small budgets, at least 64 KiB) from a staging buffer, as the pipeline copies;
+    // never more than half of what is free: a caller planning on the same device meanwhile reads the
+    // probe's buffer as memory outside runs (four Python threads on one context of 64 KiB devices:
+    // a 64 KiB probe left them a 0 B budget, 6 runs in 15).
     const std::size_t min_copy_bytes = 64 * 1024;
-    const std::size_t copy_bytes = std::max(min_copy_bytes, std::min<std::size_t>(16u << 20, free / 4));
-    if (copy_bytes <= free) {
+    const std::size_t copy_bytes = std::min(std::max(min_copy_bytes, std::min<std::size_t>(16u << 20, free / 4)), free / 2);
+    if (copy_bytes > 0) {
         try {
             auto buf = dev.allocate(copy_bytes);
             auto host = dev.allocate_host_staging(copy_bytes);
