@@ -11,8 +11,6 @@
 
 #include "core/output_files.hpp"
 
-#include <CLI/CLI.hpp>
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,12 +19,18 @@
 #include <cstdlib>
 #include <initializer_list>
 #include <iostream>
+#include <functional>
 #include <limits>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
+
+namespace CLI {
+class App;
+}
 
 namespace tilestream::cli {
 
@@ -68,13 +72,8 @@ inline std::string did_you_mean(const std::string& given, const std::vector<std:
 class args {
 public:
     /// `command` as shown in the usage line ("gemm", "scale gemm").
-    args(const std::string& command, const std::string& description)
-        : command_(command), app_(description, "tilestream " + command) {
-        app_.get_formatter()->column_width(36);
-        app_.get_formatter()->label("REQUIRED", "");
-        app_.allow_extras(false);
-        app_.positionals_at_end(false);
-    }
+    args(const std::string& command, const std::string& description);
+    ~args();
     args(const args&) = delete;
     args& operator=(const args&) = delete;
 
@@ -127,54 +126,16 @@ public:
         return *this;
     }
     /// An option without a value.
-    args& flag_option(const std::string& name, const std::string& help) {
-        app_.add_flag("--" + name, help)->disable_flag_override()->each([this, name](const std::string&) { flags_.insert(name); });
-        known_.push_back("--" + name);
-        flag_names_.insert(name);
-        return *this;
-    }
+    args& flag_option(const std::string& name, const std::string& help);
     /// Collects the arguments that are not options (checked by the command).
-    args& positionals(const std::string& name, const std::string& help) {
-        app_.add_option(name, positional_, help)->expected(0, 1 << 20);
-        return *this;
-    }
+    args& positionals(const std::string& name, const std::string& help);
     /// Text after the option list in --help.
-    args& footer(const std::string& text) {
-        app_.footer(text);
-        return *this;
-    }
+    args& footer(const std::string& text);
 
     /// Parses argv[first..]. Returns false when --help was asked for (the help is printed).
     /// Bad usage throws invalid_argument (or size_overflow) naming the option.
-    bool parse(int argc, char** argv, int first) {
-        std::vector<std::string> in;
-        for (int i = argc - 1; i >= first; --i) {  // CLI11 takes them reversed
-            const std::string arg = argv[i];
-            const auto eq = arg.find('=');
-            if (arg.rfind("--", 0) == 0 && eq != std::string::npos && flag_names_.count(arg.substr(2, eq - 2)))
-                throw invalid_argument("option " + arg.substr(0, eq) + " takes no value");
-            in.push_back(arg);
-        }
-        try {
-            app_.parse(in);
-        } catch (const CLI::CallForHelp&) {
-            std::cout << app_.help();
-            return false;
-        } catch (const CLI::ExtrasError&) {
-            const auto rest = app_.remaining();
-            const std::string what = rest.empty() ? std::string("?") : rest.front();
-            if (what.rfind("--", 0) == 0) {
-                const std::string name = what.substr(0, what.find('='));
-                throw invalid_argument("unknown option " + name + did_you_mean(name, known_) +
-                                       "; 'tilestream " + command_ + " --help' lists the options");
-            }
-            throw invalid_argument(command_ + ": unexpected argument '" + what + "'");
-        } catch (const CLI::ParseError& e) {
-            throw invalid_argument(e.what());
-        }
-        return true;
-    }
-    std::string help() const { return app_.help(); }
+    bool parse(int argc, char** argv, int first);
+    std::string help() const;
 
     bool flag(const std::string& name) const { return flags_.count(name) > 0; }
     bool has(const std::string& name) const { return values_.count(name) > 0; }
@@ -248,16 +209,11 @@ public:
     const std::vector<std::string>& positional() const { return positional_; }
 
 private:
-    template <class F>
-    void add(const std::string& name, const std::string& help, const std::string& type, F store) {
-        app_.add_option_function<std::string>("--" + name, store, help)
-            ->type_name(type)
-            ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-        known_.push_back("--" + name);
-    }
+    void add(const std::string& name, const std::string& help, const std::string& type,
+             std::function<void(const std::string&)> store);
 
     std::string command_;
-    CLI::App app_;
+    std::unique_ptr<CLI::App> app_;  // CLI11 is compiled in cli_args.cpp alone (8 s a file at -O2)
     std::vector<std::string> known_;
     std::set<std::string> flags_, flag_names_;
     std::map<std::string, std::string> values_;
@@ -266,21 +222,6 @@ private:
     std::map<std::string, tilestream::scalar> scalars_;
     std::vector<std::string> positional_;
 };
-
-/// A CLI11 check for an integer option that must be at least `lo`, with that message (CLI11's
-/// PositiveNumber prints the range of a double: 300 digits).
-inline CLI::Validator at_least(long long lo) {
-    return CLI::Validator(
-        [lo](std::string& v) -> std::string {
-            long long r = 0;
-            const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), r);
-            if (ec == std::errc::result_out_of_range) return v + " does not fit in 64 bits";
-            if (ec != std::errc() || p != v.data() + v.size()) return "expects an integer, got '" + v + "'";
-            if (r < lo) return "must be " + range_text(lo, std::numeric_limits<long long>::max()) + ", got " + v;
-            return {};
-        },
-        "INT >= " + std::to_string(lo), "at least");
-}
 
 /// The command's devices: --devices, else TILESTREAM_DEVICES (the drop-in's setting, shared), else
 /// "auto" (every GPU present, else the CPU).
