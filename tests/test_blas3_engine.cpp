@@ -462,6 +462,52 @@ TEST(Blas3Balance, AFarSlowerDeviceTakesNoTask) {
     }
 }
 
+// GEMM sizes its units for the devices that take work: a device 30 times slower than the other
+// takes none, so C is not cut for it (on an H200 host, cuda:0,cpu got twice the units, each one
+// reading all of B again: 0.39 s against 0.20 s on cuda:0 alone). With two equal devices the same
+// product is cut in two or more units; with the slow one, in the units of the fast one alone.
+TEST(GemmBalance, AFarSlowerDeviceIsNotPlannedFor) {
+    TILESTREAM_SKIP_WITHOUT_GPU("opencl:0");
+    const index_t n = 1024;
+    host_matrix<double> a(n, n, layout::col_major), b(n, n, layout::col_major), c(n, n, layout::col_major),
+        c0(n, n, layout::col_major);
+    fill_random(a.view(), 21);
+    fill_random(b.view(), 22);
+    fill_random(c0.view(), 23);  // beta = 0: never read
+    const gemm_problem q = describe_gemm<double>(op::n, op::n, 1.0, a.view(), b.view(), 0.0, c.view());
+    std::size_t units[3] = {};  // opencl:0 30x slower, both equal, the CPU alone
+    for (int mode : {0, 1, 2}) {
+        const detail::scripted_kernel_probes probes(
+            [&](const detail::scripted_kernel_probes::request& r) {
+                const bool cpu = r.where.rfind("cpu", 0) == 0 || r.where == "host";
+                const double rate = cpu || mode == 1 ? 30e12 : 1e12;
+                const double s = 2.0 * double(r.shape.m) * double(r.shape.n) * double(r.shape.k) / rate;
+                detail::probe_timings p;
+                for (int k = 0; k < 2; ++k) p.seconds.push_back({s, s, s});
+                p.notes.resize(2);
+                return p;
+            },
+            3600);
+        context ctx(mode == 2 ? "cpu@64MiB" : "cpu@64MiB,opencl:0@64MiB");
+        gemm_call_options call;
+        call.rates = std::nullopt;
+        const gemm_plan p = ctx.plan(q, call);
+        EXPECT_EQ(p.devices, mode == 2 ? 1 : 2) << ctx.explain(p);
+        units[mode] = p.units;
+        if (mode == 0) {  // and the run: the slow device takes nothing, C is right
+            std::fill(c.data(), c.data() + c.size(), std::nan(""));  // poisoned: unwritten elements fail
+            const gemm_report rep = ctx.execute<double>(p, 1.0, a.view(), b.view(), 0.0, c.view());
+            ASSERT_EQ(rep.devices.size(), 2u);
+            EXPECT_EQ(rep.devices[1].units, 0u) << ctx.explain(p);
+            EXPECT_LE(gemm_relative_error<double>(op::n, op::n, 1.0, a.view(), b.view(), 0.0, c0.view(), c.view()),
+                      gemm_tolerance(dtype::f64, n));
+        }
+    }
+    EXPECT_GE(units[1], 2u);
+    EXPECT_EQ(units[0], units[2]);
+    EXPECT_LT(units[0], units[1]);
+}
+
 // Rates declared for a call stand for the plan's model; the balance still has each device's own
 // measured rate (once, declared rates dropped it, and a CPU beside a GPU took tasks).
 TEST(Blas3Balance, DeclaredCallRatesKeepEachDevicesRate) {

@@ -61,8 +61,10 @@ device_balance balance_of(const std::vector<double>& device_flops) {
     b.flops = device_flops;
     const double fastest = *std::max_element(device_flops.begin(), device_flops.end());
     double working = 0;
-    for (double f : device_flops) working += f * negligible_device_ratio > fastest ? f : 0.0;
+    for (double f : device_flops)
+        if (f * negligible_device_ratio > fastest) working += f, ++b.working;
     b.model_scale = working / double(device_flops.size()) / device_flops.front();
+    b.working_scale = working / double(b.working) / device_flops.front();
     return b;
 }
 

@@ -126,10 +126,13 @@ inline bool watches_steps(const gemm_run_options& run) { return run.cancel != nu
 /// for the engines' first balance, and the factor that turns the first device's rate (what the
 /// model's probe measured) into the mean rate of the devices that take work (a device
 /// negligible_device_ratio slower than the fastest takes none). Empty, and 1, unless every device
-/// of several has a measured rate.
+/// of several has a measured rate. `working` of them take work (0: no rates, all of them), at a
+/// mean rate `working_scale` times the first device's: GEMM's tiles are sized for those.
 struct device_balance {
     std::vector<double> flops;
     double model_scale = 1.0;
+    int working = 0;
+    double working_scale = 1.0;
 };
 device_balance balance_of(const std::vector<double>& device_flops);
 
