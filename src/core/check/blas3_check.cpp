@@ -117,6 +117,7 @@ template <class T>
 blas3_check_result check_blas3(blas3_routine routine, const blas3_flags& f, const blas3_operands<T>& inputs,
                                host_matrix_view<const T> result) {
     const auto t0 = std::chrono::steady_clock::now();
+    const detail::host_blas_threads all_threads;  // the reference on every core
     if (routine == blas3_routine::potrf) throw invalid_argument("check_blas3: potrf is checked by check_potrf");
     const blas3_problem p = describe_blas3<T>(routine, f, inputs);
     check_int(p);

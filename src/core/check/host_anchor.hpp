@@ -13,6 +13,26 @@
 
 namespace tilestream::detail {
 
+/// OpenBLAS on every hardware thread for this scope, its previous count restored after. A check's
+/// float64 reference needs it: a run may leave OpenBLAS's process-wide count at 1 (each CPU worker
+/// calls it single-threaded), and then `syrk --n 8192 --check` beside an H200 took 39 s on one of
+/// the host's 16 cores (2026-11-27).
+class host_blas_threads {
+public:
+    host_blas_threads() : before_(openblas_get_num_threads()) {
+        const int all = int(std::max(1u, std::thread::hardware_concurrency()));
+        if (before_ != all) openblas_set_num_threads(all);
+    }
+    ~host_blas_threads() {
+        if (openblas_get_num_threads() != before_) openblas_set_num_threads(before_);
+    }
+    host_blas_threads(const host_blas_threads&) = delete;
+    host_blas_threads& operator=(const host_blas_threads&) = delete;
+
+private:
+    int before_;
+};
+
 /// `reset` then `run`, 1 + max(1, repeat) times with OpenBLAS on all hardware threads (its previous
 /// thread count restored); the first run warms up. `what` names the call ("cblas_dtrsm"); `flops`
 /// gives the GFLOP/s of the median.

@@ -63,6 +63,7 @@ template <class T>
 blas3_check_result check_potrf(uplo u, host_matrix_view<const T> a, host_matrix_view<const T> factor) {
     using W = wide_type_t<T>;
     const auto t0 = std::chrono::steady_clock::now();
+    const detail::host_blas_threads all_threads;  // the reference on every core
     const index_t n = a.rows();
     if (a.cols() != n || factor.rows() != n || factor.cols() != n)
         throw dimension_mismatch("check_potrf: A and its factor must be square and of one order");
@@ -113,6 +114,7 @@ blas3_check_result check_solve_hermitian(uplo u, host_matrix_view<const T> a, ho
                                          host_matrix_view<const T> x) {
     using W = wide_type_t<T>;
     const auto t0 = std::chrono::steady_clock::now();
+    const detail::host_blas_threads all_threads;  // the reference on every core
     const index_t n = a.rows(), nrhs = b.cols();
     if (a.cols() != n || b.rows() != n || x.rows() != n || x.cols() != nrhs)
         throw dimension_mismatch("check_solve_hermitian: A must be square, B and X of its order and one shape");

@@ -181,6 +181,7 @@ index_t reference_getrf(host_matrix_view<T> a, std::span<index_t> ipiv) {
 template <class T>
 double getrf_residual(host_matrix_view<const T> a, host_matrix_view<const T> lu, std::span<const index_t> ipiv) {
     using W = wide_type_t<T>;
+    const detail::host_blas_threads all_threads;  // the reference on every core
     const index_t m = a.rows(), n = a.cols(), mn = std::min(m, n);
     if (lu.rows() != m || lu.cols() != n)
         throw dimension_mismatch("getrf_residual: A is " + std::to_string(m) + "x" + std::to_string(n) + ", LU " +
@@ -221,6 +222,7 @@ double getrf_residual(host_matrix_view<const T> a, host_matrix_view<const T> lu,
 template <class T>
 double gesv_backward_error(host_matrix_view<const T> a, host_matrix_view<const T> x, host_matrix_view<const T> b) {
     using W = wide_type_t<T>;
+    const detail::host_blas_threads all_threads;  // the reference on every core
     const index_t n = a.rows(), nrhs = x.cols();
     if (a.cols() != n || x.rows() != n || b.rows() != n || b.cols() != nrhs)
         throw dimension_mismatch("gesv_backward_error: A is " + std::to_string(a.rows()) + "x" + std::to_string(a.cols()) +
