@@ -20,14 +20,27 @@ std::function<bool(int)> thread_start_hook;
 
 namespace tilestream::cpu {
 
+/// One run() call's parts: how many are still running, and the first error one threw.
+struct parts_left {
+    std::mutex mutex;
+    std::condition_variable cv;
+    int remaining = 0;
+    std::exception_ptr first_error;
+};
+
 /// The workers of one process: started when made, stopped and joined when destroyed.
 struct thread_pool::workers {
+    struct job {
+        std::function<void()> body;
+        parts_left* batch;
+    };
     std::uint64_t generation = tilestream::detail::fork_generation();  // before any thread starts
     std::vector<std::thread> threads;
     std::mutex mutex;
     std::condition_variable cv;
-    std::deque<std::function<void()>> jobs;
+    std::deque<job> jobs;
     bool stopping = false;
+    std::size_t started = 0;  // workers that have entered work()
 
     explicit workers(int n) {
         threads.reserve(std::size_t(n));
@@ -37,6 +50,11 @@ struct thread_pool::workers {
                     throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again));
                 threads.emplace_back([this] { work(); });
             }
+            // Made only once every worker runs: a thread still starting holds its C library's and
+            // sanitizer's locks, and a fork() then would leave the child waiting on them (under
+            // ASan the ForkedChild test's child hung in 1 of 100 runs when forked right after).
+            std::unique_lock lock(mutex);
+            cv.wait(lock, [this] { return started == threads.size(); });
         } catch (const std::system_error& e) {
             // Stop and join the workers that did start, so that nothing waits on the missing ones.
             const auto started = threads.size();
@@ -59,16 +77,36 @@ struct thread_pool::workers {
     }
 
     void work() {
+        {
+            std::lock_guard lock(mutex);
+            ++started;
+        }
+        cv.notify_all();
         for (;;) {
-            std::function<void()> job;
+            job j;
             {
                 std::unique_lock lock(mutex);
                 cv.wait(lock, [this] { return stopping || !jobs.empty(); });
                 if (jobs.empty()) return;
-                job = std::move(jobs.front());
+                j = std::move(jobs.front());
                 jobs.pop_front();
             }
-            job();
+            std::exception_ptr err;
+            try {
+                j.body();
+            } catch (...) {
+                err = std::current_exception();
+            }
+            // The part's memory is freed before it counts as done: once run() has returned no
+            // worker is inside the allocator, so a fork() right after it finds no allocator lock
+            // held (ASan's, unlike glibc's, is not made safe around fork(); a child of the
+            // ForkedChild test hung on it under a loaded ASan run).
+            j.body = nullptr;
+            parts_left& b = *j.batch;
+            std::lock_guard dl(b.mutex);
+            if (err && !b.first_error) b.first_error = std::move(err);
+            err = nullptr;
+            if (--b.remaining == 0) b.cv.notify_all();
         }
     }
 };
@@ -88,29 +126,16 @@ void thread_pool::run(int parts, const std::function<void(int)>& body) {
         return;
     }
     workers& w = live();
-    std::mutex done_mutex;
-    std::condition_variable done_cv;
-    int remaining = parts;
-    std::exception_ptr first_error;
+    parts_left batch;
+    batch.remaining = parts;
     {
         std::lock_guard lock(w.mutex);
-        for (int p = 0; p < parts; ++p)
-            w.jobs.emplace_back([&, p] {
-                std::exception_ptr err;
-                try {
-                    body(p);
-                } catch (...) {
-                    err = std::current_exception();
-                }
-                std::lock_guard dl(done_mutex);
-                if (err && !first_error) first_error = err;
-                if (--remaining == 0) done_cv.notify_all();
-            });
+        for (int p = 0; p < parts; ++p) w.jobs.push_back({[&body, p] { body(p); }, &batch});
     }
     w.cv.notify_all();
-    std::unique_lock dl(done_mutex);
-    done_cv.wait(dl, [&] { return remaining == 0; });
-    if (first_error) std::rethrow_exception(first_error);
+    std::unique_lock dl(batch.mutex);
+    batch.cv.wait(dl, [&] { return batch.remaining == 0; });
+    if (batch.first_error) std::rethrow_exception(batch.first_error);
 }
 
 void thread_pool::parallel_for(index_t n, const std::function<void(index_t, index_t)>& body) {
