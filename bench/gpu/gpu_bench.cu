@@ -333,6 +333,40 @@ void bench_copies(bench_context& ctx) {
             ctx.rows.push_back(row);
         }
     }
+    // Strided tiles, as GEMM and the tile store copy them: a block of rows `width` bytes long out
+    // of a pinned host matrix whose rows are 128 KiB (16384 doubles), into a packed device tile,
+    // beside the contiguous copy of the same bytes. The model prices every copy at the contiguous
+    // rate; on an H200 a plan re-reading 4 KiB-row tiles ran as if its copies did not overlap.
+    {
+        const std::size_t pitch = std::size_t(128) << 10;
+        for (std::size_t width : {std::size_t(4) << 10, std::size_t(8) << 10, std::size_t(32) << 10, pitch}) {
+            const std::size_t height = bytes / pitch;  // the whole buffer's rows, `width` bytes of each
+            const std::size_t moved = width * height;
+            for (bool to_device : {true, false}) {
+                copy_2d_desc c;
+                c.width_bytes = width;
+                c.height = height;
+                if (to_device) c.dst = d.get(), c.dst_pitch = width, c.src = pinned.get(), c.src_pitch = pitch;
+                else c.dst = pinned.get(), c.dst_pitch = pitch, c.src = d.get(), c.src_pitch = width;
+                const timing t = time_on_stream(ctx.native, [&] {
+                    if (to_device) ctx.dev.copy_2d_to_device(ctx.st, c);
+                    else ctx.dev.copy_2d_to_host(ctx.st, c);
+                });
+                const timing& anchor = to_device ? anchor_h2d : anchor_d2h;
+                const double bw = double(moved) * 1e-9 / t.median_s, bw_anchor = gb / anchor.median_s;
+                const std::string dir = to_device ? "h2d" : "d2h";
+                print_row("copy", dir + " 2d rows of " + std::to_string(width >> 10) + " KiB (pitch 128 KiB)", bw, "GB/s",
+                          bw_anchor, "cudaMemcpyAsync pinned");
+                json_row row;
+                row.add("kind", "copy_2d").add("direction", dir).add("host_memory", "pinned");
+                row.add("row_bytes", double(width)).add("rows", double(height)).add("bytes", double(moved));
+                row.add("median_ms", 1e3 * t.median_s).add("min_ms", 1e3 * t.min_s).add("reps", t.reps).add("gb_per_s", bw);
+                row.add("anchor", "cudaMemcpyAsync pinned, contiguous").add("anchor_gb_per_s", bw_anchor);
+                row.add("ratio_to_anchor", bw / bw_anchor);
+                ctx.rows.push_back(row);
+            }
+        }
+    }
     ctx.dev.unregister_host(registered.get());
 
     // Device to device: bytes copied per second (each byte is read once and written once).

@@ -285,7 +285,9 @@ void cost(gemm_plan& p) {
 
 /// Turns spare budget into spare A and B slots (LRU tile cache), never more than the distinct
 /// tiles a run could reuse. Unless forced, only when the tiles it keeps would make the predicted
-/// time at least 3% shorter: a run bound by compute gains nothing from skipped copies.
+/// time at least 3% shorter (on a device computing with the host's cores, a run bound by compute
+/// gains nothing from skipped copies), or, on a device with memory of its own, save a quarter of
+/// the bytes copied in.
 void add_tile_cache(gemm_plan& p, std::size_t budget, bool forced) {
     const std::size_t spare = budget - p.peak_device_bytes;
     const std::size_t pair = p.a_slot_bytes + p.b_slot_bytes;
@@ -312,7 +314,13 @@ void add_tile_cache(gemm_plan& p, std::size_t budget, bool forced) {
     // On a CPU device copies add to the time rather than set a pace: the saved copy time counts whole.
     const double predicted = p.rates.host_memory ? p.predicted_seconds - (p.predicted_h2d_seconds - h2d)
                                                  : p.predicted_seconds - pace + pace_cached;
-    if (!forced && !(predicted < 0.97 * p.predicted_seconds)) return;
+    // A device with memory of its own (a GPU) also keeps them when that saves a quarter of the bytes
+    // or more, even where the model sees the copies hidden behind compute: its copy rate is the
+    // probe's contiguous one, and a tile's strided rows copy slower. On an H200 (f64 16384^3), a plan
+    // without the cache took 0.317 s, re-reading 8.6 GB; one with it 0.197 s, 4.3 GB (the model
+    // had both at 0.17 s).
+    const bool saves_bytes = !p.rates.host_memory && p.bytes_h2d > 0 && saved * 4 >= p.bytes_h2d;
+    if (!forced && !(predicted < 0.97 * p.predicted_seconds) && !saves_bytes) return;
     p.cache = true;
     p.cache_slots_a = int(extra_a);
     p.cache_slots_b = int(extra_b);
