@@ -38,9 +38,8 @@ private:
 /// gives the GFLOP/s of the median.
 template <class Reset, class Run>
 blas_anchor time_host_anchor(const std::string& what, double flops, int repeat, Reset&& reset, Run&& run) {
-    const int before = openblas_get_num_threads();
     const int threads = int(std::max(1u, std::thread::hardware_concurrency()));
-    openblas_set_num_threads(threads);
+    const host_blas_threads all_threads;  // restored at return
     std::vector<double> times;
     for (int r = 0; r <= std::max(1, repeat); ++r) {
         reset();
@@ -49,7 +48,6 @@ blas_anchor time_host_anchor(const std::string& what, double flops, int repeat, 
         const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         if (r > 0) times.push_back(s);
     }
-    openblas_set_num_threads(before);
     std::sort(times.begin(), times.end());
     blas_anchor out;
     out.name = "OpenBLAS " + what + " on the host, " + std::to_string(threads) + " threads";
