@@ -429,6 +429,21 @@ TEST(TileOps, CublasPlanScalesWithoutReadingAWhenAlphaIsZero) {
 
 namespace tilestream {
 namespace {
+/// Scripted GEMM probes: the CPU devices (and the host) measure `cpu` FLOP/s, the others `other`
+/// (seconds for each probe's shape: probes differ in shape).
+detail::scripted_kernel_probes cpu_and_other_rates(double cpu, double other) {
+    return detail::scripted_kernel_probes(
+        [cpu, other](const detail::scripted_kernel_probes::request& r) {
+            const bool on_cpu = r.where.rfind("cpu", 0) == 0 || r.where == "host";
+            const double s = 2.0 * double(r.shape.m) * double(r.shape.n) * double(r.shape.k) / (on_cpu ? cpu : other);
+            detail::probe_timings p;
+            for (int k = 0; k < 2; ++k) p.seconds.push_back({s, s, s});
+            p.notes.resize(2);
+            return p;
+        },
+        3600);
+}
+
 // A device whose measured GEMM rate is a twentieth of another's or less takes no task while that
 // one works: on an H200 host, syrk f64 8192 on cuda:0,cpu took 0.41 s with the CPU holding 2 of 36
 // tasks (0.015 s for 4096 on the GPU alone). Scripted probes make opencl:0 (PoCL) 30 times
@@ -436,17 +451,7 @@ namespace {
 TEST(Blas3Balance, AFarSlowerDeviceTakesNoTask) {
     TILESTREAM_SKIP_WITHOUT_GPU("opencl:0");
     for (bool cpu_fast : {true, false}) {
-        const detail::scripted_kernel_probes probes(
-            [&](const detail::scripted_kernel_probes::request& r) {
-                const bool fast = (r.where.rfind("cpu", 0) == 0 || r.where == "host") == cpu_fast;
-                // Seconds for the probe's shape at 30 or 1 TFLOP/s (probes differ in shape).
-                const double s = 2.0 * double(r.shape.m) * double(r.shape.n) * double(r.shape.k) / (fast ? 30e12 : 1e12);
-                detail::probe_timings p;
-                for (int k = 0; k < 2; ++k) p.seconds.push_back({s, s, s});
-                p.notes.resize(2);
-                return p;
-            },
-            3600);
+        const detail::scripted_kernel_probes probes = cpu_fast ? cpu_and_other_rates(30e12, 1e12) : cpu_and_other_rates(1e12, 30e12);
         context ctx("cpu@64MiB,opencl:0@64MiB");
         const index_t n = 700, k = 300;
         host_matrix<double> a(n, k, layout::col_major), c(n, n, layout::col_major);
@@ -477,17 +482,7 @@ TEST(GemmBalance, AFarSlowerDeviceIsNotPlannedFor) {
     const gemm_problem q = describe_gemm<double>(op::n, op::n, 1.0, a.view(), b.view(), 0.0, c.view());
     std::size_t units[3] = {};  // opencl:0 30x slower, both equal, the CPU alone
     for (int mode : {0, 1, 2}) {
-        const detail::scripted_kernel_probes probes(
-            [&](const detail::scripted_kernel_probes::request& r) {
-                const bool cpu = r.where.rfind("cpu", 0) == 0 || r.where == "host";
-                const double rate = cpu || mode == 1 ? 30e12 : 1e12;
-                const double s = 2.0 * double(r.shape.m) * double(r.shape.n) * double(r.shape.k) / rate;
-                detail::probe_timings p;
-                for (int k = 0; k < 2; ++k) p.seconds.push_back({s, s, s});
-                p.notes.resize(2);
-                return p;
-            },
-            3600);
+        const detail::scripted_kernel_probes probes = cpu_and_other_rates(30e12, mode == 1 ? 30e12 : 1e12);
         context ctx(mode == 2 ? "cpu@64MiB" : "cpu@64MiB,opencl:0@64MiB");
         gemm_call_options call;
         call.rates = std::nullopt;
@@ -506,6 +501,28 @@ TEST(GemmBalance, AFarSlowerDeviceIsNotPlannedFor) {
     EXPECT_GE(units[1], 2u);
     EXPECT_EQ(units[0], units[2]);
     EXPECT_LT(units[0], units[1]);
+}
+
+// A call small enough for the host's direct path, on devices of which one is far slower, runs:
+// the direct plan once kept the working devices' count (1 of 2) and its run refused it ("the plan
+// is for 1 device(s), this context has 2": `gemm --devices all` on an H200 host).
+TEST(GemmBalance, TheDirectPathBesideAFarSlowerDeviceRuns) {
+    TILESTREAM_SKIP_WITHOUT_GPU("opencl:0");
+    const detail::scripted_kernel_probes probes = cpu_and_other_rates(30e12, 1e12);
+    context ctx("cpu,opencl:0");  // an unbudgeted CPU device, as `--devices all` names it
+    host_matrix<double> a(37, 23, layout::col_major), b(23, 29, layout::col_major), c(37, 29, layout::col_major),
+        c0(37, 29, layout::col_major);
+    fill_random(a.view(), 31);
+    fill_random(b.view(), 32);
+    fill_random(c0.view(), 33);
+    std::copy(c0.data(), c0.data() + c0.size(), c.data());
+    const gemm_problem q = describe_gemm<double>(op::n, op::n, 1.5, a.view(), b.view(), 0.5, c.view());
+    const gemm_plan p = ctx.plan(q, {});
+    ASSERT_EQ(p.strategy, gemm_strategy::direct) << ctx.explain(p);
+    EXPECT_EQ(p.devices, 2) << ctx.explain(p);
+    ctx.execute<double>(p, 1.5, a.view(), b.view(), 0.5, c.view());
+    EXPECT_LE(gemm_relative_error<double>(op::n, op::n, 1.5, a.view(), b.view(), 0.5, c0.view(), c.view()),
+              gemm_tolerance(dtype::f64, 37));
 }
 
 // Rates declared for a call stand for the plan's model; the balance still has each device's own

@@ -251,6 +251,8 @@ gemm_plan context::plan_for_devices(const gemm_problem& problem, const gemm_call
                                       : nullptr;
     const auto direct_plan = [&](std::string why) {
         plan_options dpo = po;
+        // Counted whole: the route below may have narrowed po.devices to the working ones.
+        dpo.devices = int(device_ptrs_.size());
         dpo.strategy = gemm_strategy::direct;
         dpo.kernel = route->host_kernel;
         device_rates hr;
