@@ -12,7 +12,7 @@ packages=(g++ make cmake ninja-build git libopenblas-dev libgtest-dev zlib1g-dev
           octave                                                 # a real client of the BLAS drop-in
           libopenmpi-dev openmpi-bin libscalapack-openmpi-dev     # ranks, and ScaLAPACK to compare with
           scalapack-mpi-test scalapack-test-common)              # ScaLAPACK's PBLAS tester and drivers (.ci/run)
-packages+=(libblas-test python3-scipy python3-typing-extensions)  # foreign suites under the BLAS drop-in (.ci/run)
+packages+=(libblas-test python3-scipy python3-typing-extensions python3-pytest-xdist)  # foreign suites under the BLAS drop-in (.ci/run; xdist: numpy and SciPy on every core)
 packages+=(liblapack-test)  # LAPACK's own testers (xlintst[sdcz]) under the drop-in's LAPACK routines (.ci/run)
 missing=()
 for p in "${packages[@]}"; do

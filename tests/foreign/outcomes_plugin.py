@@ -1,6 +1,6 @@
 """A pytest plugin that records each test's outcome, one JSON line per test, in the file named by
 FOREIGN_SUITE_OUTCOMES. The foreign-suite harness (suites.py) loads it with `-p outcomes_plugin`; it
-only observes. Line: {"id": the test's file and its name within it, as pytest takes it on a command
+only observes (pytest-xdist's workers each write OUT.<worker>). Line: {"id": the test's file and its name within it, as pytest takes it on a command
 line and the same whatever the rootdir, "outcome": passed | failed | error | skipped | xfailed |
 xpassed}."""
 import json
@@ -39,6 +39,13 @@ def _outcome(phases):
 def pytest_sessionfinish(session):
     out = os.environ.get('FOREIGN_SUITE_OUTCOMES')
     if not out:
+        return
+    # Under pytest-xdist (-n) each worker collects and runs its share and writes its own file
+    # (OUT.gw0, OUT.gw1, ...); the controller, which sees reports but no collected items, writes none.
+    worker = os.environ.get('PYTEST_XDIST_WORKER')
+    if worker:
+        out += '.' + worker
+    elif getattr(session.config.option, 'numprocesses', None):
         return
     with open(out, 'w') as f:
         for nodeid, phases in _phases.items():

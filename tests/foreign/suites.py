@@ -15,9 +15,12 @@ checked from the drop-in's log (TILESTREAM_BLAS_LOG): a suite whose calls bypass
           error-exit calls through the drop-in (reported to the tester's XERBLA by the system LAPACK).
   numpy   numpy's own test suite (pytest --pyargs numpy: numpy.test()'s selection, less numpy.f2py),
   scipy   SciPy's scipy.linalg tests (not marked slow),
-  octave  GNU Octave's own tests of its linear algebra (octave_files() lists them): each run without
-          and with the drop-in at the same time; the same outcome for every test (Octave: the same
-          counts for every test file), and every call of the drop-in's routines on tilestream, its LAPACK
+  octave  GNU Octave's own tests of its linear algebra (octave_files() lists them).
+          numpy and SciPy run with the drop-in on every core (pytest-xdist, where installed), then
+          every test that did not pass runs again without it: the same outcome for each (a test
+          that fails, errs, skips or x-fails with the drop-in must do so without it); Octave runs
+          without and with the drop-in at the same time, the same counts for every test file. And
+          for each suite every call of the drop-in's routines on tilestream, its LAPACK
           routines included (numpy's solve/inv/cholesky/det, SciPy's lu_factor/lu_solve/cho_factor/
           cho_solve/solve, Octave's chol/lu/mldivide): those each suite calls must each be there.
 
@@ -309,8 +312,17 @@ def lapack(shim, work, quick):
 
 # --------------------------------------------------------------------------------------- pytest suites
 
-def run_pytest(args, work, tag, shim=None):
-    """Runs pytest on `args` in a fresh folder; returns {test id: outcome} and the drop-in's log."""
+def xdist_workers():
+    """Processes for one pytest run: one per core where pytest-xdist is installed (Debian:
+    python3-pytest-xdist), else 1."""
+    if subprocess.run([PYTHON, '-c', 'import xdist'], capture_output=True).returncode != 0:
+        return 1
+    return max(1, os.cpu_count() or 1)
+
+
+def run_pytest(args, work, tag, shim=None, workers=1):
+    """Runs pytest on `args` in a fresh folder (in `workers` processes through pytest-xdist when
+    more than 1); returns {test id: outcome}, the drop-in's log and the CPU seconds."""
     here = os.path.join(work, tag)
     shutil.rmtree(here, ignore_errors=True)
     os.makedirs(here)
@@ -320,17 +332,22 @@ def run_pytest(args, work, tag, shim=None):
              # numpy's tests that need more memory than this skip (one allocates 16 GiB otherwise);
              # both runs see the same value
              'NPY_AVAILABLE_MEM': '4 GB'}
-    command = [PYTHON, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', '-p', 'outcomes_plugin'] + args
+    command = [PYTHON, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', '-p', 'outcomes_plugin']
+    if workers > 1:
+        command += ['-p', 'xdist', '-n', str(workers)]
+    command += args
     with open(os.path.join(here, 'pytest.txt'), 'w') as out:
         status, cpu = run_measured(command, 3600, cwd=here, stdout=out, stderr=subprocess.STDOUT,
                                    env=environment(shim, log, extra))
-    if status not in (0, 1) or not os.path.exists(outcomes):  # 1: some tests failed
+    files = sorted(os.path.join(here, f) for f in os.listdir(here) if f.startswith('outcomes.jsonl'))
+    if status not in (0, 1) or not files:  # 1: some tests failed
         raise SuiteFailed('pytest %s exited %d (%s)' % (' '.join(args), status, os.path.join(here, 'pytest.txt')))
     result = {}
-    with open(outcomes) as f:
-        for line in f:
-            r = json.loads(line)
-            result[r['id']] = r['outcome']
+    for path in files:
+        with open(path) as f:
+            for line in f:
+                r = json.loads(line)
+                result[r['id']] = r['outcome']
     return result, log, cpu
 
 
@@ -351,26 +368,34 @@ def both_ways(run, shim):
 
 
 def pytest_suite(shim, work, label, runs, lapack_required=()):
-    """`runs`: the pytest arguments of each run, made one after the other on each side;
-    `lapack_required`: the drop-in's LAPACK symbols the suite must have called."""
-    def side(preload):
-        outcomes, calls, processes, cpu, lapack_time = {}, Counter(), 0, 0.0, [0, 0.0]
-        for i, args in enumerate(runs):
-            result, log, seconds = run_pytest(args, work, '%s-%s%d' % (label, 'shim' if preload else 'plain', i),
-                                              preload)
-            outcomes.update(result)
-            cpu += seconds
-            if preload:
-                c, p = read_log(log)
-                calls.update(c)
-                processes += p
-                n, t = lapack_seconds(log)
-                lapack_time = [lapack_time[0] + n, lapack_time[1] + t]
-        return outcomes, calls, processes, cpu, lapack_time
-    ((plain, _, _, cpu_plain, _), t_plain), ((shimmed, calls, processes, cpu_shim, lapack_time), t_shim) = \
-        both_ways(side, shim)
+    """`runs`: the pytest arguments of each run, made one after the other with the drop-in, each on
+    every core (pytest-xdist); every test that did not pass is then run again without the drop-in,
+    and its outcome must be the same (a test that passes with the drop-in passes; one that fails,
+    errs, skips or x-fails must do so without it too). `lapack_required`: the drop-in's LAPACK
+    symbols the suite must have called."""
+    workers = xdist_workers()
+    shimmed, calls, processes, cpu_shim, lapack_time = {}, Counter(), 0, 0.0, [0, 0.0]
+    start = time.monotonic()
+    for i, args in enumerate(runs):
+        result, log, seconds = run_pytest(args, work, '%s-shim%d' % (label, i), shim, workers)
+        shimmed.update(result)
+        cpu_shim += seconds
+        c, p = read_log(log)
+        calls.update(c)
+        processes += p
+        n, t = lapack_seconds(log)
+        lapack_time = [lapack_time[0] + n, lapack_time[1] + t]
+    t_shim = time.monotonic() - start
     routed = check_routed(calls, label)
-    differ = differences(plain, shimmed)
+    others = sorted(t for t, o in shimmed.items() if o != 'passed')
+    if len(others) > 2000:
+        raise SuiteFailed('%s: %d tests did not pass with the drop-in, e.g. %s' % (label, len(others), others[:20]))
+    start = time.monotonic()
+    plain, cpu_plain = {}, 0.0
+    if others:
+        plain, _, cpu_plain = run_pytest(others, work, label + '-plain', None, workers)
+    t_plain = time.monotonic() - start
+    differ = [t for t in others if plain.get(t) != shimmed.get(t)]
     unstable = []
     if differ:
         if len(differ) > 200:
@@ -384,10 +409,11 @@ def pytest_suite(shim, work, label, runs, lapack_required=()):
                 '%s: %s without, %s with' % (t, again_plain.get(t), again_shim.get(t)) for t in stays[:30])))
         unstable = differ
     counts = Counter(shimmed.values())
-    say('  %s: %d tests, the same outcome with and without the drop-in (%s); %.0f s without (%.0f s CPU), '
-        '%.0f s with (%.0f s CPU), at once; %d calls routed to tilestream from %d processes' % (
-            label, len(shimmed), ', '.join('%d %s' % (n, o) for o, n in sorted(counts.items())),
-            t_plain, cpu_plain, t_shim, cpu_shim, routed, processes))
+    say('  %s: %d tests with the drop-in (%s) in %.0f s (%.0f s CPU, %d pytest-xdist worker%s); the %d that did '
+        'not pass, without it: the same outcomes, %.0f s (%.0f s CPU); %d calls routed to tilestream from %d '
+        'processes' % (label, len(shimmed), ', '.join('%d %s' % (n, o) for o, n in sorted(counts.items())), t_shim,
+                       cpu_shim, workers, '' if workers == 1 else 's', len(others), t_plain, cpu_plain, routed,
+                       processes))
     say('    routed: ' + summary(calls))
     check_lapack(calls, label, lapack_required, lapack_time)
     if unstable:
