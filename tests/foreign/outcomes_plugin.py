@@ -1,8 +1,8 @@
 """A pytest plugin that records each test's outcome, one JSON line per test, in the file named by
-FOREIGN_SUITE_OUTCOMES. The foreign-suite harness (suites.py) loads it with `-p outcomes_plugin`; it
-only observes (pytest-xdist's workers each write OUT.<worker>). Line: {"id": the test's file and its name within it, as pytest takes it on a command
-line and the same whatever the rootdir, "outcome": passed | failed | error | skipped | xfailed |
-xpassed}."""
+FOREIGN_SUITE_OUTCOMES (under pytest-xdist, each worker in FOREIGN_SUITE_OUTCOMES.<worker>). The
+foreign-suite harness (suites.py) loads it with `-p outcomes_plugin`; it only observes. Line: {"id":
+the test's file and its name within it, as pytest takes it on a command line and the same whatever
+the rootdir, "outcome": passed | failed | error | skipped | xfailed | xpassed}."""
 import json
 import os
 
