@@ -349,6 +349,10 @@ private:
                 state_.active[index_] = false;
                 return false;
             }
+            // Far faster than the other: that one takes no unit while this one works, so it does
+            // not finish what is left (the task executor's rule; there its estimate once made the
+            // faster device decline and hand it tasks).
+            if (mine_unit * detail::negligible_device_ratio <= other_unit) continue;
             if ((double(state_.in_flight[d].load()) + remaining) * other < my_finish) {
                 state_.active[index_] = false;
                 return false;
