@@ -539,7 +539,14 @@ if [ -n "$test_bin" ]; then
         cli_run gemm-f64-ooc gemm --devices cuda:0@2GiB --m "$big" --n "$big" --k "$big" --dtype f64 --repeat 3 --check --explain --quiet
         cli_run trsm-f64 trsm --devices cuda:0 --m "$med" --n "$med" --dtype f64 --repeat 3 --check --explain --timeline "$out/trsm-f64.svg" --trace "$out/trsm-f64.trace.json"
         cli_run syrk-f64 syrk --devices cuda:0 --n "$med" --k "$med" --dtype f64 --repeat 3 --check --explain --timeline "$out/syrk-f64.svg" --trace "$out/syrk-f64.trace.json"
-        cli_run potrf-f64 potrf --devices cuda:0 --n "$med" --dtype f64 --check --explain --timeline "$out/potrf-f64.svg"
+        # Where the trsm time goes (cuBLAS's single-tile solves ran at 3 TFLOP/s against GEMM's 45 on
+        # an H200, 2026-11-27): the same call with other tiles along the triangle, no check.
+        for t in 512 2048 "$med"; do
+            cli_run "trsm-f64-tile$t" trsm --devices cuda:0 --m "$med" --n "$med" --dtype f64 --repeat 3 --tile "$t" --explain
+        done
+        cli_run trsm-f64-free-whole trsm --devices cuda:0 --m "$med" --n "$med" --dtype f64 --repeat 3 --tile 1024 --tile-free "$med" --explain
+        cli_run syrk-f64-beta1 syrk --devices cuda:0 --n "$med" --k "$med" --dtype f64 --beta 1 --repeat 3 --explain
+        cli_run potrf-f64 potrf --devices cuda:0 --n "$med" --dtype f64 --check --explain --timeline "$out/potrf-f64.svg" --trace "$out/potrf-f64.trace.json"
         cli_run potrf-f64-ooc potrf --devices cuda:0@64MiB --n "$med" --dtype f64 --check --explain --timeline "$out/potrf-f64-ooc.svg"
         cli_run gemm-f64-gpu-cpu gemm --devices cuda:0,cpu --m "$big" --n "$big" --k "$big" --dtype f64 --repeat 3 --check --quiet
         # A task-engine routine with the CPU beside the GPU (the 20x rule: the CPU takes no task while

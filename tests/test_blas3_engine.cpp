@@ -9,6 +9,9 @@
 #include "core/fault_injection.hpp"
 #include "core/rate_probes.hpp"
 
+#include <tilestream/trace.hpp>
+
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <set>
@@ -245,6 +248,38 @@ TEST(Blas3Engine, MeasuredBytesAreThePredictedOnes) {
         EXPECT_EQ(rep.bytes_d2h, rep.plan.bytes_d2h) << g.name();
         EXPECT_LE(rep.peak_device_bytes, rep.plan.peak_device_bytes);
         EXPECT_GT(rep.plan.bytes_h2d, 0u);
+    }
+}
+
+TEST(Blas3Engine, DiagonalTilesGoBackWholeFromADeviceWithoutHostAccess) {
+    // A SYRK-family diagonal tile leaves a device that cannot address host memory whole: loaded
+    // first (also when beta = 0, so its other triangle holds the caller's values), then one copy
+    // back, instead of a copy to host staging and a host-side merge of its triangle ("d2h
+    // triangle"). CPU devices keep copying the triangle out directly. The model counts the loads.
+    TILESTREAM_SKIP_WITHOUT_GPU("opencl:0");
+    const auto merges = [](const trace_recorder& rec) {
+        const std::vector<trace_span> spans = rec.spans();
+        return std::count_if(spans.begin(), spans.end(), [](const trace_span& s) { return s.name == "d2h triangle"; });
+    };
+    for (blas3_case g : {one_of_each(160)[4], one_of_each(160)[5]}) {  // syrk beta = 0, syr2k beta = 1.5
+        blas3_call_options call;
+        call.tile = 32;
+        call.tile_k = 32;
+        call.run.max_tasks_in_flight = 1;
+        trace_recorder on_cpu, on_opencl;
+        call.run.trace = &on_cpu;
+        context cpu("cpu@96KiB");
+        const blas3_report host = run_and_check<double>(cpu, g, call);
+        call.run.trace = &on_opencl;
+        context ocl("opencl:0@96KiB", {.kernel = gemm_kernel::vendor});
+        const blas3_report dev = run_and_check<double>(ocl, g, call);
+        EXPECT_EQ(merges(on_cpu), 3) << g.name();  // diagonal tiles of 32, 32 and 2 (n = 66 or 70)
+        EXPECT_EQ(merges(on_opencl), 0) << g.name();
+        EXPECT_EQ(dev.bytes_h2d, dev.plan.bytes_h2d) << g.name();
+        EXPECT_EQ(dev.bytes_d2h, dev.plan.bytes_d2h) << g.name();
+        // beta = 0: the diagonal tiles are loaded too, which the CPU device does not need.
+        const std::size_t diagonal = (32 * 32 * 2 + (g.n - 64) * (g.n - 64)) * sizeof(double);
+        EXPECT_EQ(dev.plan.bytes_h2d, host.plan.bytes_h2d + (g.beta == 0 ? diagonal : 0)) << g.name();
     }
 }
 

@@ -102,6 +102,11 @@ struct blas3_options {
     int devices = 1;
     /// Every device computes on host operands in place (CPU devices without a budget): no copies.
     bool in_place = false;
+    /// Copying plans write the SYRK family's and Cholesky's diagonal tiles back whole, their other
+    /// triangle loaded first and left as it is, instead of by their triangle (which on a device
+    /// that cannot address host memory goes through host staging and a merge on the host). The
+    /// context sets it when one of its devices cannot address host memory (GPUs, OpenCL).
+    bool whole_diagonal_tiles = false;
     /// Results bitwise identical across budgets and device counts (fixed tiles along summed
     /// dimensions: the k-block; diagonal blocks on the reference kernel; GEMM tiles on the tiled one).
     bool reproducible = false;

@@ -345,14 +345,12 @@ private:
             // warm-up), else by the units' times.
             const double mine_unit = state_.estimated_seconds_per_unit[index_] > 0 ? state_.estimated_seconds_per_unit[index_] : mine;
             const double other_unit = state_.estimated_seconds_per_unit[d] > 0 ? state_.estimated_seconds_per_unit[d] : other;
-            if (other_unit * detail::negligible_device_ratio <= mine_unit) {
+            const detail::peer_speed speed = detail::compare_peer_by_time(mine_unit, other_unit);
+            if (speed == detail::peer_speed::far_faster) {
                 state_.active[index_] = false;
                 return false;
             }
-            // Far faster than the other: that one takes no unit while this one works, so it does
-            // not finish what is left (the task executor's rule; there its estimate once made the
-            // faster device decline and hand it tasks).
-            if (mine_unit * detail::negligible_device_ratio <= other_unit) continue;
+            if (speed == detail::peer_speed::far_slower) continue;
             if ((double(state_.in_flight[d].load()) + remaining) * other < my_finish) {
                 state_.active[index_] = false;
                 return false;

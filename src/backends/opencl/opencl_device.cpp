@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <deque>
 #include <map>
+#include <optional>
 #include <shared_mutex>
 #include <sstream>
 #include <thread>
@@ -454,7 +455,7 @@ public:
         }
     }
 
-    void gemm(stream& s, const gemm_call& c) override;
+    void gemm(stream& s, const gemm_call& c) override { gemm_or_scale(s, c, std::nullopt); }
     /// Vendor stacks as one CLBlast GemmStridedBatched; the rest one gemm() per product.
     void gemm_batched(stream& s, const gemm_batched_call& b) override;
     void jacobi_sweep(stream& s, const jacobi_call& c) override;
@@ -464,6 +465,9 @@ public:
     void execute(stream& s, const tile_op& op) override;
 
 protected:
+    /// gemm; where it only scales C (alpha == 0 or k == 0), only C's `triangle` when one is given.
+    void gemm_or_scale(stream& s, const gemm_call& c, std::optional<uplo> triangle);
+
     void* raw_allocate(std::size_t bytes) override {
         if (bytes > root_.max_alloc)
             throw out_of_budget("clCreateBuffer on " + id() + ": " + format_bytes(bytes) +
@@ -911,7 +915,7 @@ void ocl_device::gemm_batched(stream& s, const gemm_batched_call& b) {
     device::gemm_batched(s, b);
 }
 
-void ocl_device::gemm(stream& s, const gemm_call& c) {
+void ocl_device::gemm_or_scale(stream& s, const gemm_call& c, std::optional<uplo> triangle) {
     ocl_stream& st = own(s, "gemm");
     if (!supports(c.kernel))
         throw invalid_argument("gemm on " + id() + ": the '" + std::string(to_string(c.kernel)) +
@@ -975,6 +979,7 @@ void ocl_device::gemm(stream& s, const gemm_call& c) {
                  << cl_long(db.row_stride()) << cl_long(db.col_stride());
         args << c_mem << c_off << cl_long(c.c_row_stride()) << cl_long(c.c_col_stride());
         if (with_ab) args << cl_int(da.conjugated()) << cl_int(db.conjugated());
+        else args << cl_int(!triangle ? 0 : *triangle == uplo::lower ? 1 : 2);
         cl_event ev = nullptr;
         TS_CL_CHECK(clEnqueueNDRangeKernel(st.queue(), k, 2, nullptr, global, local, 0, nullptr, st.trace_event(ev)),
                     id());
@@ -1088,8 +1093,8 @@ void ocl_device::execute(stream& s, const tile_op& op) {
     const index_t rows = rank_k ? op.n : op.m, cols = op.n;
     if (rows == 0 || cols == 0) return;
     // C <- beta C (alpha == 0 or k == 0; trmm/trsm: C <- 0) by our own scaling, A and B never read:
-    // CLBlast would read them (and NaN * 0 is NaN). Scaling touches the whole tile: the engine writes
-    // a syrk-family diagonal tile back by its triangle only.
+    // CLBlast would read them (and NaN * 0 is NaN). A syrk-family tile's scaling keeps to its
+    // triangle: the engine may write the tile back whole (engine::write_regions_whole).
     const auto scale = [&](scalar beta) {
         gemm_call z;
         z.type = op.type;
@@ -1102,7 +1107,7 @@ void ocl_device::execute(stream& s, const tile_op& op) {
         z.ldc = op.c.ld;
         z.layout_c = op.c.lay;
         z.kernel = gemm_kernel::vendor;
-        gemm(s, z);
+        gemm_or_scale(s, z, rank_k ? std::optional(op.uplo) : std::nullopt);
     };
     if (!op.reads_ab()) {
         if (!solves && op.beta == scalar(1)) return;

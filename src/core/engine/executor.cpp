@@ -274,19 +274,15 @@ private:
         const double my_finish = (st_.queued_flops[d] + flops) / mine;
         for (std::size_t e = 0; e < st_.rate.size(); ++e) {
             if (e == d || !st_.active[e] || st_.rate[e] <= 0) continue;
+            // By the kernels' measured rates where both are known, else by the tasks' rates.
             const bool kernels = st_.kernel_rate[d] > 0 && st_.kernel_rate[e] > 0;
-            if ((kernels ? st_.kernel_rate[e] >= detail::negligible_device_ratio * st_.kernel_rate[d]
-                         : st_.rate[e] >= detail::negligible_device_ratio * mine)) {
+            const detail::peer_speed speed = kernels ? detail::compare_peer(st_.kernel_rate[d], st_.kernel_rate[e])
+                                                     : detail::compare_peer(mine, st_.rate[e]);
+            if (speed == detail::peer_speed::far_faster) {
                 st_.active[d] = false;
                 return false;
             }
-            // A far slower device takes no task while this one works, so it finishes nothing of
-            // what is left: judged by its estimated rate (a device that has not run keeps it), it
-            // once made the faster one decline, stop counting, and hand it tasks (an H200 host's
-            // 16-core CPU beside PoCL scripted 30x slower: PoCL took 2 of 66).
-            if (kernels ? st_.kernel_rate[d] >= detail::negligible_device_ratio * st_.kernel_rate[e]
-                        : mine >= detail::negligible_device_ratio * st_.rate[e])
-                continue;
+            if (speed == detail::peer_speed::far_slower) continue;
             if ((st_.queued_flops[e] + st_.remaining_flops) / st_.rate[e] < my_finish) {
                 st_.active[d] = false;
                 return false;
@@ -503,7 +499,9 @@ private:
         }
         void* c_device = const_cast<void*>(op.c.data);
         char* c_host = base + b.a_bytes + b.b_bytes;
-        if (op.reads_c()) dev_.copy_to_host(*compute_, c_host, c_device, b.c_bytes);
+        // C to staging even when the step does not read it: a step writing only its triangle
+        // leaves the other one, which goes back with the tile (write_regions_whole).
+        dev_.copy_to_host(*compute_, c_host, c_device, b.c_bytes);
         op.c.data = c_host;
         // Whole tiles went to staging; the step's parts of them are found there.
         bound_step staged = b;

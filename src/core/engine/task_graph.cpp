@@ -154,4 +154,37 @@ void task_graph::finish() {
     }
 }
 
+void write_regions_whole(task_graph& g) {
+    // (A rank-k step that only scales, alpha zero or k empty, may scale the whole tile on a device.)
+    const auto triangle_only = [](const task_step& s, tile_region region) {
+        const tile_op& op = s.op;
+        const bool same = (op.uplo == uplo::lower) == (region == tile_region::lower);
+        switch (op.kind) {
+            case tile_kind::syrk:
+            case tile_kind::herk:
+            case tile_kind::syr2k:
+            case tile_kind::her2k: return same && s.alpha != scalar_role::zero && op.k > 0;
+            case tile_kind::potrf: return same;
+            case tile_kind::gemm:
+            case tile_kind::symm:
+            case tile_kind::hemm:
+            case tile_kind::trmm:
+            case tile_kind::trsm:
+            case tile_kind::getrf:
+            case tile_kind::laswp: return false;
+        }
+        return false;
+    };
+    for (tile_task& t : g.tasks)
+        for (task_output& o : t.outputs) {
+            if (o.region == tile_region::full) continue;
+            const bool whole = std::all_of(t.steps.begin(), t.steps.end(), [&](const task_step& s) {
+                return s.c != o.tile || triangle_only(s, o.region);
+            });
+            if (!whole) continue;
+            o.load = true;
+            o.region = tile_region::full;
+        }
+}
+
 }  // namespace tilestream::detail::engine

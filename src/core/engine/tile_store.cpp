@@ -67,7 +67,7 @@ tile_store::tile_store(device& dev, stream& h2d, stream& compute, stream& d2h, i
         s.written = dev.create_event();
         slots_.push_back(std::move(s));
     }
-    if (!dev.host_addressable()) region_stage_ = dev.allocate_host_staging(slot_bytes);
+    slot_bytes_ = slot_bytes;
 }
 
 tile_slot& tile_store::victim(int tile) {
@@ -209,6 +209,9 @@ void tile_store::store(tile_slot& s, const host_rect& r, tile_region region) {
     } else {
         // The whole tile to host staging, then its triangle into the operand (stream order keeps
         // the staging buffer's next use after this one).
+        // Pinned on first use, once per call at a slot's size (a triangle is rare on such devices:
+        // write_regions_whole sends most diagonal tiles back whole).
+        if (region_stage_.size() == 0) region_stage_ = dev_.allocate_host_staging(std::max(slot_bytes_, bytes));
         dev_.copy_to_host(d2h_, region_stage_.get(), s.buf.get(), bytes);
         const copy_2d_desc d = packed_copy(region_stage_.get(), r, false);
         dev_.enqueue_host(d2h_, [d, r, region] { copy_region(d, r, region, false); }, "d2h triangle");

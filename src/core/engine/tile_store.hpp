@@ -95,6 +95,7 @@ private:
     std::vector<tile_slot> slots_;
     std::unordered_map<int, std::size_t> index_;  ///< tile -> slot holding its newest version here
     std::uint64_t clock_ = 0;
+    std::size_t slot_bytes_ = 0;
     host_staging_buffer region_stage_;  ///< triangle write-back of devices the host cannot address
     store_counters counters_;
 };

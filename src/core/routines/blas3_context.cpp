@@ -24,6 +24,8 @@ blas3_plan context::plan(const blas3_problem& problem, const blas3_call_options&
     o.order = call.order;
     o.devices = int(device_ptrs_.size());
     o.in_place = in_place_;
+    o.whole_diagonal_tiles = std::any_of(device_ptrs_.begin(), device_ptrs_.end(),
+                                         [](const device* d) { return !d->host_addressable(); });
     o.reproducible = options_.reproducible;
     device_rates r = routine_rates(to_string(problem.routine), problem.type, o.kernel, problem.quick_return, call.rates);
     // Each device's measured rate for the balance, also when the call declares the plan's rates

@@ -114,6 +114,7 @@ blas3_report blas3(device& dev, blas3_routine routine, const blas3_flags& flags,
     blas3_options o = options;
     o.devices = 1;
     o.in_place = computes_in_place(devs);
+    o.whole_diagonal_tiles = !dev.host_addressable();
     device_rates rates;
     if (!o.in_place) {
         rates = measure_rates(dev, p.type, o.kernel == gemm_kernel::reference ? gemm_kernel::reference : o.kernel, o.math);

@@ -27,7 +27,9 @@ std::string staged_tiles_line(const device_rates& r, std::string_view tiles) {
     return line;
 }
 
-engine::task_graph build_tasks(const blas3_problem& p, const build_settings& s) {
+namespace {
+
+engine::task_graph build_routine(const blas3_problem& p, const build_settings& s) {
     switch (p.routine) {
         case blas3_routine::trsm: return build_trsm(p, s);
         case blas3_routine::trmm: return build_trmm(p, s);
@@ -40,6 +42,14 @@ engine::task_graph build_tasks(const blas3_problem& p, const build_settings& s) 
         case blas3_routine::potrf: return build_potrf(p, s);
     }
     throw invalid_argument("blas3: unknown routine");
+}
+
+}  // namespace
+
+engine::task_graph build_tasks(const blas3_problem& p, const build_settings& s) {
+    engine::task_graph g = build_routine(p, s);
+    if (s.whole_diagonal_tiles && !s.in_place) engine::write_regions_whole(g);
+    return g;
 }
 
 }  // namespace detail::routines
@@ -149,6 +159,7 @@ blas3_plan plan_blas3(const blas3_problem& p, std::size_t budget, const device_r
     base.kernel = plan.kernel;
     base.math = opt.math;
     base.in_place = opt.in_place;
+    base.whole_diagonal_tiles = opt.whole_diagonal_tiles;
     // Reproducible: the summed dimension goes in k-blocks, whatever the budget or devices; the
     // SYRK family's C tiles too (a diagonal tile's elements are computed by its rank-k kernel,
     // the others by GEMM tiles: the tiling must not move an element from one to the other).

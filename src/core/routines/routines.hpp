@@ -22,6 +22,8 @@ struct build_settings {
     /// The operations run on the host operands themselves: a diagonal tile of C in the syrk
     /// family cannot be scaled as a full tile (its other triangle is the caller's).
     bool in_place = false;
+    /// Diagonal tiles go back whole (engine::write_regions_whole): devices without host access.
+    bool whole_diagonal_tiles = false;
 };
 
 /// A tile_op of `kind` with the settings' kernel.

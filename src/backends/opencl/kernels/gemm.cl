@@ -98,11 +98,13 @@ void gemm_tiled(const long m, const long n, const long k, const elem alpha, cons
 }
 
 // C <- beta*C (C <- 0 when beta == 0, never reading C): GEMMs with alpha == 0 or k == 0, and the
-// beta == 0 case before CLBlast, which would otherwise read a C that may hold NaN.
+// beta == 0 case before CLBlast, which would otherwise read a C that may hold NaN. tri: 0 all of
+// C, 1 its lower triangle (i >= j), 2 its upper one (the SYRK family's diagonal tiles).
 __kernel void gemm_scale_c(const long m, const long n, const elem beta, __global elem* c, const long c_off,
-                           const long c_rs, const long c_cs) {
+                           const long c_rs, const long c_cs, const int tri) {
     const long j = get_global_id(0), i = get_global_id(1);
     if (i >= m || j >= n) return;
+    if ((tri == 1 && i < j) || (tri == 2 && i > j)) return;
     const long idx = c_off + i * c_rs + j * c_cs;
     c[idx] = is_zero(beta) ? ZERO : mul(beta, c[idx]);
 }
