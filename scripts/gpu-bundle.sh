@@ -28,6 +28,11 @@ files=(build-gpu/libtilestream.so* build-gpu/libtilestream_cuda.so build-gpu/lib
     build-gpu/tests/tilestream_tests build-gpu/tests/libtilestream_maps_at_exit.so
     build-gpu/bench/gpu/gpu_bench build-gpu/apps/tilestream)
 files+=(build-gpu/libtilestream_distributed.so*)
+# The commit built (gpu-check reports it: the lent machine's copy of .git may be an older one).
+hash=$(git rev-parse --short=12 HEAD)
+[ -z "$(git status --porcelain --untracked-files=no)" ] || hash="$hash-dirty"
+echo "$hash" >build-gpu/bundle-git-hash
+files+=(build-gpu/bundle-git-hash)
 rm -rf build-gpu/syslib
 mkdir -p build-gpu/syslib
 # Libraries the binaries link that a CUDA image may lack (OpenBLAS, gfortran, OpenCL, CLBlast, the

@@ -83,6 +83,10 @@ git_hash=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 if [ "$git_hash" != unknown ] && [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then
     git_hash="$git_hash-dirty"
 fi
+# Prebuilt: the commit the bundle was built from (the lent machine's copy of .git may be older).
+if [ "${GPU_CHECK_PREBUILT:-0}" = 1 ] && [ -s "$build/bundle-git-hash" ]; then
+    git_hash=$(cat "$build/bundle-git-hash")
+fi
 sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer \
     /usr/local/cuda/compute-sanitizer/compute-sanitizer 2>/dev/null | head -1)
 

@@ -8,6 +8,7 @@
 #include "core/engine/tile_mapping.hpp"
 #include "core/fault_injection.hpp"
 #include "core/rate_probes.hpp"
+#include "core/routines/routines.hpp"
 
 #include <tilestream/trace.hpp>
 
@@ -280,6 +281,50 @@ TEST(Blas3Engine, DiagonalTilesGoBackWholeFromADeviceWithoutHostAccess) {
         // beta = 0: the diagonal tiles are loaded too, which the CPU device does not need.
         const std::size_t diagonal = (32 * 32 * 2 + (g.n - 64) * (g.n - 64)) * sizeof(double);
         EXPECT_EQ(dev.plan.bytes_h2d, host.plan.bytes_h2d + (g.beta == 0 ? diagonal : 0)) << g.name();
+    }
+}
+
+TEST(Blas3Engine, DiagonalTilesNotReadGoBackWholeOnlyOnOneDevice) {
+    // Where several devices share a call, a task's loaded outputs are kept aside on the host for a
+    // rerun elsewhere: a diagonal tile loaded only for its other triangle (beta = 0) would pay that
+    // copy, so it keeps its triangle's write-back; one read anyway (beta != 0) goes back whole.
+    namespace e = detail::engine;
+    for (double beta : {0.0, 1.5}) {
+        host_matrix<double> a(70, 40), c(70, 70);
+        const blas3_problem p = describe_blas3<double>(blas3_routine::syrk, {side::left, uplo::upper, op::n, diag::non_unit},
+                                                       {1.0, beta, a.view(), {}, c.view()});
+        detail::routines::build_settings s;
+        s.tile = s.tile_free = 32;
+        s.tile_k = 16;
+        const e::task_graph plain = detail::routines::build_tasks(p, s);
+        s.whole_diagonal_tiles = true;
+        for (int devices : {1, 2}) {
+            s.devices = devices;
+            const e::task_graph g = detail::routines::build_tasks(p, s);
+            ASSERT_EQ(g.tasks.size(), plain.tasks.size());
+            int whole = 0, triangles = 0;
+            for (std::size_t t = 0; t < g.tasks.size(); ++t) {
+                const e::task_output& before = plain.tasks[t].outputs.at(0);
+                const e::task_output& after = g.tasks[t].outputs.at(0);
+                if (before.region == e::tile_region::full) {
+                    EXPECT_EQ(after.region, e::tile_region::full);
+                    EXPECT_EQ(after.load, before.load);
+                    continue;
+                }
+                EXPECT_EQ(before.region, e::tile_region::upper);
+                EXPECT_EQ(before.load, beta != 0);
+                if (after.region == e::tile_region::full) {
+                    EXPECT_TRUE(after.load);
+                    ++whole;
+                } else {
+                    EXPECT_EQ(after.load, before.load);
+                    ++triangles;
+                }
+            }
+            const bool goes_whole = devices == 1 || beta != 0;
+            EXPECT_EQ(whole, goes_whole ? 3 : 0) << "beta " << beta << ", " << devices << " device(s)";
+            EXPECT_EQ(triangles, goes_whole ? 0 : 3) << "beta " << beta << ", " << devices << " device(s)";
+        }
     }
 }
 

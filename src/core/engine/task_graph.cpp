@@ -154,7 +154,7 @@ void task_graph::finish() {
     }
 }
 
-void write_regions_whole(task_graph& g) {
+void write_regions_whole(task_graph& g, bool unread_too) {
     // (A rank-k step that only scales, alpha zero or k empty, may scale the whole tile on a device.)
     const auto triangle_only = [](const task_step& s, tile_region region) {
         const tile_op& op = s.op;
@@ -177,7 +177,7 @@ void write_regions_whole(task_graph& g) {
     };
     for (tile_task& t : g.tasks)
         for (task_output& o : t.outputs) {
-            if (o.region == tile_region::full) continue;
+            if (o.region == tile_region::full || (!o.load && !unread_too)) continue;
             const bool whole = std::all_of(t.steps.begin(), t.steps.end(), [&](const task_step& s) {
                 return s.c != o.tile || triangle_only(s, o.region);
             });

@@ -106,7 +106,11 @@ struct task_graph {
 /// which the kernels leave as they are, so one copy each way replaces the copy to host staging
 /// and the host-side merge of the triangle (on an H200 host, 0.9 ms for a 1024-tile in f64 on
 /// the copy-out stream: about 40% of a 4096 SYRK). Other region outputs keep their region.
-void write_regions_whole(task_graph& g);
+/// `unread_too`: also outputs whose value is not read (beta = 0), which are then loaded only for
+/// their other triangle. Not where several devices share the call: there a task's loaded outputs
+/// are kept aside on the host first, for a rerun elsewhere, which costs what the merge saves (an
+/// H200 host: syrk f64 8192 on cuda:0,cpu went from 0.038 to 0.046 s).
+void write_regions_whole(task_graph& g, bool unread_too);
 
 /// A step running `op` (kind, flags, scalars, kernel as given) on tiles a, b and c: its type and
 /// sizes (m, n, k) come from the graph and the tiles' extents, as tile_op documents them.

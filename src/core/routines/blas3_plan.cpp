@@ -48,7 +48,7 @@ engine::task_graph build_routine(const blas3_problem& p, const build_settings& s
 
 engine::task_graph build_tasks(const blas3_problem& p, const build_settings& s) {
     engine::task_graph g = build_routine(p, s);
-    if (s.whole_diagonal_tiles && !s.in_place) engine::write_regions_whole(g);
+    if (s.whole_diagonal_tiles && !s.in_place) engine::write_regions_whole(g, s.devices == 1);
     return g;
 }
 
@@ -160,6 +160,7 @@ blas3_plan plan_blas3(const blas3_problem& p, std::size_t budget, const device_r
     base.math = opt.math;
     base.in_place = opt.in_place;
     base.whole_diagonal_tiles = opt.whole_diagonal_tiles;
+    base.devices = std::max(1, opt.devices);
     // Reproducible: the summed dimension goes in k-blocks, whatever the budget or devices; the
     // SYRK family's C tiles too (a diagonal tile's elements are computed by its rank-k kernel,
     // the others by GEMM tiles: the tiling must not move an element from one to the other).

@@ -24,6 +24,7 @@ struct build_settings {
     bool in_place = false;
     /// Diagonal tiles go back whole (engine::write_regions_whole): devices without host access.
     bool whole_diagonal_tiles = false;
+    int devices = 1;  ///< devices sharing the call
 };
 
 /// A tile_op of `kind` with the settings' kernel.
