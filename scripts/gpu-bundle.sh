@@ -32,7 +32,6 @@ files+=(build-gpu/libtilestream_distributed.so*)
 hash=$(git rev-parse --short=12 HEAD)
 [ -z "$(git status --porcelain --untracked-files=no)" ] || hash="$hash-dirty"
 echo "$hash" >build-gpu/bundle-git-hash
-files+=(build-gpu/bundle-git-hash)
 rm -rf build-gpu/syslib
 mkdir -p build-gpu/syslib
 # Libraries the binaries link that a CUDA image may lack (OpenBLAS, gfortran, OpenCL, CLBlast, the
@@ -44,6 +43,7 @@ for lib in $(ldd "${files[@]}" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// && $3
     cp -L "$path" "build-gpu/syslib/$lib"
     files+=("build-gpu/syslib/$lib")
 done
+files+=(build-gpu/bundle-git-hash)  # (after the ldd above, which a text file would fail)
 mkdir -p .gpu-bundle
 grep -qx '/.gpu-bundle/' .git/info/exclude 2>/dev/null || echo '/.gpu-bundle/' >>"$(git rev-parse --git-dir)/info/exclude"
 tar -czf .gpu-bundle/bundle.tar.gz "${files[@]}"
