@@ -155,7 +155,8 @@ void task_graph::finish() {
 }
 
 void write_regions_whole(task_graph& g, bool unread_too) {
-    // (A rank-k step that only scales, alpha zero or k empty, may scale the whole tile on a device.)
+    // A rank-k step that only scales (alpha zero, k empty) is left out: plans scale such tiles with
+    // gemm-kind steps, which take the whole tile, and a device's scaling path is not BLAS's routine.
     const auto triangle_only = [](const task_step& s, tile_region region) {
         const tile_op& op = s.op;
         const bool same = (op.uplo == uplo::lower) == (region == tile_region::lower);
