@@ -5,6 +5,8 @@
 #include "blas3_support.hpp"
 
 #include "backends/cuda/cuda_blas3_logic.hpp"
+#include "backends/reference/reference_kernels.hpp"
+#include "core/engine/tile_kernels.hpp"
 #include "core/engine/tile_mapping.hpp"
 #include "core/fault_injection.hpp"
 #include "core/rate_probes.hpp"
@@ -502,6 +504,116 @@ TEST(TileOps, CublasPlanScalesWithoutReadingAWhenAlphaIsZero) {
     ASSERT_TRUE(m.call.representable);
     EXPECT_EQ(m.call.uplo_, uplo::upper);  // a row-major lower triangle is a column-major upper one
     EXPECT_EQ(m.call.trans, blas_trans::trans);
+}
+
+/// blocked_trsm's steps, run one by one on the reference, solve what one reference trsm solves, for
+/// every side, triangle, op, diag and layout, with blocks that do not divide the triangle, padded
+/// leading dimensions (the padding must stay NaN) and NaN in A's other triangle (never read).
+template <class T>
+void blocked_trsm_matches_one_solve() {
+    using testing::nan_value;
+    using testing::random_value;
+    std::mt19937_64 rng(91);
+    std::uniform_real_distribution<double> uni(-1.0, 1.0);
+    const std::complex<double> alpha = is_complex_v<T> ? std::complex<double>(0.7, -0.3) : std::complex<double>(0.7);
+    const double tol = std::is_same_v<real_type_t<T>, float> ? 2e-5 : 1e-13;
+    int cases = 0;
+    for (side sd : {side::left, side::right})
+        for (uplo ul : {uplo::lower, uplo::upper})
+            for (op tr : {op::n, op::t, op::c})
+                for (diag dg : {diag::non_unit, diag::unit})
+                    for (layout lay : {layout::col_major, layout::row_major}) {
+                        const index_t m = sd == side::left ? 37 : 19, n = sd == side::left ? 13 : 41;
+                        const index_t order = sd == side::left ? m : n, block = sd == side::left ? 8 : 16;
+                        const auto ld_of = [&](index_t rows, index_t cols) { return (lay == layout::col_major ? rows : cols) + 3; };
+                        const auto at = [&](index_t ld, index_t i, index_t j) {
+                            return std::size_t(lay == layout::col_major ? i + j * ld : i * ld + j);
+                        };
+                        const index_t lda = ld_of(order, order), ldc = ld_of(m, n);
+                        std::vector<T> a(std::size_t(lda * order), nan_value<T>());
+                        for (index_t i = 0; i < order; ++i)
+                            for (index_t j = 0; j < order; ++j) {
+                                if (ul == uplo::lower ? j > i : j < i) continue;
+                                a[at(lda, i, j)] = i == j ? T(real_type_t<T>(order)) + random_value<T>(uni, rng)
+                                                          : random_value<T>(uni, rng);
+                            }
+                        std::vector<T> c(std::size_t(ldc * (lay == layout::col_major ? n : m)), nan_value<T>());
+                        for (index_t i = 0; i < m; ++i)
+                            for (index_t j = 0; j < n; ++j) c[at(ldc, i, j)] = random_value<T>(uni, rng);
+                        tile_op o;
+                        o.kind = tile_kind::trsm;
+                        o.type = dtype_of<T>();
+                        o.side = sd;
+                        o.uplo = ul;
+                        o.trans_a = tr;
+                        o.diag = dg;
+                        o.m = m;
+                        o.n = n;
+                        o.alpha = alpha;
+                        o.a = {a.data(), lda, lay};
+                        std::vector<T> want = c, got = c;
+                        o.c = {want.data(), ldc, lay};
+                        reference::execute(o);
+                        o.c = {got.data(), ldc, lay};
+                        const std::vector<tile_op> steps = detail::engine::blocked_trsm(o, block);
+                        const index_t blocks = (order + block - 1) / block;
+                        ASSERT_EQ(steps.size(), std::size_t(2 * blocks - 1));
+                        for (const tile_op& s : steps) reference::execute(s);
+                        double worst = 0;
+                        for (std::size_t e = 0; e < got.size(); ++e) {
+                            if (std::isnan(std::abs(want[e]))) {
+                                ASSERT_TRUE(std::isnan(std::abs(got[e]))) << "padding written at " << e;
+                                continue;
+                            }
+                            ASSERT_FALSE(std::isnan(std::abs(got[e]))) << "NaN at " << e << " (A's other triangle read?)";
+                            worst = std::max(worst, double(std::abs(got[e] - want[e])) / (1.0 + double(std::abs(want[e]))));
+                        }
+                        EXPECT_LT(worst, tol) << to_string(sd) << " " << to_string(ul) << " " << to_string(tr) << " "
+                                              << to_string(dg) << " " << to_string(lay);
+                        ++cases;
+                    }
+    EXPECT_EQ(cases, 48);
+}
+
+TEST(TileOps, BlockedTrsmStepsSolveWhatOneTrsmSolves) {
+    blocked_trsm_matches_one_solve<float>();
+    blocked_trsm_matches_one_solve<double>();
+    blocked_trsm_matches_one_solve<std::complex<float>>();
+    blocked_trsm_matches_one_solve<std::complex<double>>();
+}
+
+TEST(TileOps, BlockedTrsmLeavesSmallSolvesAndZeroAlphaWhole) {
+    tile_op o;
+    o.kind = tile_kind::trsm;
+    o.type = dtype::f64;
+    o.m = 64;
+    o.n = 300;
+    o.a.ld = o.c.ld = 300;
+    EXPECT_EQ(detail::engine::blocked_trsm(o, 64).size(), 1u);   // the triangle fits one block
+    EXPECT_EQ(detail::engine::blocked_trsm(o, 0).size(), 1u);    // blocking off
+    EXPECT_EQ(detail::engine::blocked_trsm(o, 16).size(), 7u);   // 4 solves, 3 updates
+    o.alpha = 0.0;
+    EXPECT_EQ(detail::engine::blocked_trsm(o, 16).size(), 1u);   // C <- 0, nothing read
+    o.alpha = 1.0;
+    o.side = side::right;
+    EXPECT_EQ(detail::engine::blocked_trsm(o, 128).size(), 5u);  // 300 = 128 + 128 + 44
+    o.kind = tile_kind::trmm;
+    EXPECT_EQ(detail::engine::blocked_trsm(o, 16).size(), 1u);
+}
+
+TEST(TileOps, CudaTrsmBlockComesFromTheEnvironmentOrIsAClearError) {
+    EXPECT_EQ(cuda::trsm_block_from(nullptr), cuda::default_trsm_block);
+    EXPECT_EQ(cuda::trsm_block_from(""), cuda::default_trsm_block);
+    EXPECT_EQ(cuda::trsm_block_from("0"), 0);
+    EXPECT_EQ(cuda::trsm_block_from("128"), 128);
+    for (const char* bad : {"-1", "12x", "x", "65537", " 64"}) {
+        try {
+            (void)cuda::trsm_block_from(bad);
+            ADD_FAILURE() << "accepted '" << bad << "'";
+        } catch (const invalid_argument& e) {
+            EXPECT_NE(std::string(e.what()).find("TILESTREAM_CUDA_TRSM_BLOCK"), std::string::npos) << e.what();
+        }
+    }
 }
 
 }  // namespace

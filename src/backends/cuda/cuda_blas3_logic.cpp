@@ -4,6 +4,7 @@
 #include <tilestream/error.hpp>
 
 #include <algorithm>
+#include <charconv>
 #include <climits>
 
 namespace tilestream::cuda {
@@ -58,6 +59,17 @@ cublas_tile_work plan_cublas_tile(const tile_op& op, const std::string& device_i
     if (std::max({w.call.m, w.call.n, w.call.k, w.call.lda, w.call.ldb, w.call.ldc}) > INT_MAX)
         throw invalid_argument(std::string(to_string(op.kind)) + " on " + device_id + ": a tile beyond 32-bit sizes");
     return w;
+}
+
+index_t trsm_block_from(const char* value) {
+    if (value == nullptr || *value == '\0') return default_trsm_block;
+    const std::string text(value);
+    index_t v = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (ec != std::errc() || end != text.data() + text.size() || v < 0 || v > 65536)
+        throw invalid_argument("TILESTREAM_CUDA_TRSM_BLOCK='" + text +
+                               "': expected a whole number of rows in [0, 65536] (0: one cuBLAS solve per tile)");
+    return v;
 }
 
 }  // namespace tilestream::cuda

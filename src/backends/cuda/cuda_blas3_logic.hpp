@@ -23,4 +23,11 @@ struct cublas_tile_work {
 /// that would need a conjugate without a transpose; sizes beyond int).
 cublas_tile_work plan_cublas_tile(const tile_op& op, const std::string& device_id);
 
+/// The width of the diagonal blocks a trsm tile is solved in on a CUDA device
+/// (engine::blocked_trsm: cuBLAS solves each block, GEMMs update the rest): `value` of
+/// TILESTREAM_CUDA_TRSM_BLOCK when set (0: one cuBLAS solve per tile), else default_trsm_block.
+/// Throws invalid_argument naming the variable when it is not a whole number in [0, 65536].
+index_t trsm_block_from(const char* value);
+inline constexpr index_t default_trsm_block = 256;
+
 }  // namespace tilestream::cuda

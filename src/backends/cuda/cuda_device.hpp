@@ -208,6 +208,7 @@ private:
 
     int ordinal_;
     std::size_t max_pitch_ = 0;
+    index_t trsm_block_ = 0;  ///< trsm tiles wider than this are solved in blocks (execute)
     std::atomic<int> next_stream_id_{0};
 
     std::mutex streams_mutex_;

@@ -94,3 +94,75 @@ tile_route route_of(const device& dev, const tile_op& op, bool deterministic) {
 }
 
 }  // namespace tilestream::detail::engine
+
+namespace tilestream::detail::engine {
+
+std::vector<tile_op> blocked_trsm(const tile_op& op, index_t block) {
+    const index_t order = op.side == side::left ? op.m : op.n;  // A is order x order
+    if (op.kind != tile_kind::trsm || block <= 0 || order <= block || op.m == 0 || op.n == 0 || !op.reads_ab())
+        return {op};
+    const std::size_t bytes = size_of(op.type);
+    // op(A) lower: its block (i, j), i > j, is A(i, j) (trans n) or A(j, i) transposed.
+    const bool lower = (op.uplo == uplo::lower) == (op.trans_a == op::n);
+    const auto a_block = [&](index_t r0, index_t c0) {  // op(A)'s element (r0, c0) in A
+        return op.trans_a == op::n ? shifted(op.a, r0, c0, bytes) : shifted(op.a, c0, r0, bytes);
+    };
+    const auto c_at = [&](index_t i, index_t j) { return shifted(op.c, i, j, bytes); };
+    // Left:  op(A) X = alpha C; lower solves top-down, upper bottom-up (rows of C).
+    // Right: X op(A) = alpha C; upper solves left to right, lower right to left (columns of C).
+    const bool forward = op.side == side::left ? lower : !lower;
+    const index_t blocks = (order + block - 1) / block;
+    std::vector<tile_op> steps;
+    steps.reserve(std::size_t(2 * blocks));
+    for (index_t s = 0; s < blocks; ++s) {
+        const index_t b = forward ? s : blocks - 1 - s;
+        const index_t lo = b * block, w = std::min(block, order - lo);
+        const std::complex<double> scale = s == 0 ? op.alpha : std::complex<double>(1.0);
+        tile_op solve = op;
+        solve.alpha = scale;
+        solve.a = shifted(op.a, lo, lo, bytes);
+        if (op.side == side::left) {
+            solve.m = w;
+            solve.c = c_at(lo, 0);
+        } else {
+            solve.n = w;
+            solve.c = c_at(0, lo);
+        }
+        steps.push_back(solve);
+        // The rest still to solve: after the block (forward) or before it.
+        const index_t rest_lo = forward ? lo + w : 0, rest = forward ? order - lo - w : lo;
+        if (rest == 0) continue;
+        tile_op update;
+        update.kind = tile_kind::gemm;
+        update.type = op.type;
+        update.kernel = op.kernel;
+        update.math = op.math;
+        update.alpha = -1.0;
+        update.beta = scale;  // the first step also applies alpha to the rest
+        if (op.side == side::left) {
+            // C(rest, :) = scale C(rest, :) - op(A)(rest, block) X(block, :)
+            update.m = rest;
+            update.n = op.n;
+            update.k = w;
+            update.a = a_block(rest_lo, lo);
+            update.trans_a = op.trans_a;
+            update.b = c_at(lo, 0);
+            update.trans_b = op::n;
+            update.c = c_at(rest_lo, 0);
+        } else {
+            // C(:, rest) = scale C(:, rest) - X(:, block) op(A)(block, rest)
+            update.m = op.m;
+            update.n = rest;
+            update.k = w;
+            update.a = c_at(0, lo);
+            update.trans_a = op::n;
+            update.b = a_block(lo, rest_lo);
+            update.trans_b = op.trans_a;
+            update.c = c_at(0, rest_lo);
+        }
+        steps.push_back(update);
+    }
+    return steps;
+}
+
+}  // namespace tilestream::detail::engine

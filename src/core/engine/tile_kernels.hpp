@@ -8,6 +8,7 @@
 #include <tilestream/tile_ops.hpp>
 
 #include <cstddef>
+#include <vector>
 
 namespace tilestream::detail::engine {
 
@@ -20,6 +21,14 @@ tile_matrix shifted(const tile_matrix& m, index_t i, index_t j, std::size_t elem
 /// Whether BLAS has a routine for the diagonal-block kind in this type (the Hermitian kinds are
 /// complex only): what a vendor library (OpenBLAS, cuBLAS, CLBlast) offers.
 bool blas_has(tile_kind kind, dtype type) noexcept;
+
+/// A trsm tile as a blocked solve, in order: trsm on `block`-wide diagonal blocks of A, each
+/// followed by one gemm updating the rest of C (LAPACK's blocked order: forward or backward as
+/// op(A) and the side make it). The steps read and write sub-views of op's own operands, so they
+/// run on any device whose tile memory is addressed by pointer arithmetic. Returns {op} unchanged
+/// when the triangle is not wider than `block` (or block = 0), or when alpha = 0 (C <- 0).
+/// For vendor solves that run far below the device's GEMM rate on whole tiles (cuBLAS).
+std::vector<tile_op> blocked_trsm(const tile_op& op, index_t block);
 
 enum class tile_route {
     device_kernel,   ///< the device runs op.kernel itself
