@@ -656,6 +656,17 @@ TEST(Blas3Balance, AFarSlowerDeviceTakesNoTask) {
         EXPECT_EQ(rep.devices[slow].units, 0u) << rep.devices[slow].id << " took tasks (cpu fast: " << cpu_fast
                                                << ")\n" << ctx.explain(rep.plan);
         EXPECT_GT(rep.devices[1 - slow].units, 0u);
+        // The model plans for the device that works: its bytes are the measured ones, and the
+        // plan of that device alone (it once modelled two devices at half the rate, each with its
+        // own cache: twice the loads on an H200 beside its CPU, 562 MB predicted against 281).
+        EXPECT_EQ(rep.bytes_h2d, rep.plan.bytes_h2d) << ctx.explain(rep.plan);
+        EXPECT_EQ(rep.plan.devices, 2);
+        if (!cpu_fast) continue;  // alone, opencl:0 would write unread diagonal tiles back whole
+        context alone("cpu@64MiB");
+        const blas3_plan one = alone.plan(rep.plan.problem, call);
+        EXPECT_EQ(one.bytes_h2d, rep.plan.bytes_h2d) << alone.explain(one) << ctx.explain(rep.plan);
+        EXPECT_EQ(one.bytes_d2h, rep.plan.bytes_d2h);
+        EXPECT_NEAR(one.predicted_seconds, rep.plan.predicted_seconds, 1e-6 * one.predicted_seconds);
     }
 }
 
@@ -715,6 +726,25 @@ TEST(GemmBalance, TheDirectPathBesideAFarSlowerDeviceRuns) {
     ctx.execute<double>(p, 1.5, a.view(), b.view(), 0.5, c.view());
     EXPECT_LE(gemm_relative_error<double>(op::n, op::n, 1.5, a.view(), b.view(), 0.5, c0.view(), c.view()),
               gemm_tolerance(dtype::f64, 37));
+}
+
+// LU's model likewise plans for the devices that take tasks: with opencl:0 30 times slower than
+// the CPU device, it takes none and the predicted bytes are the measured ones.
+TEST(Blas3Balance, LuPlansForTheDevicesThatWork) {
+    TILESTREAM_SKIP_WITHOUT_GPU("opencl:0");
+    const detail::scripted_kernel_probes probes = cpu_and_other_rates(30e12, 1e12);
+    context ctx("cpu@1MiB,opencl:0@1MiB");
+    const index_t n = 301;
+    host_matrix<double> a(n, n, layout::col_major);
+    fill_random(a.view(), 17);
+    std::vector<index_t> ipiv(static_cast<std::size_t>(n));
+    getrf_call_options call;
+    call.tile = 32;
+    const getrf_report rep = ctx.getrf<double>(a.view(), ipiv, call);
+    ASSERT_EQ(rep.devices.size(), 2u);
+    EXPECT_EQ(rep.devices[1].units, 0u) << ctx.explain(rep.plan);
+    EXPECT_EQ(rep.bytes_h2d, rep.plan.bytes_h2d) << ctx.explain(rep.plan);
+    EXPECT_EQ(rep.bytes_d2h, rep.plan.bytes_d2h) << ctx.explain(rep.plan);
 }
 
 // Rates declared for a call stand for the plan's model; the balance still has each device's own

@@ -347,7 +347,7 @@ TEST(PotrfOpenCL, StagedDiagonalTilesRunLapackOnTheHostExceptWhenReproducible) {
 
 TEST(PotrfCuda, MatchesLapack) {
     // scripts/gpu-check.sh runs it (*Cuda*): cuBLAS trsm, syrk/herk and GEMM tiles, the potrf
-    // tiles on the host reference through staging; out of core through 1 MiB.
+    // tiles through cuSOLVER (info back in stream order); out of core through 1 MiB, and in core.
     TILESTREAM_SKIP_WITHOUT_GPU("cuda:0");
     context ctx("cuda:0@1MiB");
     blas3_call_options call;
@@ -356,8 +356,13 @@ TEST(PotrfCuda, MatchesLapack) {
         call.order = o;
         check_potrf<double>(ctx, 301, uplo::lower, layout::col_major, 131, call);
         check_potrf<std::complex<float>>(ctx, 203, uplo::upper, layout::row_major, 132, call);
+        check_potrf<float>(ctx, 187, uplo::upper, layout::col_major, 134, call);
+        check_potrf<std::complex<double>>(ctx, 149, uplo::lower, layout::row_major, 135, call);
     }
     check_potrf<double>(ctx, 301, uplo::upper, layout::col_major, 133, {}, 150);  // info 151
+    context whole("cuda:0");
+    check_potrf<std::complex<double>>(whole, 517, uplo::upper, layout::col_major, 136, {});
+    check_potrf<float>(whole, 333, uplo::lower, layout::row_major, 137, {}, 200);  // info 201
 }
 
 TEST(Potrf, ReproducibleIsBitwiseAcrossDevicesAndBudgets) {

@@ -100,6 +100,9 @@ struct blas3_options {
     index_t tile = 0, tile_free = 0, tile_k = 0;
     blas3_order order = blas3_order::automatic;
     int devices = 1;
+    /// Devices the model spreads tasks over (0: all `devices`): the context leaves out those a
+    /// device negligible_device_ratio faster keeps idle (the executor's balance), as GEMM's plans do.
+    int working_devices = 0;
     /// Every device computes on host operands in place (CPU devices without a budget): no copies.
     bool in_place = false;
     /// Copying plans write the SYRK family's and Cholesky's diagonal tiles back whole, their other

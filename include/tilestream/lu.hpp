@@ -56,6 +56,9 @@ struct getrf_options {
     index_t tile = 0;  ///< block columns' width (0: the planner's)
     lu_order order = lu_order::automatic;
     int devices = 1;
+    /// Devices the model spreads tasks over (0: all `devices`): the context leaves out those a
+    /// device negligible_device_ratio faster keeps idle (the executor's balance), as GEMM's plans do.
+    int working_devices = 0;
     bool in_place = false;     ///< every device computes on A where it lies (CPU devices without a budget)
     /// Bitwise identical results across budgets, device counts and orders: block columns of the
     /// k-block, panels and triangular solves on the reference kernel, updates on the tiled one.

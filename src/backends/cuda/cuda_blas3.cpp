@@ -1,6 +1,6 @@
 // The Level 3 diagonal blocks on CUDA devices through cuBLAS (vendor kernel, every precision): trsm,
 // trmm (in place: C passed as both B and its output), symm, syrk, syr2k, hemm, herk, her2k. cuBLAS
-// does not read C when beta = 0.
+// does not read C when beta = 0. Cholesky's diagonal tiles through cuSOLVER (?potrf).
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/cuda_device.hpp"
 #include "core/engine/tile_kernels.hpp"
@@ -75,8 +75,8 @@ void run_typed(cublasHandle_t h, const ::tilestream::detail::engine::column_majo
             return;
         case tile_kind::gemm:
         case tile_kind::getrf:
-        case tile_kind::laswp:
-        case tile_kind::potrf: break;  // LAPACK: the engine runs it on the host
+        case tile_kind::laswp:  // LAPACK: the engine runs them on the host
+        case tile_kind::potrf: break;  // cuSOLVER: run_cusolver_potrf
     }
 #undef TS_CUBLAS
     throw invalid_argument(id + ": no cuBLAS tile kernel for " + std::string(to_string(r.kind)) + " " +
@@ -91,6 +91,8 @@ void run_cublas_tile(cublasHandle_t h, const ::tilestream::detail::engine::colum
 
 bool cuda_device::supports(tile_kind kind, dtype type, gemm_kernel k) const {
     if (kind == tile_kind::gemm) return supports(k);
+    // cuSOLVER, every precision, when it can be opened (else staged to the host's LAPACK).
+    if (kind == tile_kind::potrf) return k == gemm_kernel::vendor && cusolver_available();
     return k == gemm_kernel::vendor && ::tilestream::detail::engine::blas_has(kind, type);
 }
 

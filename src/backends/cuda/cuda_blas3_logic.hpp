@@ -28,6 +28,6 @@ cublas_tile_work plan_cublas_tile(const tile_op& op, const std::string& device_i
 /// TILESTREAM_CUDA_TRSM_BLOCK when set (0: one cuBLAS solve per tile), else default_trsm_block.
 /// Throws invalid_argument naming the variable when it is not a whole number in [0, 65536].
 index_t trsm_block_from(const char* value);
-inline constexpr index_t default_trsm_block = 256;
+inline constexpr index_t default_trsm_block = 512;
 
 }  // namespace tilestream::cuda

@@ -6,6 +6,7 @@
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <cusolverDn.h>
 
 #include <string>
 #include <string_view>
@@ -57,12 +58,23 @@ inline bool is_sticky(cudaError_t e) {
                        cublasGetStatusString(s));
 }
 
+/// Throws device_error for a failed cuSOLVER call (cuSOLVER has no message table: the status code).
+[[noreturn]] inline void throw_cusolver_error(std::string_view call, std::string_view device,
+                                              cusolverStatus_t s) {
+    throw device_error(std::string(call) + " failed on " + std::string(device) + ": cusolverStatus_t " +
+                       std::to_string(int(s)));
+}
+
 inline void check(cudaError_t e, std::string_view call, std::string_view device) {
     if (e != cudaSuccess) throw_cuda_error(call, device, e);
 }
 
 inline void check(cublasStatus_t s, std::string_view call, std::string_view device) {
     if (s != CUBLAS_STATUS_SUCCESS) throw_cublas_error(call, device, s);
+}
+
+inline void check(cusolverStatus_t s, std::string_view call, std::string_view device) {
+    if (s != CUSOLVER_STATUS_SUCCESS) throw_cusolver_error(call, device, s);
 }
 
 }  // namespace tilestream::cuda

@@ -234,6 +234,10 @@ cuda_stream::~cuda_stream() {
         spans_.clear();
     }
     if (blas_ != nullptr) (void)cublasDestroy(blas_);
+    if (solver_ != nullptr) destroy_cusolver_handle(solver_);
+    if (solver_workspace_ != nullptr && cudaFree(solver_workspace_) != cudaSuccess) (void)cudaGetLastError();
+    if (solver_info_device_ != nullptr && cudaFree(solver_info_device_) != cudaSuccess) (void)cudaGetLastError();
+    if (solver_info_host_ != nullptr && cudaFreeHost(solver_info_host_) != cudaSuccess) (void)cudaGetLastError();
     if (cudaStreamDestroy(stream_) != cudaSuccess) (void)cudaGetLastError();
 }
 
@@ -265,6 +269,33 @@ cublasHandle_t cuda_stream::blas() {
         blas_ = h;
     }
     return blas_;
+}
+
+void* cuda_stream::solver_workspace(std::size_t bytes) {
+    if (bytes > solver_workspace_bytes_) {
+        // The old workspace may still be in use by work queued on this stream.
+        TS_CUDA_CHECK(cudaStreamSynchronize(stream_), dev_.id());
+        if (solver_workspace_ != nullptr) TS_CUDA_CHECK(cudaFree(solver_workspace_), dev_.id());
+        solver_workspace_ = nullptr;
+        solver_workspace_bytes_ = 0;
+        TS_CUDA_CHECK(cudaMalloc(&solver_workspace_, bytes), dev_.id());
+        solver_workspace_bytes_ = bytes;
+    }
+    return solver_workspace_;
+}
+
+int* cuda_stream::solver_info_device() {
+    if (solver_info_device_ == nullptr) TS_CUDA_CHECK(cudaMalloc(&solver_info_device_, sizeof(int)), dev_.id());
+    return solver_info_device_;
+}
+
+int* cuda_stream::solver_info_host() {
+    if (solver_info_host_ == nullptr) {
+        void* p = nullptr;
+        TS_CUDA_CHECK(cudaHostAlloc(&p, sizeof(int), cudaHostAllocDefault), dev_.id());
+        solver_info_host_ = static_cast<int*>(p);
+    }
+    return solver_info_host_;
 }
 
 void cuda_stream::store_error(std::exception_ptr e) noexcept {
@@ -960,6 +991,7 @@ void cuda_device::execute(stream& s, const tile_op& op) {
             return;
         }
     }
+    if (op.kind == tile_kind::potrf) return potrf(cs, op);
     const cublas_tile_work work = plan_cublas_tile(op, id());
     if (work.nothing) return;
     if (work.scale_only) return gemm(s, work.scale);  // C <- beta C (or 0), A and B never read
@@ -969,6 +1001,31 @@ void cuda_device::execute(stream& s, const tile_op& op) {
                std::lock_guard lock(cs.blas_mutex());
                run_cublas_tile(cs.blas(), work.call, op.type, id());
            });
+}
+
+void cuda_device::potrf(cuda_stream& cs, const tile_op& op) {
+    if (op.n == 0) {
+        if (op.info != nullptr) enqueue_host(cs, [info = op.info] { *info = 0; }, "potrf info");
+        return;
+    }
+    const detail::engine::column_major_tile call = detail::engine::as_column_major(op);
+    if (!call.representable) throw invalid_argument("potrf on " + id() + ": " + call.why);
+    if (std::max(call.n, call.ldc) > INT_MAX) throw invalid_argument("potrf on " + id() + ": a tile beyond 32-bit sizes");
+    device_guard guard(ordinal_, id());
+    traced(cs, span_kind::kernel, [&] { return "potrf vendor " + std::string(to_string(op.type)); }, 0, op.flops(), [&] {
+        std::lock_guard lock(cs.blas_mutex());
+        run_cusolver_potrf(cs, call, op.type, id());
+    });
+    if (op.info == nullptr) return;
+    // LAPACK's info, as cuSOLVER reports it (the order of the leading minor that is not positive
+    // definite, 0 when none), to the caller's int in stream order: through one pinned int per
+    // stream, which the next potrf on the stream overwrites only after this host function ran.
+    int* pinned = cs.solver_info_host();
+    {
+        std::lock_guard lock(cs.blas_mutex());
+        TS_CUDA_CHECK(cudaMemcpyAsync(pinned, cs.solver_info_device(), sizeof(int), cudaMemcpyDeviceToHost, cs.native()), id());
+    }
+    enqueue_host(cs, [pinned, info = op.info] { *info = *pinned; }, "potrf info");
 }
 
 void cuda_device::jacobi_sweep(stream& s, const jacobi_call& call) {

@@ -7,6 +7,7 @@
 #include <tilestream/device.hpp>
 
 #include <cublas_v2.h>
+#include <cusolverDn.h>
 
 #include "core/engine/tile_mapping.hpp"
 #include <cuda_runtime.h>
@@ -83,6 +84,14 @@ public:
     /// blas_mutex() while using it and have made the device current.
     cublasHandle_t blas();
     std::mutex& blas_mutex() { return blas_mutex_; }
+    /// This stream's cuSOLVER handle (created on first use, bound to this stream), a device
+    /// workspace of at least `bytes` (grown as needed; stream-ordered use only), the device int
+    /// cuSOLVER reports info in and a pinned host int it is copied to. Under blas_mutex(), the
+    /// device current.
+    cusolverDnHandle_t solver();
+    void* solver_workspace(std::size_t bytes);
+    int* solver_info_device();
+    int* solver_info_host();
 
     /// Keeps the first error a host function of this stream raised, for synchronize().
     void store_error(std::exception_ptr e) noexcept;
@@ -98,6 +107,11 @@ private:
     cudaStream_t stream_ = nullptr;
     std::mutex blas_mutex_;
     cublasHandle_t blas_ = nullptr;
+    cusolverDnHandle_t solver_ = nullptr;
+    void* solver_workspace_ = nullptr;
+    std::size_t solver_workspace_bytes_ = 0;
+    int* solver_info_device_ = nullptr;
+    int* solver_info_host_ = nullptr;
     std::mutex error_mutex_;
     std::exception_ptr error_;
     std::mutex spans_mutex_;
@@ -176,7 +190,8 @@ public:
     /// Real vendor stacks as one cublasGemmStridedBatchedEx; the rest one gemm() per product.
     void gemm_batched(stream& s, const gemm_batched_call& call) override;
     void jacobi_sweep(stream& s, const jacobi_call& call) override;
-    /// The Level 3 diagonal blocks through cuBLAS (vendor kernel, real types; cuda_blas3.cpp).
+    /// The Level 3 diagonal blocks through cuBLAS, Cholesky's through cuSOLVER (vendor kernel;
+    /// cuda_blas3.cpp).
     bool supports(tile_kind kind, dtype type, gemm_kernel k) const override;
     void execute(stream& s, const tile_op& op) override;
 
@@ -199,6 +214,8 @@ private:
     void copy_2d(cuda_stream& cs, const copy_2d_desc& c, cudaMemcpyKind kind, span_kind span,
                  const char* name);
     void gemm_vendor(cuda_stream& cs, const gemm_call& call);
+    /// Cholesky's diagonal tile through cuSOLVER, info back to op.info in stream order.
+    void potrf(cuda_stream& cs, const tile_op& op);
     std::shared_ptr<const clock_anchor> current_anchor();
     /// Runs `op` (which enqueues one operation on cs); when a trace sink is attached, brackets
     /// it with timing events so that its span is reported once it has finished.
@@ -228,5 +245,14 @@ cudaStream_t native_stream(stream& s);
 /// One cuBLAS call for a column-major tile operation (cuda_blas3.cpp); the handle's stream and device
 /// are current.
 void run_cublas_tile(cublasHandle_t h, const ::tilestream::detail::engine::column_major_tile& r, dtype type, const std::string& device_id);
+
+/// Whether cuSOLVER could be opened (cuda_solver.cpp: once per process, on first use).
+bool cusolver_available();
+/// Cholesky of a column-major tile through cuSOLVER (?potrf) on cs, its info left in
+/// cs.solver_info_device(); under cs.blas_mutex(), the device current (cuda_solver.cpp).
+void run_cusolver_potrf(cuda_stream& cs, const ::tilestream::detail::engine::column_major_tile& r, dtype type,
+                        const std::string& device_id);
+/// cusolverDnDestroy through the opened library (nothing when it was never opened).
+void destroy_cusolver_handle(cusolverDnHandle_t h) noexcept;
 
 }  // namespace tilestream::cuda

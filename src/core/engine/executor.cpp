@@ -100,6 +100,12 @@ public:
         if (!compute_) compute_ = dev.create_stream(stream_priority::high);
         if (!d2h_) d2h_ = dev.create_stream();
         loaded_ = dev.create_event();
+        if (rq.run.trace != nullptr) {
+            rq.run.trace->name_stream(dev.id(), h2d_->id(), "copy in");
+            rq.run.trace->name_stream(dev.id(), compute_->id(), "compute");
+            rq.run.trace->name_stream(dev.id(), d2h_->id(), "copy out");
+            if (st.recoverable) rq.run.trace->name_stream(dev.id(), backup_lane, "backups (host)");
+        }
         if (!rq.in_place) {
             store_ = std::make_unique<tile_store>(dev, *h2d_, *compute_, *d2h_, rq.slots, rq.slot_bytes, 3, from,
                                                   kit ? &kit->slots : nullptr);
@@ -152,7 +158,7 @@ public:
         std::vector<int> back;
         std::lock_guard lock(progress_mutex_);
         for (record& r : unfinished_) {
-            for (const backup& b : r.backups) copy_region(packed_copy(const_cast<char*>(b.data.data()), b.rect, false),
+            for (const backup& b : r.backups) copy_region(packed_copy(b.data.get(), b.rect, false),
                                                           b.rect, b.region, false);
             back.push_back(r.task);
         }
@@ -213,8 +219,10 @@ private:
     struct backup {
         host_rect rect;
         tile_region region = tile_region::full;
-        std::vector<char> data;
+        std::unique_ptr<char[]> data;  ///< packed, rect.bytes()
     };
+    /// The trace lane of the backups (not a stream: the issuing thread).
+    static constexpr int backup_lane = -1;
     struct record {
         int task = -1;
         std::uint64_t seq = 0;
@@ -356,17 +364,25 @@ private:
         rec.issued = clock_type::now();
         rec.flops = task.flops;
         if (st_.recoverable) rec.done = std::shared_ptr<event>(dev_.create_event());
-        // Outputs whose old value a rerun elsewhere would need: kept aside on the host first.
-        if (st_.recoverable)
+        // Outputs whose old value a rerun elsewhere would need: kept aside on the host first (on
+        // this thread, before the task is issued; a span on the trace's "backups" lane).
+        if (st_.recoverable) {
+            const double t0 = rq_.run.trace != nullptr ? trace_clock_seconds() : 0.0;
+            std::size_t bytes = 0;
             for (const task_output& o : task.outputs) {
                 if (!o.load) continue;
                 backup b;
                 b.rect = rect_of(o.tile);
                 b.region = o.region;
-                b.data.resize(b.rect.bytes());
-                copy_region(packed_copy(b.data.data(), b.rect, true), b.rect, tile_region::full, true);
+                b.data = std::make_unique_for_overwrite<char[]>(b.rect.bytes());
+                copy_region(packed_copy(b.data.get(), b.rect, true), b.rect, tile_region::full, true);
+                bytes += b.rect.bytes();
                 rec.backups.push_back(std::move(b));
             }
+            if (rq_.run.trace != nullptr && bytes > 0)
+                rq_.run.trace->record(dev_.id(), backup_lane, span_kind::host, "backup of task outputs", bytes, 0.0, t0,
+                                      trace_clock_seconds());
+        }
         const std::shared_ptr<event> done = rec.done;
         const std::uint64_t seq = rec.seq;
         {

@@ -111,7 +111,7 @@ std::optional<candidate> evaluate(const blas3_problem& p, const build_settings& 
     if (g->steps > max_plan_steps) return std::nullopt;
     model_settings m;
     m.rates = rates;
-    m.devices = std::max(1, opt.devices);
+    m.devices = std::max(1, opt.working_devices > 0 ? std::min(opt.working_devices, opt.devices) : opt.devices);
     m.in_place = opt.in_place;
     if (!opt.in_place) {
         c.slot_bytes = std::max<std::size_t>(g->max_tile_bytes(), 1);

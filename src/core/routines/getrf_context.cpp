@@ -24,7 +24,11 @@ getrf_plan context::plan(const getrf_problem& problem, const getrf_call_options&
     // Each device's measured rate for the balance, also when the call declares the plan's rates
     // (those stand for every device; the model's scale is then theirs).
     const detail::device_balance b = problem.quick_return() ? detail::device_balance{} : balance(problem.type);
-    if (!options_.rates && !call.rates) r.flops *= b.model_scale;
+    // The model spreads tasks over the devices that take them (a GPU beside its host's CPU: the
+    // GPU alone), at their mean rate; the build and the executor still use every device.
+    const bool idle_ones = b.working > 0 && b.working < o.devices;
+    if (idle_ones) o.working_devices = b.working;
+    if (!options_.rates && !call.rates) r.flops *= idle_ones ? b.working_scale : b.model_scale;
     try {
         getrf_plan p = plan_getrf(problem, budget(), r, o);
         p.device_flops = b.flops;
