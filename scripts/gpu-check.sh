@@ -557,9 +557,10 @@ if [ -n "$test_bin" ]; then
         # the GPU works), and the default command line a newcomer types (no --devices, no kernel).
         cli_run syrk-f64-gpu-cpu syrk --devices cuda:0,cpu --n $((med * 2)) --k $((med * 2)) --dtype f64 --repeat 3 --check --explain
         cli_run gemm-f64-default gemm --m "$big" --n "$big" --k "$big" --dtype f64 --repeat 3 --check --quiet
-        # Cholesky with the CPU beside the GPU: staged potrf tiles priced at the host's rate (once
-        # planned as one 8192 tile factored on the host, 3.6 s against 0.175 s on cuda:0 alone).
-        cli_run potrf-f64-gpu-cpu potrf --devices cuda:0,cpu --n $((med * 2)) --dtype f64 --explain
+        # Cholesky with the CPU beside the GPU: cuSOLVER potrf tiles, the model planning for the GPU
+        # alone; traced (the backups lane: host copies of task outputs for a rerun after a fault).
+        cli_run potrf-f64-gpu-cpu potrf --devices cuda:0,cpu --n $((med * 2)) --dtype f64 --explain \
+            --trace "$out/potrf-f64-gpu-cpu.trace.json"
         # The check that once did not end in 60 s (2026-11-26, call 3) while the run took 0.035 s.
         cli_run syrk-f64-gpu-cpu-check syrk --devices cuda:0,cpu --n $((med * 2)) --k $((med * 2)) --dtype f64 --check
     fi

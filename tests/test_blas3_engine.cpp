@@ -6,6 +6,7 @@
 
 #include "backends/cuda/cuda_blas3_logic.hpp"
 #include "backends/reference/reference_kernels.hpp"
+#include "core/engine/schedule_model.hpp"
 #include "core/engine/tile_kernels.hpp"
 #include "core/engine/tile_mapping.hpp"
 #include "core/fault_injection.hpp"
@@ -284,6 +285,37 @@ TEST(Blas3Engine, DiagonalTilesGoBackWholeFromADeviceWithoutHostAccess) {
         const std::size_t diagonal = (32 * 32 * 2 + (g.n - 64) * (g.n - 64)) * sizeof(double);
         EXPECT_EQ(dev.plan.bytes_h2d, host.plan.bytes_h2d + (g.beta == 0 ? diagonal : 0)) << g.name();
     }
+}
+
+// Those triangles come back from a device without host access through staging and a merge on the
+// host's copy-out stream: the model prices the merge at device_rates::host_merge, and the context
+// measures that rate where a SYRK-family call shares several devices, one of them without host access.
+TEST(Blas3Engine, TriangleMergesOnTheHostArePriced) {
+    namespace e = detail::engine;
+    host_matrix<double> a(70, 40), c(70, 70);
+    const blas3_problem p = describe_blas3<double>(blas3_routine::syrk, {side::left, uplo::lower, op::n, diag::non_unit},
+                                                   {1.0, 0.0, a.view(), {}, c.view()});
+    detail::routines::build_settings s;
+    s.tile = s.tile_free = 32;
+    s.tile_k = 16;
+    s.whole_diagonal_tiles = true;
+    s.devices = 2;
+    const e::task_graph g = detail::routines::build_tasks(p, s);
+    double triangle_bytes = 0;
+    for (const e::tile_task& t : g.tasks)
+        for (const e::task_output& o : t.outputs)
+            if (o.region != e::tile_region::full) triangle_bytes += double(g.tile_bytes(o.tile));
+    ASSERT_EQ(triangle_bytes, double((32 * 32 * 2 + 6 * 6) * 8));  // 70 = 32 + 32 + 6
+    e::model_settings m;
+    m.rates.h2d = m.rates.d2h = 10e9;
+    m.rates.flops = 1e12;
+    m.slots = 64;
+    const e::model_result plain = e::model_run(g, m);
+    m.rates.host_merge = 1e6;  // slow enough to dominate the copy-out stream
+    const e::model_result merged = e::model_run(g, m);
+    EXPECT_NEAR(merged.d2h_seconds - plain.d2h_seconds, triangle_bytes / 1e6, 1e-9);
+    EXPECT_GT(merged.seconds, plain.seconds);
+    EXPECT_EQ(merged.bytes_d2h, plain.bytes_d2h);
 }
 
 TEST(Blas3Engine, DiagonalTilesNotReadGoBackWholeOnlyOnOneDevice) {
@@ -745,6 +777,32 @@ TEST(Blas3Balance, LuPlansForTheDevicesThatWork) {
     EXPECT_EQ(rep.devices[1].units, 0u) << ctx.explain(rep.plan);
     EXPECT_EQ(rep.bytes_h2d, rep.plan.bytes_h2d) << ctx.explain(rep.plan);
     EXPECT_EQ(rep.bytes_d2h, rep.plan.bytes_d2h) << ctx.explain(rep.plan);
+}
+
+// The merge rate is measured where merges happen: a SYRK-family call on several devices of which
+// one without host access takes tasks (scripted probes: equal rates, both work); not on one device
+// (diagonal tiles go back whole), nor for routines without triangles, nor when that device sits out.
+TEST(Blas3Balance, TriangleMergeRateIsMeasuredWhereMergesHappen) {
+    TILESTREAM_SKIP_WITHOUT_GPU("opencl:0");
+    host_matrix<double> a(70, 40), c(70, 70), b(70, 40);
+    const blas3_problem p = describe_blas3<double>(blas3_routine::syrk, {side::left, uplo::lower, op::n, diag::non_unit},
+                                                   {1.0, 0.0, a.view(), {}, c.view()});
+    const blas3_problem solve = describe_blas3<double>(blas3_routine::trsm, {side::left, uplo::lower, op::n, diag::non_unit},
+                                                       {1.0, 0.0, c.view(), {}, b.view()});
+    {
+        const detail::scripted_kernel_probes probes = cpu_and_other_rates(1e12, 1e12);
+        context mixed("cpu@1MiB,opencl:0@1MiB");
+        const blas3_plan q = mixed.plan(p);
+        EXPECT_GT(q.rates.host_merge, 0.0);
+        EXPECT_NE(mixed.explain(q).find("triangle merges"), std::string::npos) << mixed.explain(q);
+        context alone("opencl:0@1MiB");
+        EXPECT_EQ(alone.plan(p).rates.host_merge, 0.0);  // one device: diagonal tiles go back whole
+        EXPECT_EQ(mixed.plan(solve).rates.host_merge, 0.0);  // no triangles written
+    }
+    const detail::scripted_kernel_probes probes = cpu_and_other_rates(30e12, 1e12);
+    context idle("cpu@1MiB,opencl:0@1MiB");
+    const blas3_plan q = idle.plan(p);
+    EXPECT_EQ(q.rates.host_merge, 0.0) << idle.explain(q);  // opencl:0 takes no task
 }
 
 // Rates declared for a call stand for the plan's model; the balance still has each device's own

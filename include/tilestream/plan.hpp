@@ -82,6 +82,11 @@ struct device_rates {
     /// LAPACK (FLOP/s); 0: the devices run them at `flops`. Set by the context from the host's
     /// measured GEMM rate.
     double staged_flops = 0;
+    /// Bytes of tile per second at which the host merges a triangle written back through host
+    /// staging (the SYRK family's diagonal tiles that are not read, on a device that cannot
+    /// address host memory, when several devices share a call); 0: no such merge is priced. Set
+    /// by the context from a probe (engine::measure_triangle_merge_rate).
+    double host_merge = 0;
 };
 /// Measures copy bandwidths and the kernel's FLOP rate on dev with short probes (cached per
 /// device id, dtype and kernel within the process).

@@ -157,7 +157,7 @@ model_result model_run(const task_graph& g, const model_settings& m) {
             available.pop();
         }
         const tile_task& task = g.tasks[std::size_t(t)];
-        double compute = 0, load_bytes = 0, store_bytes = 0;
+        double compute = 0, load_bytes = 0, store_bytes = 0, merge_s = 0;
         double chain = 0;
         for (const task_step& st : task.steps) compute += step_seconds(g, st, r);
         if (!m.in_place) {
@@ -191,12 +191,17 @@ model_result model_run(const task_graph& g, const model_settings& m) {
                     pinned.push_back(x);
                 }
             }
-            for (const task_output& o : task.outputs) store_bytes += double(g.tile_bytes(o.tile));
+            for (const task_output& o : task.outputs) {
+                store_bytes += double(g.tile_bytes(o.tile));
+                // A triangle from a device without host access: the whole tile to staging, then
+                // the host's merge on the copy-out stream.
+                if (o.region != tile_region::full && r.host_merge > 0) merge_s += double(g.tile_bytes(o.tile)) / r.host_merge;
+            }
         }
         res.bytes_h2d += std::size_t(load_bytes);
         res.bytes_d2h += std::size_t(store_bytes);
         const double load_s = load_bytes / h2d_rate + (load_bytes > 0 ? r.op_overhead : 0.0);
-        const double store_s = store_bytes / d2h_rate + (store_bytes > 0 ? r.op_overhead : 0.0);
+        const double store_s = store_bytes / d2h_rate + (store_bytes > 0 ? r.op_overhead : 0.0) + merge_s;
         const double start = std::max(now, ready_time[std::size_t(t)]);
         double end = 0;
         if (m.in_place) {

@@ -51,6 +51,11 @@ struct store_counters {
 /// A packed_copy (core/gemm_memory.hpp) run on the host, limited to a triangle (diagonal included) of a square tile.
 void copy_region(const copy_2d_desc& d, const host_rect& r, tile_region region, bool to_packed);
 
+/// The host's rate, in bytes of tile per second, of the merge above (a packed 1024 x 1024 f64
+/// tile's lower triangle into a matrix with a longer leading dimension): the best of three after
+/// a warm-up, measured once per process (about 10 ms).
+double measure_triangle_merge_rate();
+
 class tile_store {
 public:
     /// Allocates up to `slots` buffers of `slot_bytes` from the reservation; fewer when the device

@@ -360,6 +360,14 @@ std::string explain(const blas3_plan& p) {
                   p.rates.d2h * 1e-9, p.rates.flops * 1e-9, p.rates.measured ? "measured" : "default");
     o << line;
     if (q.routine == blas3_routine::potrf) o << detail::routines::staged_tiles_line(p.rates, "potrf tiles");
+    if (p.rates.host_merge > 0) {
+        char line[200];
+        std::snprintf(line, sizeof line,
+                      "  triangle merges diagonal tiles not read go back by their triangle, merged on the host at %.1f GB/s "
+                      "(measured)\n",
+                      p.rates.host_merge * 1e-9);
+        o << line;
+    }
     std::snprintf(line, sizeof line,
                   "  predicted       %.4f s on %d device(s): compute %.4f s, copies h2d %.4f s d2h %.4f s, "
                   "critical path %.4f s; bound by %s\n",
