@@ -360,7 +360,14 @@ std::string explain(const blas3_plan& p) {
                   p.rates.d2h * 1e-9, p.rates.flops * 1e-9, p.rates.measured ? "measured" : "default");
     o << line;
     if (q.routine == blas3_routine::potrf) o << detail::routines::staged_tiles_line(p.rates, "potrf tiles");
-    if (p.rates.host_merge > 0) {
+    const auto merges = [&] {
+        if (p.rates.host_merge <= 0 || !p.graph) return false;
+        for (const detail::engine::tile_task& t : p.graph->tasks)
+            for (const detail::engine::task_output& out : t.outputs)
+                if (out.region != detail::engine::tile_region::full) return true;
+        return false;
+    };
+    if (merges()) {
         char line[200];
         std::snprintf(line, sizeof line,
                       "  triangle merges diagonal tiles not read go back by their triangle, merged on the host at %.1f GB/s "
