@@ -33,7 +33,7 @@ run_harness() {
   # Parsers of one-line options need no long inputs; files get room for a few events or elements.
   case $h in npy|trace) max_len=4096 ;; *) max_len=256 ;; esac
   # -rss_limit_mb and -timeout make a runaway allocation or a hang count as a finding.
-  ASAN_OPTIONS=detect_leaks=1:malloc_context_size=2 UBSAN_OPTIONS=print_stacktrace=1 \
+  ASAN_OPTIONS=detect_leaks=1:malloc_context_size=2:intercept_tls_get_addr=0 UBSAN_OPTIONS=print_stacktrace=1 \
     "$build/fuzz/fuzz_$h" -max_total_time="$seconds" -print_final_stats=1 -timeout=10 -rss_limit_mb=2048 \
       -max_len=$max_len -artifact_prefix="$build/artifacts/$h-" "$scratch" "$root/fuzz/corpus/$h" >"$log" 2>&1
 }
