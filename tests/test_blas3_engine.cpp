@@ -287,6 +287,45 @@ TEST(Blas3Engine, DiagonalTilesGoBackWholeFromADeviceWithoutHostAccess) {
     }
 }
 
+// With several devices each loaded output is copied aside on the host before its task starts (for a
+// rerun elsewhere after a fault): one span per task on the trace's "backups (host)" lane, its bytes
+// the output tile's; the executor's streams carry their roles. One device takes no backups.
+TEST(Blas3Engine, BackupsOfTaskOutputsAreTraced) {
+    const blas3_case g = one_of_each(160)[5];  // syr2k, beta = 1.5: every tile of C is loaded
+    ASSERT_NE(g.beta, 0.0);
+    blas3_call_options call;
+    call.tile = 32;
+    call.tile_k = 32;
+    for (const char* spec : {"cpu:2@96KiB", "cpu@96KiB"}) {
+        trace_recorder rec;
+        call.run.trace = &rec;
+        context ctx(spec);
+        const blas3_report rep = run_and_check<double>(ctx, g, call);
+        std::size_t backups = 0, bytes = 0;
+        std::set<std::string> roles;
+        for (const trace_span& s : rec.spans()) {
+            roles.insert(s.role);
+            if (s.role != "backups (host)") continue;
+            EXPECT_EQ(s.stream, -1);
+            EXPECT_EQ(s.name, "backup of task outputs");
+            ++backups;
+            bytes += s.bytes;
+        }
+        EXPECT_TRUE(roles.count("copy in") && roles.count("compute") && roles.count("copy out")) << spec;
+        if (rep.devices.size() == 1) {
+            EXPECT_EQ(backups, 0u) << spec;
+            continue;
+        }
+        // C's tiles in the lower triangle of blocks, of 32, 32 and n - 64 rows: one task each.
+        const std::size_t r[3] = {32, 32, std::size_t(g.n - 64)};
+        std::size_t tiles = 0;
+        for (int i = 0; i < 3; ++i)
+            for (int j = 0; j <= i; ++j) tiles += r[i] * r[j] * sizeof(double);
+        EXPECT_EQ(backups, rep.plan.graph->tasks.size()) << spec;
+        EXPECT_EQ(bytes, tiles) << spec;
+    }
+}
+
 // Those triangles come back from a device without host access through staging and a merge on the
 // host's copy-out stream: the model prices the merge at device_rates::host_merge, and the context
 // measures that rate where a SYRK-family call shares several devices, one of them without host access.

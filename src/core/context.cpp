@@ -301,9 +301,9 @@ gemm_plan context::plan_for_devices(const gemm_problem& problem, const gemm_call
     // the units are sized for the devices that work. Planned for both, an H200 beside its host's
     // CPU got C in twice the units, each reading all of B once more: 0.39 s against 0.20 s alone.
     const int all_devices = po.devices;
-    const bool idle_ones = balance.working > 0 && balance.working < all_devices;
+    const bool idle_ones = balance.idle_ones(all_devices);
     if (idle_ones) po.devices = balance.working;
-    if (!call.rates && !options_.rates) r.flops *= idle_ones ? balance.working_scale : balance.model_scale;
+    if (!call.rates && !options_.rates) r.flops *= balance.rate_scale(all_devices);
     if (!r.measured && !call.rates && !options_.rates) po.max_step_seconds = 0;  // no rate to bound a step with
     gemm_plan p;
     try {

@@ -133,6 +133,10 @@ struct device_balance {
     double model_scale = 1.0;
     int working = 0;
     double working_scale = 1.0;
+    /// Whether some of `devices` sit out: the models then plan for the `working` ones alone.
+    bool idle_ones(int devices) const { return working > 0 && working < devices; }
+    /// The factor for the first device's probed rate in a model over the devices it plans for.
+    double rate_scale(int devices) const { return idle_ones(devices) ? working_scale : model_scale; }
 };
 device_balance balance_of(const std::vector<double>& device_flops);
 

@@ -1,6 +1,7 @@
 // The Level 3 diagonal blocks on CUDA devices through cuBLAS (vendor kernel, every precision): trsm,
 // trmm (in place: C passed as both B and its output), symm, syrk, syr2k, hemm, herk, her2k. cuBLAS
 // does not read C when beta = 0. Cholesky's diagonal tiles through cuSOLVER (?potrf).
+#include "backends/cuda/cublas_values.hpp"
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/cuda_device.hpp"
 #include "core/engine/tile_kernels.hpp"
@@ -13,18 +14,6 @@
 namespace tilestream::cuda {
 
 namespace {
-
-cublasSideMode_t side_of(side s) { return s == side::left ? CUBLAS_SIDE_LEFT : CUBLAS_SIDE_RIGHT; }
-cublasFillMode_t fill_of(uplo u) { return u == uplo::lower ? CUBLAS_FILL_MODE_LOWER : CUBLAS_FILL_MODE_UPPER; }
-cublasDiagType_t diag_of(diag d) { return d == diag::unit ? CUBLAS_DIAG_UNIT : CUBLAS_DIAG_NON_UNIT; }
-cublasOperation_t op_of(blas_trans t) {
-    return t == blas_trans::none ? CUBLAS_OP_N : t == blas_trans::trans ? CUBLAS_OP_T : CUBLAS_OP_C;
-}
-
-/// cuBLAS's element type of T (cuComplex and cuDoubleComplex share std::complex's layout).
-template <class T>
-using cu_t = std::conditional_t<std::is_same_v<T, std::complex<float>>, cuComplex,
-                                std::conditional_t<std::is_same_v<T, std::complex<double>>, cuDoubleComplex, T>>;
 
 template <class T>
 void run_typed(cublasHandle_t h, const ::tilestream::detail::engine::column_major_tile& r, const std::string& id) {

@@ -1,6 +1,7 @@
 // cuSOLVER for Cholesky's diagonal tiles on CUDA devices, opened on first use: the library and what
 // it needs (cuSPARSE, nvJitLink) are about 400 MB that runs without a potrf should not load. Only
 // cusolverDn.h's types and declarations are used at build time; the functions come from dlsym.
+#include "backends/cuda/cublas_values.hpp"
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/cuda_device.hpp"
 
@@ -9,7 +10,6 @@
 #include <dlfcn.h>
 
 #include <algorithm>
-#include <complex>
 #include <mutex>
 #include <string>
 #include <type_traits>
@@ -74,12 +74,6 @@ const cusolver_api& usable_api(const std::string& device_id) {
     if (!a.problem.empty()) throw device_error(device_id + ": " + a.problem);
     return a;
 }
-
-cublasFillMode_t fill_of(uplo u) { return u == uplo::lower ? CUBLAS_FILL_MODE_LOWER : CUBLAS_FILL_MODE_UPPER; }
-
-template <class T>
-using cu_t = std::conditional_t<std::is_same_v<T, std::complex<float>>, cuComplex,
-                                std::conditional_t<std::is_same_v<T, std::complex<double>>, cuDoubleComplex, T>>;
 
 }  // namespace
 

@@ -35,8 +35,7 @@ blas3_plan context::plan(const blas3_problem& problem, const blas3_call_options&
     const detail::device_balance b = problem.quick_return ? detail::device_balance{} : balance(problem.type);
     // The model spreads tasks over the devices that take them (a GPU beside its host's CPU: the
     // GPU alone), at their mean rate; the build and the executor still use every device.
-    const bool idle_ones = b.working > 0 && b.working < o.devices;
-    if (idle_ones) {
+    if (b.idle_ones(o.devices)) {
         o.working_devices = b.working;
         // Triangles are merged on the host only behind devices without host access that work.
         const double fastest = *std::max_element(b.flops.begin(), b.flops.end());
@@ -45,7 +44,7 @@ blas3_plan context::plan(const blas3_problem& problem, const blas3_call_options&
             merging = merging || (!device_ptrs_[d]->host_addressable() && b.flops[d] * detail::negligible_device_ratio > fastest);
         if (!merging) r.host_merge = 0;
     }
-    if (!options_.rates && !call.rates) r.flops *= idle_ones ? b.working_scale : b.model_scale;
+    if (!options_.rates && !call.rates) r.flops *= b.rate_scale(o.devices);
     try {
         blas3_plan p = plan_blas3(problem, budget(), r, o);
         p.device_flops = b.flops;

@@ -26,9 +26,8 @@ getrf_plan context::plan(const getrf_problem& problem, const getrf_call_options&
     const detail::device_balance b = problem.quick_return() ? detail::device_balance{} : balance(problem.type);
     // The model spreads tasks over the devices that take them (a GPU beside its host's CPU: the
     // GPU alone), at their mean rate; the build and the executor still use every device.
-    const bool idle_ones = b.working > 0 && b.working < o.devices;
-    if (idle_ones) o.working_devices = b.working;
-    if (!options_.rates && !call.rates) r.flops *= idle_ones ? b.working_scale : b.model_scale;
+    if (b.idle_ones(o.devices)) o.working_devices = b.working;
+    if (!options_.rates && !call.rates) r.flops *= b.rate_scale(o.devices);
     try {
         getrf_plan p = plan_getrf(problem, budget(), r, o);
         p.device_flops = b.flops;
