@@ -23,13 +23,22 @@ inline context_options routine_context_options(const args& a) {
     const open_options oo = device_options(a);
     co.memory_budget = oo.memory_budget;
     co.cpu_threads = oo.cpu_threads;
-    co.kernel = parse_gemm_kernel(a.get_or("kernel", "vendor"));
+    co.kernel = parse_kernel_setting(a.get_or("kernel", "auto"));
     const std::string reproducible = a.get_or("reproducible", "off");
     if (reproducible != "on" && reproducible != "off")
         throw invalid_argument("--reproducible expects on or off, got '" + reproducible + "'");
     co.reproducible = reproducible == "on";
     if (a.has("rates")) co.rates = parse_rates(*a.get("rates"));
     return co;
+}
+
+/// --json's "gemm_kernels": each device's GEMM tile kernel (the plan's kernel where it chose none by
+/// device: blas3_plan::gemm_kernels).
+inline std::vector<std::string> gemm_kernel_names(gemm_kernel kernel, const std::vector<gemm_kernel>& by_device, int devices) {
+    std::vector<std::string> out;
+    for (int d = 0; d < devices; ++d)
+        out.emplace_back(to_string(std::size_t(d) < by_device.size() ? by_device[std::size_t(d)] : kernel));
+    return out;
 }
 
 /// The run's dtype: --dtype (f32 by default), or with --a the files' own, one for all of `inputs`

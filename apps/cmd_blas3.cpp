@@ -81,7 +81,10 @@ void declare(args& a, blas3_routine r) {
         a.text("trans", r == blas3_routine::herk || r == blas3_routine::her2k ? "op(A): n (default) or c"
                         : rank_k(r) ? "op(A): n (default) or t" : "op(A): n (default), t or c", "n|t|c");
     if (solves(r)) a.text("diag", "non-unit (default) or unit", "non-unit|unit");
-    a.text("kernel", "GEMM tiles and diagonal blocks: reference, naive, tiled or vendor (default)", "KERNEL")
+    a.text("kernel",
+           "auto (default: GEMM tiles on each device's fastest measured GEMM kernel, the other tiles on vendor), "
+           "reference, naive, tiled or vendor (GEMM tiles and diagonal blocks)",
+           "KERNEL")
         .text("devices", "e.g. cpu, cpu:2, cuda:0, opencl:0, cpu@512MiB (default auto: every GPU present, else the CPU; or TILESTREAM_DEVICES)", "SPEC")
         .integer_option("tile", "tile size along A's order (syrk family: C's tiles) instead of the planner's")
         .integer_option("tile-free", "tile size along the other dimension of B or C");
@@ -261,8 +264,11 @@ int run(const args& a, blas3_routine r, dtype type, run_files& out_files) {
     call.order = parse_blas3_order(a.get_or("order", "auto"));
     const bool explain = a.flag("explain");
     // Measured rates for the explanation of one device in place (which probes nothing itself);
-    // never with several: declared call rates leave out the balance's rate per device.
-    if (explain && !co.rates && !problem.quick_return && ctx.devices().size() == 1) call.rates = ctx.rates(type, co.kernel);
+    // never with several: declared call rates leave out the balance's rate per device. Not with
+    // the kernel left to the context: its kernel choice measures them (and declared rates would
+    // turn that choice off).
+    if (explain && co.kernel && !co.rates && !problem.quick_return && ctx.devices().size() == 1)
+        call.rates = ctx.rates(type, co.kernel);
     const blas3_plan plan = ctx.plan(problem, call);
     if (explain) std::fprintf(stderr, "%s", ctx.explain(plan).c_str());
     trace_recorder recorder;
@@ -319,6 +325,7 @@ int run(const args& a, blas3_routine r, dtype type, run_files& out_files) {
                   {"m", problem.m}, {"n", problem.n}, {"k", problem.k}, {"dtype", std::string(to_string(type))},
                   {"alpha", scalar_json(alpha)}, {"beta", scalar_json(beta)},
                   {"kernel", std::string(to_string(plan.kernel))},
+                  {"gemm_kernels", gemm_kernel_names(plan.kernel, plan.gemm_kernels, plan.devices)},
                   {"devices", ctx.device_names()}, {"repeat", repeat}, {"seconds", secs}, {"gflops", gflops},
                   {"order", std::string(to_string(plan.order))}, {"tile", plan.tile}, {"tile_free", plan.tile_free},
                   {"tile_k", plan.tile_k}, {"in_place", plan.in_place}, {"reproducible", plan.reproducible},

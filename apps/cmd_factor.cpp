@@ -91,7 +91,10 @@ void declare(args& a, const factor_command& c) {
                        "row ipiv[i]; scipy's lu_factor piv is ipiv - 1), atomically with --out",
                "P.npy");
     if (!lu) a.text("uplo", "lower (default) or upper: the triangle of A read and factored", "lower|upper");
-    a.text("kernel", "GEMM tiles and diagonal blocks: reference, naive, tiled or vendor (default)", "KERNEL")
+    a.text("kernel",
+           "auto (default: GEMM tiles on each device's fastest measured GEMM kernel, the other tiles on vendor), "
+           "reference, naive, tiled or vendor (GEMM tiles and diagonal blocks)",
+           "KERNEL")
         .text("devices", "e.g. cpu, cpu:2, cuda:0, opencl:0, cpu@512MiB (default auto: every GPU present, else the CPU; or TILESTREAM_DEVICES)", "SPEC")
         .integer_option("tile", lu ? "block columns' width instead of the planner's" : "tile size instead of the planner's")
         .text("order", "auto (default: the cost model's), left (left-looking) or right (right-looking)", "auto|left|right")
@@ -169,6 +172,7 @@ struct factor_run {
     std::vector<device_fault> faults;
     std::vector<std::string> warnings;
     std::string kernel, order, bound;
+    std::vector<std::string> gemm_kernels;  ///< each device's GEMM tile kernel
     index_t tile = 0;
     bool in_place = false, reproducible = false;
     std::size_t tasks = 0, steps = 0, dependencies = 0, budget = 0;
@@ -193,6 +197,7 @@ factor_run figures_of(const Problem& problem, const Plan& plan, const Report& re
     r.seconds = r.factor_seconds = rep.seconds;
     r.bytes_h2d = rep.bytes_h2d, r.bytes_d2h = rep.bytes_d2h, r.peak_device_bytes = rep.peak_device_bytes;
     r.faults = rep.faults, r.warnings = rep.warnings;
+    r.gemm_kernels = gemm_kernel_names(plan.kernel, plan.gemm_kernels, plan.devices);
     r.kernel = std::string(to_string(plan.kernel)), r.order = std::string(to_string(plan.order)), r.bound = plan.bound;
     r.tile = plan.tile, r.in_place = plan.in_place, r.reproducible = plan.reproducible;
     r.tasks = plan.tasks, r.steps = plan.steps, r.dependencies = plan.dependencies, r.budget = plan.budget;
@@ -223,7 +228,7 @@ void predict_solve(context& ctx, factor_run& r, const std::array<blas3_flags, 2>
     for (const blas3_flags& f : steps) {
         blas3_call_options call;
         const blas3_problem problem = describe_blas3<T>(blas3_routine::trsm, f, {T(1), T(0), a, {}, b});
-        if (explain && !ctx.options().rates && !problem.quick_return && ctx.devices().size() == 1)
+        if (explain && ctx.options().kernel && !ctx.options().rates && !problem.quick_return && ctx.devices().size() == 1)
             call.rates = ctx.rates(dtype_of<T>(), ctx.options().kernel);
         const blas3_plan plan = ctx.plan(problem, call);
         r.predicted_solve_seconds += plan.predicted_seconds;
@@ -255,7 +260,7 @@ factor_run run_cholesky(context& ctx, const factor_command& c, uplo u, const fac
     call.run.trace = fc.trace;
     const blas3_operands<T> ops{T(1), T(0), {}, {}, work.view()};
     const blas3_problem problem = describe_blas3<T>(blas3_routine::potrf, {side::left, u, op::n, diag::non_unit}, ops);
-    if (fc.explain && !ctx.options().rates && !problem.quick_return && ctx.devices().size() == 1)
+    if (fc.explain && ctx.options().kernel && !ctx.options().rates && !problem.quick_return && ctx.devices().size() == 1)
         call.rates = ctx.rates(dtype_of<T>(), ctx.options().kernel);
     const blas3_plan plan = ctx.plan(problem, call);
     if (fc.explain) std::fprintf(stderr, "%s", ctx.explain(plan).c_str());
@@ -283,7 +288,7 @@ factor_run run_lu(context& ctx, const factor_command& c, const factor_call& fc, 
     call.order = parse_lu_order(fc.order);
     call.run.trace = fc.trace;
     const getrf_problem problem = describe_getrf<T>(host_matrix_view<const T>(work.view()));
-    if (fc.explain && !ctx.options().rates && !problem.quick_return() && ctx.devices().size() == 1)
+    if (fc.explain && ctx.options().kernel && !ctx.options().rates && !problem.quick_return() && ctx.devices().size() == 1)
         call.rates = ctx.rates(dtype_of<T>(), ctx.options().kernel);
     const getrf_plan plan = ctx.plan(problem, call);
     if (fc.explain) std::fprintf(stderr, "%s", ctx.explain(plan).c_str());
@@ -429,7 +434,7 @@ int run(const args& a, const factor_command& c, dtype type, run_files& out_files
         if (lu) o["m"] = rep.m;
         else o["uplo"] = std::string(to_string(u));
         json rest = {{"n", rep.n}, {"nrhs", c.solves ? x.cols() : 0}, {"dtype", std::string(to_string(type))},
-                     {"info", rep.info}, {"kernel", rep.kernel}, {"devices", ctx.device_names()},
+                     {"info", rep.info}, {"kernel", rep.kernel}, {"gemm_kernels", rep.gemm_kernels}, {"devices", ctx.device_names()},
                      {"seconds", rep.seconds}, {"factor_seconds", rep.factor_seconds}, {"gflops", gflops},
                      {"order", rep.order}, {"tile", rep.tile}, {"in_place", rep.in_place},
                      {"reproducible", rep.reproducible}, {"tasks", rep.tasks}, {"tile_operations", rep.steps},

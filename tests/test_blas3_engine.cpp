@@ -13,11 +13,14 @@
 #include "core/rate_probes.hpp"
 #include "core/routines/routines.hpp"
 
+#include <tilestream/cholesky.hpp>
+#include <tilestream/lu.hpp>
 #include <tilestream/trace.hpp>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <set>
 #include <thread>
 #include <tuple>
@@ -861,5 +864,188 @@ TEST(Blas3Balance, DeclaredCallRatesKeepEachDevicesRate) {
     EXPECT_GT(p.device_flops[1], 0);
     EXPECT_NE(ctx.explain(p).find("balance         cpu:0 "), std::string::npos) << ctx.explain(p);
 }
+}  // namespace
+}  // namespace tilestream
+
+namespace tilestream {
+namespace {
+
+/// Scripted GEMM probes of the CPU devices (and the host): the vendor kernel at `vendor` FLOP/s,
+/// tiled at `tiled` (the candidates' order: vendor, tiled).
+detail::scripted_kernel_probes cpu_kernel_rates(double vendor, double tiled) {
+    return detail::scripted_kernel_probes(
+        [vendor, tiled](const detail::scripted_kernel_probes::request& r) {
+            const double f = 2.0 * double(r.shape.m) * double(r.shape.n) * double(r.shape.k);
+            detail::probe_timings p;
+            p.seconds.push_back({f / vendor, f / vendor, f / vendor});
+            p.seconds.push_back({f / tiled, f / tiled, f / tiled});
+            p.notes.resize(2);
+            return p;
+        },
+        3600);
+}
+
+/// The kernels named by a run's compute spans ("gemm tiled", "trsm vendor", ...), by name.
+std::map<std::string, int> kernel_spans(const trace_recorder& rec) {
+    std::map<std::string, int> out;
+    for (const trace_span& s : rec.spans())
+        if (s.kind == span_kind::kernel) ++out[s.name];
+    return out;
+}
+
+std::string spans_text(const std::map<std::string, int>& spans) {
+    std::string out;
+    for (const auto& [name, count] : spans) out += name + " " + std::to_string(count) + "; ";
+    return out;
+}
+
+// With no kernel asked for, a Level 3 plan's GEMM tiles take each device's fastest measured GEMM
+// kernel and its other tiles the vendor routines: on an Emerald Rapids VM, where Debian's OpenBLAS
+// runs its Prescott kernels at a quarter of the tiled kernel's speed, dpotrf 4096 in place went
+// from 0.80 s (one LAPACK call) to 0.43 s (384 tiles, GEMM on tiled). Scripted probes make tiled
+// 5 times vendor here: the in-place plan cuts the factorization into tiles, its GEMM steps run on
+// tiled and the rest on vendor (the trace names each step's kernel), and the factor is right. With
+// vendor measured fastest, or a kernel asked for, the plan is the one vendor call it was.
+TEST(Blas3Kernels, GemmTilesTakeTheFastestMeasuredKernel) {
+    const index_t n = 901;
+    host_matrix<double> a(n, n, layout::col_major);
+    fill_random(a.view(), 41);
+    for (index_t i = 0; i < n; ++i) a.view()(i, i) = double(n) + 1.0;  // dominant: positive definite
+    for (int mode : {0, 1, 2}) {  // tiled fast; vendor fast; tiled fast but vendor asked for
+        const detail::scripted_kernel_probes probes = cpu_kernel_rates(20e9, mode == 1 ? 10e9 : 100e9);
+        context_options co;
+        if (mode == 2) co.kernel = gemm_kernel::vendor;
+        context ctx("cpu", co);
+        // The choice a GEMM call of the square class makes (a call this small would not probe).
+        (void)choose_kernel(*ctx.devices().front(), dtype::f64, shape_class::square);
+        host_matrix<double> f(n, n, layout::col_major);  // the upper triangle must come back unchanged
+        std::copy(a.data(), a.data() + a.size(), f.data());
+        trace_recorder rec;
+        blas3_call_options call;
+        call.run.trace = &rec;
+        const blas3_report rep = ctx.potrf<double>(uplo::lower, f.view(), call);
+        const std::string why = ctx.explain(rep.plan) + spans_text(kernel_spans(rec));
+        EXPECT_EQ(rep.info, 0);
+        const blas3_check_result check = check_potrf<double>(uplo::lower, a.view(), f.view());
+        EXPECT_TRUE(check.passed) << check.summary() << "\n" << why;
+        const std::map<std::string, int> spans = kernel_spans(rec);
+        if (mode == 0) {
+            ASSERT_EQ(rep.plan.gemm_kernels, std::vector<gemm_kernel>{gemm_kernel::tiled}) << why;
+            EXPECT_EQ(rep.plan.kernel, gemm_kernel::vendor);
+            EXPECT_NEAR(rep.plan.rates.flops, 100e9, 1e3) << why;
+            EXPECT_NEAR(rep.plan.rates.diagonal_flops, 20e9, 1e3) << why;
+            EXPECT_GT(rep.plan.tasks, 1u) << why;  // tiles move work from LAPACK to GEMM
+            EXPECT_GT(spans.count("gemm tiled"), 0u) << why;
+            EXPECT_EQ(spans.count("gemm vendor"), 0u) << why;
+            EXPECT_GT(spans.count("potrf vendor"), 0u) << why;
+            EXPECT_NE(ctx.explain(rep.plan).find("kernel auto: GEMM tiles tiled, the other tiles vendor"), std::string::npos)
+                << why;
+        } else {
+            EXPECT_TRUE(rep.plan.gemm_kernels.empty()) << why;
+            EXPECT_EQ(rep.plan.rates.diagonal_flops, 0.0) << why;
+            EXPECT_EQ(rep.plan.tasks, 1u) << why;  // one LAPACK call in place
+            EXPECT_EQ(spans.count("gemm tiled"), 0u) << why;
+        }
+    }
+}
+
+// The same choice for LU (block columns in place, updates on tiled) and for a trsm on two CPU
+// devices, whose plan models both kernels' rates; each result checked.
+TEST(Blas3Kernels, LuAndSeveralDevicesTakeTheMeasuredGemmKernel) {
+    const detail::scripted_kernel_probes probes = cpu_kernel_rates(20e9, 100e9);
+    {
+        context ctx("cpu");
+        (void)choose_kernel(*ctx.devices().front(), dtype::f64, shape_class::square);
+        const index_t m = 611, n = 577;
+        host_matrix<double> a(m, n, layout::row_major), lu(m, n, layout::row_major);
+        fill_random(a.view(), 51);
+        std::copy(a.data(), a.data() + a.size(), lu.data());
+        std::vector<index_t> ipiv(std::size_t(std::min(m, n)), -1);
+        trace_recorder rec;
+        getrf_call_options call;
+        call.run.trace = &rec;
+        const getrf_report rep = ctx.getrf<double>(lu.view(), ipiv, call);
+        const std::map<std::string, int> spans = kernel_spans(rec);
+        const std::string why = ctx.explain(rep.plan) + spans_text(spans);
+        EXPECT_EQ(rep.info, 0);
+        ASSERT_EQ(rep.plan.gemm_kernels, std::vector<gemm_kernel>{gemm_kernel::tiled}) << why;
+        EXPECT_GT(rep.plan.tasks, 1u) << why;
+        EXPECT_GT(spans.count("gemm tiled"), 0u) << why;
+        EXPECT_EQ(spans.count("gemm vendor"), 0u) << why;
+        EXPECT_LT(getrf_residual<double>(host_matrix_view<const double>(a.view()), host_matrix_view<const double>(lu.view()), ipiv),
+                  8.0)
+            << why;
+    }
+    context two("cpu:2");
+    for (device* d : two.devices()) (void)choose_kernel(*d, dtype::c64, shape_class::square);
+    const index_t m = 433, n = 389;  // B m x n, A m x m lower
+    host_matrix<std::complex<double>> a(m, m, layout::col_major), b(m, n, layout::col_major), x(m, n, layout::col_major);
+    fill_random(a.view(), 52);
+    fill_random(b.view(), 53);
+    for (index_t i = 0; i < m; ++i) a.view()(i, i) = std::complex<double>(double(m), 1.0);
+    std::copy(b.data(), b.data() + b.size(), x.data());
+    const std::complex<double> alpha(0.5, -1.25);
+    const blas3_report rep =
+        two.trsm<std::complex<double>>(side::left, uplo::lower, op::c, diag::non_unit, alpha, a.view(), x.view());
+    ASSERT_EQ(rep.plan.gemm_kernels, (std::vector<gemm_kernel>{gemm_kernel::tiled, gemm_kernel::tiled})) << two.explain(rep.plan);
+    EXPECT_GT(rep.plan.rates.diagonal_flops, 0.0);
+    EXPECT_LT(rep.plan.rates.diagonal_flops, rep.plan.rates.flops);
+    const blas3_check_result check = check_blas3<std::complex<double>>(
+        blas3_routine::trsm, {side::left, uplo::lower, op::c, diag::non_unit}, {alpha, {}, a.view(), {}, b.view()},
+        host_matrix_view<const std::complex<double>>(x.view()));
+    EXPECT_TRUE(check.passed) << check.summary() << "\n" << two.explain(rep.plan);
+}
+
+// Without a choice made before, a context probes the GEMM kernels for its Level 3 plans only once
+// their work outweighs the probe (3 times its 1.45e10 multiply-adds): small calls stay on vendor
+// without the probe's cost (0.7-3 s on a 2-core VM), and enough of them make it.
+TEST(Blas3Kernels, TheProbeRunsOnceTheWorkOutweighsIt) {
+    const detail::scripted_kernel_probes probes = cpu_kernel_rates(20e9, 100e9);
+    context ctx("cpu");
+    const index_t n = 1024;
+    host_matrix<double> a(n, n), b(n, n);
+    const blas3_problem p = describe_blas3<double>(blas3_routine::trsm, {side::left, uplo::lower, op::n, diag::non_unit},
+                                                   {1.0, 0.0, a.view(), {}, b.view()});
+    const double needed = 3 * 1.45e10 * 2;  // f64: 2 flops a multiply-add
+    const int before = int(needed / p.flops());  // calls that stay below it
+    ASSERT_GT(before, 10);
+    for (int i = 0; i < before; ++i) {
+        const blas3_plan q = ctx.plan(p);
+        ASSERT_TRUE(q.gemm_kernels.empty()) << "call " << i << "\n" << ctx.explain(q);
+    }
+    EXPECT_FALSE(detail::known_kernel(*ctx.devices().front(), dtype::f64, shape_class::square, math_mode::strict));
+    const blas3_plan q = ctx.plan(p);
+    EXPECT_EQ(q.gemm_kernels, std::vector<gemm_kernel>{gemm_kernel::tiled}) << ctx.explain(q);
+    EXPECT_TRUE(detail::known_kernel(*ctx.devices().front(), dtype::f64, shape_class::square, math_mode::strict));
+    // Another type keeps its own count.
+    host_matrix<float> af(n, n), bf(n, n);
+    EXPECT_TRUE(ctx.plan(describe_blas3<float>(blas3_routine::trsm, {side::left, uplo::lower, op::n, diag::non_unit},
+                                               {1.0f, 0.0f, af.view(), {}, bf.view()}))
+                    .gemm_kernels.empty());
+}
+
+// The model prices diagonal blocks at their own rate, and in place on one device it then weighs
+// tiles against the one call: with them 5 times slower than GEMM a trsm is cut into tiles; at
+// GEMM's rate (diagonal_flops 0) it stays one call.
+TEST(Blas3Plan, SlowDiagonalBlocksCutAnInPlaceCall) {
+    host_matrix<double> a(2000, 2000), b(2000, 1500);
+    const blas3_problem p = describe_blas3<double>(blas3_routine::trsm, {side::left, uplo::lower, op::n, diag::non_unit},
+                                                   {1.0, 0.0, a.view(), {}, b.view()});
+    blas3_options o;
+    o.in_place = true;
+    device_rates r;
+    r.flops = 100e9;
+    EXPECT_EQ(plan_blas3(p, 0, r, o).tile, 2000) << explain(plan_blas3(p, 0, r, o));
+    r.diagonal_flops = 20e9;
+    const blas3_plan cut = plan_blas3(p, 0, r, o);
+    EXPECT_LT(cut.tile, 2000) << explain(cut);
+    blas3_options whole = o;
+    whole.tile = 2000;  // the one call, all of it at the diagonal blocks' rate
+    const blas3_plan one = plan_blas3(p, 0, r, whole);
+    EXPECT_NEAR(one.predicted_seconds, 2000.0 * 2000 * 1500 / 20e9, 1e-3) << explain(one);
+    EXPECT_LT(cut.predicted_seconds, one.predicted_seconds * 0.5) << explain(cut);
+    EXPECT_NE(explain(cut).find("(the other tiles: the vendor kernel)"), std::string::npos) << explain(cut);
+}
+
 }  // namespace
 }  // namespace tilestream

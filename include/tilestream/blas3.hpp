@@ -113,6 +113,11 @@ struct blas3_options {
     /// Results bitwise identical across budgets and device counts (fixed tiles along summed
     /// dimensions: the k-block; diagonal blocks on the reference kernel; GEMM tiles on the tiled one).
     bool reproducible = false;
+    /// Per device (in the devices' order) the kernel of its GEMM tiles, where the GEMM tiles do not
+    /// take `kernel` (empty: `kernel` everywhere); the other tile operations keep `kernel`. The
+    /// context sets it when no kernel is asked for and a device's fastest measured GEMM kernel is
+    /// not the vendor one (choose_kernel), e.g. OpenBLAS running kernels older than the CPU's.
+    std::vector<gemm_kernel> gemm_kernels;
 };
 
 /// One order's predicted traffic and time (explain compares them).
@@ -126,6 +131,7 @@ struct blas3_alternative {
 struct blas3_plan {
     blas3_problem problem;
     gemm_kernel kernel = gemm_kernel::vendor;
+    std::vector<gemm_kernel> gemm_kernels;  ///< blas3_options::gemm_kernels
     math_mode math = math_mode::strict;
     blas3_order order = blas3_order::left_looking;
     index_t tile = 0, tile_free = 0, tile_k = 0;

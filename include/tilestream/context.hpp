@@ -32,6 +32,8 @@
 #include <tilestream/matrix.hpp>
 #include <tilestream/plan.hpp>
 
+#include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -363,6 +365,11 @@ private:
     /// for the task engine's first balance and its model (detail::balance_of); none with one
     /// device, only CPU devices (slices of one host), declared rates or no measure.
     detail::device_balance balance(dtype type);
+    /// No kernel asked for (call or context), outside reproducible mode and declared rates: the
+    /// kernel of each device's GEMM tiles in a Level 3 or LU plan of `flops`, its fastest measured
+    /// GEMM kernel (empty when that is vendor on every device), with `r` set to that kernel's rate
+    /// and the vendor kernel's, which the other tile operations keep (device_rates::diagonal_flops).
+    std::vector<gemm_kernel> tile_gemm_kernels(dtype type, double flops, device_rates& r);
     /// Throws device_error in a child made with fork() after the context was opened when it has
     /// devices other than CPUs (their runtimes do not survive fork; CPU devices start their
     /// threads again in the child).
@@ -382,6 +389,9 @@ private:
     std::uint64_t fork_generation_ = 0;  ///< the process's when opened (see check_process)
     /// The direct path or the engine, each side's kernel (measured once), and the plans kept.
     std::unique_ptr<detail::context_routes> routes_;
+    /// FLOPs of the Level 3 and LU calls planned so far, by dtype: the GEMM kernels' probe of
+    /// tile_gemm_kernels runs once they outweigh it.
+    std::array<std::atomic<double>, 4> level3_flops_{};
 };
 
 }  // namespace tilestream

@@ -63,6 +63,9 @@ struct getrf_options {
     /// Bitwise identical results across budgets, device counts and orders: block columns of the
     /// k-block, panels and triangular solves on the reference kernel, updates on the tiled one.
     bool reproducible = false;
+    /// Per device the kernel of its GEMM updates where they do not take `kernel` (empty: `kernel`
+    /// everywhere), as blas3_options::gemm_kernels.
+    std::vector<gemm_kernel> gemm_kernels;
 };
 
 /// One order's predicted traffic and time at the chosen tile (explain compares them).
@@ -75,6 +78,7 @@ struct getrf_alternative {
 struct getrf_plan {
     getrf_problem problem;
     gemm_kernel kernel = gemm_kernel::vendor;
+    std::vector<gemm_kernel> gemm_kernels;  ///< getrf_options::gemm_kernels
     math_mode math = math_mode::strict;
     lu_order order = lu_order::right_looking;
     index_t tile = 0;

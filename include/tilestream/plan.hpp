@@ -87,6 +87,11 @@ struct device_rates {
     /// address host memory, when several devices share a call); 0: no such merge is priced. Set
     /// by the context from a probe (engine::measure_triangle_merge_rate).
     double host_merge = 0;
+    /// FLOP/s of the tile operations other than GEMM (the diagonal blocks: trsm, syrk, potrf, LU's
+    /// panels, ...) where they run on another kernel than the GEMM tiles; 0: `flops`. Set by the
+    /// context when the GEMM tiles take a kernel measured faster than the vendor routines that
+    /// the diagonal blocks keep (blas3_options::gemm_kernels): the vendor kernel's measured rate.
+    double diagonal_flops = 0;
 };
 /// Measures copy bandwidths and the kernel's FLOP rate on dev with short probes (cached per
 /// device id, dtype and kernel within the process).

@@ -22,8 +22,9 @@ with one unit-stride axis (C or Fortran order). With c=None, C starts as zeros, 
 returns the named triangle and zeros elsewhere, as scipy's does. beta = 0 never reads c, alpha = 0
 never reads a or b (BLAS's semantics).
 
-Keyword-only extras: devices (default 'auto': the GPUs, else the CPU), memory_budget (bytes or '8MiB'), kernel ('vendor',
-'tiled', 'naive', 'reference'): the settings of tilestream.matmul's contexts, shared with it.
+Keyword-only extras: devices (default 'auto': the GPUs, else the CPU), memory_budget (bytes or '8MiB'), kernel ('auto', the
+default: GEMM tiles on the fastest measured GEMM kernel, the other tiles on 'vendor'; or 'vendor', 'tiled', 'naive',
+'reference'): the settings of tilestream.matmul's contexts, shared with it.
 """
 
 import numpy as np
@@ -79,7 +80,7 @@ def _output(c, shape, dtype, overwrite, name, fname):
 
 
 def _run(routine, alpha, a, b, c, beta=0, side=0, lower=0, trans=0, diag=0, devices="auto", memory_budget=None,
-         kernel="vendor"):
+         kernel="auto"):
     ctx = _context(devices, memory_budget, kernel)
     run = ctx._native.start_blas3(routine, "right" if side else "left", "lower" if lower else "upper",
                                   "ntc"[trans], "unit" if diag else "non-unit", alpha, beta, a, b, c)
@@ -92,7 +93,7 @@ def _make_mm(prefix, routine):
     fname = prefix + routine
 
     def mm(alpha, a, b, beta=0, c=None, side=0, lower=0, overwrite_c=0, *, devices="auto", memory_budget=None,
-           kernel="vendor"):
+           kernel="auto"):
         alpha = _scalar(alpha, "alpha", fname, prefix in "sd")
         beta = _scalar(beta, "beta", fname, prefix in "sd")
         side = _flag(side, "side", (0, 1), fname)
@@ -145,7 +146,7 @@ def _make_rk(prefix, routine):
             trans = 1  # 'C' on real data is 'T'
         return _run(routine, al, a_m, b_m, out, be, lower=bool(opts.get("lower", 0)), trans=trans,
                     devices=opts.get("devices", "auto"), memory_budget=opts.get("memory_budget"),
-                    kernel=opts.get("kernel", "vendor"))
+                    kernel=opts.get("kernel", "auto"))
 
     what = "a@a^H" if hermitian and not two else "a@b^H + b@a^H" if two and hermitian else \
         "a@b^T + b@a^T" if two else "a@a^T"
@@ -161,7 +162,7 @@ def _make_tr(prefix, routine):
     fname = prefix + routine
 
     def tr(alpha, a, b, overwrite_b=0, lower=0, trans_a=0, side=0, diag=0, *, devices="auto", memory_budget=None,
-           kernel="vendor"):
+           kernel="auto"):
         alpha = _scalar(alpha, "alpha", fname, prefix in "sd")
         trans = _flag(trans_a, "trans_a", (0, 1, 2), fname)
         if prefix in "sd" and trans == 2:

@@ -27,8 +27,9 @@ leaves a's values there. The result is a new Fortran-ordered array, or a (b) its
 overwrite_a (overwrite_b) is set and it already is a writable 2-D array of the dtype with one
 unit-stride axis. b may be 1-D (one right-hand side), as scipy allows.
 
-Keyword-only extras: devices (default 'auto': the GPUs, else the CPU), memory_budget (bytes or '8MiB'), kernel ('vendor',
-'tiled', 'naive', 'reference'): the settings of tilestream.matmul's contexts, shared with it.
+Keyword-only extras: devices (default 'auto': the GPUs, else the CPU), memory_budget (bytes or '8MiB'), kernel ('auto', the
+default: GEMM tiles on the fastest measured GEMM kernel, the other tiles on 'vendor'; or 'vendor', 'tiled', 'naive',
+'reference'): the settings of tilestream.matmul's contexts, shared with it.
 """
 
 import numpy as np
@@ -95,7 +96,7 @@ def _solve(c, x, lower, extras):
 @_per_precision("Cholesky factor of a Hermitian positive definite a: (c, info) with a = c^H c (lower=0) or "
                 "c c^H (lower=1); scipy.linalg.lapack.{fname}(a, lower=0, clean=1, overwrite_a=0).")
 def _potrf(dtype, fname):
-    def potrf(a, lower=0, clean=1, overwrite_a=0, *, devices="auto", memory_budget=None, kernel="vendor"):
+    def potrf(a, lower=0, clean=1, overwrite_a=0, *, devices="auto", memory_budget=None, kernel="auto"):
         m = _square(a, dtype, "a", fname)
         c = _output(a, m.shape, dtype, overwrite_a, "a", fname)
         lower = bool(lower)
@@ -111,7 +112,7 @@ def _potrf(dtype, fname):
 @_per_precision("Solves a x = b from a's Cholesky factor c: (x, info); scipy.linalg.lapack.{fname}(c, b, lower=0, "
                 "overwrite_b=0).")
 def _potrs(dtype, fname):
-    def potrs(c, b, lower=0, overwrite_b=0, *, devices="auto", memory_budget=None, kernel="vendor"):
+    def potrs(c, b, lower=0, overwrite_b=0, *, devices="auto", memory_budget=None, kernel="auto"):
         cm = _square(c, dtype, "c", fname)
         x, one = _rhs(b, cm.shape[0], dtype, overwrite_b, fname)
         _solve(cm, x, bool(lower), dict(devices=devices, memory_budget=memory_budget, kernel=kernel))
@@ -123,7 +124,7 @@ def _potrs(dtype, fname):
 @_per_precision("Solves a x = b, a Hermitian positive definite, through its Cholesky factor: (c, x, info); "
                 "scipy.linalg.lapack.{fname}(a, b, lower=0, overwrite_a=0, overwrite_b=0).")
 def _posv(dtype, fname):
-    def posv(a, b, lower=0, overwrite_a=0, overwrite_b=0, *, devices="auto", memory_budget=None, kernel="vendor"):
+    def posv(a, b, lower=0, overwrite_a=0, overwrite_b=0, *, devices="auto", memory_budget=None, kernel="auto"):
         m = _square(a, dtype, "a", fname)
         x, one = _rhs(b, m.shape[0], dtype, overwrite_b, fname)
         c = _output(a, m.shape, dtype, overwrite_a, "a", fname)
@@ -189,7 +190,7 @@ def _getrf_into(lu, ipiv, devices, memory_budget, kernel):
 @_per_precision("a = P L U with partial pivoting: (lu, piv, info), piv 0-based, info > 0 when U[info-1, info-1] "
                 "is exactly zero (the factorization is complete); scipy.linalg.lapack.{fname}(a, overwrite_a=0).")
 def _getrf(dtype, fname):
-    def getrf(a, overwrite_a=0, *, devices="auto", memory_budget=None, kernel="vendor"):
+    def getrf(a, overwrite_a=0, *, devices="auto", memory_budget=None, kernel="auto"):
         m = _matrix(a, dtype, "a", fname)
         lu = _output(a, m.shape, dtype, overwrite_a, "a", fname)
         ipiv = np.zeros(min(lu.shape), dtype=np.int64)
@@ -202,7 +203,7 @@ def _getrf(dtype, fname):
 @_per_precision("Solves op(a) x = b (trans 0: a, 1: a^T, 2: a^H) with {prefix}getrf's lu and piv: (x, info); "
                 "scipy.linalg.lapack.{fname}(lu, piv, b, trans=0, overwrite_b=0).")
 def _getrs(dtype, fname):
-    def getrs(lu, piv, b, trans=0, overwrite_b=0, *, devices="auto", memory_budget=None, kernel="vendor"):
+    def getrs(lu, piv, b, trans=0, overwrite_b=0, *, devices="auto", memory_budget=None, kernel="auto"):
         trans = _flag(trans, "trans", (0, 1, 2), fname)
         lu_m = _square(lu, dtype, "lu", fname)
         n = lu_m.shape[0]
@@ -219,7 +220,7 @@ def _getrs(dtype, fname):
 @_per_precision("Solves a x = b through a = P L U: (lu, piv, x, info), x not solved when info > 0; "
                 "scipy.linalg.lapack.{fname}(a, b, overwrite_a=0, overwrite_b=0).")
 def _gesv(dtype, fname):
-    def gesv(a, b, overwrite_a=0, overwrite_b=0, *, devices="auto", memory_budget=None, kernel="vendor"):
+    def gesv(a, b, overwrite_a=0, overwrite_b=0, *, devices="auto", memory_budget=None, kernel="auto"):
         m = _square(a, dtype, "a", fname)
         x, one = _rhs(b, m.shape[0], dtype, overwrite_b, fname)
         lu = _output(a, m.shape, dtype, overwrite_a, "a", fname)

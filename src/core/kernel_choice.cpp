@@ -372,6 +372,13 @@ detail::kept_choice detail::choose_kernel_kept(device& dev, dtype t, shape_class
         [&](const kernel_verdict& v) { return detail::recheck_kernel(t, v, source); });
 }
 
+std::optional<kernel_choice> detail::known_kernel(const device& dev, dtype t, shape_class c, math_mode math) {
+    std::lock_guard lock(cache_mutex());
+    const auto it = state().devices.find(device_key{dev.id(), dev.info().threads, int(t), int(c), int(math)});
+    if (it == state().devices.end()) return std::nullopt;
+    return it->second.verdict.choice;
+}
+
 kernel_choice choose_kernel(device& dev, dtype t, shape_class c, math_mode math) {
     return detail::choose_kernel_kept(dev, t, c, math).choice;
 }

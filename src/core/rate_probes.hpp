@@ -99,6 +99,9 @@ struct kept_choice {
 /// choose_kernel and choose_host_kernel with the re-check's time (made by this call when due).
 kept_choice choose_kernel_kept(device& dev, dtype t, shape_class c, math_mode math);
 kept_choice choose_host_kernel_kept(dtype t, shape_class c, int openblas_threads);
+/// choose_kernel's kept choice for the device when one was made before (no probe runs); none
+/// otherwise.
+std::optional<kernel_choice> known_kernel(const device& dev, dtype t, shape_class c, math_mode math);
 
 /// Seconds after a verdict against vendor before its re-check (10 s; a test may change it).
 double kernel_recheck_seconds();

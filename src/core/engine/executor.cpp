@@ -476,6 +476,10 @@ private:
     /// One tile operation on the compute stream, by the route the device offers.
     void run_step(bound_step& b) {
         flops_ += b.op.flops();
+        // GEMM steps on the device's own GEMM kernel (the plan's measured choice); reproducible
+        // runs keep theirs (the tiled kernel: the same bits on every device).
+        if (b.op.kind == tile_kind::gemm && index_ < rq_.gemm_kernels.size() && !rq_.deterministic)
+            b.op.kernel = rq_.gemm_kernels[index_];
         switch (route_of(dev_, b.op, rq_.deterministic)) {
             case tile_route::device_kernel: dev_.execute(*compute_, at_offsets(b)); break;
             case tile_route::device_vendor:

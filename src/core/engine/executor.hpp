@@ -43,6 +43,9 @@ struct run_request {
     /// it has finished a task, so a device far slower than another takes no task it would finish
     /// after the others have done all of them.
     std::vector<double> device_flops;
+    /// By device: the kernel of its GEMM steps where it is not the step's own (empty: the steps'
+    /// kernels everywhere); blas3_plan::gemm_kernels.
+    std::vector<gemm_kernel> gemm_kernels;
     blas3_run_options run;
     /// A context's memory: each device's tile store (reservation, slots, streams) is taken from it
     /// and given back after a run that succeeded (null: made and freed here).

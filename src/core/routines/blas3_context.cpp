@@ -10,6 +10,7 @@
 #include "core/routines/routines.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <thread>
 
 namespace tilestream {
@@ -30,6 +31,7 @@ blas3_plan context::plan(const blas3_problem& problem, const blas3_call_options&
                                          [](const device* d) { return !d->host_addressable(); });
     o.reproducible = options_.reproducible;
     device_rates r = routine_rates(to_string(problem.routine), problem.type, o.kernel, problem.quick_return, call.rates);
+    if (!call.kernel && !call.rates && !problem.quick_return) o.gemm_kernels = tile_gemm_kernels(problem.type, problem.flops(), r);
     // Each device's measured rate for the balance, also when the call declares the plan's rates
     // (those stand for every device; the model's scale is then theirs).
     const detail::device_balance b = problem.quick_return ? detail::device_balance{} : balance(problem.type);
@@ -44,7 +46,10 @@ blas3_plan context::plan(const blas3_problem& problem, const blas3_call_options&
             merging = merging || (!device_ptrs_[d]->host_addressable() && b.flops[d] * detail::negligible_device_ratio > fastest);
         if (!merging) r.host_merge = 0;
     }
-    if (!options_.rates && !call.rates) r.flops *= b.rate_scale(o.devices);
+    if (!options_.rates && !call.rates) {
+        r.flops *= b.rate_scale(o.devices);
+        r.diagonal_flops *= b.rate_scale(o.devices);
+    }
     try {
         blas3_plan p = plan_blas3(problem, budget(), r, o);
         p.device_flops = b.flops;
@@ -95,6 +100,68 @@ device_rates context::routine_rates(std::string_view routine, dtype type, gemm_k
                         std::any_of(device_ptrs_.begin(), device_ptrs_.end(), [](const device* d) { return !d->host_addressable(); });
     if (merges && !quick_return && r.host_merge == 0 && !options_.rates) r.host_merge = detail::engine::measure_triangle_merge_rate();
     return r;
+}
+
+namespace {
+
+/// The GEMM kernels' probe (choose_kernel's square class: each kernel 6 times at 512^3 and, when
+/// the vendor kernel loses, at 1024^3: 1.45e10 multiply-adds) runs on a device that has not made it
+/// yet once the context's Level 3 and LU work in the type, this call's included, is 3 times that: a
+/// call never pays more for the probe than it gains (its GEMM tiles run several times faster, its
+/// other tiles not: the whole call 1.7-2.8 times), and a context that makes many calls probes once
+/// they add up. On the Emerald Rapids VM the probe took 0.3-0.5 s in f32, 0.7-1.5 s in f64, 1.3 s in
+/// c32 and 2.4-3.0 s in c64 (vendor 30-65 GFLOP/s, tiled 125-270); dpotrf 6000 (7.2e10 flops) took
+/// 2.5 s on vendor and 1.5 s with its GEMM tiles on tiled.
+double level3_probe_flops(dtype t) { return 3.0 * 1.45e10 * double(dtype_traits(t).flops_per_multiply_add); }
+
+}  // namespace
+
+std::vector<gemm_kernel> context::tile_gemm_kernels(dtype type, double flops, device_rates& r) {
+    if (options_.kernel || options_.reproducible || options_.rates || options_.math == math_mode::tf32) return {};
+    // Only devices computing with the host's cores choose: a GPU's or an OpenCL device's vendor
+    // GEMM (cuBLAS, CLBlast) is its fastest, and their probes would cost seconds for nothing (PoCL
+    // compiles each kernel: the Hemm tests took 67 s instead of 4 with every device probed).
+    std::vector<gemm_kernel> kernels(device_ptrs_.size(), gemm_kernel::vendor);
+    const auto rate = [](const kernel_choice& c, gemm_kernel k) {
+        for (const kernel_rate& x : c.rates)
+            if (x.kernel == k && x.measured) return x.flops;
+        return 0.0;
+    };
+    double first = 0, first_vendor = 0;
+    static_assert(std::tuple_size_v<decltype(level3_flops_)> == std::size(all_dtypes));
+    const bool probe = level3_flops_[std::size_t(type)].fetch_add(flops) + flops >= level3_probe_flops(type);
+    for (std::size_t d = 0; d < device_ptrs_.size(); ++d) {
+        device& dev = *device_ptrs_[d];
+        if (!dev.host_addressable()) continue;
+        // A choice made before (by a GEMM call or an earlier Level 3 one) is free; a probe runs
+        // once the work it could speed up outweighs it (level3_probe_flops).
+        std::optional<kernel_choice> c;
+        if (probe) {
+            const std::lock_guard lock(mutex_);  // a probe must not share the devices with a run
+            c = detail::choose_kernel_kept(dev, type, shape_class::square, options_.math).choice;
+        } else {
+            c = detail::known_kernel(dev, type, shape_class::square, options_.math);
+        }
+        if (!c || !c->measured) continue;
+        kernels[d] = c->kernel;
+        if (d == 0) first = rate(*c, c->kernel), first_vendor = rate(*c, gemm_kernel::vendor);
+    }
+    const bool vendor_everywhere =
+        std::all_of(kernels.begin(), kernels.end(), [](gemm_kernel k) { return k == gemm_kernel::vendor; });
+    if (vendor_everywhere) {
+        // The plan is the vendor kernel's; one device in place, which probes nothing of its own
+        // (routine_rates), takes the probe's rate for its explanation.
+        if (!r.measured && first > 0) r.flops = first, r.measured = true;
+        return {};
+    }
+    // The model's rates: the first device's (the balance scales them to the others), its GEMM
+    // tiles at the chosen kernel's rate and the rest at the vendor kernel's, both from one probe.
+    if (first > 0 && first_vendor > 0) {
+        r.flops = first;
+        r.diagonal_flops = first_vendor;
+        r.measured = true;
+    }
+    return kernels;
 }
 
 detail::device_balance context::balance(dtype type) {

@@ -79,6 +79,7 @@ blas3_report detail::execute_blas3_kept(const blas3_plan& plan, std::span<device
     rq.slot_bytes = plan.slot_bytes;
     rq.deterministic = plan.reproducible;
     rq.device_flops = plan.device_flops;
+    rq.gemm_kernels = plan.gemm_kernels;
     rq.run = run;
     rq.memory = memory;
     rq.keeps = keeps;

@@ -27,6 +27,30 @@ std::string staged_tiles_line(const device_rates& r, std::string_view tiles) {
     return line;
 }
 
+std::string kernels_text(gemm_kernel kernel, const std::vector<gemm_kernel>& gemm_kernels) {
+    if (gemm_kernels.empty()) return "kernel " + std::string(to_string(kernel));
+    std::vector<std::string_view> names;
+    for (gemm_kernel k : gemm_kernels)
+        if (std::find(names.begin(), names.end(), to_string(k)) == names.end()) names.push_back(to_string(k));
+    std::ostringstream o;
+    o << "kernel auto: GEMM tiles ";
+    for (std::size_t i = 0; i < names.size(); ++i) o << (i ? "/" : "") << names[i];
+    o << (names.size() > 1 ? " (by device)" : "") << ", the other tiles " << to_string(kernel);
+    return o.str();
+}
+
+std::string rates_line(const device_rates& r) {
+    char line[256];
+    std::snprintf(line, sizeof line, "  rates           h2d %.2f GB/s, d2h %.2f GB/s, %.1f GFLOP/s", r.h2d * 1e-9, r.d2h * 1e-9,
+                  r.flops * 1e-9);
+    std::string out = line;
+    if (r.diagonal_flops > 0) {
+        std::snprintf(line, sizeof line, " (GEMM tiles), %.1f GFLOP/s (the other tiles: the vendor kernel)", r.diagonal_flops * 1e-9);
+        out += line;
+    }
+    return out + (r.measured ? " (measured)\n" : " (default)\n");
+}
+
 namespace {
 
 engine::task_graph build_routine(const blas3_problem& p, const build_settings& s) {
@@ -136,6 +160,7 @@ blas3_plan plan_blas3(const blas3_problem& p, std::size_t budget, const device_r
     blas3_plan plan;
     plan.problem = p;
     plan.kernel = opt.reproducible && opt.kernel == gemm_kernel::vendor ? gemm_kernel::tiled : opt.kernel;
+    if (!opt.reproducible) plan.gemm_kernels = opt.gemm_kernels;
     plan.math = opt.math;
     plan.in_place = opt.in_place;
     plan.reproducible = opt.reproducible;
@@ -179,9 +204,22 @@ blas3_plan plan_blas3(const blas3_problem& p, std::size_t budget, const device_r
             if (t.tile == s.tile && t.tile_free == s.tile_free && t.tile_k == s.tile_k) return;
         tilings.push_back(s);
     };
+    // Diagonal blocks far slower than the GEMM tiles (those on another kernel: gemm_kernels): in
+    // place, tiles move most of the work into GEMM at the price of more calls, which the model
+    // weighs (OpenBLAS on its Prescott kernels beside the tiled kernel's AVX-512, Emerald Rapids VM,
+    // 2 cores: dpotrf 4096 in one call took 0.80 s, in 384 tiles with GEMM on tiled 0.43 s).
+    const bool split_for_gemm =
+        opt.in_place && !opt.reproducible && rates.diagonal_flops > 0 && rates.diagonal_flops < 0.8 * rates.flops;
     if (opt.in_place) {
         if (plan.devices == 1) {
-            add(tri, other, other);  // one call on everything (or the k-blocks of a reproducible plan)
+            // One call on everything (or the k-blocks of a reproducible plan), and with slow
+            // diagonal blocks the tilings that move work to GEMM: all modelled (the time is not
+            // monotone in the tile there: large tiles are mostly diagonal work).
+            // (At most 32 tiles along the order: potrf's tasks grow with its cube.)
+            if (split_for_gemm)
+                for (index_t t : {128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096})
+                    if (t < tri && t * 32 >= tri) add(t, other, other);
+            add(tri, other, other);
         } else {
             // Independent blocks of the free dimension (or tiles of C's triangle) to balance the devices.
             for (int per = 1; per <= 4; ++per) {
@@ -311,7 +349,7 @@ blas3_plan plan_blas3(const blas3_problem& p, std::size_t budget, const device_r
 std::string explain(const blas3_plan& p) {
     std::ostringstream o;
     const blas3_problem& q = p.problem;
-    o << "plan: " << q.describe() << ", kernel " << to_string(p.kernel) << "\n";
+    o << "plan: " << q.describe() << ", " << detail::routines::kernels_text(p.kernel, p.gemm_kernels) << "\n";
     if (q.quick_return) {
         o << "  nothing to do (BLAS's quick return: no element is read or written)\n";
         return o.str();
@@ -356,9 +394,7 @@ std::string explain(const blas3_plan& p) {
                       a.order == p.order ? " (chosen)" : "");
         o << line;
     }
-    std::snprintf(line, sizeof line, "  rates           h2d %.2f GB/s, d2h %.2f GB/s, %.1f GFLOP/s (%s)\n", p.rates.h2d * 1e-9,
-                  p.rates.d2h * 1e-9, p.rates.flops * 1e-9, p.rates.measured ? "measured" : "default");
-    o << line;
+    o << detail::routines::rates_line(p.rates);
     if (q.routine == blas3_routine::potrf) o << detail::routines::staged_tiles_line(p.rates, "potrf tiles");
     const auto merges = [&] {
         if (p.rates.host_merge <= 0 || !p.graph) return false;

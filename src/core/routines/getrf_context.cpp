@@ -21,13 +21,17 @@ getrf_plan context::plan(const getrf_problem& problem, const getrf_call_options&
     o.in_place = in_place_;
     o.reproducible = options_.reproducible;
     device_rates r = routine_rates("getrf", problem.type, o.kernel, problem.quick_return(), call.rates);
+    if (!call.kernel && !call.rates && !problem.quick_return()) o.gemm_kernels = tile_gemm_kernels(problem.type, problem.flops(), r);
     // Each device's measured rate for the balance, also when the call declares the plan's rates
     // (those stand for every device; the model's scale is then theirs).
     const detail::device_balance b = problem.quick_return() ? detail::device_balance{} : balance(problem.type);
     // The model spreads tasks over the devices that take them (a GPU beside its host's CPU: the
     // GPU alone), at their mean rate; the build and the executor still use every device.
     if (b.idle_ones(o.devices)) o.working_devices = b.working;
-    if (!options_.rates && !call.rates) r.flops *= b.rate_scale(o.devices);
+    if (!options_.rates && !call.rates) {
+        r.flops *= b.rate_scale(o.devices);
+        r.diagonal_flops *= b.rate_scale(o.devices);
+    }
     try {
         getrf_plan p = plan_getrf(problem, budget(), r, o);
         p.device_flops = b.flops;

@@ -97,6 +97,7 @@ getrf_report execute_getrf_kept(const getrf_plan& plan, std::span<device* const>
     rq.slot_bytes = plan.slot_bytes;
     rq.deterministic = plan.reproducible;
     rq.device_flops = plan.device_flops;
+    rq.gemm_kernels = plan.gemm_kernels;
     rq.run = run;
     rq.memory = memory;
     pinned_operands pinned;

@@ -221,6 +221,7 @@ getrf_plan plan_getrf(const getrf_problem& p, std::size_t budget, const device_r
     getrf_plan plan;
     plan.problem = p;
     plan.kernel = opt.reproducible && opt.kernel == gemm_kernel::vendor ? gemm_kernel::tiled : opt.kernel;
+    if (!opt.reproducible) plan.gemm_kernels = opt.gemm_kernels;
     plan.math = opt.math;
     plan.in_place = opt.in_place;
     plan.reproducible = opt.reproducible;
@@ -248,6 +249,10 @@ getrf_plan plan_getrf(const getrf_problem& p, std::size_t budget, const device_r
         add(opt.tile);
     } else if (opt.in_place && plan.devices == 1) {
         add(p.n);  // one task: LAPACK's own getrf on all of A
+        // Unless the panels' kernel is far slower than the GEMM updates' (gemm_kernels): block
+        // columns then move most of the work into GEMM, and the model weighs the calls they add.
+        if (rates.diagonal_flops > 0 && rates.diagonal_flops < 0.8 * rates.flops)
+            for (index_t t : {64, 96, 128, 192, 256, 384, 512}) add(t);
     } else if (opt.in_place) {
         for (index_t t : {32, 64, 96, 128, 192, 256, 384, 512}) add(t);
     } else {
@@ -325,7 +330,7 @@ getrf_plan plan_getrf(const getrf_problem& p, std::size_t budget, const device_r
 
 std::string explain(const getrf_plan& p) {
     std::ostringstream o;
-    o << "plan: " << p.problem.describe() << ", kernel " << to_string(p.kernel) << "\n";
+    o << "plan: " << p.problem.describe() << ", " << detail::routines::kernels_text(p.kernel, p.gemm_kernels) << "\n";
     if (p.problem.quick_return()) {
         o << "  nothing to do (an empty matrix: info 0, no pivot)\n";
         return o.str();
@@ -358,9 +363,7 @@ std::string explain(const getrf_plan& p) {
                       a.order == p.order ? " (chosen)" : "");
         o << line;
     }
-    std::snprintf(line, sizeof line, "  rates           h2d %.2f GB/s, d2h %.2f GB/s, %.1f GFLOP/s (%s)\n", p.rates.h2d * 1e-9,
-                  p.rates.d2h * 1e-9, p.rates.flops * 1e-9, p.rates.measured ? "measured" : "default");
-    o << line;
+    o << detail::routines::rates_line(p.rates);
     o << detail::routines::staged_tiles_line(p.rates, "getrf panels and row interchanges");
     std::snprintf(line, sizeof line,
                   "  predicted       %.4f s on %d device(s): compute %.4f s, copies h2d %.4f s d2h %.4f s, "

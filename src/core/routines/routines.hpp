@@ -59,6 +59,11 @@ void add_scaling_tasks(engine::task_graph& g, int operand, const build_settings&
 
 /// The explanation's line for tiles staged to the host's LAPACK ("" when the rates stage none).
 std::string staged_tiles_line(const device_rates& r, std::string_view tiles);
+/// explain: "kernel vendor", or with GEMM tiles on other kernels (gemm_kernels, by device)
+/// "kernel auto: GEMM tiles tiled, the other tiles vendor".
+std::string kernels_text(gemm_kernel kernel, const std::vector<gemm_kernel>& gemm_kernels);
+/// explain: the rates line, with the diagonal blocks' rate where it differs.
+std::string rates_line(const device_rates& r);
 
 }  // namespace tilestream::detail::routines
 
