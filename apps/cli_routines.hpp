@@ -41,6 +41,20 @@ inline std::vector<std::string> gemm_kernel_names(gemm_kernel kernel, const std:
     return out;
 }
 
+/// --explain of one device in place, whose plan measured no rates of its own: with the kernel left
+/// to the context the plan made first (`plan`) leaves the rates to its kernel choice, which in place
+/// may measure nothing (vendor kept, or too little work for the probe: context::tile_gemm_kernels);
+/// then the same plan again with the vendor kernel's measured rates declared (`call.rates`), so
+/// that the explanation's prediction is a measured one. Declaring them first would turn the
+/// choice off.
+template <class Plan, class Call, class Replan>
+void explain_with_measured_rates(context& ctx, dtype type, bool explain, bool quick_return, Plan& plan, Call& call,
+                                 Replan&& replan) {
+    if (!explain || quick_return || ctx.devices().size() != 1 || ctx.options().rates || plan.rates.measured) return;
+    call.rates = ctx.rates(type, ctx.options().kernel);
+    plan = replan();
+}
+
 /// The run's dtype: --dtype (f32 by default), or with --a the files' own, one for all of `inputs`
 /// (invalid_argument naming both files, or --dtype and the file, when they differ).
 inline dtype routine_dtype(const args& a, const std::string& cmd, std::initializer_list<const char*> inputs) {

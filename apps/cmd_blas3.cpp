@@ -264,12 +264,9 @@ int run(const args& a, blas3_routine r, dtype type, run_files& out_files) {
     call.order = parse_blas3_order(a.get_or("order", "auto"));
     const bool explain = a.flag("explain");
     // Measured rates for the explanation of one device in place (which probes nothing itself);
-    // never with several: declared call rates leave out the balance's rate per device. Not with
-    // the kernel left to the context: its kernel choice measures them (and declared rates would
-    // turn that choice off).
-    if (explain && co.kernel && !co.rates && !problem.quick_return && ctx.devices().size() == 1)
-        call.rates = ctx.rates(type, co.kernel);
-    const blas3_plan plan = ctx.plan(problem, call);
+    // never with several: declared call rates leave out the balance's rate per device.
+    blas3_plan plan = ctx.plan(problem, call);
+    explain_with_measured_rates(ctx, type, explain, problem.quick_return, plan, call, [&] { return ctx.plan(problem, call); });
     if (explain) std::fprintf(stderr, "%s", ctx.explain(plan).c_str());
     trace_recorder recorder;
     if (a.has("trace") || a.has("timeline")) call.run.trace = &recorder;

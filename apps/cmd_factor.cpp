@@ -228,9 +228,9 @@ void predict_solve(context& ctx, factor_run& r, const std::array<blas3_flags, 2>
     for (const blas3_flags& f : steps) {
         blas3_call_options call;
         const blas3_problem problem = describe_blas3<T>(blas3_routine::trsm, f, {T(1), T(0), a, {}, b});
-        if (explain && ctx.options().kernel && !ctx.options().rates && !problem.quick_return && ctx.devices().size() == 1)
-            call.rates = ctx.rates(dtype_of<T>(), ctx.options().kernel);
-        const blas3_plan plan = ctx.plan(problem, call);
+        blas3_plan plan = ctx.plan(problem, call);
+        explain_with_measured_rates(ctx, dtype_of<T>(), explain, problem.quick_return, plan, call,
+                                    [&] { return ctx.plan(problem, call); });
         r.predicted_solve_seconds += plan.predicted_seconds;
         r.predicted_solve_h2d += plan.bytes_h2d;
         r.predicted_solve_d2h += plan.bytes_d2h;
@@ -260,9 +260,9 @@ factor_run run_cholesky(context& ctx, const factor_command& c, uplo u, const fac
     call.run.trace = fc.trace;
     const blas3_operands<T> ops{T(1), T(0), {}, {}, work.view()};
     const blas3_problem problem = describe_blas3<T>(blas3_routine::potrf, {side::left, u, op::n, diag::non_unit}, ops);
-    if (fc.explain && ctx.options().kernel && !ctx.options().rates && !problem.quick_return && ctx.devices().size() == 1)
-        call.rates = ctx.rates(dtype_of<T>(), ctx.options().kernel);
-    const blas3_plan plan = ctx.plan(problem, call);
+    blas3_plan plan = ctx.plan(problem, call);
+    explain_with_measured_rates(ctx, dtype_of<T>(), fc.explain, problem.quick_return, plan, call,
+                                [&] { return ctx.plan(problem, call); });
     if (fc.explain) std::fprintf(stderr, "%s", ctx.explain(plan).c_str());
     const blas3_report rep = ctx.execute<T>(plan, ops, call);
     factor_run r = figures_of(problem, plan, rep);
@@ -288,9 +288,9 @@ factor_run run_lu(context& ctx, const factor_command& c, const factor_call& fc, 
     call.order = parse_lu_order(fc.order);
     call.run.trace = fc.trace;
     const getrf_problem problem = describe_getrf<T>(host_matrix_view<const T>(work.view()));
-    if (fc.explain && ctx.options().kernel && !ctx.options().rates && !problem.quick_return() && ctx.devices().size() == 1)
-        call.rates = ctx.rates(dtype_of<T>(), ctx.options().kernel);
-    const getrf_plan plan = ctx.plan(problem, call);
+    getrf_plan plan = ctx.plan(problem, call);
+    explain_with_measured_rates(ctx, dtype_of<T>(), fc.explain, problem.quick_return(), plan, call,
+                                [&] { return ctx.plan(problem, call); });
     if (fc.explain) std::fprintf(stderr, "%s", ctx.explain(plan).c_str());
     ipiv.assign(std::size_t(std::min(problem.m, problem.n)), 0);
     const getrf_report rep = ctx.execute<T>(plan, work.view(), ipiv, call);
