@@ -956,7 +956,7 @@ TEST(Blas3Kernels, LuAndSeveralDevicesTakeTheMeasuredGemmKernel) {
     {
         context ctx("cpu");
         (void)choose_kernel(*ctx.devices().front(), dtype::f64, shape_class::square);
-        const index_t m = 611, n = 577;
+        const index_t m = 1211, n = 1177;
         host_matrix<double> a(m, n, layout::row_major), lu(m, n, layout::row_major);
         fill_random(a.view(), 51);
         std::copy(a.data(), a.data() + a.size(), lu.data());
@@ -985,11 +985,20 @@ TEST(Blas3Kernels, LuAndSeveralDevicesTakeTheMeasuredGemmKernel) {
     for (index_t i = 0; i < m; ++i) a.view()(i, i) = std::complex<double>(double(m), 1.0);
     std::copy(b.data(), b.data() + b.size(), x.data());
     const std::complex<double> alpha(0.5, -1.25);
+    trace_recorder rec;
+    blas3_call_options call;
+    call.run.trace = &rec;
     const blas3_report rep =
-        two.trsm<std::complex<double>>(side::left, uplo::lower, op::c, diag::non_unit, alpha, a.view(), x.view());
+        two.trsm<std::complex<double>>(side::left, uplo::lower, op::c, diag::non_unit, alpha, a.view(), x.view(), call);
     ASSERT_EQ(rep.plan.gemm_kernels, (std::vector<gemm_kernel>{gemm_kernel::tiled, gemm_kernel::tiled})) << two.explain(rep.plan);
     EXPECT_GT(rep.plan.rates.diagonal_flops, 0.0);
     EXPECT_LT(rep.plan.rates.diagonal_flops, rep.plan.rates.flops);
+    // Each device ran its GEMM steps on tiled, none on vendor.
+    std::map<std::string, std::set<std::string>> gemm_by_device;
+    for (const trace_span& s : rec.spans())
+        if (s.kind == span_kind::kernel && s.name.rfind("gemm ", 0) == 0) gemm_by_device[s.device].insert(s.name);
+    for (const device* d : two.devices())
+        EXPECT_EQ(gemm_by_device[d->id()], std::set<std::string>{"gemm tiled"}) << d->id() << "\n" << two.explain(rep.plan);
     const blas3_check_result check = check_blas3<std::complex<double>>(
         blas3_routine::trsm, {side::left, uplo::lower, op::c, diag::non_unit}, {alpha, {}, a.view(), {}, b.view()},
         host_matrix_view<const std::complex<double>>(x.view()));

@@ -133,14 +133,13 @@ std::vector<gemm_kernel> context::tile_gemm_kernels(dtype type, double flops, de
     for (std::size_t d = 0; d < device_ptrs_.size(); ++d) {
         device& dev = *device_ptrs_[d];
         if (!dev.host_addressable()) continue;
-        // A choice made before (by a GEMM call or an earlier Level 3 one) is free; a probe runs
-        // once the work it could speed up outweighs it (level3_probe_flops).
-        std::optional<kernel_choice> c;
-        if (probe) {
+        // A choice made before (by a GEMM call or an earlier Level 3 one) is free, without the
+        // lock (which would wait for another thread's run; its re-check is GEMM's to make); a
+        // probe runs once the work it could speed up outweighs it (level3_probe_flops).
+        std::optional<kernel_choice> c = detail::known_kernel(dev, type, shape_class::square, options_.math);
+        if (!c && probe) {
             const std::lock_guard lock(mutex_);  // a probe must not share the devices with a run
             c = detail::choose_kernel_kept(dev, type, shape_class::square, options_.math).choice;
-        } else {
-            c = detail::known_kernel(dev, type, shape_class::square, options_.math);
         }
         if (!c || !c->measured) continue;
         kernels[d] = c->kernel;
@@ -148,15 +147,17 @@ std::vector<gemm_kernel> context::tile_gemm_kernels(dtype type, double flops, de
     }
     const bool vendor_everywhere =
         std::all_of(kernels.begin(), kernels.end(), [](gemm_kernel k) { return k == gemm_kernel::vendor; });
-    if (vendor_everywhere) {
-        // The plan is the vendor kernel's; one device in place, which probes nothing of its own
-        // (routine_rates), takes the probe's rate for its explanation.
-        if (!r.measured && first > 0) r.flops = first, r.measured = true;
-        return {};
-    }
+    if (vendor_everywhere) return {};  // the vendor kernel's plan, as when it is asked for
     // The model's rates: the first device's (the balance scales them to the others), its GEMM
     // tiles at the chosen kernel's rate and the rest at the vendor kernel's, both from one probe.
-    if (first > 0 && first_vendor > 0) {
+    // Only where every device computes with the host's cores: a GPU's diagonal blocks (cuBLAS,
+    // cuSOLVER) are not the host's vendor routines, and priced at the CPU's ratio they would be
+    // 4 times too slow beside a CPU listed first.
+    const bool all_host = std::all_of(device_ptrs_.begin(), device_ptrs_.end(), [](const device* d) { return d->host_addressable(); });
+    if (all_host && first > 0 && first_vendor > 0) {
+        // One device in place probes nothing of its own (routine_rates): the copy rates, which
+        // price the kernels' packing of their tiles, are measured now (once per type).
+        if (!r.measured) r = rates(type, gemm_kernel::vendor);
         r.flops = first;
         r.diagonal_flops = first_vendor;
         r.measured = true;

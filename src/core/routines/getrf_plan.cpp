@@ -310,6 +310,7 @@ getrf_plan plan_getrf(const getrf_problem& p, std::size_t budget, const device_r
     for (const auto& t : g.tasks)
         for (const auto& s : t.steps) ++counts[s.op.kind];
     for (const auto& [k, n] : counts) plan.kernel_counts.emplace_back(k, n);
+    if (!counts.count(tile_kind::gemm)) plan.gemm_kernels.clear();  // one call without GEMM updates
     plan.slots = c.slots;
     plan.slot_bytes = c.slot_bytes;
     plan.peak_device_bytes = std::size_t(c.slots) * c.slot_bytes;
