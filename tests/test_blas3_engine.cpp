@@ -912,7 +912,9 @@ TEST(Blas3Kernels, GemmTilesTakeTheFastestMeasuredKernel) {
     fill_random(a.view(), 41);
     for (index_t i = 0; i < n; ++i) a.view()(i, i) = double(n) + 1.0;  // dominant: positive definite
     for (int mode : {0, 1, 2}) {  // tiled fast; vendor fast; tiled fast but vendor asked for
-        const detail::scripted_kernel_probes probes = cpu_kernel_rates(20e9, mode == 1 ? 10e9 : 100e9);
+        // Rates low enough that the model's packing term, priced at the copy rates measured on
+        // this machine (4 GB/s under ASan), cannot decide the tiling.
+        const detail::scripted_kernel_probes probes = cpu_kernel_rates(2e9, mode == 1 ? 1e9 : 10e9);
         context_options co;
         if (mode == 2) co.kernel = gemm_kernel::vendor;
         context ctx("cpu", co);
@@ -932,8 +934,8 @@ TEST(Blas3Kernels, GemmTilesTakeTheFastestMeasuredKernel) {
         if (mode == 0) {
             ASSERT_EQ(rep.plan.gemm_kernels, std::vector<gemm_kernel>{gemm_kernel::tiled}) << why;
             EXPECT_EQ(rep.plan.kernel, gemm_kernel::vendor);
-            EXPECT_NEAR(rep.plan.rates.flops, 100e9, 1e3) << why;
-            EXPECT_NEAR(rep.plan.rates.diagonal_flops, 20e9, 1e3) << why;
+            EXPECT_NEAR(rep.plan.rates.flops, 10e9, 1e2) << why;
+            EXPECT_NEAR(rep.plan.rates.diagonal_flops, 2e9, 1e2) << why;
             EXPECT_GT(rep.plan.tasks, 1u) << why;  // tiles move work from LAPACK to GEMM
             EXPECT_GT(spans.count("gemm tiled"), 0u) << why;
             EXPECT_EQ(spans.count("gemm vendor"), 0u) << why;
@@ -952,7 +954,7 @@ TEST(Blas3Kernels, GemmTilesTakeTheFastestMeasuredKernel) {
 // The same choice for LU (block columns in place, updates on tiled) and for a trsm on two CPU
 // devices, whose plan models both kernels' rates; each result checked.
 TEST(Blas3Kernels, LuAndSeveralDevicesTakeTheMeasuredGemmKernel) {
-    const detail::scripted_kernel_probes probes = cpu_kernel_rates(20e9, 100e9);
+    const detail::scripted_kernel_probes probes = cpu_kernel_rates(2e9, 10e9);
     {
         context ctx("cpu");
         (void)choose_kernel(*ctx.devices().front(), dtype::f64, shape_class::square);
@@ -1009,7 +1011,7 @@ TEST(Blas3Kernels, LuAndSeveralDevicesTakeTheMeasuredGemmKernel) {
 // their work outweighs the probe (3 times its 1.45e10 multiply-adds): small calls stay on vendor
 // without the probe's cost (0.7-3 s on a 2-core VM), and enough of them make it.
 TEST(Blas3Kernels, TheProbeRunsOnceTheWorkOutweighsIt) {
-    const detail::scripted_kernel_probes probes = cpu_kernel_rates(20e9, 100e9);
+    const detail::scripted_kernel_probes probes = cpu_kernel_rates(2e9, 10e9);
     context ctx("cpu");
     const index_t n = 1024;
     host_matrix<double> a(n, n), b(n, n);
