@@ -135,13 +135,15 @@ int main(int argc, char** argv) {
     ts::bench::arguments args(argc, argv,
                               "usage: blas3_bench [--out F] [--git-hash H] [--reps R] [--n 4096] [--complex-n 2048] "
                               "[--routines trsm,trmm,symm,syrk,syr2k] [--complex-routines trsm,...,her2k] "
-                              "[--only incore,ooc,scaling] [--case side=right|side=left|uplo=lower|uplo=upper] [--margin 1.0]");
+                              "[--only incore,ooc,scaling] [--case side=right|side=left|uplo=lower|uplo=upper] [--margin 1.0] "
+                              "[--explain on]");
     const auto [out, git, reps, n, complex_n, wanted, margin] =
         ts::bench::goal_options(args, 5, 4096, 2048, "incore,ooc,scaling");
     const auto routines = ts::bench::split(args.get("routines", "trsm,trmm,symm,syrk,syr2k"), ',');
     const auto complex_routines =
         ts::bench::split(args.get("complex-routines", "trsm,trmm,symm,hemm,syrk,herk,syr2k,her2k"), ',');
     const std::string only_case = args.get("case", "");  // e.g. side=right: that case of each routine alone
+    const bool explain_plans = args.get("explain", "off") == "on";  // each plan, to stderr
     if (!args.finish()) return 2;
     const int cores = ts::inventory().cpu_cores;
     ts::bench::goal_table table(margin);
@@ -165,6 +167,7 @@ int main(int argc, char** argv) {
             operands<T> o = make<T>(r, f, n);
             const ts::blas3_operands<T> x = ops_of(o);
             if (wanted("incore")) {
+                if (explain_plans) std::fputs(ts::explain(one.plan(ts::describe_blas3<T>(r, f, x))).c_str(), stderr);
                 ts::bench::pair_timing t = ts::bench::alternate(reps, [&] { one.blas3<T>(r, f, x); }, [&] {
                     with_openblas_threads(cores, [&] { openblas(o, n, n, o.c.data()); });
                 });
@@ -175,6 +178,7 @@ int main(int argc, char** argv) {
                 const std::size_t operand_bytes = std::size_t(n) * std::size_t(n) * sizeof(T) * (2 + (o.b.size() > 0));
                 ts::context quarter("cpu", {.memory_budget = operand_bytes / 4});
                 const ts::blas3_plan p = quarter.plan(ts::describe_blas3<T>(r, f, x));
+                if (explain_plans) std::fputs(ts::explain(p).c_str(), stderr);
                 ts::bench::pair_timing t = ts::bench::alternate(reps, [&] { quarter.execute<T>(p, x); },
                                                                 [&] { one.blas3<T>(r, f, x); });
                 table.report({"out of core (25% budget) / in core, " + label, "in core, default", t.ours, t.anchor, 0, 0.85});

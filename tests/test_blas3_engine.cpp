@@ -580,82 +580,6 @@ TEST(TileOps, CublasPlanScalesWithoutReadingAWhenAlphaIsZero) {
     EXPECT_EQ(m.call.trans, blas_trans::trans);
 }
 
-/// blocked_trsm's steps, run one by one on the reference, solve what one reference trsm solves, for
-/// every side, triangle, op, diag and layout, with blocks that do not divide the triangle, padded
-/// leading dimensions (the padding must stay NaN) and NaN in A's other triangle (never read).
-template <class T>
-void blocked_trsm_matches_one_solve() {
-    using testing::nan_value;
-    using testing::random_value;
-    std::mt19937_64 rng(91);
-    std::uniform_real_distribution<double> uni(-1.0, 1.0);
-    const std::complex<double> alpha = is_complex_v<T> ? std::complex<double>(0.7, -0.3) : std::complex<double>(0.7);
-    const double tol = std::is_same_v<real_type_t<T>, float> ? 2e-5 : 1e-13;
-    int cases = 0;
-    for (side sd : {side::left, side::right})
-        for (uplo ul : {uplo::lower, uplo::upper})
-            for (op tr : {op::n, op::t, op::c})
-                for (diag dg : {diag::non_unit, diag::unit})
-                    for (layout lay : {layout::col_major, layout::row_major}) {
-                        const index_t m = sd == side::left ? 37 : 19, n = sd == side::left ? 13 : 41;
-                        const index_t order = sd == side::left ? m : n, block = sd == side::left ? 8 : 16;
-                        const auto ld_of = [&](index_t rows, index_t cols) { return (lay == layout::col_major ? rows : cols) + 3; };
-                        const auto at = [&](index_t ld, index_t i, index_t j) {
-                            return std::size_t(lay == layout::col_major ? i + j * ld : i * ld + j);
-                        };
-                        const index_t lda = ld_of(order, order), ldc = ld_of(m, n);
-                        std::vector<T> a(std::size_t(lda * order), nan_value<T>());
-                        for (index_t i = 0; i < order; ++i)
-                            for (index_t j = 0; j < order; ++j) {
-                                if (ul == uplo::lower ? j > i : j < i) continue;
-                                a[at(lda, i, j)] = i == j ? T(real_type_t<T>(order)) + random_value<T>(uni, rng)
-                                                          : random_value<T>(uni, rng);
-                            }
-                        std::vector<T> c(std::size_t(ldc * (lay == layout::col_major ? n : m)), nan_value<T>());
-                        for (index_t i = 0; i < m; ++i)
-                            for (index_t j = 0; j < n; ++j) c[at(ldc, i, j)] = random_value<T>(uni, rng);
-                        tile_op o;
-                        o.kind = tile_kind::trsm;
-                        o.type = dtype_of<T>();
-                        o.side = sd;
-                        o.uplo = ul;
-                        o.trans_a = tr;
-                        o.diag = dg;
-                        o.m = m;
-                        o.n = n;
-                        o.alpha = alpha;
-                        o.a = {a.data(), lda, lay};
-                        std::vector<T> want = c, got = c;
-                        o.c = {want.data(), ldc, lay};
-                        reference::execute(o);
-                        o.c = {got.data(), ldc, lay};
-                        const std::vector<tile_op> steps = detail::engine::blocked_trsm(o, block);
-                        const index_t blocks = (order + block - 1) / block;
-                        ASSERT_EQ(steps.size(), std::size_t(2 * blocks - 1));
-                        for (const tile_op& s : steps) reference::execute(s);
-                        double worst = 0;
-                        for (std::size_t e = 0; e < got.size(); ++e) {
-                            if (std::isnan(std::abs(want[e]))) {
-                                ASSERT_TRUE(std::isnan(std::abs(got[e]))) << "padding written at " << e;
-                                continue;
-                            }
-                            ASSERT_FALSE(std::isnan(std::abs(got[e]))) << "NaN at " << e << " (A's other triangle read?)";
-                            worst = std::max(worst, double(std::abs(got[e] - want[e])) / (1.0 + double(std::abs(want[e]))));
-                        }
-                        EXPECT_LT(worst, tol) << to_string(sd) << " " << to_string(ul) << " " << to_string(tr) << " "
-                                              << to_string(dg) << " " << to_string(lay);
-                        ++cases;
-                    }
-    EXPECT_EQ(cases, 48);
-}
-
-TEST(TileOps, BlockedTrsmStepsSolveWhatOneTrsmSolves) {
-    blocked_trsm_matches_one_solve<float>();
-    blocked_trsm_matches_one_solve<double>();
-    blocked_trsm_matches_one_solve<std::complex<float>>();
-    blocked_trsm_matches_one_solve<std::complex<double>>();
-}
-
 TEST(TileOps, BlockedTrsmLeavesSmallSolvesAndZeroAlphaWhole) {
     tile_op o;
     o.kind = tile_kind::trsm;
@@ -673,6 +597,131 @@ TEST(TileOps, BlockedTrsmLeavesSmallSolvesAndZeroAlphaWhole) {
     EXPECT_EQ(detail::engine::blocked_trsm(o, 128).size(), 5u);  // 300 = 128 + 128 + 44
     o.kind = tile_kind::trmm;
     EXPECT_EQ(detail::engine::blocked_trsm(o, 16).size(), 1u);
+}
+
+/// blocked_diagonal's steps for trsm, trmm, symm and hemm (complex), run one by one on the
+/// reference, compute what one reference call computes: every side, triangle, op and diag (trsm,
+/// trmm), layout, blocks that do not divide the triangle, padded leading dimensions (left NaN), NaN
+/// in A's other triangle, and for symm/hemm beta 0 on a NaN C (never read) beside a beta that is not.
+/// trsm's A is diagonally dominant (well conditioned).
+template <class T>
+void blocked_diagonal_matches_one_call(tile_kind kind) {
+    using testing::nan_value;
+    using testing::random_value;
+    std::mt19937_64 rng(93);
+    std::uniform_real_distribution<double> uni(-1.0, 1.0);
+    const bool complex = is_complex_v<T>;
+    const std::complex<double> alpha = complex ? std::complex<double>(0.7, -0.3) : std::complex<double>(0.7);
+    // (A unit triangle's solve grows rounding with its off-diagonal entries: 1.1e-13 seen in f64.)
+    const double tol = std::is_same_v<real_type_t<T>, float> ? 2e-5 : kind == tile_kind::trsm ? 1e-12 : 1e-13;
+    const bool tri = kind == tile_kind::trmm || kind == tile_kind::trsm;
+    const std::vector<op> ops = tri ? std::vector<op>{op::n, op::t, op::c} : std::vector<op>{op::n};
+    const std::vector<diag> diags = tri ? std::vector<diag>{diag::non_unit, diag::unit} : std::vector<diag>{diag::non_unit};
+    const std::vector<std::complex<double>> betas =
+        tri ? std::vector<std::complex<double>>{0.0} : std::vector<std::complex<double>>{0.0, {0.4, complex ? 0.2 : 0.0}};
+    int cases = 0;
+    for (side sd : {side::left, side::right})
+        for (uplo ul : {uplo::lower, uplo::upper})
+            for (op tr : ops)
+                for (diag dg : diags)
+                    for (const std::complex<double>& beta : betas)
+                        for (layout lay : {layout::col_major, layout::row_major}) {
+                            const index_t m = sd == side::left ? 37 : 19, n = sd == side::left ? 13 : 41;
+                            const index_t order = sd == side::left ? m : n, block = sd == side::left ? 8 : 16;
+                            const auto ld_of = [&](index_t rows, index_t cols) {
+                                return (lay == layout::col_major ? rows : cols) + 3;
+                            };
+                            const auto at = [&](index_t ld, index_t i, index_t j) {
+                                return std::size_t(lay == layout::col_major ? i + j * ld : i * ld + j);
+                            };
+                            const index_t lda = ld_of(order, order), ldc = ld_of(m, n);
+                            std::vector<T> a(std::size_t(lda * order), nan_value<T>());
+                            for (index_t i = 0; i < order; ++i)
+                                for (index_t j = 0; j < order; ++j)
+                                    if (ul == uplo::lower ? j <= i : j >= i)
+                                        a[at(lda, i, j)] = random_value<T>(uni, rng) +
+                                                           (i == j && kind == tile_kind::trsm ? T(real_type_t<T>(order)) : T(0));
+                            const std::size_t c_size = std::size_t(ldc * (lay == layout::col_major ? n : m));
+                            std::vector<T> b(c_size, nan_value<T>()), c(c_size, nan_value<T>());
+                            for (index_t i = 0; i < m; ++i)
+                                for (index_t j = 0; j < n; ++j) {
+                                    b[at(ldc, i, j)] = random_value<T>(uni, rng);
+                                    // trmm reads C; symm/hemm with beta 0 must not.
+                                    if (tri || beta != 0.0) c[at(ldc, i, j)] = random_value<T>(uni, rng);
+                                }
+                            tile_op o;
+                            o.kind = kind;
+                            o.type = dtype_of<T>();
+                            o.side = sd;
+                            o.uplo = ul;
+                            o.trans_a = tr;
+                            o.diag = dg;
+                            o.m = m;
+                            o.n = n;
+                            o.alpha = alpha;
+                            o.beta = beta;
+                            o.a = {a.data(), lda, lay};
+                            if (!tri) o.b = {b.data(), ldc, lay};
+                            std::vector<T> want = c, got = c;
+                            o.c = {want.data(), ldc, lay};
+                            reference::execute(o);
+                            o.c = {got.data(), ldc, lay};
+                            const std::vector<tile_op> steps = detail::engine::blocked_diagonal(o, block);
+                            const index_t blocks = (order + block - 1) / block;
+                            ASSERT_EQ(steps.size(), std::size_t(tri ? 2 * blocks - 1 : 3 * blocks - 2));
+                            for (const tile_op& s : steps) reference::execute(s);
+                            double worst = 0;
+                            for (std::size_t e = 0; e < got.size(); ++e) {
+                                const bool padding = lay == layout::col_major ? index_t(e) % ldc >= m : index_t(e) % ldc >= n;
+                                if (padding) {
+                                    ASSERT_TRUE(std::isnan(std::abs(got[e]))) << "padding written at " << e;
+                                    continue;
+                                }
+                                ASSERT_FALSE(std::isnan(std::abs(got[e]))) << "NaN at " << e << " (a NaN read?)";
+                                worst = std::max(worst, double(std::abs(got[e] - want[e])) / (1.0 + double(std::abs(want[e]))));
+                            }
+                            EXPECT_LT(worst, tol) << to_string(kind) << " " << to_string(sd) << " " << to_string(ul) << " "
+                                                  << to_string(tr) << " " << to_string(dg) << " beta " << beta << " "
+                                                  << to_string(lay);
+                            ++cases;
+                        }
+    EXPECT_EQ(cases, tri ? 48 : 16);
+}
+
+TEST(TileOps, BlockedDiagonalStepsComputeWhatOneCallComputes) {
+    for (tile_kind k : {tile_kind::trsm, tile_kind::trmm, tile_kind::symm}) {
+        blocked_diagonal_matches_one_call<float>(k);
+        blocked_diagonal_matches_one_call<double>(k);
+        blocked_diagonal_matches_one_call<std::complex<float>>(k);
+        blocked_diagonal_matches_one_call<std::complex<double>>(k);
+    }
+    blocked_diagonal_matches_one_call<std::complex<float>>(tile_kind::hemm);
+    blocked_diagonal_matches_one_call<std::complex<double>>(tile_kind::hemm);
+}
+
+TEST(TileOps, BlockedDiagonalSplitsOnlyItsKindsAndPricesTheirShare) {
+    tile_op o;
+    o.type = dtype::f64;
+    o.m = 300;
+    o.n = 64;
+    o.a.ld = o.b.ld = o.c.ld = 300;
+    o.beta = 1.0;
+    for (tile_kind k : {tile_kind::syrk, tile_kind::potrf, tile_kind::gemm, tile_kind::getrf}) {
+        o.kind = k;
+        EXPECT_EQ(detail::engine::blocked_diagonal(o, 16).size(), 1u) << to_string(k);
+        EXPECT_FALSE(detail::engine::blockable(k));
+    }
+    o.kind = tile_kind::trmm;
+    EXPECT_EQ(detail::engine::blocked_diagonal(o, 128).size(), 5u);  // 300 = 128 + 128 + 44
+    o.kind = tile_kind::symm;
+    EXPECT_EQ(detail::engine::blocked_diagonal(o, 128).size(), 7u);  // 3 symm, 4 gemm
+    EXPECT_EQ(detail::engine::blocked_diagonal(o, 300).size(), 1u);
+    o.alpha = 0.0;
+    EXPECT_EQ(detail::engine::blocked_diagonal(o, 16).size(), 1u);  // C <- beta C, A and B unread
+    EXPECT_DOUBLE_EQ(detail::engine::blocked_diagonal_share(300, 128), (2.0 * 128 * 128 + 44 * 44) / (300.0 * 300.0));
+    EXPECT_DOUBLE_EQ(detail::engine::blocked_diagonal_share(256, 128), 0.5);
+    EXPECT_DOUBLE_EQ(detail::engine::blocked_diagonal_share(100, 128), 1.0);
+    EXPECT_DOUBLE_EQ(detail::engine::blocked_diagonal_share(100, 0), 1.0);
 }
 
 TEST(TileOps, CudaTrsmBlockComesFromTheEnvironmentOrIsAClearError) {
@@ -1005,6 +1054,87 @@ TEST(Blas3Kernels, LuAndSeveralDevicesTakeTheMeasuredGemmKernel) {
         blas3_routine::trsm, {side::left, uplo::lower, op::c, diag::non_unit}, {alpha, {}, a.view(), {}, b.view()},
         host_matrix_view<const std::complex<double>>(x.view()));
     EXPECT_TRUE(check.passed) << check.summary() << "\n" << two.explain(rep.plan);
+}
+
+// Where the GEMM tiles run on a kernel far faster than the vendor routines (scripted: 5 times),
+// trsm, trmm, symm and hemm tiles wider than the diagonal block run in diagonal blocks of 256 on
+// vendor with GEMMs on the fast kernel between them (f64 n = 4096 on a 2-core VM: trsm 0.66 s in
+// one call so blocked, against 0.77-0.85 s in tiles; out of core at a quarter budget, 0.74 s
+// against 0.99). In place and out of core, both sides, a complex op C and hemm: the trace shows
+// more vendor diagonal calls than the plan has diagonal tiles, GEMMs on tiled only, and the result
+// passes its check; with the vendor kernel asked for, nothing is split.
+TEST(Blas3Kernels, DiagonalTilesRunInBlocksWithGemmsBetween) {
+    const detail::scripted_kernel_probes probes = cpu_kernel_rates(2e9, 10e9);
+    const auto run = [&]<class T>(blas3_routine r, blas3_flags f, bool out_of_core, bool vendor) {
+        context_options co;
+        if (out_of_core) co.memory_budget = std::size_t(6) << 20;
+        if (vendor) co.kernel = gemm_kernel::vendor;
+        context ctx("cpu", co);
+        (void)choose_kernel(*ctx.devices().front(), dtype_of<T>(), shape_class::square);
+        const index_t m = f.side == side::left ? 611 : 283, n = f.side == side::left ? 283 : 611;
+        const index_t order = f.side == side::left ? m : n;
+        host_matrix<T> a(order, order, layout::col_major), b(m, n, layout::col_major), c(m, n, layout::col_major);
+        fill_random(a.view(), 61);
+        fill_random(b.view(), 62);
+        fill_random(c.view(), 63);
+        for (index_t i = 0; i < order; ++i) a.view()(i, i) = T(double(order)) + T(1);  // well conditioned
+        const bool symm = r == blas3_routine::symm || r == blas3_routine::hemm;
+        blas3_operands<T> in;
+        if constexpr (is_complex_v<T>) in.alpha = T(0.75, -0.5);
+        else in.alpha = T(0.75);
+        in.beta = symm ? T(-0.5) : T(0);
+        in.a = a.view();
+        if (symm) in.b = b.view();
+        in.c = c.view();
+        host_matrix<T> out(m, n, layout::col_major);
+        std::copy(c.data(), c.data() + c.size(), out.data());
+        blas3_operands<T> ops = in;
+        ops.c = out.view();
+        trace_recorder rec;
+        blas3_call_options call;
+        call.run.trace = &rec;
+        // Tiles wider than a block (and a rest narrower, out of core): 448 + 163, 320 + 291.
+        call.tile = out_of_core ? 320 : 448;
+        if (out_of_core) call.tile_free = 320;
+        const blas3_report rep = ctx.blas3<T>(r, f, ops, call);
+        const std::map<std::string, int> spans = kernel_spans(rec);
+        const std::string label = std::string(to_string(r)) + " " + std::string(to_string(f.side)) + " " +
+                                  std::string(to_string(dtype_of<T>())) + (out_of_core ? " out of core" : " in place") +
+                                  (vendor ? ", vendor asked for" : "");
+        const std::string why = label + "\n" + ctx.explain(rep.plan) + spans_text(spans);
+        const blas3_check_result check = check_blas3<T>(r, f, in, host_matrix_view<const T>(out.view()));
+        EXPECT_TRUE(check.passed) << check.summary() << "\n" << why;
+        EXPECT_EQ(rep.plan.in_place, !out_of_core) << why;
+        std::size_t diagonal_tiles = 0;
+        for (const auto& [kind, count] : rep.plan.kernel_counts)
+            if (kind != tile_kind::gemm) diagonal_tiles += count;
+        const std::string diagonal = std::string(to_string(rep.plan.kernel_counts.back().first)) + " vendor";
+        const int diagonal_calls = spans.count(diagonal) ? spans.at(diagonal) : 0;
+        if (vendor) {
+            EXPECT_EQ(rep.plan.rates.diagonal_block, 0) << why;
+            EXPECT_EQ(std::size_t(diagonal_calls), diagonal_tiles) << why;
+            EXPECT_EQ(spans.count("gemm tiled"), 0u) << why;
+            return;
+        }
+        EXPECT_EQ(rep.plan.rates.diagonal_block, 256) << why;
+        EXPECT_NE(ctx.explain(rep.plan).find("in diagonal blocks of 256"), std::string::npos) << why;
+        EXPECT_GT(std::size_t(diagonal_calls), diagonal_tiles) << why;
+        EXPECT_GT(spans.count("gemm tiled"), 0u) << why;
+        EXPECT_EQ(spans.count("gemm vendor"), 0u) << why;
+    };
+    const blas3_flags left_lower{side::left, uplo::lower, op::n, diag::non_unit};
+    const blas3_flags right_upper_t{side::right, uplo::upper, op::t, diag::unit};
+    for (bool ooc : {false, true}) {
+        run.template operator()<double>(blas3_routine::trsm, left_lower, ooc, false);
+        run.template operator()<double>(blas3_routine::trmm, right_upper_t, ooc, false);
+        run.template operator()<double>(blas3_routine::symm, left_lower, ooc, false);
+        run.template operator()<std::complex<double>>(blas3_routine::hemm, {side::right, uplo::upper, op::n, diag::non_unit},
+                                                      ooc, false);
+        run.template operator()<std::complex<float>>(blas3_routine::trsm, {side::right, uplo::lower, op::c, diag::non_unit},
+                                                     ooc, false);
+    }
+    run.template operator()<double>(blas3_routine::trsm, left_lower, false, true);
+    run.template operator()<double>(blas3_routine::symm, left_lower, true, true);
 }
 
 // Without a choice made before, a context probes the GEMM kernels for its Level 3 plans only once

@@ -18,12 +18,6 @@ namespace {
 
 std::size_t kernel_index(std::optional<gemm_kernel> k) { return k ? 1 + std::size_t(*k) : 0; }
 
-const kernel_rate* rate_of(const kernel_choice& c, gemm_kernel k) {
-    for (const kernel_rate& r : c.rates)
-        if (r.kernel == k && r.measured) return &r;
-    return nullptr;
-}
-
 /// "vendor 245.1, tiled 60.3 GFLOP/s" (what could not be measured, and why).
 std::string rates_text(const kernel_choice& c) {
     std::ostringstream s;
@@ -167,7 +161,7 @@ route context_routes::measure(dtype t, shape_class c, std::optional<gemm_kernel>
                 if (choose && kc.recheck_at) r.recheck_at = std::min(r.recheck_at.value_or(*kc.recheck_at), *kc.recheck_at);
             }
             if (choose) k = measured[i].kernel;
-            if (const kernel_rate* dr = rate_of(measured[i], k)) flops = dr->flops;
+            if (const kernel_rate* dr = measured_rate(measured[i], k)) flops = dr->flops;
             else r.measured = false;
             text << "  kernels         " << d.id() << ": " << rates_text(measured[i]) << " -> " << to_string(k)
                  << (choose ? "" : " (asked for)") << "\n";
@@ -208,7 +202,7 @@ route context_routes::measure(dtype t, shape_class c, std::optional<gemm_kernel>
                     r.recheck_at = std::min(r.recheck_at.value_or(*kc.recheck_at), *kc.recheck_at);
             }
             r.host_kernel = resolve(kernel.value_or(s_.reproducible ? gemm_kernel::tiled : hc.kernel));
-            const kernel_rate* hr = rate_of(hc, r.host_kernel);
+            const kernel_rate* hr = measured_rate(hc, r.host_kernel);
             r.host_flops = hr ? hr->flops : 0;
             r.direct_possible = hr != nullptr;
             text << "  kernels         direct (calling thread, " << host_threads_ << " OpenBLAS thread(s))" << source

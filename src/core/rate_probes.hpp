@@ -103,6 +103,13 @@ kept_choice choose_host_kernel_kept(dtype t, shape_class c, int openblas_threads
 /// otherwise.
 std::optional<kernel_choice> known_kernel(const device& dev, dtype t, shape_class c, math_mode math);
 
+/// The choice's measured rate of kernel k; null when k was not measured.
+inline const kernel_rate* measured_rate(const kernel_choice& c, gemm_kernel k) {
+    for (const kernel_rate& r : c.rates)
+        if (r.kernel == k && r.measured) return &r;
+    return nullptr;
+}
+
 /// Seconds after a verdict against vendor before its re-check (10 s; a test may change it).
 double kernel_recheck_seconds();
 

@@ -478,9 +478,24 @@ private:
         flops_ += b.op.flops();
         // GEMM steps on the device's own GEMM kernel (the plan's measured choice); reproducible
         // runs keep theirs (the tiled kernel: the same bits on every device).
-        if (b.op.kind == tile_kind::gemm && index_ < rq_.gemm_kernels.size() && !rq_.deterministic)
-            b.op.kernel = rq_.gemm_kernels[index_];
-        switch (route_of(dev_, b.op, rq_.deterministic)) {
+        const bool chosen = index_ < rq_.gemm_kernels.size() && !rq_.deterministic;
+        if (b.op.kind == tile_kind::gemm && chosen) b.op.kernel = rq_.gemm_kernels[index_];
+        // A diagonal block far slower on the vendor kernel than GEMM on the chosen one, on memory
+        // the host addresses: its own diagonal blocks on vendor, the rest GEMMs on that kernel.
+        const tile_route route = route_of(dev_, b.op, rq_.deterministic);
+        if (chosen && rq_.diagonal_block > 0 && blockable(b.op.kind) && dev_.host_addressable() &&
+            route != tile_route::host_reference && rq_.gemm_kernels[index_] != b.op.kernel) {
+            const std::vector<tile_op> pieces = blocked_diagonal(at_offsets(b), rq_.diagonal_block);
+            if (pieces.size() > 1) {
+                for (tile_op piece : pieces) {
+                    if (piece.kind == tile_kind::gemm) piece.kernel = rq_.gemm_kernels[index_];
+                    else if (route == tile_route::device_vendor) piece.kernel = gemm_kernel::vendor;
+                    dev_.execute(*compute_, piece);
+                }
+                return finish_step();
+            }
+        }
+        switch (route) {
             case tile_route::device_kernel: dev_.execute(*compute_, at_offsets(b)); break;
             case tile_route::device_vendor:
                 b.op.kernel = gemm_kernel::vendor;
@@ -488,6 +503,10 @@ private:
                 break;
             case tile_route::host_reference: reference_on_host(b); break;
         }
+        finish_step();
+    }
+
+    void finish_step() {
         if (slowdown_ > 0) {
             const double s = slowdown_;
             dev_.enqueue_host(*compute_, [s] { std::this_thread::sleep_for(std::chrono::duration<double>(s)); },

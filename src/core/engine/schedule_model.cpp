@@ -1,5 +1,6 @@
 // A list-scheduling replay of a task graph: bytes and time the executor should take.
 #include "core/engine/schedule_model.hpp"
+#include "core/engine/tile_kernels.hpp"
 
 #include <algorithm>
 #include <queue>
@@ -16,9 +17,15 @@ double step_seconds(const task_graph& g, const task_step& s, const device_rates&
         const double bytes = double(g.tile_bytes(s.c));
         return s.op.flops() / r.staged_flops + r.op_overhead + bytes / std::max(r.d2h, 1.0) + bytes / std::max(r.h2d, 1.0);
     }
-    // The diagonal blocks at their own kernel's rate where the GEMM tiles take another kernel.
-    const double rate = s.op.kind != tile_kind::gemm && r.diagonal_flops > 0 ? r.diagonal_flops : r.flops;
-    double t = s.op.flops() / std::max(rate, 1.0) + r.op_overhead;
+    // The diagonal blocks at their own kernel's rate where the GEMM tiles take another kernel;
+    // blocked (diagonal_block), only their diagonal blocks' share of the flops.
+    double t = s.op.flops() / std::max(r.flops, 1.0) + r.op_overhead;
+    if (s.op.kind != tile_kind::gemm && r.diagonal_flops > 0) {
+        double share = 1.0;
+        if (r.diagonal_block > 0 && blockable(s.op.kind))
+            share = blocked_diagonal_share(s.op.side == side::left ? s.op.m : s.op.n, r.diagonal_block);
+        t = s.op.flops() * (share / std::max(r.diagonal_flops, 1.0) + (1 - share) / std::max(r.flops, 1.0)) + r.op_overhead;
+    }
     if (r.host_memory && s.op.flops() > 0) {
         // The kernel packs its operands (a strided gather at about half the copy rate).
         std::size_t bytes = 0;

@@ -97,6 +97,23 @@ tile_route route_of(const device& dev, const tile_op& op, bool deterministic) {
 
 namespace tilestream::detail::engine {
 
+namespace {
+
+/// The step of a blocked operation on its diagonal block [lo, lo + w): op on the block of A and
+/// the matching rows (left) or columns (right) of C (and of B, where op reads one).
+tile_op diagonal_piece(const tile_op& op, index_t lo, index_t w) {
+    const std::size_t bytes = size_of(op.type);
+    const bool left = op.side == side::left;
+    tile_op d = op;
+    d.a = shifted(op.a, lo, lo, bytes);
+    (left ? d.m : d.n) = w;
+    d.b = left ? shifted(op.b, lo, 0, bytes) : shifted(op.b, 0, lo, bytes);
+    d.c = left ? shifted(op.c, lo, 0, bytes) : shifted(op.c, 0, lo, bytes);
+    return d;
+}
+
+}  // namespace
+
 std::vector<tile_op> blocked_trsm(const tile_op& op, index_t block) {
     const index_t order = op.side == side::left ? op.m : op.n;  // A is order x order
     if (op.kind != tile_kind::trsm || block <= 0 || order <= block || op.m == 0 || op.n == 0 || !op.reads_ab())
@@ -118,16 +135,8 @@ std::vector<tile_op> blocked_trsm(const tile_op& op, index_t block) {
         const index_t b = forward ? s : blocks - 1 - s;
         const index_t lo = b * block, w = std::min(block, order - lo);
         const std::complex<double> scale = s == 0 ? op.alpha : std::complex<double>(1.0);
-        tile_op solve = op;
+        tile_op solve = diagonal_piece(op, lo, w);
         solve.alpha = scale;
-        solve.a = shifted(op.a, lo, lo, bytes);
-        if (op.side == side::left) {
-            solve.m = w;
-            solve.c = c_at(lo, 0);
-        } else {
-            solve.n = w;
-            solve.c = c_at(0, lo);
-        }
         steps.push_back(solve);
         // The rest still to solve: after the block (forward) or before it.
         const index_t rest_lo = forward ? lo + w : 0, rest = forward ? order - lo - w : lo;
@@ -163,6 +172,143 @@ std::vector<tile_op> blocked_trsm(const tile_op& op, index_t block) {
         steps.push_back(update);
     }
     return steps;
+}
+
+}  // namespace tilestream::detail::engine
+
+namespace tilestream::detail::engine {
+
+namespace {
+
+/// A gemm step of a blocked diagonal operation: C(m x n) = alpha op(A) op(B) + beta C, on op's
+/// type, kernel and math.
+tile_op gemm_piece(const tile_op& op, index_t m, index_t n, index_t k, const tile_matrix& a, tilestream::op trans_a,
+                   const tile_matrix& b, tilestream::op trans_b, const tile_matrix& c, std::complex<double> beta) {
+    tile_op g;
+    g.kind = tile_kind::gemm;
+    g.type = op.type;
+    g.kernel = op.kernel;
+    g.math = op.math;
+    g.m = m;
+    g.n = n;
+    g.k = k;
+    g.alpha = op.alpha;
+    g.beta = beta;
+    g.a = a;
+    g.trans_a = trans_a;
+    g.b = b;
+    g.trans_b = trans_b;
+    g.c = c;
+    return g;
+}
+
+}  // namespace
+
+std::vector<tile_op> blocked_trmm(const tile_op& op, index_t block) {
+    const bool left = op.side == side::left;
+    const index_t order = left ? op.m : op.n;
+    if (op.kind != tile_kind::trmm || block <= 0 || order <= block || op.m == 0 || op.n == 0 || !op.reads_ab()) return {op};
+    const std::size_t bytes = size_of(op.type);
+    const bool lower = (op.uplo == uplo::lower) == (op.trans_a == op::n);  // op(A)'s triangle
+    const auto op_a = [&](index_t r0, index_t c0) {  // op(A)'s element (r0, c0) in A
+        return op.trans_a == op::n ? shifted(op.a, r0, c0, bytes) : shifted(op.a, c0, r0, bytes);
+    };
+    const auto c_at = [&](index_t i, index_t j) { return shifted(op.c, i, j, bytes); };
+    // Left, C <- alpha op(A) C: block column j of op(A) times C's block j adds to the rows below it
+    // (lower) or above it (upper); those rows must already hold their own block's product, and C's
+    // block j must still be old: lower goes bottom-up, upper top-down. Right, C <- alpha C op(A):
+    // block row j of op(A) adds to the columns left of it (lower: left to right) or right of it
+    // (upper: right to left).
+    const bool forward = left ? !lower : lower;
+    const index_t blocks = (order + block - 1) / block;
+    std::vector<tile_op> steps;
+    steps.reserve(std::size_t(2 * blocks));
+    for (index_t s = 0; s < blocks; ++s) {
+        const index_t j = forward ? s : blocks - 1 - s;
+        const index_t lo = j * block, w = std::min(block, order - lo), hi = lo + w;
+        // The off-diagonal part: after the block (lower left, upper right) or before it.
+        const bool after = left ? lower : !lower;
+        const index_t r0 = after ? hi : 0, count = after ? order - hi : lo;
+        if (count > 0) {
+            if (left)  // C(r0.., :) += alpha op(A)(r0.., block) C(block, :)
+                steps.push_back(gemm_piece(op, count, op.n, w, op_a(r0, lo), op.trans_a, c_at(lo, 0), op::n, c_at(r0, 0), 1.0));
+            else  // C(:, r0..) += alpha C(:, block) op(A)(block, r0..)
+                steps.push_back(gemm_piece(op, op.m, count, w, c_at(0, lo), op::n, op_a(lo, r0), op.trans_a, c_at(0, r0), 1.0));
+        }
+        steps.push_back(diagonal_piece(op, lo, w));
+    }
+    return steps;
+}
+
+std::vector<tile_op> blocked_symm(const tile_op& op, index_t block) {
+    const bool left = op.side == side::left;
+    const index_t order = left ? op.m : op.n;
+    if ((op.kind != tile_kind::symm && op.kind != tile_kind::hemm) || block <= 0 || order <= block || op.m == 0 ||
+        op.n == 0 || !op.reads_ab())
+        return {op};
+    const std::size_t bytes = size_of(op.type);
+    const tilestream::op mirrored = op.kind == tile_kind::hemm ? op::c : op::t;
+    // The block of the full A at (r0, c0), wholly below (or above) the diagonal: stored there, or
+    // the mirror of the stored triangle's block.
+    const auto full = [&](index_t r0, index_t c0, bool below) -> std::pair<tile_matrix, tilestream::op> {
+        if (below == (op.uplo == uplo::lower)) return {shifted(op.a, r0, c0, bytes), op::n};
+        return {shifted(op.a, c0, r0, bytes), mirrored};
+    };
+    const auto b_at = [&](index_t i, index_t j) { return shifted(op.b, i, j, bytes); };
+    const auto c_at = [&](index_t i, index_t j) { return shifted(op.c, i, j, bytes); };
+    const index_t blocks = (order + block - 1) / block;
+    std::vector<tile_op> steps;
+    steps.reserve(std::size_t(3 * blocks));
+    for (index_t j = 0; j < blocks; ++j) {
+        const index_t lo = j * block, w = std::min(block, order - lo), hi = lo + w;
+        // The first block's steps write every row (column) of C once: they apply beta.
+        const std::complex<double> beta = j == 0 ? op.beta : std::complex<double>(1.0);
+        tile_op diagonal = diagonal_piece(op, lo, w);
+        diagonal.beta = beta;
+        steps.push_back(diagonal);
+        if (left) {
+            // C(rows, :) += alpha A(rows, block) B(block, :), for the rows above and below the block.
+            if (lo > 0) {
+                const auto [a, t] = full(0, lo, false);
+                steps.push_back(gemm_piece(op, lo, op.n, w, a, t, b_at(lo, 0), op::n, c_at(0, 0), 1.0));
+            }
+            if (hi < order) {
+                const auto [a, t] = full(hi, lo, true);
+                steps.push_back(gemm_piece(op, order - hi, op.n, w, a, t, b_at(lo, 0), op::n, c_at(hi, 0), beta));
+            }
+        } else {
+            // C(:, cols) += alpha B(:, block) A(block, cols), for the columns left and right of it.
+            if (lo > 0) {
+                const auto [a, t] = full(lo, 0, true);
+                steps.push_back(gemm_piece(op, op.m, lo, w, b_at(0, lo), op::n, a, t, c_at(0, 0), 1.0));
+            }
+            if (hi < order) {
+                const auto [a, t] = full(lo, hi, false);
+                steps.push_back(gemm_piece(op, op.m, order - hi, w, b_at(0, lo), op::n, a, t, c_at(0, hi), beta));
+            }
+        }
+    }
+    return steps;
+}
+
+bool blockable(tile_kind kind) noexcept {
+    return kind == tile_kind::trsm || kind == tile_kind::trmm || kind == tile_kind::symm || kind == tile_kind::hemm;
+}
+
+std::vector<tile_op> blocked_diagonal(const tile_op& op, index_t block) {
+    switch (op.kind) {
+        case tile_kind::trsm: return blocked_trsm(op, block);
+        case tile_kind::trmm: return blocked_trmm(op, block);
+        case tile_kind::symm:
+        case tile_kind::hemm: return blocked_symm(op, block);
+        default: return {op};
+    }
+}
+
+double blocked_diagonal_share(index_t order, index_t block) noexcept {
+    if (block <= 0 || order <= block) return 1.0;
+    const double q = double(order / block), r = double(order % block), b = double(block), t = double(order);
+    return (q * b * b + r * r) / (t * t);
 }
 
 }  // namespace tilestream::detail::engine

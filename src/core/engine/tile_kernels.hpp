@@ -30,6 +30,25 @@ bool blas_has(tile_kind kind, dtype type) noexcept;
 /// For vendor solves that run far below the device's GEMM rate on whole tiles (cuBLAS).
 std::vector<tile_op> blocked_trsm(const tile_op& op, index_t block);
 
+/// A trmm tile the same way: on each `block`-wide diagonal block, one gemm adding the block's
+/// share of op(A) C to the rows (left) or columns (right) already multiplied, then the block's own
+/// trmm (in the order that reads every block of C before it is overwritten). {op} as above.
+std::vector<tile_op> blocked_trmm(const tile_op& op, index_t block);
+
+/// A symm or hemm tile the same way: for each `block`-wide block column (left) or row (right) of
+/// the full symmetric A, the diagonal block's symm/hemm and one gemm each for the parts of A above
+/// and below it (read from the stored triangle, transposed or conjugated where they are not
+/// stored); beta applies on the first step that writes each row (column). {op} as above.
+std::vector<tile_op> blocked_symm(const tile_op& op, index_t block);
+
+/// The blocked form of a trsm, trmm, symm or hemm tile (above); {op} for the other kinds.
+std::vector<tile_op> blocked_diagonal(const tile_op& op, index_t block);
+/// Whether blocked_diagonal splits this kind of tile operation.
+bool blockable(tile_kind kind) noexcept;
+/// The share of a blockable tile operation's flops that its diagonal blocks do when it is split
+/// in blocks of `block` (its triangle's order `order`): block / order (all of them when it is not split).
+double blocked_diagonal_share(index_t order, index_t block) noexcept;
+
 enum class tile_route {
     device_kernel,   ///< the device runs op.kernel itself
     device_vendor,   ///< the device's vendor routine (op.kernel has no such operation there)

@@ -80,6 +80,7 @@ blas3_report detail::execute_blas3_kept(const blas3_plan& plan, std::span<device
     rq.deterministic = plan.reproducible;
     rq.device_flops = plan.device_flops;
     rq.gemm_kernels = plan.gemm_kernels;
+    rq.diagonal_block = plan.rates.diagonal_block;
     rq.run = run;
     rq.memory = memory;
     rq.keeps = keeps;

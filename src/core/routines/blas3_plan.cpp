@@ -1,6 +1,7 @@
 // Planning a Level 3 call: tile sizes (and TRSM's order) chosen by the cost model among
 // candidates, the routine's tasks built for them, and the plan explained.
 #include "core/engine/schedule_model.hpp"
+#include "core/engine/tile_kernels.hpp"
 #include "core/routines/routines.hpp"
 
 #include <tilestream/blas3.hpp>
@@ -47,6 +48,11 @@ std::string rates_line(const device_rates& r) {
     if (r.diagonal_flops > 0) {
         std::snprintf(line, sizeof line, " (GEMM tiles), %.1f GFLOP/s (the other tiles: the vendor kernel)", r.diagonal_flops * 1e-9);
         out += line;
+        if (r.diagonal_block > 0) {
+            std::snprintf(line, sizeof line, "; trsm, trmm, symm and hemm tiles in diagonal blocks of %lld on it, GEMMs between",
+                          static_cast<long long>(r.diagonal_block));
+            out += line;
+        }
     }
     return out + (r.measured ? " (measured)\n" : " (default)\n");
 }
@@ -322,7 +328,12 @@ blas3_plan plan_blas3(const blas3_problem& p, std::size_t budget, const device_r
     for (const auto& t : g.tasks)
         for (const auto& s : t.steps) ++counts[s.op.kind];
     for (const auto& [k, n] : counts) plan.kernel_counts.emplace_back(k, n);
-    if (!counts.count(tile_kind::gemm)) plan.gemm_kernels.clear();  // one call without GEMM tiles
+    // One call without GEMM tiles names no GEMM kernels, unless its call runs in blocks with GEMMs
+    // between them (device_rates::diagonal_block).
+    const bool blocked = rates.diagonal_block > 0 && rates.diagonal_flops > 0 &&
+                         std::any_of(counts.begin(), counts.end(), [](const auto& kc) { return detail::engine::blockable(kc.first); }) &&
+                         tri > rates.diagonal_block;
+    if (!counts.count(tile_kind::gemm) && !blocked) plan.gemm_kernels.clear();
     plan.slots = c.slots;
     plan.slot_bytes = c.slot_bytes;
     plan.peak_device_bytes = std::size_t(c.slots) * c.slot_bytes;

@@ -98,6 +98,7 @@ getrf_report execute_getrf_kept(const getrf_plan& plan, std::span<device* const>
     rq.deterministic = plan.reproducible;
     rq.device_flops = plan.device_flops;
     rq.gemm_kernels = plan.gemm_kernels;
+    rq.diagonal_block = plan.rates.diagonal_block;
     rq.run = run;
     rq.memory = memory;
     pinned_operands pinned;
