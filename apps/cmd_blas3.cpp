@@ -83,7 +83,8 @@ void declare(args& a, blas3_routine r) {
     if (solves(r)) a.text("diag", "non-unit (default) or unit", "non-unit|unit");
     a.text("kernel",
            "auto (default: GEMM tiles on each device's fastest measured GEMM kernel, the other tiles on vendor), "
-           "reference, naive, tiled or vendor (GEMM tiles and diagonal blocks)",
+           "reference, naive, tiled or vendor (GEMM tiles, and the diagonal tiles where the device has that "
+           "kernel for them, else vendor)",
            "KERNEL")
         .text("devices", "e.g. cpu, cpu:2, cuda:0, opencl:0, cpu@512MiB (default auto: every GPU present, else the CPU; or TILESTREAM_DEVICES)", "SPEC")
         .integer_option("tile", "tile size along A's order (syrk family: C's tiles) instead of the planner's")

@@ -93,7 +93,8 @@ void declare(args& a, const factor_command& c) {
     if (!lu) a.text("uplo", "lower (default) or upper: the triangle of A read and factored", "lower|upper");
     a.text("kernel",
            "auto (default: GEMM tiles on each device's fastest measured GEMM kernel, the other tiles on vendor), "
-           "reference, naive, tiled or vendor (GEMM tiles and diagonal blocks)",
+           "reference, naive, tiled or vendor (GEMM tiles, and the diagonal tiles where the device has that "
+           "kernel for them, else vendor)",
            "KERNEL")
         .text("devices", "e.g. cpu, cpu:2, cuda:0, opencl:0, cpu@512MiB (default auto: every GPU present, else the CPU; or TILESTREAM_DEVICES)", "SPEC")
         .integer_option("tile", lu ? "block columns' width instead of the planner's" : "tile size instead of the planner's")

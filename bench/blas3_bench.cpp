@@ -179,7 +179,8 @@ int main(int argc, char** argv) {
                 ts::context quarter("cpu", {.memory_budget = operand_bytes / 4});
                 // Planned at each call, as in core: a plan made once before the first run would
                 // keep the vendor kernel of a context that had not yet done enough work to
-                // measure the others (blas3_context.cpp, level3_probe_flops).
+                // measure the others (blas3_context.cpp, level3_probe_flops). Planning takes about
+                // 1 ms either way (trsm f64 4096, in place and at a quarter budget).
                 ts::bench::pair_timing t = ts::bench::alternate(reps, [&] { quarter.blas3<T>(r, f, x); },
                                                                 [&] { one.blas3<T>(r, f, x); });
                 if (explain_plans) std::fputs(ts::explain(quarter.plan(ts::describe_blas3<T>(r, f, x))).c_str(), stderr);

@@ -602,8 +602,8 @@ TEST(TileOps, BlockedTrsmLeavesSmallSolvesAndZeroAlphaWhole) {
 /// blocked_diagonal's steps for trsm, trmm, symm and hemm (complex), run one by one on the
 /// reference, compute what one reference call computes: every side, triangle, op and diag (trsm,
 /// trmm), layout, blocks that do not divide the triangle, padded leading dimensions (left NaN), NaN
-/// in A's other triangle, and for symm/hemm beta 0 on a NaN C (never read) beside a beta that is not.
-/// trsm's A is diagonally dominant (well conditioned).
+/// in A's other triangle (and on a unit diagonal), and for symm/hemm beta 0 on a NaN C (never read)
+/// beside a beta that is not. trsm's A is diagonally dominant (well conditioned).
 template <class T>
 void blocked_diagonal_matches_one_call(tile_kind kind) {
     using testing::nan_value;
@@ -638,7 +638,7 @@ void blocked_diagonal_matches_one_call(tile_kind kind) {
                             std::vector<T> a(std::size_t(lda * order), nan_value<T>());
                             for (index_t i = 0; i < order; ++i)
                                 for (index_t j = 0; j < order; ++j)
-                                    if (ul == uplo::lower ? j <= i : j >= i)
+                                    if ((ul == uplo::lower ? j <= i : j >= i) && !(i == j && dg == diag::unit))
                                         a[at(lda, i, j)] = random_value<T>(uni, rng) +
                                                            (i == j && kind == tile_kind::trsm ? T(real_type_t<T>(order)) : T(0));
                             const std::size_t c_size = std::size_t(ldc * (lay == layout::col_major ? n : m));
@@ -722,6 +722,37 @@ TEST(TileOps, BlockedDiagonalSplitsOnlyItsKindsAndPricesTheirShare) {
     EXPECT_DOUBLE_EQ(detail::engine::blocked_diagonal_share(256, 128), 0.5);
     EXPECT_DOUBLE_EQ(detail::engine::blocked_diagonal_share(100, 128), 1.0);
     EXPECT_DOUBLE_EQ(detail::engine::blocked_diagonal_share(100, 0), 1.0);
+}
+
+// The model prices a split step's diagonal blocks at the vendor rate and the rest at the GEMM
+// rate, its triangle's order taken from m (left) or n (right), and one fixed cost per call.
+TEST(TileOps, TheModelPricesASplitStepByItsBlocks) {
+    detail::engine::task_graph g;
+    device_rates r;
+    r.flops = 10e9;
+    r.diagonal_flops = 2e9;
+    r.diagonal_block = 256;
+    r.op_overhead = 1e-3;
+    for (tile_kind k : {tile_kind::trsm, tile_kind::trmm, tile_kind::symm})
+        for (side sd : {side::left, side::right}) {
+            detail::engine::task_step st;
+            st.op.kind = k;
+            st.op.type = dtype::f64;
+            st.op.side = sd;
+            st.op.m = sd == side::left ? 1024 : 100;  // the order 1024, the other dimension 100
+            st.op.n = sd == side::left ? 100 : 1024;
+            const double f = st.op.flops();
+            const double calls = k == tile_kind::symm ? 3 * 4 - 2 : 2 * 4 - 1;  // 4 blocks
+            EXPECT_NEAR(detail::engine::step_seconds(g, st, r), f * (0.25 / 2e9 + 0.75 / 10e9) + calls * 1e-3, 1e-9)
+                << to_string(k) << " " << to_string(sd);
+            detail::engine::task_graph one;
+            one.tasks.push_back({{}, {st}});
+            EXPECT_TRUE(detail::engine::splits_diagonal_tiles(one, r));
+            device_rates whole = r;
+            whole.diagonal_block = 0;  // not split: all of it at the vendor rate, one call
+            EXPECT_NEAR(detail::engine::step_seconds(g, st, whole), f / 2e9 + 1e-3, 1e-9);
+            EXPECT_FALSE(detail::engine::splits_diagonal_tiles(one, whole));
+        }
 }
 
 TEST(TileOps, CudaTrsmBlockComesFromTheEnvironmentOrIsAClearError) {
@@ -1059,21 +1090,30 @@ TEST(Blas3Kernels, LuAndSeveralDevicesTakeTheMeasuredGemmKernel) {
 // Where the GEMM tiles run on a kernel far faster than the vendor routines (scripted: 5 times),
 // trsm, trmm, symm and hemm tiles wider than the diagonal block run in diagonal blocks of 256 on
 // vendor with GEMMs on the fast kernel between them (f64 n = 4096 on a 2-core VM: trsm 0.66 s in
-// one call so blocked, against 0.77-0.85 s in tiles; out of core at a quarter budget, 0.74 s
-// against 0.99). In place and out of core, both sides, a complex op C and hemm: the trace shows
-// more vendor diagonal calls than the plan has diagonal tiles, GEMMs on tiled only, and the result
-// passes its check; with the vendor kernel asked for, nothing is split.
+// one call so blocked, against 0.77-0.85 s in tiles; out of core at a quarter budget, 0.73-0.87 s
+// against 0.96-0.99). In place and out of core, both sides, a complex op C and hemm, and with the tiled
+// kernel asked for: the trace shows more vendor diagonal calls than the plan has diagonal tiles,
+// GEMMs on tiled only, and the result passes its check; with vendor asked for, nothing is split.
 TEST(Blas3Kernels, DiagonalTilesRunInBlocksWithGemmsBetween) {
     const detail::scripted_kernel_probes probes = cpu_kernel_rates(2e9, 10e9);
-    const auto run = [&]<class T>(blas3_routine r, blas3_flags f, bool out_of_core, bool vendor) {
+    struct setup {
+        bool out_of_core = false;
+        std::optional<gemm_kernel> asked;  ///< the context's kernel (none: auto)
+        layout lay = layout::col_major;
+        bool one_call = false;  ///< in place: the whole order as one tile
+    };
+    const auto run = [&]<class T>(blas3_routine r, blas3_flags f, setup su) {
+        const bool out_of_core = su.out_of_core;
+        const std::optional<gemm_kernel> asked = su.asked;
         context_options co;
         if (out_of_core) co.memory_budget = std::size_t(6) << 20;
-        if (vendor) co.kernel = gemm_kernel::vendor;
+        co.kernel = asked;
+        const bool vendor = asked == gemm_kernel::vendor;
         context ctx("cpu", co);
         (void)choose_kernel(*ctx.devices().front(), dtype_of<T>(), shape_class::square);
         const index_t m = f.side == side::left ? 611 : 283, n = f.side == side::left ? 283 : 611;
         const index_t order = f.side == side::left ? m : n;
-        host_matrix<T> a(order, order, layout::col_major), b(m, n, layout::col_major), c(m, n, layout::col_major);
+        host_matrix<T> a(order, order, su.lay), b(m, n, su.lay), c(m, n, su.lay);
         fill_random(a.view(), 61);
         fill_random(b.view(), 62);
         fill_random(c.view(), 63);
@@ -1086,21 +1126,23 @@ TEST(Blas3Kernels, DiagonalTilesRunInBlocksWithGemmsBetween) {
         in.a = a.view();
         if (symm) in.b = b.view();
         in.c = c.view();
-        host_matrix<T> out(m, n, layout::col_major);
+        host_matrix<T> out(m, n, su.lay);
         std::copy(c.data(), c.data() + c.size(), out.data());
         blas3_operands<T> ops = in;
         ops.c = out.view();
         trace_recorder rec;
         blas3_call_options call;
         call.run.trace = &rec;
-        // Tiles wider than a block (and a rest narrower, out of core): 448 + 163, 320 + 291.
-        call.tile = out_of_core ? 320 : 448;
+        // A's order 611 in tiles wider than a block: 448 in place (and a rest of 163, not split) or
+        // one call (a plan without GEMM tiles), 320 out of core (and a rest of 291, split too).
+        call.tile = out_of_core ? 320 : su.one_call ? order : 448;
         if (out_of_core) call.tile_free = 320;
         const blas3_report rep = ctx.blas3<T>(r, f, ops, call);
         const std::map<std::string, int> spans = kernel_spans(rec);
         const std::string label = std::string(to_string(r)) + " " + std::string(to_string(f.side)) + " " +
                                   std::string(to_string(dtype_of<T>())) + (out_of_core ? " out of core" : " in place") +
-                                  (vendor ? ", vendor asked for" : "");
+                                  (asked ? ", " + std::string(to_string(*asked)) + " asked for" : "") + ", " +
+                                  std::string(to_string(su.lay)) + (su.one_call ? ", one call" : "");
         const std::string why = label + "\n" + ctx.explain(rep.plan) + spans_text(spans);
         const blas3_check_result check = check_blas3<T>(r, f, in, host_matrix_view<const T>(out.view()));
         EXPECT_TRUE(check.passed) << check.summary() << "\n" << why;
@@ -1112,11 +1154,19 @@ TEST(Blas3Kernels, DiagonalTilesRunInBlocksWithGemmsBetween) {
         const int diagonal_calls = spans.count(diagonal) ? spans.at(diagonal) : 0;
         if (vendor) {
             EXPECT_EQ(rep.plan.rates.diagonal_block, 0) << why;
+            EXPECT_FALSE(rep.plan.blocked_diagonal) << why;
             EXPECT_EQ(std::size_t(diagonal_calls), diagonal_tiles) << why;
             EXPECT_EQ(spans.count("gemm tiled"), 0u) << why;
             return;
         }
         EXPECT_EQ(rep.plan.rates.diagonal_block, 256) << why;
+        EXPECT_TRUE(rep.plan.blocked_diagonal) << why;
+        if (su.one_call) {
+            EXPECT_EQ(rep.plan.tasks, 1u) << why;
+            EXPECT_EQ(rep.plan.kernel_counts.size(), 1u) << why;  // no GEMM tile: the GEMMs are the call's blocks
+            // The executor finds the GEMM kernel in the plan (auto) or in the step (asked for).
+            if (!asked) EXPECT_EQ(rep.plan.gemm_kernels, std::vector<gemm_kernel>{gemm_kernel::tiled}) << why;
+        }
         EXPECT_NE(ctx.explain(rep.plan).find("in diagonal blocks of 256"), std::string::npos) << why;
         EXPECT_GT(std::size_t(diagonal_calls), diagonal_tiles) << why;
         EXPECT_GT(spans.count("gemm tiled"), 0u) << why;
@@ -1124,17 +1174,68 @@ TEST(Blas3Kernels, DiagonalTilesRunInBlocksWithGemmsBetween) {
     };
     const blas3_flags left_lower{side::left, uplo::lower, op::n, diag::non_unit};
     const blas3_flags right_upper_t{side::right, uplo::upper, op::t, diag::unit};
+    const layout row = layout::row_major, col = layout::col_major;
     for (bool ooc : {false, true}) {
-        run.template operator()<double>(blas3_routine::trsm, left_lower, ooc, false);
-        run.template operator()<double>(blas3_routine::trmm, right_upper_t, ooc, false);
-        run.template operator()<double>(blas3_routine::symm, left_lower, ooc, false);
+        run.template operator()<double>(blas3_routine::trsm, left_lower, {ooc, std::nullopt, col, !ooc});
+        run.template operator()<double>(blas3_routine::trmm, right_upper_t, {ooc, std::nullopt, row, !ooc});
+        run.template operator()<double>(blas3_routine::symm, left_lower, {ooc, std::nullopt, ooc ? row : col, false});
         run.template operator()<std::complex<double>>(blas3_routine::hemm, {side::right, uplo::upper, op::n, diag::non_unit},
-                                                      ooc, false);
+                                                      {ooc, std::nullopt, row, !ooc});
         run.template operator()<std::complex<float>>(blas3_routine::trsm, {side::right, uplo::lower, op::c, diag::non_unit},
-                                                     ooc, false);
+                                                     {ooc, std::nullopt, col, false});
+        // The tiled kernel asked for: the same blocks (its diagonal tiles can only run on vendor).
+        run.template operator()<double>(blas3_routine::trmm, left_lower, {ooc, gemm_kernel::tiled, col, !ooc});
     }
-    run.template operator()<double>(blas3_routine::trsm, left_lower, false, true);
-    run.template operator()<double>(blas3_routine::symm, left_lower, true, true);
+    run.template operator()<double>(blas3_routine::trsm, left_lower, {false, gemm_kernel::vendor, col, true});
+    run.template operator()<double>(blas3_routine::symm, left_lower, {true, gemm_kernel::vendor, col, false});
+}
+
+// A plan names GEMM kernels only when it has GEMM steps or steps split into blocks with GEMMs
+// between them: Cholesky in two tiles of at most 256 has neither (potrf, trsm, syrk, potrf), an LU
+// of 400 rows in block columns of 512 has no GEMM update but its trsm steps (order 400) split.
+TEST(Blas3Kernels, OnlyPlansThatSplitOrHaveGemmTilesNameGemmKernels) {
+    const detail::scripted_kernel_probes probes = cpu_kernel_rates(2e9, 10e9);
+    context ctx("cpu");
+    (void)choose_kernel(*ctx.devices().front(), dtype::f64, shape_class::square);
+    {
+        const index_t n = 400;
+        host_matrix<double> a(n, n, layout::col_major), f(n, n, layout::col_major);
+        fill_random(a.view(), 71);
+        for (index_t i = 0; i < n; ++i) a.view()(i, i) = double(n) + 1.0;
+        std::copy(a.data(), a.data() + a.size(), f.data());
+        blas3_call_options call;
+        call.tile = 208;
+        const blas3_report rep = ctx.potrf<double>(uplo::lower, f.view(), call);
+        const std::string why = ctx.explain(rep.plan);
+        EXPECT_EQ(rep.info, 0);
+        EXPECT_TRUE(check_potrf<double>(uplo::lower, a.view(), f.view()).passed) << why;
+        EXPECT_GT(rep.plan.tasks, 1u) << why;
+        for (const auto& [kind, count] : rep.plan.kernel_counts) EXPECT_NE(kind, tile_kind::gemm) << why;
+        EXPECT_FALSE(rep.plan.blocked_diagonal) << why;
+        EXPECT_TRUE(rep.plan.gemm_kernels.empty()) << why;
+        EXPECT_EQ(why.find("diagonal tiles "), std::string::npos) << why;
+    }
+    const index_t m = 400, n = 1500;
+    host_matrix<double> a(m, n, layout::col_major), lu(m, n, layout::col_major);
+    fill_random(a.view(), 72);
+    std::copy(a.data(), a.data() + a.size(), lu.data());
+    std::vector<index_t> ipiv(std::size_t(m), -1);
+    trace_recorder rec;
+    getrf_call_options call;
+    call.tile = 512;
+    call.run.trace = &rec;
+    const getrf_report rep = ctx.getrf<double>(lu.view(), ipiv, call);
+    const std::map<std::string, int> spans = kernel_spans(rec);
+    const std::string why = ctx.explain(rep.plan) + spans_text(spans);
+    EXPECT_EQ(rep.info, 0);
+    for (const auto& [kind, count] : rep.plan.kernel_counts) EXPECT_NE(kind, tile_kind::gemm) << why;
+    EXPECT_TRUE(rep.plan.blocked_diagonal) << why;
+    EXPECT_EQ(rep.plan.gemm_kernels, std::vector<gemm_kernel>{gemm_kernel::tiled}) << why;
+    EXPECT_NE(why.find("diagonal tiles "), std::string::npos) << why;
+    EXPECT_GT(spans.count("gemm tiled"), 0u) << why;  // the split trsm steps' GEMMs
+    EXPECT_LT(getrf_residual<double>(host_matrix_view<const double>(a.view()), host_matrix_view<const double>(lu.view()), ipiv),
+              8.0)
+        << why;
 }
 
 // Without a choice made before, a context probes the GEMM kernels for its Level 3 plans only once

@@ -132,6 +132,9 @@ struct blas3_plan {
     blas3_problem problem;
     gemm_kernel kernel = gemm_kernel::vendor;
     std::vector<gemm_kernel> gemm_kernels;  ///< blas3_options::gemm_kernels
+    /// Some of its trsm, trmm, symm or hemm tiles run in diagonal blocks, GEMMs between them on the
+    /// GEMM tiles' kernel (device_rates::diagonal_block).
+    bool blocked_diagonal = false;
     math_mode math = math_mode::strict;
     blas3_order order = blas3_order::left_looking;
     index_t tile = 0, tile_free = 0, tile_k = 0;

@@ -79,6 +79,7 @@ struct getrf_plan {
     getrf_problem problem;
     gemm_kernel kernel = gemm_kernel::vendor;
     std::vector<gemm_kernel> gemm_kernels;  ///< getrf_options::gemm_kernels
+    bool blocked_diagonal = false;          ///< as blas3_plan::blocked_diagonal (its trsm tiles)
     math_mode math = math_mode::strict;
     lu_order order = lu_order::right_looking;
     index_t tile = 0;

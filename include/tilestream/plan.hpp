@@ -92,11 +92,11 @@ struct device_rates {
     /// context when the GEMM tiles take a kernel measured faster than the vendor routines that
     /// the diagonal blocks keep (blas3_options::gemm_kernels): the vendor kernel's measured rate.
     double diagonal_flops = 0;
-    /// With diagonal_flops: the trsm, trmm, symm and hemm tiles wider than this run in diagonal
+    /// Where the GEMM tiles run on another kernel than the vendor routines (the measured choice,
+    /// or tiled asked for): the trsm, trmm, symm and hemm tiles wider than this run in diagonal
     /// blocks of this order on the vendor kernel, and the rest of each tile as GEMMs on the GEMM
-    /// tiles' kernel (a share block / order of their flops at diagonal_flops); 0: whole tiles on
-    /// the vendor kernel. Set by the context with diagonal_flops on devices computing with the
-    /// host's cores.
+    /// tiles' kernel (with diagonal_flops set, a share block / order of their flops is priced at
+    /// it); 0: whole tiles. Set by the context on devices computing with the host's cores.
     index_t diagonal_block = 0;
 };
 /// Measures copy bandwidths and the kernel's FLOP rate on dev with short probes (cached per

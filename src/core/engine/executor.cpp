@@ -480,16 +480,21 @@ private:
         // runs keep theirs (the tiled kernel: the same bits on every device).
         const bool chosen = index_ < rq_.gemm_kernels.size() && !rq_.deterministic;
         if (b.op.kind == tile_kind::gemm && chosen) b.op.kernel = rq_.gemm_kernels[index_];
-        // A diagonal block far slower on the vendor kernel than GEMM on the chosen one, on memory
-        // the host addresses: its own diagonal blocks on vendor, the rest GEMMs on that kernel.
+        // A diagonal tile on the vendor routine beside GEMM tiles on a faster kernel (the plan's
+        // measured choice, or the one asked for where the device has no diagonal kernel of its
+        // own), on memory the host addresses: its diagonal blocks on vendor, the rest GEMMs on
+        // the GEMM tiles' kernel.
         const tile_route route = route_of(dev_, b.op, rq_.deterministic);
-        if (chosen && rq_.diagonal_block > 0 && blockable(b.op.kind) && dev_.host_addressable() &&
-            route != tile_route::host_reference && rq_.gemm_kernels[index_] != b.op.kernel) {
+        const gemm_kernel gemm_tiles = chosen ? rq_.gemm_kernels[index_] : b.op.kernel;
+        const bool on_vendor = route == tile_route::device_vendor ||
+                               (route == tile_route::device_kernel && b.op.kernel == gemm_kernel::vendor);
+        if (rq_.diagonal_block > 0 && !rq_.deterministic && blockable(b.op.kind) && dev_.host_addressable() && on_vendor &&
+            gemm_tiles != gemm_kernel::vendor && gemm_tiles != gemm_kernel::reference) {
             const std::vector<tile_op> pieces = blocked_diagonal(at_offsets(b), rq_.diagonal_block);
             if (pieces.size() > 1) {
                 for (tile_op piece : pieces) {
-                    if (piece.kind == tile_kind::gemm) piece.kernel = rq_.gemm_kernels[index_];
-                    else if (route == tile_route::device_vendor) piece.kernel = gemm_kernel::vendor;
+                    if (piece.kind == tile_kind::gemm) piece.kernel = gemm_tiles;
+                    else piece.kernel = gemm_kernel::vendor;
                     dev_.execute(*compute_, piece);
                 }
                 return finish_step();

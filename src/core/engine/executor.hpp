@@ -46,8 +46,9 @@ struct run_request {
     /// By device: the kernel of its GEMM steps where it is not the step's own (empty: the steps'
     /// kernels everywhere); blas3_plan::gemm_kernels.
     std::vector<gemm_kernel> gemm_kernels;
-    /// Where gemm_kernels applies: trsm, trmm, symm and hemm steps in diagonal blocks of this order
-    /// on their own kernel and GEMMs on the chosen one (0: whole); device_rates::diagonal_block.
+    /// trsm, trmm, symm and hemm steps on the vendor kernel beside GEMM steps on another (gemm_kernels,
+    /// or the steps' own kernel asked for): in diagonal blocks of this order on vendor and GEMMs on
+    /// the GEMM steps' kernel (0: whole); device_rates::diagonal_block.
     index_t diagonal_block = 0;
     blas3_run_options run;
     /// A context's memory: each device's tile store (reservation, slots, streams) is taken from it

@@ -3,12 +3,31 @@
 #include "core/engine/tile_kernels.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <queue>
 #include <set>
 #include <unordered_map>
 #include <utility>
 
 namespace tilestream::detail::engine {
+
+namespace {
+
+/// The order of a blockable step's triangle; 0 when it is not split in diagonal blocks.
+index_t split_order(const task_step& s, const device_rates& r) {
+    if (r.diagonal_block <= 0 || !blockable(s.op.kind)) return 0;
+    const index_t order = s.op.side == side::left ? s.op.m : s.op.n;
+    return order > r.diagonal_block ? order : 0;
+}
+
+}  // namespace
+
+bool splits_diagonal_tiles(const task_graph& g, const device_rates& r) {
+    for (const tile_task& t : g.tasks)
+        for (const task_step& s : t.steps)
+            if (split_order(s, r) > 0) return true;
+    return false;
+}
 
 double step_seconds(const task_graph& g, const task_step& s, const device_rates& r) {
     const bool lapack = s.op.kind == tile_kind::potrf || s.op.kind == tile_kind::getrf || s.op.kind == tile_kind::laswp;
@@ -19,13 +38,17 @@ double step_seconds(const task_graph& g, const task_step& s, const device_rates&
     }
     // The diagonal blocks at their own kernel's rate where the GEMM tiles take another kernel;
     // blocked (diagonal_block), only their diagonal blocks' share of the flops.
-    double t = s.op.flops() / std::max(r.flops, 1.0) + r.op_overhead;
+    // Split, a step is a call per diagonal block and the GEMMs between them (blocked_diagonal).
+    const index_t order = split_order(s, r);
+    const double blocks = order > 0 ? std::ceil(double(order) / double(r.diagonal_block)) : 1;
+    const bool symm = s.op.kind == tile_kind::symm || s.op.kind == tile_kind::hemm;
+    const double calls = order == 0 ? 1 : symm ? 3 * blocks - 2 : 2 * blocks - 1;
+    double t = s.op.flops() / std::max(r.flops, 1.0);
     if (s.op.kind != tile_kind::gemm && r.diagonal_flops > 0) {
-        double share = 1.0;
-        if (r.diagonal_block > 0 && blockable(s.op.kind))
-            share = blocked_diagonal_share(s.op.side == side::left ? s.op.m : s.op.n, r.diagonal_block);
-        t = s.op.flops() * (share / std::max(r.diagonal_flops, 1.0) + (1 - share) / std::max(r.flops, 1.0)) + r.op_overhead;
+        const double share = order > 0 ? blocked_diagonal_share(order, r.diagonal_block) : 1.0;
+        t = s.op.flops() * (share / std::max(r.diagonal_flops, 1.0) + (1 - share) / std::max(r.flops, 1.0));
     }
+    t += calls * r.op_overhead;
     if (r.host_memory && s.op.flops() > 0) {
         // The kernel packs its operands (a strided gather at about half the copy rate).
         std::size_t bytes = 0;

@@ -38,6 +38,10 @@ bool better_plan(const model_result& a, std::size_t a_steps, const model_result&
 /// device computing with the host's cores the packing of its operands).
 double step_seconds(const task_graph& g, const task_step& s, const device_rates& r);
 
+/// Whether the executor runs one of the graph's steps in diagonal blocks (a trsm, trmm, symm or hemm
+/// step wider than r.diagonal_block: blocked_diagonal), the GEMMs between them on the GEMM tiles' kernel.
+bool splits_diagonal_tiles(const task_graph& g, const device_rates& r);
+
 model_result model_run(const task_graph& g, const model_settings& m);
 
 }  // namespace tilestream::detail::engine

@@ -93,10 +93,6 @@ tile_route route_of(const device& dev, const tile_op& op, bool deterministic) {
     return tile_route::host_reference;
 }
 
-}  // namespace tilestream::detail::engine
-
-namespace tilestream::detail::engine {
-
 namespace {
 
 /// The step of a blocked operation on its diagonal block [lo, lo + w): op on the block of A and
@@ -110,6 +106,29 @@ tile_op diagonal_piece(const tile_op& op, index_t lo, index_t w) {
     d.b = left ? shifted(op.b, lo, 0, bytes) : shifted(op.b, 0, lo, bytes);
     d.c = left ? shifted(op.c, lo, 0, bytes) : shifted(op.c, 0, lo, bytes);
     return d;
+}
+
+/// A gemm step of a blocked operation: C(m x n) = alpha op(A) op(B) + beta C, on op's type,
+/// kernel and math.
+tile_op gemm_piece(const tile_op& op, index_t m, index_t n, index_t k, const tile_matrix& a, tilestream::op trans_a,
+                   const tile_matrix& b, tilestream::op trans_b, const tile_matrix& c, std::complex<double> alpha,
+                   std::complex<double> beta) {
+    tile_op g;
+    g.kind = tile_kind::gemm;
+    g.type = op.type;
+    g.kernel = op.kernel;
+    g.math = op.math;
+    g.m = m;
+    g.n = n;
+    g.k = k;
+    g.alpha = alpha;
+    g.beta = beta;
+    g.a = a;
+    g.trans_a = trans_a;
+    g.b = b;
+    g.trans_b = trans_b;
+    g.c = c;
+    return g;
 }
 
 }  // namespace
@@ -141,68 +160,16 @@ std::vector<tile_op> blocked_trsm(const tile_op& op, index_t block) {
         // The rest still to solve: after the block (forward) or before it.
         const index_t rest_lo = forward ? lo + w : 0, rest = forward ? order - lo - w : lo;
         if (rest == 0) continue;
-        tile_op update;
-        update.kind = tile_kind::gemm;
-        update.type = op.type;
-        update.kernel = op.kernel;
-        update.math = op.math;
-        update.alpha = -1.0;
-        update.beta = scale;  // the first step also applies alpha to the rest
-        if (op.side == side::left) {
-            // C(rest, :) = scale C(rest, :) - op(A)(rest, block) X(block, :)
-            update.m = rest;
-            update.n = op.n;
-            update.k = w;
-            update.a = a_block(rest_lo, lo);
-            update.trans_a = op.trans_a;
-            update.b = c_at(lo, 0);
-            update.trans_b = op::n;
-            update.c = c_at(rest_lo, 0);
-        } else {
-            // C(:, rest) = scale C(:, rest) - X(:, block) op(A)(block, rest)
-            update.m = op.m;
-            update.n = rest;
-            update.k = w;
-            update.a = c_at(0, lo);
-            update.trans_a = op::n;
-            update.b = a_block(lo, rest_lo);
-            update.trans_b = op.trans_a;
-            update.c = c_at(0, rest_lo);
-        }
-        steps.push_back(update);
+        // The first step also applies alpha to the rest (beta = scale).
+        if (op.side == side::left)  // C(rest, :) = scale C(rest, :) - op(A)(rest, block) X(block, :)
+            steps.push_back(gemm_piece(op, rest, op.n, w, a_block(rest_lo, lo), op.trans_a, c_at(lo, 0), op::n, c_at(rest_lo, 0),
+                                       -1.0, scale));
+        else  // C(:, rest) = scale C(:, rest) - X(:, block) op(A)(block, rest)
+            steps.push_back(gemm_piece(op, op.m, rest, w, c_at(0, lo), op::n, a_block(lo, rest_lo), op.trans_a, c_at(0, rest_lo),
+                                       -1.0, scale));
     }
     return steps;
 }
-
-}  // namespace tilestream::detail::engine
-
-namespace tilestream::detail::engine {
-
-namespace {
-
-/// A gemm step of a blocked diagonal operation: C(m x n) = alpha op(A) op(B) + beta C, on op's
-/// type, kernel and math.
-tile_op gemm_piece(const tile_op& op, index_t m, index_t n, index_t k, const tile_matrix& a, tilestream::op trans_a,
-                   const tile_matrix& b, tilestream::op trans_b, const tile_matrix& c, std::complex<double> beta) {
-    tile_op g;
-    g.kind = tile_kind::gemm;
-    g.type = op.type;
-    g.kernel = op.kernel;
-    g.math = op.math;
-    g.m = m;
-    g.n = n;
-    g.k = k;
-    g.alpha = op.alpha;
-    g.beta = beta;
-    g.a = a;
-    g.trans_a = trans_a;
-    g.b = b;
-    g.trans_b = trans_b;
-    g.c = c;
-    return g;
-}
-
-}  // namespace
 
 std::vector<tile_op> blocked_trmm(const tile_op& op, index_t block) {
     const bool left = op.side == side::left;
@@ -231,9 +198,11 @@ std::vector<tile_op> blocked_trmm(const tile_op& op, index_t block) {
         const index_t r0 = after ? hi : 0, count = after ? order - hi : lo;
         if (count > 0) {
             if (left)  // C(r0.., :) += alpha op(A)(r0.., block) C(block, :)
-                steps.push_back(gemm_piece(op, count, op.n, w, op_a(r0, lo), op.trans_a, c_at(lo, 0), op::n, c_at(r0, 0), 1.0));
+                steps.push_back(
+                    gemm_piece(op, count, op.n, w, op_a(r0, lo), op.trans_a, c_at(lo, 0), op::n, c_at(r0, 0), op.alpha, 1.0));
             else  // C(:, r0..) += alpha C(:, block) op(A)(block, r0..)
-                steps.push_back(gemm_piece(op, op.m, count, w, c_at(0, lo), op::n, op_a(lo, r0), op.trans_a, c_at(0, r0), 1.0));
+                steps.push_back(
+                    gemm_piece(op, op.m, count, w, c_at(0, lo), op::n, op_a(lo, r0), op.trans_a, c_at(0, r0), op.alpha, 1.0));
         }
         steps.push_back(diagonal_piece(op, lo, w));
     }
@@ -270,21 +239,21 @@ std::vector<tile_op> blocked_symm(const tile_op& op, index_t block) {
             // C(rows, :) += alpha A(rows, block) B(block, :), for the rows above and below the block.
             if (lo > 0) {
                 const auto [a, t] = full(0, lo, false);
-                steps.push_back(gemm_piece(op, lo, op.n, w, a, t, b_at(lo, 0), op::n, c_at(0, 0), 1.0));
+                steps.push_back(gemm_piece(op, lo, op.n, w, a, t, b_at(lo, 0), op::n, c_at(0, 0), op.alpha, 1.0));
             }
             if (hi < order) {
                 const auto [a, t] = full(hi, lo, true);
-                steps.push_back(gemm_piece(op, order - hi, op.n, w, a, t, b_at(lo, 0), op::n, c_at(hi, 0), beta));
+                steps.push_back(gemm_piece(op, order - hi, op.n, w, a, t, b_at(lo, 0), op::n, c_at(hi, 0), op.alpha, beta));
             }
         } else {
             // C(:, cols) += alpha B(:, block) A(block, cols), for the columns left and right of it.
             if (lo > 0) {
                 const auto [a, t] = full(lo, 0, true);
-                steps.push_back(gemm_piece(op, op.m, lo, w, b_at(0, lo), op::n, a, t, c_at(0, 0), 1.0));
+                steps.push_back(gemm_piece(op, op.m, lo, w, b_at(0, lo), op::n, a, t, c_at(0, 0), op.alpha, 1.0));
             }
             if (hi < order) {
                 const auto [a, t] = full(lo, hi, false);
-                steps.push_back(gemm_piece(op, op.m, order - hi, w, b_at(0, lo), op::n, a, t, c_at(0, hi), beta));
+                steps.push_back(gemm_piece(op, op.m, order - hi, w, b_at(0, lo), op::n, a, t, c_at(0, hi), op.alpha, beta));
             }
         }
     }

@@ -15,6 +15,20 @@
 
 namespace tilestream {
 
+namespace {
+
+/// The order of the diagonal blocks that trsm, trmm, symm and hemm tiles keep on the vendor kernel
+/// when the GEMM tiles run on a faster one (device_rates::diagonal_block): the rest of each tile is
+/// GEMM updates of this rank. On the Emerald Rapids VM (2 cores; OpenBLAS on its Prescott kernels,
+/// 29 GFLOP/s, beside the tiled kernel's 129) f64 n = 4096 in one call, medians of 3: trsm 0.66 s
+/// in blocks of 256 against 0.70-0.78 in blocks of 96, 128, 192 and 384 (and 0.77-0.85 s in tiles
+/// before); trmm 0.67 against 0.69-0.79; symm 1.30 against 1.39-1.48. Out of core at a quarter
+/// budget (tiles of 2048) the block sizes were within the noise of each other. The tiled kernel
+/// asked for runs the GEMMs between them too.
+constexpr index_t host_diagonal_block = 256;
+
+}  // namespace
+
 blas3_plan context::plan(const blas3_problem& problem, const blas3_call_options& call) {
     blas3_options o;
     // The Level 3 tile kernels: the call's, else the context's, else vendor (the measured choice of
@@ -99,6 +113,14 @@ device_rates context::routine_rates(std::string_view routine, dtype type, gemm_k
     const bool merges = rank_k && device_ptrs_.size() > 1 &&
                         std::any_of(device_ptrs_.begin(), device_ptrs_.end(), [](const device* d) { return !d->host_addressable(); });
     if (merges && !quick_return && r.host_merge == 0 && !options_.rates) r.host_merge = detail::engine::measure_triangle_merge_rate();
+    // The tiled kernel asked for on devices computing with the host's cores: its GEMM tiles are
+    // tiled, its diagonal tiles vendor (no tiled trsm, syrk, ...), and those that can go in blocks
+    // do, so the rest of them runs on tiled too (trsm f64 4096 in one call on the 2-core VM: 2.2 s
+    // whole on vendor, 0.7 s blocked).
+    // (Also with declared rates: this is how the tiles run, which rates do not say.)
+    if (kernel == gemm_kernel::tiled && !options_.reproducible &&
+        std::all_of(device_ptrs_.begin(), device_ptrs_.end(), [](const device* d) { return d->host_addressable(); }))
+        r.diagonal_block = host_diagonal_block;
     return r;
 }
 
@@ -114,14 +136,6 @@ namespace {
 /// 2.5 s on vendor and 1.5 s with its GEMM tiles on tiled.
 double level3_probe_flops(dtype t) { return 3.0 * 1.45e10 * double(dtype_traits(t).flops_per_multiply_add); }
 
-/// The order of the diagonal blocks that trsm, trmm, symm and hemm tiles keep on the vendor kernel
-/// when the GEMM tiles run on a faster one (device_rates::diagonal_block): the rest of each tile is
-/// GEMM updates of this rank. On the Emerald Rapids VM (2 cores; OpenBLAS on its Prescott kernels,
-/// 29 GFLOP/s, beside the tiled kernel's 129) f64 n = 4096 in one call, medians of 3: trsm 0.66 s
-/// in blocks of 256 against 0.70-0.78 in blocks of 96, 128, 192 and 384 (and 0.77-0.85 s in tiles
-/// before); trmm 0.67 against 0.69-0.79; symm 1.30 against 1.39-1.48. Out of core at a quarter
-/// budget (tiles of 2048) the block sizes were within the noise of each other.
-constexpr index_t host_diagonal_block = 256;
 
 }  // namespace
 

@@ -1,7 +1,6 @@
 // Planning a Level 3 call: tile sizes (and TRSM's order) chosen by the cost model among
 // candidates, the routine's tasks built for them, and the plan explained.
 #include "core/engine/schedule_model.hpp"
-#include "core/engine/tile_kernels.hpp"
 #include "core/routines/routines.hpp"
 
 #include <tilestream/blas3.hpp>
@@ -40,7 +39,7 @@ std::string kernels_text(gemm_kernel kernel, const std::vector<gemm_kernel>& gem
     return o.str();
 }
 
-std::string rates_line(const device_rates& r) {
+std::string rates_line(const device_rates& r, bool blocked) {
     char line[256];
     std::snprintf(line, sizeof line, "  rates           h2d %.2f GB/s, d2h %.2f GB/s, %.1f GFLOP/s", r.h2d * 1e-9, r.d2h * 1e-9,
                   r.flops * 1e-9);
@@ -48,13 +47,16 @@ std::string rates_line(const device_rates& r) {
     if (r.diagonal_flops > 0) {
         std::snprintf(line, sizeof line, " (GEMM tiles), %.1f GFLOP/s (the other tiles: the vendor kernel)", r.diagonal_flops * 1e-9);
         out += line;
-        if (r.diagonal_block > 0) {
-            std::snprintf(line, sizeof line, "; trsm, trmm, symm and hemm tiles in diagonal blocks of %lld on it, GEMMs between",
-                          static_cast<long long>(r.diagonal_block));
-            out += line;
-        }
     }
-    return out + (r.measured ? " (measured)\n" : " (default)\n");
+    out += r.measured ? " (measured)\n" : " (default)\n";
+    if (blocked && r.diagonal_block > 0) {
+        std::snprintf(line, sizeof line,
+                      "  diagonal tiles  trsm, trmm, symm and hemm tiles wider than %lld in diagonal blocks of %lld on vendor, "
+                      "GEMMs on the GEMM tiles' kernel between them\n",
+                      static_cast<long long>(r.diagonal_block), static_cast<long long>(r.diagonal_block));
+        out += line;
+    }
+    return out;
 }
 
 namespace {
@@ -328,12 +330,10 @@ blas3_plan plan_blas3(const blas3_problem& p, std::size_t budget, const device_r
     for (const auto& t : g.tasks)
         for (const auto& s : t.steps) ++counts[s.op.kind];
     for (const auto& [k, n] : counts) plan.kernel_counts.emplace_back(k, n);
-    // One call without GEMM tiles names no GEMM kernels, unless its call runs in blocks with GEMMs
+    // A plan without GEMM tiles names no GEMM kernels, unless its steps run in blocks with GEMMs
     // between them (device_rates::diagonal_block).
-    const bool blocked = rates.diagonal_block > 0 && rates.diagonal_flops > 0 &&
-                         std::any_of(counts.begin(), counts.end(), [](const auto& kc) { return detail::engine::blockable(kc.first); }) &&
-                         tri > rates.diagonal_block;
-    if (!counts.count(tile_kind::gemm) && !blocked) plan.gemm_kernels.clear();
+    plan.blocked_diagonal = detail::engine::splits_diagonal_tiles(g, rates);
+    if (!counts.count(tile_kind::gemm) && !plan.blocked_diagonal) plan.gemm_kernels.clear();
     plan.slots = c.slots;
     plan.slot_bytes = c.slot_bytes;
     plan.peak_device_bytes = std::size_t(c.slots) * c.slot_bytes;
@@ -406,7 +406,7 @@ std::string explain(const blas3_plan& p) {
                       a.order == p.order ? " (chosen)" : "");
         o << line;
     }
-    o << detail::routines::rates_line(p.rates);
+    o << detail::routines::rates_line(p.rates, p.blocked_diagonal);
     if (q.routine == blas3_routine::potrf) o << detail::routines::staged_tiles_line(p.rates, "potrf tiles");
     const auto merges = [&] {
         if (p.rates.host_merge <= 0 || !p.graph) return false;

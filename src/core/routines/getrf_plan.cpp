@@ -310,7 +310,10 @@ getrf_plan plan_getrf(const getrf_problem& p, std::size_t budget, const device_r
     for (const auto& t : g.tasks)
         for (const auto& s : t.steps) ++counts[s.op.kind];
     for (const auto& [k, n] : counts) plan.kernel_counts.emplace_back(k, n);
-    if (!counts.count(tile_kind::gemm)) plan.gemm_kernels.clear();  // one call without GEMM updates
+    // A plan without GEMM updates names no GEMM kernels, unless its trsm steps run in blocks with
+    // GEMMs between them (device_rates::diagonal_block).
+    plan.blocked_diagonal = detail::engine::splits_diagonal_tiles(g, rates);
+    if (!counts.count(tile_kind::gemm) && !plan.blocked_diagonal) plan.gemm_kernels.clear();
     plan.slots = c.slots;
     plan.slot_bytes = c.slot_bytes;
     plan.peak_device_bytes = std::size_t(c.slots) * c.slot_bytes;
@@ -364,7 +367,7 @@ std::string explain(const getrf_plan& p) {
                       a.order == p.order ? " (chosen)" : "");
         o << line;
     }
-    o << detail::routines::rates_line(p.rates);
+    o << detail::routines::rates_line(p.rates, p.blocked_diagonal);
     o << detail::routines::staged_tiles_line(p.rates, "getrf panels and row interchanges");
     std::snprintf(line, sizeof line,
                   "  predicted       %.4f s on %d device(s): compute %.4f s, copies h2d %.4f s d2h %.4f s, "

@@ -63,7 +63,8 @@ std::string staged_tiles_line(const device_rates& r, std::string_view tiles);
 /// "kernel auto: GEMM tiles tiled, the other tiles vendor".
 std::string kernels_text(gemm_kernel kernel, const std::vector<gemm_kernel>& gemm_kernels);
 /// explain: the rates line, with the diagonal blocks' rate where it differs.
-std::string rates_line(const device_rates& r);
+/// `blocked`: the plan runs some tiles in diagonal blocks (a line says so).
+std::string rates_line(const device_rates& r, bool blocked);
 
 }  // namespace tilestream::detail::routines
 
