@@ -36,9 +36,9 @@ double step_seconds(const task_graph& g, const task_step& s, const device_rates&
         const double bytes = double(g.tile_bytes(s.c));
         return s.op.flops() / r.staged_flops + r.op_overhead + bytes / std::max(r.d2h, 1.0) + bytes / std::max(r.h2d, 1.0);
     }
-    // The diagonal blocks at their own kernel's rate where the GEMM tiles take another kernel;
-    // blocked (diagonal_block), only their diagonal blocks' share of the flops.
-    // Split, a step is a call per diagonal block and the GEMMs between them (blocked_diagonal).
+    // The diagonal tiles at their own kernel's rate where the GEMM tiles take another kernel. A
+    // step split in diagonal blocks (blocked_diagonal) has only the blocks' share of its flops
+    // there, the rest at the GEMM rate, and one call per block and per GEMM between them.
     const index_t order = split_order(s, r);
     const double blocks = order > 0 ? std::ceil(double(order) / double(r.diagonal_block)) : 1;
     const bool symm = s.op.kind == tile_kind::symm || s.op.kind == tile_kind::hemm;

@@ -136,7 +136,6 @@ namespace {
 /// 2.5 s on vendor and 1.5 s with its GEMM tiles on tiled.
 double level3_probe_flops(dtype t) { return 3.0 * 1.45e10 * double(dtype_traits(t).flops_per_multiply_add); }
 
-
 }  // namespace
 
 std::vector<gemm_kernel> context::tile_gemm_kernels(dtype type, double flops, device_rates& r) {
