@@ -549,6 +549,11 @@ if [ -n "$test_bin" ]; then
             cli_run "trsm-f64-tile$t" trsm --devices cuda:0 --m "$med" --n "$med" --dtype f64 --repeat 3 --tile "$t" --explain
         done
         cli_run trsm-f64-free-whole trsm --devices cuda:0 --m "$med" --n "$med" --dtype f64 --repeat 3 --tile 1024 --tile-free "$med" --explain
+        # trmm and symm on cuBLAS (their tiles are not split into blocks on CUDA): the rates the
+        # model should learn for a GPU's diagonal tiles.
+        cli_run trmm-f64 trmm --devices cuda:0 --m "$med" --n "$med" --dtype f64 --repeat 3 --check --explain
+        cli_run symm-f64 symm --devices cuda:0 --m "$med" --n "$med" --dtype f64 --repeat 3 --check --explain
+        cli_run hemm-c64 hemm --devices cuda:0 --m $((med / 2)) --n $((med / 2)) --dtype c64 --side right --repeat 3 --check --explain
         cli_run syrk-f64-beta1 syrk --devices cuda:0 --n "$med" --k "$med" --dtype f64 --beta 1 --repeat 3 --explain
         cli_run potrf-f64 potrf --devices cuda:0 --n "$med" --dtype f64 --check --explain --timeline "$out/potrf-f64.svg" --trace "$out/potrf-f64.trace.json"
         cli_run potrf-f64-ooc potrf --devices cuda:0@64MiB --n "$med" --dtype f64 --check --explain --timeline "$out/potrf-f64-ooc.svg"
@@ -581,8 +586,11 @@ if [ -n "$test_bin" ]; then
         # in 2 s): still unexplained, so it keeps a short limit and its own line.
         run_step "racecheck-complex-Naive" 60 20 "$out/racecheck.log" "$sanitizer" --tool racecheck --error-exitcode 1 \
             "$test_bin" "--gtest_filter=ComplexGemmCuda.SmallShapesSomeOpsNaive"
-        run_step "racecheck-complex-Tiled" 30 20 "$out/racecheck.log" "$sanitizer" --tool racecheck --error-exitcode 1 \
-            "$test_bin" "--gtest_filter=ComplexGemmCuda.SmallShapesSomeOpsTiled"
+        # One precision at a time (session 15), to see which one stalls.
+        for p in C32 C64; do
+            run_step "racecheck-complex-Tiled$p" 30 20 "$out/racecheck.log" "$sanitizer" --tool racecheck \
+                --error-exitcode 1 "$test_bin" "--gtest_filter=ComplexGemmCuda.SmallShapesSomeOpsTiled$p"
+        done
     else
         record "sanitizers" "SKIPPED (no compute-sanitizer)" 0 -
     fi
