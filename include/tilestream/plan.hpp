@@ -4,9 +4,11 @@
 
 #include <tilestream/device.hpp>
 #include <tilestream/kernels.hpp>
+#include <tilestream/tile_ops.hpp>
 #include <tilestream/types.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -67,6 +69,13 @@ private:
 };
 
 /// Throughputs the cost model uses (bytes/s, FLOP/s) and a fixed cost per operation (s).
+/// The measured rate of one kind of tile operation on a device: a call of f flops takes about
+/// call_seconds + f / flops.
+struct tile_rate {
+    double flops = 0;  ///< 0: not measured
+    double call_seconds = 0;
+};
+
 struct device_rates {
     double h2d = 10e9, d2h = 10e9;
     double flops = 100e9;
@@ -98,6 +107,11 @@ struct device_rates {
     /// tiles' kernel (with diagonal_flops set, a share block / order of their flops is priced at
     /// it); 0: whole tiles. Set by the context on devices computing with the host's cores.
     index_t diagonal_block = 0;
+    /// Per tile kind (indexed by its value): the measured rate of the kind's calls on a device that
+    /// is not the host's (a GPU: cuSOLVER potrf of 768 took 1.6 ms on an H200, 92 GFLOP/s, beside its
+    /// GEMM's 56 TFLOP/s); flops 0: not measured, the kind runs at diagonal_flops, else flops. Set
+    /// by the context from short probes of the kinds a routine's tiles hold (engine::measured_tile_rate).
+    std::array<tile_rate, tile_kind_count> tile_rates{};
 };
 /// Measures copy bandwidths and the kernel's FLOP rate on dev with short probes (cached per
 /// device id, dtype and kernel within the process).

@@ -7,6 +7,7 @@
 #include <tilestream/types.hpp>
 
 #include <complex>
+#include <cstddef>
 #include <string_view>
 
 namespace tilestream {
@@ -37,6 +38,8 @@ enum class tile_kind {
     potrf,        // Cholesky's diagonal tile (LAPACK semantics)
     getrf, laswp  // LU's panel and row interchanges (LAPACK semantics, below)
 };
+/// How many tile kinds there are (tables indexed by a kind's value).
+inline constexpr std::size_t tile_kind_count = std::size_t(tile_kind::laswp) + 1;
 std::string_view to_string(tile_kind k) noexcept;
 
 /// One matrix operand of a tile operation: element (i, j) at data[i * ld + j] (row-major) or

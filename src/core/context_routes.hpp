@@ -137,6 +137,14 @@ struct device_balance {
     bool idle_ones(int devices) const { return working > 0 && working < devices; }
     /// The factor for the first device's probed rate in a model over the devices it plans for.
     double rate_scale(int devices) const { return idle_ones(devices) ? working_scale : model_scale; }
+    /// r's compute rates (GEMM's, the diagonal tiles', each tile kind's measured one) scaled for
+    /// a model over `devices`.
+    void scale(device_rates& r, int devices) const {
+        const double f = rate_scale(devices);
+        r.flops *= f;
+        r.diagonal_flops *= f;
+        for (tile_rate& k : r.tile_rates) k.flops *= f;
+    }
 };
 device_balance balance_of(const std::vector<double>& device_flops);
 

@@ -44,11 +44,17 @@ double step_seconds(const task_graph& g, const task_step& s, const device_rates&
     const bool symm = s.op.kind == tile_kind::symm || s.op.kind == tile_kind::hemm;
     const double calls = order == 0 ? 1 : symm ? 3 * blocks - 2 : 2 * blocks - 1;
     double t = s.op.flops() / std::max(r.flops, 1.0);
-    if (s.op.kind != tile_kind::gemm && r.diagonal_flops > 0) {
-        const double share = order > 0 ? blocked_diagonal_share(order, r.diagonal_block) : 1.0;
-        t = s.op.flops() * (share / std::max(r.diagonal_flops, 1.0) + (1 - share) / std::max(r.flops, 1.0));
+    const tile_rate& kind = r.tile_rates[std::size_t(s.op.kind)];
+    if (s.op.kind != tile_kind::gemm && order == 0 && kind.flops > 0) {
+        // The kind's own measured rate and fixed cost per call (a GPU's vendor routines).
+        t = kind.call_seconds + s.op.flops() / kind.flops;
+    } else {
+        if (s.op.kind != tile_kind::gemm && r.diagonal_flops > 0) {
+            const double share = order > 0 ? blocked_diagonal_share(order, r.diagonal_block) : 1.0;
+            t = s.op.flops() * (share / std::max(r.diagonal_flops, 1.0) + (1 - share) / std::max(r.flops, 1.0));
+        }
+        t += calls * r.op_overhead;
     }
-    t += calls * r.op_overhead;
     if (r.host_memory && s.op.flops() > 0) {
         // The kernel packs its operands (a strided gather at about half the copy rate).
         std::size_t bytes = 0;

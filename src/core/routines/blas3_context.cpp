@@ -4,6 +4,7 @@
 
 #include "core/balance.hpp"
 #include "core/context_routes.hpp"
+#include "core/engine/tile_rates.hpp"
 #include "core/engine/tile_store.hpp"
 #include "core/gemm_memory.hpp"
 #include "core/rate_probes.hpp"
@@ -61,8 +62,7 @@ blas3_plan context::plan(const blas3_problem& problem, const blas3_call_options&
         if (!merging) r.host_merge = 0;
     }
     if (!options_.rates && !call.rates) {
-        r.flops *= b.rate_scale(o.devices);
-        r.diagonal_flops *= b.rate_scale(o.devices);
+        b.scale(r, o.devices);
     }
     try {
         blas3_plan p = plan_blas3(problem, budget(), r, o);
@@ -104,6 +104,25 @@ device_rates context::routine_rates(std::string_view routine, dtype type, gemm_k
         const detail::kept_choice kc = detail::choose_host_kernel_kept(type, shape_class::square, host);
         for (const kernel_rate& k : kc.choice.rates)
             if (k.kernel == gemm_kernel::vendor && k.measured) r.staged_flops = 0.5 * k.flops;
+    }
+    // The tiles other than GEMM on a device that is not the host's run on its own vendor routines,
+    // far below its GEMM rate and with a fixed cost per call (an H200: a Cholesky of 4096 in tiles
+    // of 768 was predicted at 2.6 ms at the GEMM rate and took 24, 10 of them in 6 cuSOLVER potrf
+    // calls): each kind the routine's tiles hold is measured on the first device (the one the
+    // model plans for) once per process, a few milliseconds on a GPU. Devices computing with the
+    // host's cores (CPUs, PoCL) keep the vendor GEMM's rate for them (diagonal_flops): their BLAS
+    // runs the diagonal routines near it, and their probes would cost seconds. Not in
+    // reproducible mode, whose diagonal tiles run on the host's reference loops.
+    device* const first_device[] = {device_ptrs_.front()};
+    if (probe && !options_.rates && !options_.reproducible && kernel != gemm_kernel::reference &&
+        !device_ptrs_.front()->host_addressable() && !computes_on_host_cores(first_device)) {
+        device& first = *device_ptrs_.front();
+        for (tile_kind k : detail::engine::routine_tile_kinds(routine, type)) {
+            if (r.tile_rates[std::size_t(k)].flops > 0) continue;
+            const gemm_kernel use = first.supports(k, type, kernel) ? kernel : gemm_kernel::vendor;
+            const std::lock_guard lock(mutex_);  // a probe must not share the device with a run
+            if (const auto t = detail::engine::measured_tile_rate(first, type, k, use)) r.tile_rates[std::size_t(k)] = *t;
+        }
     }
     // The SYRK family's diagonal tiles that are not read keep their triangle's write-back where
     // several devices share a call (write_regions_whole): from a device without host access that

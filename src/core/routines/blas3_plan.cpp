@@ -49,6 +49,19 @@ std::string rates_line(const device_rates& r, bool blocked) {
         out += line;
     }
     out += r.measured ? " (measured)\n" : " (default)\n";
+    std::string kinds;
+    for (std::size_t k = 0; k < r.tile_rates.size(); ++k) {
+        const tile_rate& t = r.tile_rates[k];
+        if (t.flops <= 0) continue;
+        std::snprintf(line, sizeof line, "%s%s %.1f GFLOP/s + %.3f ms a call", kinds.empty() ? "" : ", ",
+                      std::string(to_string(tile_kind(k))).c_str(), t.flops * 1e-9, t.call_seconds * 1e3);
+        kinds += line;
+    }
+    if (!kinds.empty()) {
+        out += "  tile kinds      ";
+        out += kinds;
+        out += " (measured)\n";
+    }
     if (blocked && r.diagonal_block > 0) {
         std::snprintf(line, sizeof line,
                       "  diagonal tiles  trsm, trmm, symm and hemm tiles wider than %lld in diagonal blocks of %lld on vendor, "

@@ -29,8 +29,7 @@ getrf_plan context::plan(const getrf_problem& problem, const getrf_call_options&
     // GPU alone), at their mean rate; the build and the executor still use every device.
     if (b.idle_ones(o.devices)) o.working_devices = b.working;
     if (!options_.rates && !call.rates) {
-        r.flops *= b.rate_scale(o.devices);
-        r.diagonal_flops *= b.rate_scale(o.devices);
+        b.scale(r, o.devices);
     }
     try {
         getrf_plan p = plan_getrf(problem, budget(), r, o);

@@ -1,0 +1,193 @@
+// The measured rates of the tile operations other than GEMM (device_rates::tile_rates): the probe
+// on CPU and OpenCL devices, the fit, and how the cost model and the planner use them.
+#include "test_support.hpp"
+
+#include "core/engine/schedule_model.hpp"
+#include "core/engine/tile_kernels.hpp"
+#include "core/engine/tile_rates.hpp"
+
+#include <tilestream/blas3.hpp>
+#include <tilestream/cholesky.hpp>
+#include <tilestream/devices.hpp>
+
+#include <chrono>
+#include <complex>
+#include <cstdio>
+#include <string>
+
+namespace tilestream {
+namespace {
+
+namespace eng = detail::engine;
+
+TEST(TileRates, FitGivesTheSlopeAndWhatTheSmallCallLeaves) {
+    // 1 MFLOP in 1 ms, 9 MFLOP in 2 ms: 8 GFLOP/s, and 1 ms - 1e6 / 8e9 of fixed cost.
+    const auto r = eng::fit_tile_rate(1e6, 1e-3, 9e6, 2e-3);
+    ASSERT_TRUE(r);
+    EXPECT_NEAR(r->flops, 8e9, 1);
+    EXPECT_NEAR(r->call_seconds, 1e-3 - 1e6 / 8e9, 1e-12);
+    // The larger call no slower than the smaller one: its average rate, no fixed cost.
+    const auto flat = eng::fit_tile_rate(1e6, 2e-3, 9e6, 1.5e-3);
+    ASSERT_TRUE(flat);
+    EXPECT_NEAR(flat->flops, 9e6 / 1.5e-3, 1);
+    EXPECT_EQ(flat->call_seconds, 0.0);
+    // A slope so steep that the small call would have a negative fixed cost: likewise.
+    const auto steep = eng::fit_tile_rate(1e6, 1e-6, 9e6, 1e-3);
+    ASSERT_TRUE(steep);
+    EXPECT_EQ(steep->call_seconds, 0.0);
+    EXPECT_NEAR(steep->flops, 9e6 / 1e-3, 1);
+    EXPECT_FALSE(eng::fit_tile_rate(0, 1e-3, 9e6, 2e-3));
+    EXPECT_FALSE(eng::fit_tile_rate(1e6, 0, 9e6, 2e-3));
+    EXPECT_FALSE(eng::fit_tile_rate(9e6, 1e-3, 1e6, 2e-3));
+}
+
+TEST(TileRates, RoutinesNameTheKindsTheirTilesHold) {
+    using V = std::vector<tile_kind>;
+    EXPECT_EQ(eng::routine_tile_kinds("potrf", dtype::f64), (V{tile_kind::potrf, tile_kind::trsm, tile_kind::syrk}));
+    EXPECT_EQ(eng::routine_tile_kinds("potrf", dtype::c32), (V{tile_kind::potrf, tile_kind::trsm, tile_kind::herk}));
+    EXPECT_EQ(eng::routine_tile_kinds("getrf", dtype::f32), (V{tile_kind::getrf, tile_kind::trsm}));
+    for (tile_kind k : {tile_kind::syrk, tile_kind::herk, tile_kind::syr2k, tile_kind::her2k, tile_kind::symm,
+                        tile_kind::hemm, tile_kind::trmm, tile_kind::trsm})
+        EXPECT_EQ(eng::routine_tile_kinds(to_string(k), dtype::c64), V{k});
+    EXPECT_TRUE(eng::routine_tile_kinds("gemm", dtype::f64).empty());
+}
+
+/// Every kind in `types` that `spec`'s first device runs is timed at two small orders; each time
+/// is positive, and the larger order is the one with more flops.
+void probe_every_kind(const std::string& spec, std::initializer_list<dtype> types, std::initializer_list<tile_kind> kinds) {
+    auto devs = open_devices(spec);
+    device& dev = *devs.front();
+    const index_t orders[] = {24, 40};
+    int probed = 0;
+    for (dtype t : types)
+        for (tile_kind k : kinds) {
+            const bool herm = k == tile_kind::herk || k == tile_kind::her2k || k == tile_kind::hemm;
+            if (herm && !dtype_traits(t).is_complex) continue;
+            const std::string what = spec + " " + std::string(to_string(k)) + " " + std::string(to_string(t));
+            const std::vector<double> s = eng::probe_tile_seconds(dev, t, k, gemm_kernel::vendor, orders, 1);
+            if (!dev.supports(k, t, gemm_kernel::vendor)) {
+                EXPECT_TRUE(s.empty()) << what;
+                continue;
+            }
+            ASSERT_EQ(s.size(), 2u) << what;
+            EXPECT_GT(s[0], 0.0) << what;
+            EXPECT_GT(s[1], 0.0) << what;
+            EXPECT_GT(eng::tile_probe_flops(k, t, 40), eng::tile_probe_flops(k, t, 24)) << what;
+            ++probed;
+        }
+    EXPECT_GT(probed, 0) << spec;
+}
+
+TEST(TileRates, ProbeTimesEveryKindOnTheCpu) {
+    probe_every_kind("cpu", {dtype::f32, dtype::f64, dtype::c32, dtype::c64},
+                     {tile_kind::potrf, tile_kind::getrf, tile_kind::trsm, tile_kind::trmm, tile_kind::syrk, tile_kind::herk,
+                      tile_kind::syr2k, tile_kind::her2k, tile_kind::symm, tile_kind::hemm});
+    // A measured rate from the default orders, cached: the second ask is the same.
+    auto devs = open_devices("cpu");
+    const auto r = eng::measured_tile_rate(*devs.front(), dtype::f64, tile_kind::trsm, gemm_kernel::vendor);
+    ASSERT_TRUE(r);
+    EXPECT_GT(r->flops, 0.0);
+    EXPECT_GE(r->call_seconds, 0.0);
+    const auto again = eng::measured_tile_rate(*devs.front(), dtype::f64, tile_kind::trsm, gemm_kernel::vendor);
+    ASSERT_TRUE(again);
+    EXPECT_EQ(again->flops, r->flops);
+}
+
+TEST(TileRates, ProbeTimesTheKindsOnOpenCL) {
+    TILESTREAM_SKIP_WITHOUT_GPU("opencl:0");
+    // One kind that runs (CLBlast compiles each routine and precision on PoCL: 60 s for four kinds
+    // in two precisions with an empty kernel cache); potrf and getrf, which OpenCL devices stage to
+    // the host, come back empty.
+    probe_every_kind("opencl:0", {dtype::f64}, {tile_kind::trsm, tile_kind::potrf, tile_kind::getrf});
+    // Too little memory left for the probe's operands: not measured.
+    auto small = open_devices("opencl:0@64KiB");
+    const index_t big[] = {24, 256};
+    EXPECT_TRUE(eng::probe_tile_seconds(*small.front(), dtype::f64, tile_kind::trsm, gemm_kernel::vendor, big, 1).empty());
+}
+
+// On a GPU: every kind of the four precisions is measured (cuBLAS, cuSOLVER), and what the probe
+// costs, which a context pays once per process and kind at its first Level 3 or Cholesky call.
+TEST(TileRates, ProbeMeasuresTheKindsOnCuda) {
+    TILESTREAM_SKIP_WITHOUT_GPU("cuda:0");
+    auto devs = open_devices("cuda:0");
+    device& dev = *devs.front();
+    for (dtype t : {dtype::f32, dtype::f64, dtype::c32, dtype::c64})
+        for (tile_kind k : {tile_kind::potrf, tile_kind::getrf, tile_kind::trsm, tile_kind::trmm, tile_kind::syrk,
+                            tile_kind::herk, tile_kind::syr2k, tile_kind::her2k, tile_kind::symm, tile_kind::hemm}) {
+            const bool herm = k == tile_kind::herk || k == tile_kind::her2k || k == tile_kind::hemm;
+            if ((herm && !dtype_traits(t).is_complex) || !dev.supports(k, t, gemm_kernel::vendor)) continue;
+            const auto t0 = std::chrono::steady_clock::now();
+            const auto r = eng::measured_tile_rate(dev, t, k, gemm_kernel::vendor);
+            const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            ASSERT_TRUE(r) << to_string(k) << " " << to_string(t);
+            EXPECT_GT(r->flops, 0.0);
+            EXPECT_LT(took, 1.0) << to_string(k) << " " << to_string(t);
+            std::printf("probe %-6s %-4s %10.1f GFLOP/s + %7.3f ms a call; the probe took %6.1f ms\n",
+                        std::string(to_string(k)).c_str(), std::string(to_string(t)).c_str(), r->flops * 1e-9,
+                        r->call_seconds * 1e3, took * 1e3);
+        }
+}
+
+TEST(TileRates, TheModelPricesAKindByItsRateAndFixedCost) {
+    eng::task_graph g;
+    device_rates r;
+    r.flops = 50e9;
+    r.op_overhead = 1e-4;
+    r.tile_rates[std::size_t(tile_kind::trsm)] = {2e9, 3e-3};
+    eng::task_step st;
+    st.op.kind = tile_kind::trsm;
+    st.op.type = dtype::f64;
+    st.op.m = 512;
+    st.op.n = 300;
+    const double f = st.op.flops();
+    EXPECT_NEAR(eng::step_seconds(g, st, r), 3e-3 + f / 2e9, 1e-12);  // its own call cost, not op_overhead
+    // Other kinds keep the GEMM rate.
+    eng::task_step gemm = st;
+    gemm.op.kind = tile_kind::gemm;
+    gemm.op.k = 64;
+    EXPECT_NEAR(eng::step_seconds(g, gemm, r), gemm.op.flops() / 50e9 + 1e-4, 1e-12);
+    eng::task_step trmm = st;
+    trmm.op.kind = tile_kind::trmm;
+    EXPECT_NEAR(eng::step_seconds(g, trmm, r), f / 50e9 + 1e-4, 1e-12);
+    // A step the executor splits in diagonal blocks (host devices) is priced by its blocks, as before.
+    r.diagonal_block = 256;
+    r.diagonal_flops = 10e9;
+    const double share = eng::blocked_diagonal_share(512, 256);
+    EXPECT_NEAR(eng::step_seconds(g, st, r), f * (share / 10e9 + (1 - share) / 50e9) + 3 * 1e-4, 1e-12);
+}
+
+/// A GPU-like device's rates: GEMM fast, copies fast, and (with `kinds`) the diagonal kinds slow
+/// with a fixed cost per call, as an H200's cuSOLVER potrf and cuBLAS trsm and syrk measured.
+device_rates gpu_like(bool kinds) {
+    device_rates r;
+    r.h2d = r.d2h = 50e9;
+    r.flops = 50e12;
+    r.op_overhead = 10e-6;
+    r.measured = true;
+    if (kinds) {
+        r.tile_rates[std::size_t(tile_kind::potrf)] = {100e9, 1.0e-3};
+        r.tile_rates[std::size_t(tile_kind::trsm)] = {8e12, 0.1e-3};
+        r.tile_rates[std::size_t(tile_kind::syrk)] = {12e12, 0.1e-3};
+    }
+    return r;
+}
+
+TEST(TileRates, PlansPredictTheDiagonalKindsAtTheirRates) {
+    host_matrix<double> c(4096, 4096, layout::col_major);
+    const blas3_problem p = describe_blas3<double>(blas3_routine::potrf, {side::left, uplo::lower, op::n, diag::non_unit},
+                                                   {1.0, 0.0, {}, {}, c.view()});
+    const std::size_t budget = std::size_t(8) << 30;
+    const blas3_plan plain = plan_blas3(p, budget, gpu_like(false));
+    const blas3_plan priced = plan_blas3(p, budget, gpu_like(true));
+    const std::string why = explain(plain) + "\n" + explain(priced);
+    // At the GEMM rate a Cholesky of 4096 is all copies (2.6 ms predicted on an H200, 24 measured);
+    // with potrf's fixed cost each diagonal tile costs a millisecond on the critical path.
+    const double potrf_tiles = std::ceil(4096.0 / double(priced.tile));
+    EXPECT_GE(priced.predicted_seconds, potrf_tiles * 1.0e-3) << why;
+    EXPECT_GT(priced.predicted_critical_path_seconds, 2 * plain.predicted_critical_path_seconds) << why;
+    EXPECT_NE(explain(priced).find("potrf 100.0 GFLOP/s + 1.000 ms a call"), std::string::npos) << why;
+    EXPECT_EQ(explain(plain).find("tile kinds"), std::string::npos) << why;
+}
+
+}  // namespace
+}  // namespace tilestream
