@@ -9,7 +9,9 @@
 
 #include <tilestream/error.hpp>
 
+#include <algorithm>
 #include <climits>
+#include <cstddef>
 #include <complex>
 #include <vector>
 
@@ -22,6 +24,53 @@ template <class T>
 void getrf_checked(int m, int n, T* a, int lda, int* ipiv) {
     const int info = tilestream::detail::lapack_getrf<T>(m, n, a, lda, ipiv);
     if (info < 0) throw invalid_argument("?getrf: LAPACK refused argument " + std::to_string(-info));
+}
+
+/// The column-major copy of a row-major panel: kept per thread across calls up to 64 MiB. Fresh
+/// memory for each panel costs a page fault per 4 KiB page on first touch, twice per panel; on a lent
+/// H200 host (a microVM) staged LU panels of 4096 x 384 took 250-390 ms each where the same dgetrf_
+/// alone took 10 ms (2026-11-27), and these faults are the suspected cause (not yet verified there).
+template <class T>
+class panel_copy {
+public:
+    explicit panel_copy(std::size_t elements) {
+        constexpr std::size_t keep_bytes = std::size_t(64) << 20;
+        if (elements * sizeof(T) > keep_bytes) {
+            own_.resize(elements);
+            data_ = own_.data();
+            return;
+        }
+        std::vector<T>& kept = kept_copy();
+        if (kept.size() < elements) kept.resize(elements);
+        data_ = kept.data();
+    }
+    T* data() const { return data_; }
+
+private:
+    static std::vector<T>& kept_copy() {
+        thread_local std::vector<T> v;
+        return v;
+    }
+    std::vector<T> own_;
+    T* data_ = nullptr;
+};
+
+/// Row-major src (m x n, leading dimension ld) to column-major dst (leading dimension m), or back
+/// with `back`, in blocks of 32 x 32 so that both sides stay in cache.
+template <class T>
+void transpose_panel(T* row_major, index_t ld, T* col_major, index_t m, index_t n, bool back) {
+    constexpr index_t b = 32;
+    for (index_t i0 = 0; i0 < m; i0 += b)
+        for (index_t j0 = 0; j0 < n; j0 += b) {
+            const index_t i1 = std::min(m, i0 + b), j1 = std::min(n, j0 + b);
+            for (index_t j = j0; j < j1; ++j)
+                for (index_t i = i0; i < i1; ++i) {
+                    T& r = row_major[i * ld + j];
+                    T& c = col_major[std::size_t(i + j * m)];
+                    if (back) r = c;
+                    else c = r;
+                }
+        }
 }
 
 template <class T>
@@ -37,12 +86,10 @@ void getrf_typed(const tile_op& op, int threads) {
         getrf_checked<T>(int(op.m), int(op.n), c, int(std::max<index_t>(op.c.ld, std::max<index_t>(op.m, 1))), ipiv.data());
     } else {
         // LAPACK is column-major: the panel through a column-major copy (a panel is thin).
-        std::vector<T> cm(std::size_t(op.m) * std::size_t(op.n));
-        for (index_t i = 0; i < op.m; ++i)
-            for (index_t j = 0; j < op.n; ++j) cm[std::size_t(i + j * op.m)] = c[i * op.c.ld + j];
+        const panel_copy<T> cm(std::size_t(op.m) * std::size_t(op.n));
+        transpose_panel(c, op.c.ld, cm.data(), op.m, op.n, false);
         getrf_checked<T>(int(op.m), int(op.n), cm.data(), int(std::max<index_t>(op.m, 1)), ipiv.data());
-        for (index_t i = 0; i < op.m; ++i)
-            for (index_t j = 0; j < op.n; ++j) c[i * op.c.ld + j] = cm[std::size_t(i + j * op.m)];
+        transpose_panel(c, op.c.ld, cm.data(), op.m, op.n, true);
     }
     // B's first row, whatever its layout: consecutive elements (one row).
     const index_t stride = op.b.lay == layout::row_major ? 1 : op.b.ld;
