@@ -24,9 +24,13 @@ ninja -C "$build" tilestream tilestream_cuda tilestream_opencl tilestream_tests 
     tilestream_maps_at_exit
 
 cd "$root"
+# The host LAPACK experiment (bench/gpu/host_lapack_probe.cpp; not a CMake target).
+g++ -O2 -std=c++17 bench/gpu/host_lapack_probe.cpp -I/usr/include/x86_64-linux-gnu/openblas-pthread \
+    -I/usr/local/cuda/include -o "$build/bench/gpu/host_lapack_probe" -L/usr/local/cuda/lib64 -lcublas -lcusolver \
+    -lcudart -lopenblas -pthread
 files=(build-gpu/libtilestream.so* build-gpu/libtilestream_cuda.so build-gpu/libtilestream_opencl.so
     build-gpu/tests/tilestream_tests build-gpu/tests/libtilestream_maps_at_exit.so
-    build-gpu/bench/gpu/gpu_bench build-gpu/apps/tilestream)
+    build-gpu/bench/gpu/gpu_bench build-gpu/bench/gpu/host_lapack_probe build-gpu/apps/tilestream)
 files+=(build-gpu/libtilestream_distributed.so*)
 # The commit built (gpu-check reports it: the lent machine's copy of .git may be an older one).
 hash=$(git rev-parse --short=12 HEAD)

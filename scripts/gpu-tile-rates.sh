@@ -14,6 +14,8 @@ timeout 240 build-gpu/tests/tilestream_tests \
     --gtest_filter='TileRates.*:Blas3Cuda.*:PotrfCuda.*:GetrfCuda.*:Blas3Balance.*' >"$out/tests.log" 2>&1
 echo "tests rc $?"
 grep -E '^probe |^\[  (PASSED|FAILED|SKIPPED) ' "$out/tests.log"
+echo "== host LAPACK beside CUDA (bench/gpu/host_lapack_probe.cpp)"
+timeout 60 build-gpu/bench/gpu/host_lapack_probe 2>&1 | tee "$out/host_lapack_probe.txt"
 echo "== CLI (each twice)"
 runs=("potrf --devices cuda:0 --n 4096 --dtype f64"
     "potrf --devices cuda:0 --n 8192 --dtype f64"

@@ -750,7 +750,8 @@ TEST(ComplexGemmCuda, SmallShapesSomeOpsNaive) {
 }
 
 // The tiled kernel did not finish under racecheck in 200 s (H200, 2026-11-27): one test per
-// precision, to see whether c32 (two values a vector) or c64 (one) is the one that stalls.
+// precision, c32 (two values a vector) and c64 (one); each alone still timed out at 30 s (H200,
+// session 15), so it is not one vector width.
 TEST(ComplexGemmCuda, SmallShapesSomeOpsTiledC32) {
     TILESTREAM_SKIP_WITHOUT_GPU("cuda:0");
     small_shapes_every_op_on_cuda({gemm_kernel::tiled}, true, {dtype::c32});

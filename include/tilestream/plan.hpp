@@ -68,7 +68,6 @@ private:
     }
 };
 
-/// Throughputs the cost model uses (bytes/s, FLOP/s) and a fixed cost per operation (s).
 /// The measured rate of one kind of tile operation on a device: a call of f flops takes about
 /// call_seconds + f / flops.
 struct tile_rate {
@@ -76,6 +75,7 @@ struct tile_rate {
     double call_seconds = 0;
 };
 
+/// Throughputs the cost model uses (bytes/s, FLOP/s) and a fixed cost per operation (s).
 struct device_rates {
     double h2d = 10e9, d2h = 10e9;
     double flops = 100e9;
@@ -108,9 +108,10 @@ struct device_rates {
     /// it); 0: whole tiles. Set by the context on devices computing with the host's cores.
     index_t diagonal_block = 0;
     /// Per tile kind (indexed by its value): the measured rate of the kind's calls on a device that
-    /// is not the host's (a GPU: cuSOLVER potrf of 768 took 1.6 ms on an H200, 92 GFLOP/s, beside its
-    /// GEMM's 56 TFLOP/s); flops 0: not measured, the kind runs at diagonal_flops, else flops. Set
-    /// by the context from short probes of the kinds a routine's tiles hold (engine::measured_tile_rate).
+    /// is not the host's (a GPU: cuSOLVER potrf in f64 at 1.1 TFLOP/s + 0.16-0.21 ms a call on an
+    /// H200, beside its GEMM's 57 TFLOP/s); flops 0: not measured, the kind runs at diagonal_flops,
+    /// else flops. Set by the context from short probes of the kinds a routine's tiles hold
+    /// (engine::measured_tile_rate); unsplit steps of a measured kind are priced by it.
     std::array<tile_rate, tile_kind_count> tile_rates{};
 };
 /// Measures copy bandwidths and the kernel's FLOP rate on dev with short probes (cached per

@@ -109,13 +109,14 @@ device_rates context::routine_rates(std::string_view routine, dtype type, gemm_k
     // far below its GEMM rate and with a fixed cost per call (an H200: a Cholesky of 4096 in tiles
     // of 768 was predicted at 2.6 ms at the GEMM rate and took 24, 10 of them in 6 cuSOLVER potrf
     // calls): each kind the routine's tiles hold is measured on the first device (the one the
-    // model plans for) once per process, a few milliseconds on a GPU. Devices computing with the
-    // host's cores (CPUs, PoCL) keep the vendor GEMM's rate for them (diagonal_flops): their BLAS
-    // runs the diagonal routines near it, and their probes would cost seconds. Not in
-    // reproducible mode, whose diagonal tiles run on the host's reference loops.
+    // model plans for) once per process, 10-28 ms a kind on an H200 (the lazy loading of the
+    // kind's first kernels included). Devices computing with the host's cores (CPUs, PoCL) keep
+    // the vendor GEMM's rate for them (diagonal_flops): their BLAS runs the diagonal routines near
+    // it, and their probes would cost seconds. Not with declared rates (the same plan every run),
+    // nor in reproducible mode, whose diagonal tiles run on the host's reference loops.
     device* const first_device[] = {device_ptrs_.front()};
-    if (probe && !options_.rates && !options_.reproducible && kernel != gemm_kernel::reference &&
-        !device_ptrs_.front()->host_addressable() && !computes_on_host_cores(first_device)) {
+    if (probe && !declared && !options_.rates && !options_.reproducible && kernel != gemm_kernel::reference &&
+        !computes_on_host_cores(first_device)) {
         device& first = *device_ptrs_.front();
         for (tile_kind k : detail::engine::routine_tile_kinds(routine, type)) {
             if (r.tile_rates[std::size_t(k)].flops > 0) continue;

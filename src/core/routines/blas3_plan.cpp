@@ -60,7 +60,7 @@ std::string rates_line(const device_rates& r, bool blocked) {
     if (!kinds.empty()) {
         out += "  tile kinds      ";
         out += kinds;
-        out += " (measured)\n";
+        out += r.measured ? " (measured)\n" : " (declared)\n";
     }
     if (blocked && r.diagonal_block > 0) {
         std::snprintf(line, sizeof line,
