@@ -46,6 +46,9 @@ std::vector<double> probe_tile_seconds(device& dev, dtype type, tile_kind kind, 
     const std::size_t bytes = std::size_t(largest) * std::size_t(largest) * es;
     // Against the budget alone: allocate() reclaims memory the context's idle runs keep.
     if (3 * bytes + std::size_t(largest) * es > dev.budget()) return out;
+    // potrf's info, written in stream order: it outlives the stream (destroyed first, after its
+    // work), also when a step throws.
+    int info = 0;
     try {
         auto a = dev.allocate(bytes), b = dev.allocate(bytes), c = dev.allocate(bytes);
         auto piv = dev.allocate(std::size_t(largest) * es);
@@ -72,7 +75,7 @@ std::vector<double> probe_tile_seconds(device& dev, dtype type, tile_kind kind, 
             dev.copy_to_device(*s, a.get(), host.get(), nb);
             dev.copy_to_device(*s, b.get(), host.get(), nb);
             s->synchronize();
-            int info = 0;
+            info = 0;
             tile_op op = probe_op(kind, type, kernel, n, a.get(), kind == tile_kind::getrf ? piv.get() : b.get(), c.get());
             if (kind == tile_kind::potrf) op.info = &info;
             std::vector<double> t;
