@@ -44,9 +44,9 @@ void lapack_gesv(int n, int nrhs, T* a, int* ipiv, T* b) {
 int main(int argc, char** argv) {
     ts::bench::arguments args(argc, argv,
                               "usage: lu_bench [--out F] [--git-hash H] [--reps R] [--n 8192] [--complex-n 4096] "
-                              "[--only incore,ooc,gesv] [--margin 1.0]");
+                              "[--only incore,row,ooc,gesv] [--margin 1.0]");
     const auto [out, git, reps, n, complex_n, wanted, margin] =
-        ts::bench::goal_options(args, 3, 8192, 4096, "incore,ooc,gesv");
+        ts::bench::goal_options(args, 3, 8192, 4096, "incore,row,ooc,gesv");
     if (!args.finish()) return 2;
     const int cores = ts::inventory().cpu_cores;
     ts::bench::goal_table table(margin);
@@ -74,6 +74,24 @@ int main(int argc, char** argv) {
             });
             table.report({"in core / OpenBLAS, " + label, std::string(1, ts::dtype_traits(ts::dtype_of<T>()).blas_prefix) +
                                                         "getrf_ (OpenBLAS, all cores)",
+                    t.ours, t.anchor, 0, 0.90});
+        }
+        if (wanted("row")) {
+            // The same matrix row-major, the layout of the CLI's random inputs and of numpy's C
+            // order, against OpenBLAS on it in LAPACK's own layout.
+            ts::host_matrix<T> row(size, size, ts::layout::row_major), pristine_row(size, size, ts::layout::row_major);
+            for (ts::index_t i = 0; i < size; ++i)
+                for (ts::index_t j = 0; j < size; ++j) pristine_row(i, j) = pristine(i, j);
+            ts::bench::pair_timing t = ts::bench::alternate(reps, [&] {
+                std::memcpy(row.data(), pristine_row.data(), bytes);
+                one.getrf<T>(row.view(), ipiv);
+            }, [&] {
+                refresh();
+                openblas_set_num_threads(cores);
+                lapack_getrf<T>(int(size), a.data(), lapack_ipiv.data());
+            });
+            table.report({"in core, row-major / OpenBLAS, " + label, std::string(1, ts::dtype_traits(ts::dtype_of<T>()).blas_prefix) +
+                                                        "getrf_ (OpenBLAS, all cores) on the column-major matrix",
                     t.ours, t.anchor, 0, 0.90});
         }
         if (wanted("ooc")) {
