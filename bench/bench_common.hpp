@@ -319,4 +319,16 @@ struct goal_options {
           margin(args.real("margin", 1.0)) {}
 };
 
+/// A benchmark's main: the body's exceptions (a bad argument such as an unknown routine, a device
+/// that cannot open) print one line naming the benchmark and end with exit status 2, not an abort.
+template <class Body>
+int guarded_main(const char* name, Body&& body) {
+    try {
+        return body();
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "%s: error: %s\n", name, e.what());
+        return 2;
+    }
+}
+
 }  // namespace tilestream::bench

@@ -131,7 +131,7 @@ void with_openblas_threads(int threads, F&& f) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+static int run(int argc, char** argv) {
     ts::bench::arguments args(argc, argv,
                               "usage: blas3_bench [--out F] [--git-hash H] [--reps R] [--n 4096] [--complex-n 2048] "
                               "[--routines trsm,trmm,symm,syrk,syr2k] [--complex-routines trsm,...,her2k] "
@@ -218,4 +218,8 @@ int main(int argc, char** argv) {
     for (const std::string& name : complex_routines) run_routine.template operator()<std::complex<double>>(name, complex_n);
     if (!out.empty()) table.write(out, "blas3_bench", git, n, complex_n, reps);
     return table.all_met() ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+    return tilestream::bench::guarded_main("blas3_bench", [&] { return run(argc, argv); });
 }

@@ -15,7 +15,7 @@
 
 namespace ts = tilestream;
 
-int main(int argc, char** argv) {
+static int run(int argc, char** argv) {
     ts::bench::arguments args(argc, argv,
                               "usage: gemm_bench [--out F] [--git-hash H] [--reps R] [--sizes 1024,2048] [--kernels a,b]");
     const std::string out = args.get("out", "gemm-cpu.json"), git = args.get("git-hash", "unknown");
@@ -95,4 +95,8 @@ int main(int argc, char** argv) {
     ts::bench::write_file_atomically(out, top.text());
     std::printf("wrote %s\n", out.c_str());
     return 0;
+}
+
+int main(int argc, char** argv) {
+    return tilestream::bench::guarded_main("gemm_bench", [&] { return run(argc, argv); });
 }

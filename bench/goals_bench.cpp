@@ -87,7 +87,7 @@ struct goal_row {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+static int run(int argc, char** argv) {
     ts::bench::arguments args(argc, argv,
                               "usage: goals_bench [--out F] [--git-hash H] [--reps R] [--sizes 2048,4096] [--ooc-n 4096]"
                               " [--complex-n 2048] [--complex-ooc-n 2048] [--margin 1.0]"
@@ -287,4 +287,8 @@ int main(int argc, char** argv) {
     }
     std::printf("%s\n", all_ok ? "all goals met" : "SOME GOALS NOT MET");
     return all_ok ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+    return tilestream::bench::guarded_main("goals_bench", [&] { return run(argc, argv); });
 }

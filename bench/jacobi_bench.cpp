@@ -62,7 +62,7 @@ private:
 
 }  // namespace
 
-int main(int argc, char** argv) {
+static int run(int argc, char** argv) {
     ts::bench::arguments args(argc, argv,
                               "usage: jacobi_bench [--out F] [--git-hash H] [--reps R] [--n N] [--iters I]\n"
                               "                    [--devices 'cpu;cpu:2'] [--dtypes 'f32;f64']");
@@ -151,4 +151,8 @@ int main(int argc, char** argv) {
     ts::bench::write_file_atomically(out, top.text());
     std::printf("wrote %s\n", out.c_str());
     return 0;
+}
+
+int main(int argc, char** argv) {
+    return tilestream::bench::guarded_main("jacobi_bench", [&] { return run(argc, argv); });
 }

@@ -41,7 +41,7 @@ void lapack_gesv(int n, int nrhs, T* a, int* ipiv, T* b) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+static int run(int argc, char** argv) {
     ts::bench::arguments args(argc, argv,
                               "usage: lu_bench [--out F] [--git-hash H] [--reps R] [--n 8192] [--complex-n 4096] "
                               "[--only incore,row,ooc,gesv] [--margin 1.0]");
@@ -129,4 +129,8 @@ int main(int argc, char** argv) {
     run.template operator()<std::complex<double>>(complex_n);
     if (!out.empty()) table.write(out, "lu_bench", git, n, complex_n, reps);
     return table.all_met() ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+    return tilestream::bench::guarded_main("lu_bench", [&] { return run(argc, argv); });
 }

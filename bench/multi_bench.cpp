@@ -13,7 +13,7 @@
 
 namespace ts = tilestream;
 
-int main(int argc, char** argv) {
+static int run(int argc, char** argv) {
     ts::bench::arguments args(argc, argv,
                               "usage: multi_bench [--out F] [--git-hash H] [--reps R] [--n N] [--sets cpu:1,cpu:2,cuda:0+cpu]"
                               " [--cpu-threads T] [--budget-fraction F] [--cache auto|on|off]");
@@ -94,4 +94,8 @@ int main(int argc, char** argv) {
     ts::bench::write_file_atomically(out, top.text());
     std::printf("wrote %s\n", out.c_str());
     return 0;
+}
+
+int main(int argc, char** argv) {
+    return tilestream::bench::guarded_main("multi_bench", [&] { return run(argc, argv); });
 }

@@ -11,7 +11,7 @@
 
 namespace ts = tilestream;
 
-int main(int argc, char** argv) {
+static int run(int argc, char** argv) {
     ts::bench::arguments args(argc, argv,
                               "usage: ooc_bench [--out F] [--git-hash H] [--reps R] [--n N] [--devices S] [--budget-fraction F]");
     const std::string out = args.get("out", "ooc-cpu.json"), git = args.get("git-hash", "unknown");
@@ -94,4 +94,8 @@ int main(int argc, char** argv) {
     ts::bench::write_file_atomically(out, top.text());
     std::printf("wrote %s\n", out.c_str());
     return 0;
+}
+
+int main(int argc, char** argv) {
+    return tilestream::bench::guarded_main("ooc_bench", [&] { return run(argc, argv); });
 }

@@ -42,7 +42,7 @@ const char* kind_name(ts::span_kind k) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+static int run(int argc, char** argv) {
     ts::bench::arguments args(argc, argv,
                               "usage: opencl_bench [--out F] [--git-hash H] [--reps R] [--n 2048] [--naive-reps 1] "
                               "[--device opencl:0]");
@@ -152,4 +152,8 @@ int main(int argc, char** argv) {
     ts::bench::write_file_atomically(out, top.text());
     std::printf("wrote %s\n", out.c_str());
     return 0;
+}
+
+int main(int argc, char** argv) {
+    return tilestream::bench::guarded_main("opencl_bench", [&] { return run(argc, argv); });
 }

@@ -46,7 +46,7 @@ void lapack_potrf(ts::index_t n, T* a) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+static int run(int argc, char** argv) {
     ts::bench::arguments args(argc, argv,
                               "usage: potrf_bench [--out F] [--git-hash H] [--reps R] [--n 8192] [--complex-n 4096] "
                               "[--only incore,ooc] [--margin 1.0]");
@@ -94,4 +94,8 @@ int main(int argc, char** argv) {
     run_type.template operator()<std::complex<double>>(complex_n);
     if (!out.empty()) table.write(out, "potrf_bench", git, n, complex_n, reps);
     return table.all_met() ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+    return tilestream::bench::guarded_main("potrf_bench", [&] { return run(argc, argv); });
 }

@@ -112,7 +112,7 @@ ts::detail::json batched(ts::context& ctx, ts::index_t count, ts::index_t n, int
 
 }  // namespace
 
-int main(int argc, char** argv) {
+static int run(int argc, char** argv) {
     ts::bench::arguments args(argc, argv,
                               "usage: small_bench [--out F] [--git-hash H] [--devices cpu] [--max-n 4096] [--reps 51] "
                               "[--dtypes f32,f64] [--batch 10000] [--small-batch 10] [--batch-sizes 4,16,64] [--only batched|calls]");
@@ -172,4 +172,8 @@ int main(int argc, char** argv) {
     if (out.empty()) std::printf("%s\n", text.c_str());
     else ts::bench::write_file_atomically(out, text);
     return met ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+    return tilestream::bench::guarded_main("small_bench", [&] { return run(argc, argv); });
 }

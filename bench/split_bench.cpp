@@ -151,7 +151,7 @@ int run(const std::string& devices, ts::index_t n, int reps, int cancels,
 
 }  // namespace
 
-int main(int argc, char** argv) {
+static int run(int argc, char** argv) {
     ts::bench::arguments args(argc, argv,
                               "usage: split_bench [--out F] [--git-hash H] [--devices cpu] [--n 4096] [--dtype f64] "
                               "[--reps 5] [--cancels 8] [--goal 0.98]");
@@ -168,4 +168,8 @@ int main(int argc, char** argv) {
     if (dtype == "f64") return run<double>(devices, n, reps, cancels, goal, hash, out);
     std::fprintf(stderr, "split_bench: --dtype takes f32 or f64, got %s\n", dtype.c_str());
     return 2;
+}
+
+int main(int argc, char** argv) {
+    return tilestream::bench::guarded_main("split_bench", [&] { return run(argc, argv); });
 }
