@@ -8,12 +8,16 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <barrier>
 #include <complex>
 #include <cstddef>
 #include <cstring>
 #include <memory>
 #include <new>
+#include <optional>
 #include <type_traits>
+#include <utility>
 
 namespace tilestream::cpu {
 
@@ -41,13 +45,15 @@ struct strided_problem {
 // Packing buffers grow on demand and are kept per thread, so repeated calls on the same pool
 // workers never allocate. Cost: (MC*KC + KC*NC) elements per thread that ran a tiled GEMM, the
 // entry's shares of L2 and of the core's L3 (up to 8.5 MiB on Zen 3; at most 9 Mi elements).
+// Slots 0-2 are a worker's own (B panel, A block, a C tile); 3 and 4 hold the two B panels that
+// the workers of one call share (shared_panel), kept by the thread that called the GEMM.
 struct aligned_free {
     void operator()(void* p) const { ::operator delete(p, std::align_val_t(vector_bytes)); }
 };
 template <class T>
 T* packing_buffer(int which, std::size_t elements) {
-    thread_local std::unique_ptr<T, aligned_free> buffers[3];
-    thread_local std::size_t capacity[3] = {0, 0, 0};
+    thread_local std::unique_ptr<T, aligned_free> buffers[5];
+    thread_local std::size_t capacity[5] = {0, 0, 0, 0, 0};
     if (capacity[which] < elements) {
         buffers[which].reset();
         buffers[which].reset(static_cast<T*>(
@@ -108,27 +114,92 @@ constexpr index_t even_block(index_t extent, index_t limit, index_t unit) {
     return round_up((extent + blocks - 1) / blocks, unit);
 }
 
+// The packed op(B) that the workers of one call share, BLIS's parallelism over the rows of C:
+// in each (jc, pc) iteration every worker packs its share of the panel's micro-panels, all meet at
+// the barrier, then each multiplies its own rows of C by the whole panel. Without it each worker
+// packed the whole panel for itself (2 workers, f64 2048^3: a 32 MiB copy per worker per call,
+// about 4% of the call). Two panels alternate, so one barrier per iteration is enough: a worker
+// packs iteration i + 1 while others may still read panel i, and it reaches iteration i + 2 (panel
+// i's buffer) only after the barrier of i + 1, which every worker passes after finishing with
+// panel i. Every worker runs the same iterations (the whole of n and k), so all reach each
+// barrier. The packed values are those a worker packs alone: results are bitwise the same.
+template <class R>
+struct shared_panel {
+    std::barrier<>* sync = nullptr;
+    std::atomic<bool>* failed = nullptr;  // a worker could not get its own buffers
+    R* panels[2] = {nullptr, nullptr};
+    int part = 0, parts = 1;
+
+    /// The micro-panels [q0, q1) of `count` this worker packs.
+    std::pair<index_t, index_t> share(index_t count) const {
+        return {count * part / parts, count * (part + 1) / parts};
+    }
+};
+
+/// A worker's own buffers (`own`, which may throw bad_alloc), then the first meeting: every worker
+/// returns false when one of them failed (that one rethrows), so none waits for it at a barrier.
+template <class R, class Own>
+bool start_shared(const shared_panel<R>& shared, Own&& own) {
+    std::exception_ptr error;
+    try {
+        own();
+    } catch (...) {
+        error = std::current_exception();
+        shared.failed->store(true);
+    }
+    shared.sync->arrive_and_wait();
+    if (error) std::rethrow_exception(error);
+    return !shared.failed->load();
+}
+
+/// The B panel of one (jc, pc) iteration: packed alone into `own`, or this worker's share of the
+/// shared one, then the barrier. pack(first, cols, dst) packs `cols` columns of the panel from
+/// column `first` into dst; a micro-panel of `unit` columns takes `unit_elements` elements.
+template <class R, class Pack>
+const R* packed_panel(const shared_panel<R>* shared, R* own, int& iteration, index_t nc, index_t unit,
+                      index_t unit_elements, Pack&& pack) {
+    if (!shared) {
+        pack(0, nc, own);
+        return own;
+    }
+    R* panel = shared->panels[iteration++ & 1];
+    const auto [q0, q1] = shared->share((nc + unit - 1) / unit);
+    if (q0 < q1) pack(q0 * unit, std::min(nc, q1 * unit) - q0 * unit, panel + q0 * unit_elements);
+    shared->sync->arrive_and_wait();
+    return panel;
+}
+
 // The sequential blocked algorithm on the sub-rectangle [m0, m1) x [n0, n1) of C. Every element
 // of C sees the same sequence of operations whatever the sub-rectangle: KC-long sums from the
 // micro-kernel, added to C in order of k; KC depends on k and the blocking only.
 template <class T>
 void gemm_block(const strided_problem<T>& pr, const block_sizes& bl, micro_kernel<T> kernel,
-                index_t m0, index_t m1, index_t n0, index_t n1) {
+                index_t m0, index_t m1, index_t n0, index_t n1, const shared_panel<T>* shared = nullptr) {
     const index_t MR = bl.mr, NR = bl.nr;
     // Block extents are evened out over the blocks a dimension needs (NC rounded to whole
     // micro-tiles) so no thin leftover block repacks a whole operand for a sliver of work.
     const index_t nc_step = even_block(n1 - n0, bl.nc, NR);
     const index_t kc_step = even_block(pr.k, bl.kc, 1);
-    T* bp = packing_buffer<T>(0, static_cast<std::size_t>(kc_step * round_up(nc_step, NR)));
-    T* ap = packing_buffer<T>(1, static_cast<std::size_t>(kc_step * bl.mc));
+    T* own_bp = nullptr;
+    T* ap = nullptr;
+    const auto own = [&] {
+        if (!shared) own_bp = packing_buffer<T>(0, static_cast<std::size_t>(kc_step * round_up(nc_step, NR)));
+        ap = packing_buffer<T>(1, static_cast<std::size_t>(kc_step * bl.mc));
+    };
+    if (!shared) own();
+    else if (!start_shared(*shared, own)) return;
 
+    int iteration = 0;
     for (index_t jc = n0; jc < n1; jc += nc_step) {
         const index_t nc = std::min<index_t>(nc_step, n1 - jc);
         for (index_t pc = 0; pc < pr.k; pc += kc_step) {
             const index_t kc = std::min<index_t>(kc_step, pr.k - pc);
             // beta applies once, on the first KC block; later blocks accumulate into C.
             const T beta = pc == 0 ? pr.beta : T(1);
-            pack_b<T>(kc, nc, pr.b + pc * pr.rs_b + jc * pr.cs_b, pr.rs_b, pr.cs_b, bp, NR);
+            const T* b = pr.b + pc * pr.rs_b + jc * pr.cs_b;
+            const T* bp = packed_panel(shared, own_bp, iteration, nc, NR, NR * kc, [&](index_t first, index_t cols, T* dst) {
+                pack_b<T>(kc, cols, b + first * pr.cs_b, pr.rs_b, pr.cs_b, dst, NR);
+            });
             for (index_t ic = m0; ic < m1; ic += bl.mc) {
                 const index_t mc = std::min<index_t>(bl.mc, m1 - ic);
                 pack_a<T>(mc, kc, pr.a + ic * pr.rs_a + pc * pr.cs_a, pr.rs_a, pr.cs_a, ap, MR);
@@ -317,18 +388,26 @@ void pack_b_1e(index_t kc, index_t nc, const std::complex<R>* b, index_t rs, ind
 // sees the same operations whatever the sub-rectangle, as in the real kernel.
 template <class R>
 void gemm_block_1m(const strided_problem<std::complex<R>>& pr, const block_sizes& bl, micro_kernel<R> kernel, index_t m0,
-                   index_t m1, index_t n0, index_t n1) {
+                   index_t m1, index_t n0, index_t n1, const shared_panel<R>* shared = nullptr) {
     using Z = std::complex<R>;
     const index_t MR = bl.mr, NRc = bl.nr;
     const index_t nc_step = even_block(n1 - n0, bl.nc, NRc);
     const index_t kc_step = even_block(pr.k, bl.kc, 1);
-    R* bp = packing_buffer<R>(0, static_cast<std::size_t>(4 * kc_step * round_up(nc_step, NRc)));
-    R* ap = packing_buffer<R>(1, static_cast<std::size_t>(2 * kc_step * bl.mc));
-    R* ct = pr.cs_c == 1 ? nullptr : packing_buffer<R>(2, static_cast<std::size_t>(MR * 2 * NRc));
+    R* own_bp = nullptr;
+    R* ap = nullptr;
+    R* ct = nullptr;
+    const auto own = [&] {
+        if (!shared) own_bp = packing_buffer<R>(0, static_cast<std::size_t>(4 * kc_step * round_up(nc_step, NRc)));
+        ap = packing_buffer<R>(1, static_cast<std::size_t>(2 * kc_step * bl.mc));
+        if (pr.cs_c != 1) ct = packing_buffer<R>(2, static_cast<std::size_t>(MR * 2 * NRc));
+    };
+    if (!shared) own();
+    else if (!start_shared(*shared, own)) return;
     const bool fold_alpha = pr.alpha.imag() != R(0);
     const R alpha = fold_alpha ? R(1) : pr.alpha.real();
     const bool real_beta = pr.beta.imag() == R(0);
 
+    int iteration = 0;
     for (index_t jc = n0; jc < n1; jc += nc_step) {
         const index_t nc = std::min<index_t>(nc_step, n1 - jc);
         if (!real_beta)
@@ -339,8 +418,10 @@ void gemm_block_1m(const strided_problem<std::complex<R>>& pr, const block_sizes
         for (index_t pc = 0; pc < pr.k; pc += kc_step) {
             const index_t kc = std::min<index_t>(kc_step, pr.k - pc);
             const R beta = pc == 0 && real_beta ? pr.beta.real() : R(1);
-            pack_b_1e<R>(kc, nc, pr.b + pc * pr.rs_b + jc * pr.cs_b, pr.rs_b, pr.cs_b, pr.conj_b, fold_alpha,
-                         pr.alpha, bp, NRc);
+            const Z* b = pr.b + pc * pr.rs_b + jc * pr.cs_b;
+            const R* bp = packed_panel(shared, own_bp, iteration, nc, NRc, 4 * NRc * kc, [&](index_t first, index_t cols, R* dst) {
+                pack_b_1e<R>(kc, cols, b + first * pr.cs_b, pr.rs_b, pr.cs_b, pr.conj_b, fold_alpha, pr.alpha, dst, NRc);
+            });
             for (index_t ic = m0; ic < m1; ic += bl.mc) {
                 const index_t mc = std::min<index_t>(bl.mc, m1 - ic);
                 pack_a_1r<R>(mc, kc, pr.a + ic * pr.rs_a + pc * pr.cs_a, pr.rs_a, pr.cs_a, pr.conj_a, ap, MR);
@@ -488,21 +569,21 @@ strided_problem<T> problem_of(const gemm_call& call, bool& swapped) {
 // A and B are not read (alpha == 0 or k == 0), the small path, or the blocked loops.
 template <class T>
 void gemm_rectangle(const isa_config& cfg, const block_sizes& bl, const strided_problem<T>& pr, index_t m0, index_t m1,
-                    index_t n0, index_t n1) {
+                    index_t n0, index_t n1, const shared_panel<real_type_t<T>>* shared = nullptr) {
     using R = real_type_t<T>;
     const int small_cols = small_cols_of<R>(cfg);
     if (pr.alpha == T(0) || pr.k == 0)  // alpha == 0 never reads A or B
         scale_block(pr, m0, m1, n0, n1);
     else if constexpr (is_complex_v<T>) {
-        if (small_product(m1 - m0, 2 * (n1 - n0), pr.k, small_cols))
+        if (!shared && small_product(m1 - m0, 2 * (n1 - n0), pr.k, small_cols))
             gemm_small_1m(pr, bl, stack_kernel_of<R>(cfg), m0, m1, n0, n1);
         else
-            gemm_block_1m(pr, bl, kernel_of<R>(cfg), m0, m1, n0, n1);
+            gemm_block_1m(pr, bl, kernel_of<R>(cfg), m0, m1, n0, n1, shared);
     } else {
-        if (small_product(m1 - m0, n1 - n0, pr.k, small_cols))
+        if (!shared && small_product(m1 - m0, n1 - n0, pr.k, small_cols))
             stack_kernel_of<T>(cfg)(stack_of(cfg, bl, pr, m0, m1, n0, n1), 0, 1);
         else
-            gemm_block(pr, bl, kernel_of<T>(cfg), m0, m1, n0, n1);
+            gemm_block(pr, bl, kernel_of<T>(cfg), m0, m1, n0, n1, shared);
     }
 }
 
@@ -511,26 +592,53 @@ void gemm_tiled_typed(const isa_config& cfg, const block_sizes& bl, const gemm_c
     bool swapped = false;
     const strided_problem<T> pr = problem_of<T>(call, swapped);
 
-    // Each worker runs the whole blocked algorithm on its own slab of C, split along the longer
-    // side in whole micro-tiles: no barriers and no shared packing buffers, at the price of each
-    // worker packing the operand it shares with the others (a k x n or m x k copy per slab).
+    // Each worker runs the blocked algorithm on its own slab of C, split along the longer side in
+    // whole micro-tiles. Split by rows, the workers share the packed B panels (shared_panel: one
+    // barrier per panel); split by columns (a wide C), each packs the rows of A it needs (an m x k
+    // copy per slab, no barriers).
+    using R = real_type_t<T>;
     const index_t MR = bl.mr, NR = bl.nr;
     const index_t row_tiles = (pr.m + MR - 1) / MR, col_tiles = (pr.n + NR - 1) / NR;
     const bool split_rows = row_tiles * MR >= col_tiles * NR;
     const index_t tiles = split_rows ? row_tiles : col_tiles;
     const int parts = pool ? static_cast<int>(std::min<index_t>(tiles, pool->size())) : 1;
-    const auto slab = [&](int part) {
+    struct bounds {
+        index_t m0, m1, n0, n1;
+    };
+    const auto slab_of = [&](int part) {
         const index_t t0 = tiles * part / parts, t1 = tiles * (part + 1) / parts;
-        index_t m0 = 0, m1 = pr.m, n0 = 0, n1 = pr.n;
-        if (split_rows) {
-            m0 = t0 * MR;
-            m1 = std::min(pr.m, t1 * MR);
-        } else {
-            n0 = t0 * NR;
-            n1 = std::min(pr.n, t1 * NR);
+        if (split_rows) return bounds{t0 * MR, std::min(pr.m, t1 * MR), 0, pr.n};
+        return bounds{0, pr.m, t0 * NR, std::min(pr.n, t1 * NR)};
+    };
+    // Shared only when every slab takes the blocked path (A and B read, not the small product's),
+    // so that all workers meet at the same barriers.
+    const index_t n_real = is_complex_v<T> ? 2 * pr.n : pr.n;
+    bool share_b = parts > 1 && split_rows && pr.alpha != T(0) && pr.k > 0;
+    for (int part = 0; share_b && part < parts; ++part) {
+        const bounds b = slab_of(part);
+        share_b = b.m0 < b.m1 && !small_product(b.m1 - b.m0, n_real, pr.k, small_cols_of<R>(cfg));
+    }
+    std::optional<std::barrier<>> sync;
+    std::atomic<bool> failed{false};
+    shared_panel<R> shared;
+    if (share_b) {
+        const index_t panel = (is_complex_v<T> ? 4 : 1) * even_block(pr.k, bl.kc, 1) * round_up(even_block(pr.n, bl.nc, NR), NR);
+        shared.panels[0] = packing_buffer<R>(3, static_cast<std::size_t>(panel));
+        shared.panels[1] = packing_buffer<R>(4, static_cast<std::size_t>(panel));
+        sync.emplace(parts);
+        shared.sync = &*sync;
+        shared.failed = &failed;
+        shared.parts = parts;
+    }
+    const auto slab = [&](int part) {
+        const auto [m0, m1, n0, n1] = slab_of(part);
+        if (!share_b) {
+            if (m0 < m1 && n0 < n1) gemm_rectangle(cfg, bl, pr, m0, m1, n0, n1);
+            return;
         }
-        if (m0 >= m1 || n0 >= n1) return;
-        gemm_rectangle(cfg, bl, pr, m0, m1, n0, n1);
+        shared_panel<R> mine = shared;
+        mine.part = part;
+        gemm_rectangle(cfg, bl, pr, m0, m1, n0, n1, &mine);
     };
     // Without a pool (the calling thread's own kernel) there is one slab and no std::function.
     if (parts <= 1)

@@ -1,0 +1,139 @@
+// The CPU tiled kernel's workers sharing packed B panels (gemm_tiled.cpp, shared_panel): several
+// workers, k over several KC blocks (each panel buffer used again), fewer B micro-panels than
+// workers, every precision. A worker's rows must be bitwise those of the kernel on one thread (the
+// same operations per element whatever the split) and match a float64 reference. Small enough to
+// run under TSan (.ci/run's TSan stage), where a missing barrier shows as a race.
+#include "backends/cpu/cpu_kernels.hpp"
+#include "backends/cpu/thread_pool.hpp"
+
+#include <tilestream/dtype_traits.hpp>
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <complex>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace tilestream {
+namespace {
+
+template <class T>
+T random_value(std::mt19937_64& rng) {
+    std::uniform_real_distribution<double> u(-1.0, 1.0);
+    if constexpr (is_complex_v<T>) {
+        using R = real_type_t<T>;
+        return T(R(u(rng)), R(u(rng)));
+    } else {
+        return T(u(rng));
+    }
+}
+
+struct shape {
+    index_t m, n, k;
+    op op_a, op_b;
+    layout lay;
+};
+
+template <class T>
+void check_shape(const shape& s, int threads) {
+    using W = std::conditional_t<is_complex_v<T>, std::complex<double>, double>;
+    std::mt19937_64 rng(std::uint64_t(s.m * 131 + s.n * 7 + s.k));
+    // op(A) m x k, op(B) k x n; stored as op says, in s.lay.
+    const bool ta = s.op_a != op::n, tb = s.op_b != op::n;
+    const index_t ar = ta ? s.k : s.m, ac = ta ? s.m : s.k, br = tb ? s.n : s.k, bc = tb ? s.k : s.n;
+    const bool row = s.lay == layout::row_major;
+    std::vector<T> a(std::size_t(ar * ac)), b(std::size_t(br * bc));
+    for (T& x : a) x = random_value<T>(rng);
+    for (T& x : b) x = random_value<T>(rng);
+    const T alpha = is_complex_v<T> ? T(0.75) * random_value<T>(rng) + T(0.5) : T(0.75);
+    gemm_call call;
+    call.type = dtype_of<T>();
+    call.kernel = gemm_kernel::tiled;
+    call.op_a = s.op_a;
+    call.op_b = s.op_b;
+    call.m = s.m;
+    call.n = s.n;
+    call.k = s.k;
+    call.alpha = scalar(alpha);
+    call.beta = 0.0;
+    call.a = a.data();
+    call.lda = row ? ac : ar;
+    call.layout_a = s.lay;
+    call.b = b.data();
+    call.ldb = row ? bc : br;
+    call.layout_b = s.lay;
+    call.ldc = row ? s.n : s.m;
+    call.layout_c = s.lay;
+    const auto at = [&](const std::vector<T>& v, index_t rows, index_t cols, index_t i, index_t j) {
+        (void)cols;
+        return row ? v[std::size_t(i * (row ? cols : rows) + j)] : v[std::size_t(i + j * rows)];
+    };
+    const auto c_at = [&](index_t i, index_t j) { return std::size_t(row ? i * s.n + j : i + j * s.m); };
+
+    // Poisoned outputs: beta = 0 must overwrite every element.
+    const T poison = T(std::numeric_limits<real_type_t<T>>::quiet_NaN());
+    std::vector<T> one(std::size_t(s.m * s.n), poison), many(one);
+    call.c = one.data();
+    cpu::gemm_tiled_serial(call);
+    cpu::thread_pool pool(threads);
+    call.c = many.data();
+    cpu::gemm_tiled(call, pool);
+    const std::string what = std::string(to_string(dtype_of<T>())) + " " + std::to_string(s.m) + "x" +
+                             std::to_string(s.n) + "x" + std::to_string(s.k) + " " + std::to_string(threads) + " threads";
+    EXPECT_EQ(std::memcmp(one.data(), many.data(), one.size() * sizeof(T)), 0) << what << ": not bitwise the one-thread result";
+
+    // Against float64 on a sample of rows and columns (the first and last of each, every 7th).
+    double worst = 0;
+    const double u = double(std::numeric_limits<real_type_t<T>>::epsilon());
+    const auto sample = [](index_t extent) {
+        std::vector<index_t> v;
+        for (index_t i = 0; i < extent; i += 7) v.push_back(i);
+        if (v.back() != extent - 1) v.push_back(extent - 1);
+        return v;
+    };
+    for (index_t i : sample(s.m))
+        for (index_t j : sample(s.n)) {
+            W sum(0);
+            for (index_t p = 0; p < s.k; ++p) {
+                W x = W(ta ? at(a, ar, ac, p, i) : at(a, ar, ac, i, p));
+                W y = W(tb ? at(b, br, bc, j, p) : at(b, br, bc, p, j));
+                if constexpr (is_complex_v<T>) {
+                    if (s.op_a == op::c) x = std::conj(x);
+                    if (s.op_b == op::c) y = std::conj(y);
+                }
+                sum += x * y;
+            }
+            sum *= W(alpha);
+            const double err = std::abs(W(many[c_at(i, j)]) - sum);
+            worst = std::isnan(err) ? std::numeric_limits<double>::infinity() : std::max(worst, err);
+        }
+    // |a|, |b| <= sqrt(2): each product at most 2, the sum's rounding within k u of sum |x y|.
+    EXPECT_LE(worst, 4.0 * double(s.k) * u * 2.0 * std::abs(W(alpha)) + 1e-300) << what;
+}
+
+template <class T>
+void every_shape() {
+    // k = 2100: at least three KC blocks on every instruction set (KC <= 1024), so each shared
+    // panel buffer is packed again; n = 30: one or two B micro-panels for three workers.
+    const std::vector<shape> shapes = {
+        {301, 203, 2100, op::n, op::n, layout::row_major},
+        {157, 30, 2100, op::t, op::n, layout::row_major},
+        {211, 97, 1100, op::n, op::c, layout::col_major},
+    };
+    for (const shape& s : shapes)
+        for (int threads : {2, 3}) check_shape<T>(s, threads);
+}
+
+TEST(TiledThreads, WorkersSharingBPanelsMatchOneThreadBitwise) {
+    every_shape<float>();
+    every_shape<double>();
+    every_shape<std::complex<float>>();
+    every_shape<std::complex<double>>();
+}
+
+}  // namespace
+}  // namespace tilestream
