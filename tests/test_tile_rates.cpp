@@ -46,15 +46,97 @@ TEST(TileRates, FitGivesTheSlopeAndWhatTheSmallCallLeaves) {
     EXPECT_FALSE(eng::fit_tile_rate(9e6, 1e-3, 1e6, 2e-3));
 }
 
-TEST(TileRates, RoutinesNameTheKindsTheirTilesHold) {
+/// The kinds of a routine's variants, in order.
+std::vector<tile_kind> kinds_of(const std::vector<eng::tile_variant>& v) {
+    std::vector<tile_kind> k;
+    for (const auto& x : v) k.push_back(x.kind);
+    return k;
+}
+
+blas3_problem problem_of(blas3_routine r, dtype t, blas3_flags f, layout lay) {
+    blas3_problem p;
+    p.routine = r;
+    p.type = t;
+    p.flags = f;
+    p.m = p.n = p.k = 64;
+    p.layout_a = p.layout_b = p.layout_c = lay;
+    return p;
+}
+
+TEST(TileRates, RoutinesNameTheKindsTheirTilesHoldAsTheirStepsRunThem) {
     using V = std::vector<tile_kind>;
-    EXPECT_EQ(eng::routine_tile_kinds("potrf", dtype::f64), (V{tile_kind::potrf, tile_kind::trsm, tile_kind::syrk}));
-    EXPECT_EQ(eng::routine_tile_kinds("potrf", dtype::c32), (V{tile_kind::potrf, tile_kind::trsm, tile_kind::herk}));
-    EXPECT_EQ(eng::routine_tile_kinds("getrf", dtype::f32), (V{tile_kind::getrf, tile_kind::trsm}));
-    for (tile_kind k : {tile_kind::syrk, tile_kind::herk, tile_kind::syr2k, tile_kind::her2k, tile_kind::symm,
-                        tile_kind::hemm, tile_kind::trmm, tile_kind::trsm})
-        EXPECT_EQ(eng::routine_tile_kinds(to_string(k), dtype::c64), V{k});
-    EXPECT_TRUE(eng::routine_tile_kinds("gemm", dtype::f64).empty());
+    const blas3_flags lower{side::left, uplo::lower, op::n, diag::non_unit};
+    const blas3_flags upper{side::left, uplo::upper, op::n, diag::non_unit};
+    // Cholesky: the matrix's layout everywhere; lower solves on the right with A^T (A^H complex)
+    // and updates its diagonal with op n, upper solves on the left and updates with op t or c.
+    const auto pl = eng::routine_tile_variants(problem_of(blas3_routine::potrf, dtype::f64, lower, layout::row_major));
+    ASSERT_EQ(kinds_of(pl), (V{tile_kind::potrf, tile_kind::trsm, tile_kind::syrk}));
+    EXPECT_EQ(pl[0].uplo, uplo::lower);
+    EXPECT_EQ(pl[1].side, side::right);
+    EXPECT_EQ(pl[1].trans, op::t);
+    EXPECT_EQ(pl[1].diag, diag::non_unit);
+    EXPECT_EQ(pl[2].trans, op::n);
+    for (const auto& v : pl) EXPECT_EQ(v.layout_a, layout::row_major) << to_string(v.kind);
+    const auto pu = eng::routine_tile_variants(problem_of(blas3_routine::potrf, dtype::c32, upper, layout::col_major));
+    ASSERT_EQ(kinds_of(pu), (V{tile_kind::potrf, tile_kind::trsm, tile_kind::herk}));
+    EXPECT_EQ(pu[1].side, side::left);
+    EXPECT_EQ(pu[1].trans, op::c);
+    EXPECT_EQ(pu[2].trans, op::c);
+    EXPECT_EQ(pu[2].uplo, uplo::upper);
+    // LU: the panel and the unit lower left solve, in A's layout.
+    getrf_problem g;
+    g.type = dtype::f32;
+    g.m = g.n = 64;
+    g.lay = layout::row_major;
+    const auto lu = eng::routine_tile_variants(g);
+    ASSERT_EQ(kinds_of(lu), (V{tile_kind::getrf, tile_kind::trsm}));
+    EXPECT_EQ(lu[1].diag, diag::unit);
+    EXPECT_EQ(lu[1].uplo, uplo::lower);
+    EXPECT_EQ(lu[1].layout_c, layout::row_major);
+    // A Level 3 routine: its own kind with the call's options.
+    const blas3_flags f{side::right, uplo::upper, op::c, diag::unit};
+    for (blas3_routine r : {blas3_routine::syrk, blas3_routine::herk, blas3_routine::syr2k, blas3_routine::her2k,
+                            blas3_routine::symm, blas3_routine::hemm, blas3_routine::trmm, blas3_routine::trsm}) {
+        const auto v = eng::routine_tile_variants(problem_of(r, dtype::c64, f, layout::col_major));
+        ASSERT_EQ(v.size(), 1u) << to_string(r);
+        EXPECT_EQ(to_string(v[0].kind), to_string(r));
+        EXPECT_EQ(v[0].uplo, uplo::upper) << to_string(r);
+    }
+    const auto t = eng::routine_tile_variants(problem_of(blas3_routine::trsm, dtype::f64, f, layout::col_major));
+    EXPECT_EQ(t[0].side, side::right);
+    EXPECT_EQ(t[0].trans, op::c);
+    EXPECT_EQ(t[0].diag, diag::unit);
+}
+
+TEST(TileRates, ProbeRunsEachRoutinesVariantOnTheCpu) {
+    // Every variant a routine names runs in the probe (an option the kernel refused, or a potrf
+    // that found its operand not positive definite in that triangle and layout, would come back
+    // empty), and a variant is cached apart from the kind's default one.
+    auto devs = open_devices("cpu");
+    device& dev = *devs.front();
+    const index_t orders[] = {24, 40};
+    for (dtype t : {dtype::f64, dtype::c32})
+        for (layout lay : {layout::row_major, layout::col_major})
+            for (uplo u : {uplo::lower, uplo::upper}) {
+                const blas3_flags f{side::right, u, op::t, diag::unit};
+                std::vector<eng::tile_variant> all =
+                    eng::routine_tile_variants(problem_of(blas3_routine::potrf, t, f, lay));
+                for (blas3_routine r : {blas3_routine::trsm, blas3_routine::trmm, blas3_routine::symm, blas3_routine::syrk})
+                    for (const auto& v : eng::routine_tile_variants(problem_of(r, t, f, lay))) all.push_back(v);
+                for (const eng::tile_variant& v : all) {
+                    const std::string what = std::string(to_string(v.kind)) + " " + std::string(to_string(t)) +
+                                             (lay == layout::row_major ? " row" : " col") +
+                                             (u == uplo::lower ? " lower" : " upper");
+                    const std::vector<double> s = eng::probe_tile_seconds(dev, t, v, gemm_kernel::vendor, orders, 1);
+                    ASSERT_EQ(s.size(), 2u) << what;
+                    EXPECT_GT(s[0], 0.0) << what;
+                }
+            }
+    eng::tile_variant right(tile_kind::trsm);
+    right.side = side::right;
+    right.trans = op::t;
+    EXPECT_NE(right, eng::tile_variant(tile_kind::trsm));
+    EXPECT_TRUE(eng::measured_tile_rate(dev, dtype::f64, right, gemm_kernel::vendor));
 }
 
 /// Every kind in `types` that `spec`'s first device runs is timed at two small orders; each time

@@ -40,6 +40,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -52,6 +53,9 @@ struct keep_record;
 struct keep_registry;
 class context_routes;
 struct device_balance;
+namespace engine {
+struct tile_variant;
+}  // namespace engine
 }  // namespace detail
 
 /// A caller's promise, made with context::keep, that a host operand keeps its values and stays
@@ -358,9 +362,11 @@ private:
                            T beta, host_matrix_view<T> c, const gemm_call_options& call);
     double engine_fixed_seconds();
     /// The rates a tile routine's planner gets (the call's, the context's, measured, or none when
-    /// one device in place runs one call), after checking that every device has `kernel`.
+    /// one device in place runs one call), after checking that every device has `kernel`; on a GPU
+    /// the rates of the tile kinds other than GEMM, each as the routine runs it (`tiles`).
     device_rates routine_rates(std::string_view routine, dtype type, gemm_kernel kernel, bool quick_return,
-                               const std::optional<device_rates>& declared);
+                               const std::optional<device_rates>& declared,
+                               std::span<const detail::engine::tile_variant> tiles);
     /// Several devices: each one's measured GEMM rate for `type` (their kernel choice's probes),
     /// for the task engine's first balance and its model (detail::balance_of); none with one
     /// device, only CPU devices (slices of one host), declared rates or no measure.

@@ -14,31 +14,39 @@ namespace tilestream::detail::engine {
 
 namespace {
 
-/// The probe's operation of `kind` at `order` on buffers a, b, c (column-major, leading dimension
-/// order), alpha 1 and beta 0.5 (C read, as the routines' updates read it).
-tile_op probe_op(tile_kind kind, dtype type, gemm_kernel kernel, index_t order, void* a, void* b, void* c) {
+/// The probe's operation of `v` at `order` on buffers a, b, c (each in its layout of v, leading
+/// dimension order), alpha 1 and beta 0.5 (C read, as the routines' updates read it).
+tile_op probe_op(const tile_variant& v, dtype type, gemm_kernel kernel, index_t order, void* a, void* b, void* c) {
     tile_op op;
-    op.kind = kind;
+    op.kind = v.kind;
     op.type = type;
     op.kernel = kernel;
+    op.side = v.side;
+    op.uplo = v.uplo;
+    op.trans_a = v.trans;
+    const bool rank_k = v.kind == tile_kind::syrk || v.kind == tile_kind::herk || v.kind == tile_kind::syr2k ||
+                        v.kind == tile_kind::her2k;
+    if (rank_k) op.trans_b = v.trans;
+    op.diag = v.diag;
     op.m = op.n = op.k = order;
     op.alpha = 1.0;
     op.beta = 0.5;
-    op.a = {a, order, layout::col_major};
-    op.b = {b, order, layout::col_major};
-    op.c = {c, order, layout::col_major};
-    if (kind == tile_kind::getrf) op.b = {b, 1, layout::col_major};  // the pivots, 1 x order
+    op.a = {a, order, v.layout_a};
+    op.b = {b, order, v.layout_b};
+    op.c = {c, order, v.layout_c};
+    if (v.kind == tile_kind::getrf) op.b = {b, 1, layout::col_major};  // the pivots, 1 x order
     return op;
 }
 
 }  // namespace
 
 double tile_probe_flops(tile_kind kind, dtype type, index_t order) {
-    return probe_op(kind, type, gemm_kernel::vendor, order, nullptr, nullptr, nullptr).flops();
+    return probe_op(tile_variant(kind), type, gemm_kernel::vendor, order, nullptr, nullptr, nullptr).flops();
 }
 
-std::vector<double> probe_tile_seconds(device& dev, dtype type, tile_kind kind, gemm_kernel kernel,
+std::vector<double> probe_tile_seconds(device& dev, dtype type, const tile_variant& variant, gemm_kernel kernel,
                                        std::span<const index_t> orders, int reps) {
+    const tile_kind kind = variant.kind;
     std::vector<double> out;
     if (orders.empty() || reps < 1 || !dev.supports(kind, type, kernel)) return out;
     const std::size_t es = size_of(type);
@@ -76,7 +84,7 @@ std::vector<double> probe_tile_seconds(device& dev, dtype type, tile_kind kind, 
             dev.copy_to_device(*s, b.get(), host.get(), nb);
             s->synchronize();
             info = 0;
-            tile_op op = probe_op(kind, type, kernel, n, a.get(), kind == tile_kind::getrf ? piv.get() : b.get(), c.get());
+            tile_op op = probe_op(variant, type, kernel, n, a.get(), kind == tile_kind::getrf ? piv.get() : b.get(), c.get());
             if (kind == tile_kind::potrf) op.info = &info;
             std::vector<double> t;
             for (int r = -1; r < reps; ++r) {
@@ -122,33 +130,68 @@ std::optional<tile_rate> fit_tile_rate(double flops_small, double seconds_small,
     return r;
 }
 
-std::optional<tile_rate> measured_tile_rate(device& dev, dtype type, tile_kind kind, gemm_kernel kernel) {
+std::optional<tile_rate> measured_tile_rate(device& dev, dtype type, const tile_variant& variant, gemm_kernel kernel) {
     // Never destroyed: a run still in flight at exit may read them.
     static std::mutex& mutex = *new std::mutex;
-    static auto& cache = *new std::map<std::tuple<std::string, int, int, int>, std::optional<tile_rate>>;
-    const auto key = std::make_tuple(dev.id(), int(type), int(kind), int(kernel));
+    static auto& cache = *new std::map<std::tuple<std::string, int, tile_variant, int>, std::optional<tile_rate>>;
+    const auto key = std::make_tuple(dev.id(), int(type), variant, int(kernel));
     {
         const std::lock_guard lock(mutex);
         if (auto it = cache.find(key); it != cache.end()) return it->second;
     }
-    const std::vector<double> t = probe_tile_seconds(dev, type, kind, kernel, tile_probe_orders, 3);
+    const std::vector<double> t = probe_tile_seconds(dev, type, variant, kernel, tile_probe_orders, 3);
     if (t.size() != std::size(tile_probe_orders)) return std::nullopt;  // not measured: asked again later
-    const std::optional<tile_rate> r = fit_tile_rate(tile_probe_flops(kind, type, tile_probe_orders[0]), t[0],
-                                                     tile_probe_flops(kind, type, tile_probe_orders[1]), t[1]);
+    const std::optional<tile_rate> r =
+        fit_tile_rate(tile_probe_flops(variant.kind, type, tile_probe_orders[0]), t[0],
+                      tile_probe_flops(variant.kind, type, tile_probe_orders[1]), t[1]);
     const std::lock_guard lock(mutex);
     cache[key] = r;
     return r;
 }
 
-std::vector<tile_kind> routine_tile_kinds(std::string_view routine, dtype type) {
-    const bool cplx = dtype_traits(type).is_complex;
-    const tile_kind rank_k = cplx ? tile_kind::herk : tile_kind::syrk;
-    if (routine == "potrf") return {tile_kind::potrf, tile_kind::trsm, rank_k};
-    if (routine == "getrf") return {tile_kind::getrf, tile_kind::trsm};
-    for (tile_kind k : {tile_kind::syrk, tile_kind::herk, tile_kind::syr2k, tile_kind::her2k, tile_kind::symm,
-                        tile_kind::hemm, tile_kind::trmm, tile_kind::trsm})
-        if (routine == to_string(k)) return {k};
+std::vector<tile_variant> routine_tile_variants(const blas3_problem& p) {
+    const auto variant = [&](tile_kind kind, side sd, op trans, diag dg) {
+        tile_variant v(kind);
+        v.side = sd;
+        v.uplo = p.flags.uplo;
+        v.trans = trans;
+        v.diag = dg;
+        v.layout_a = p.layout_a;
+        v.layout_b = p.layout_b;
+        v.layout_c = p.layout_c;
+        return v;
+    };
+    const bool herm = dtype_traits(p.type).is_complex;
+    switch (p.routine) {
+        case blas3_routine::potrf: {
+            // The matrix is C: every tile in its layout.
+            const bool lower = p.flags.uplo == uplo::lower;
+            const op back = herm ? op::c : op::t;
+            std::vector<tile_variant> v = {variant(tile_kind::potrf, side::left, op::n, diag::non_unit),
+                                           variant(tile_kind::trsm, lower ? side::right : side::left, back, diag::non_unit),
+                                           variant(herm ? tile_kind::herk : tile_kind::syrk, side::left, lower ? op::n : back,
+                                                   diag::non_unit)};
+            for (tile_variant& x : v) x.layout_a = x.layout_b = p.layout_c;
+            return v;
+        }
+        case blas3_routine::symm: return {variant(tile_kind::symm, p.flags.side, op::n, diag::non_unit)};
+        case blas3_routine::hemm: return {variant(tile_kind::hemm, p.flags.side, op::n, diag::non_unit)};
+        case blas3_routine::syrk: return {variant(tile_kind::syrk, side::left, p.flags.trans, diag::non_unit)};
+        case blas3_routine::herk: return {variant(tile_kind::herk, side::left, p.flags.trans, diag::non_unit)};
+        case blas3_routine::syr2k: return {variant(tile_kind::syr2k, side::left, p.flags.trans, diag::non_unit)};
+        case blas3_routine::her2k: return {variant(tile_kind::her2k, side::left, p.flags.trans, diag::non_unit)};
+        case blas3_routine::trmm: return {variant(tile_kind::trmm, p.flags.side, p.flags.trans, p.flags.diag)};
+        case blas3_routine::trsm: return {variant(tile_kind::trsm, p.flags.side, p.flags.trans, p.flags.diag)};
+    }
     return {};
+}
+
+std::vector<tile_variant> routine_tile_variants(const getrf_problem& p) {
+    tile_variant panel(tile_kind::getrf), solve(tile_kind::trsm);
+    panel.layout_a = panel.layout_b = panel.layout_c = p.lay;
+    solve.layout_a = solve.layout_b = solve.layout_c = p.lay;
+    solve.diag = diag::unit;  // left, lower, op n
+    return {panel, solve};
 }
 
 }  // namespace tilestream::detail::engine

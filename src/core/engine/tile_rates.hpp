@@ -5,9 +5,13 @@
 // and took 24.
 #pragma once
 
+#include <tilestream/blas3.hpp>
 #include <tilestream/device.hpp>
+#include <tilestream/lu.hpp>
 #include <tilestream/plan.hpp>
 #include <tilestream/tile_ops.hpp>
+
+#include <compare>
 
 #include <optional>
 #include <span>
@@ -15,6 +19,24 @@
 #include <vector>
 
 namespace tilestream::detail::engine {
+
+/// One tile kind as a routine's steps run it: BLAS's options and the layouts of the tiles (a vendor
+/// routine may run another variant at another rate: cuBLAS trsm with A transposed on the right, as
+/// Cholesky's solves are, or a row-major tile, which a column-major library sees transposed with
+/// side and triangle swapped). A kind alone is its left, lower, untransposed, non-unit,
+/// column-major variant.
+struct tile_variant {
+    tile_kind kind = tile_kind::gemm;
+    tilestream::side side = tilestream::side::left;
+    tilestream::uplo uplo = tilestream::uplo::lower;
+    op trans = op::n;  ///< op(A); the rank-k kinds' op(B) too
+    tilestream::diag diag = tilestream::diag::non_unit;
+    layout layout_a = layout::col_major, layout_b = layout::col_major, layout_c = layout::col_major;
+
+    tile_variant() = default;
+    tile_variant(tile_kind k) : kind(k) {}  // NOLINT(google-explicit-constructor): a kind is its default variant
+    auto operator<=>(const tile_variant&) const = default;
+};
 
 /// The square orders a tile kind's probe measures by default: a small tile, where a call's fixed
 /// cost shows, and a large one, where its rate does.
@@ -25,7 +47,7 @@ inline constexpr index_t tile_probe_orders[] = {256, 1024};
 /// well-conditioned non-zero operands in the device's memory, C copied in again before each run
 /// (outside the timing). Empty when the kind has no kernel there, the operands do not fit the
 /// device's budget, or the probe failed (an error is not thrown: the call goes on unmeasured).
-std::vector<double> probe_tile_seconds(device& dev, dtype type, tile_kind kind, gemm_kernel kernel,
+std::vector<double> probe_tile_seconds(device& dev, dtype type, const tile_variant& variant, gemm_kernel kernel,
                                        std::span<const index_t> orders, int reps);
 
 /// The rate two timings give, seconds = call_seconds + flops / rate: the slope between them and the
@@ -38,12 +60,16 @@ std::optional<tile_rate> fit_tile_rate(double flops_small, double seconds_small,
 /// The flops of one square probe call of `kind` at `order` (tile_op::flops of its shape).
 double tile_probe_flops(tile_kind kind, dtype type, index_t order);
 
-/// `kind` measured on `dev` at tile_probe_orders (3 runs each) and fitted; cached per device,
-/// dtype, kind and kernel within the process; nullopt when it could not be measured.
-std::optional<tile_rate> measured_tile_rate(device& dev, dtype type, tile_kind kind, gemm_kernel kernel);
+/// `variant` measured on `dev` at tile_probe_orders (3 runs each) and fitted; cached per device,
+/// dtype, variant and kernel within the process; nullopt when it could not be measured.
+std::optional<tile_rate> measured_tile_rate(device& dev, dtype type, const tile_variant& variant, gemm_kernel kernel);
 
-/// The tile kinds other than GEMM that a routine's graph holds (the names context::routine_rates
-/// gets: "potrf", "getrf", "trsm", ...; posv and gesv plan as potrf or getrf, then trsm).
-std::vector<tile_kind> routine_tile_kinds(std::string_view routine, dtype type);
+/// The tile kinds other than GEMM that a routine's graph holds, each as its steps run it, one
+/// variant per kind (posv and gesv plan as potrf or getrf, then trsm): a Level 3 routine's diagonal
+/// tile with the call's options and layouts; potrf's potrf, its solves (lower: right side, A^T or
+/// A^H; upper: left side) and its diagonal updates (syrk or herk: lower op n, upper op t or c), all
+/// in the matrix's layout; getrf's panel and the unit lower left solve of its block rows of U.
+std::vector<tile_variant> routine_tile_variants(const blas3_problem& problem);
+std::vector<tile_variant> routine_tile_variants(const getrf_problem& problem);
 
 }  // namespace tilestream::detail::engine

@@ -45,7 +45,8 @@ blas3_plan context::plan(const blas3_problem& problem, const blas3_call_options&
     o.whole_diagonal_tiles = std::any_of(device_ptrs_.begin(), device_ptrs_.end(),
                                          [](const device* d) { return !d->host_addressable(); });
     o.reproducible = options_.reproducible;
-    device_rates r = routine_rates(to_string(problem.routine), problem.type, o.kernel, problem.quick_return, call.rates);
+    device_rates r = routine_rates(to_string(problem.routine), problem.type, o.kernel, problem.quick_return, call.rates,
+                                   detail::engine::routine_tile_variants(problem));
     if (!call.kernel && !call.rates && !problem.quick_return) o.gemm_kernels = tile_gemm_kernels(problem.type, problem.flops(), r);
     // Each device's measured rate for the balance, also when the call declares the plan's rates
     // (those stand for every device; the model's scale is then theirs).
@@ -74,7 +75,8 @@ blas3_plan context::plan(const blas3_problem& problem, const blas3_call_options&
 }
 
 device_rates context::routine_rates(std::string_view routine, dtype type, gemm_kernel kernel, bool quick_return,
-                                    const std::optional<device_rates>& declared) {
+                                    const std::optional<device_rates>& declared,
+                                    std::span<const detail::engine::tile_variant> tiles) {
     for (auto* d : device_ptrs_)
         if (!d->supports(kernel))
             throw invalid_argument(std::string(routine) + ": device " + d->id() + " has no '" +
@@ -108,9 +110,10 @@ device_rates context::routine_rates(std::string_view routine, dtype type, gemm_k
     // The tiles other than GEMM on a device that is not the host's run on its own vendor routines,
     // far below its GEMM rate and with a fixed cost per call (an H200: a Cholesky of 4096 in tiles
     // of 768 was predicted at 2.6 ms at the GEMM rate and took 24, 10 of them in 6 cuSOLVER potrf
-    // calls): each kind the routine's tiles hold is measured on the first device (the one the
-    // model plans for) once per process, 10-28 ms a kind on an H200 (the lazy loading of the
-    // kind's first kernels included). Devices computing with the host's cores (CPUs, PoCL) keep
+    // calls): each kind the routine's tiles hold, as its steps run it (routine_tile_variants: their
+    // options and layouts), is measured on the first device (the one the model plans for) once per
+    // process and variant, 10-28 ms a kind on an H200 (the lazy loading of the kind's first
+    // kernels included). Devices computing with the host's cores (CPUs, PoCL) keep
     // the vendor GEMM's rate for them (diagonal_flops): their BLAS runs the diagonal routines near
     // it, and their probes would cost seconds. Not with declared rates (the same plan every run),
     // nor in reproducible mode, whose diagonal tiles run on the host's reference loops.
@@ -118,11 +121,12 @@ device_rates context::routine_rates(std::string_view routine, dtype type, gemm_k
     if (probe && !declared && !options_.rates && !options_.reproducible && kernel != gemm_kernel::reference &&
         !computes_on_host_cores(first_device)) {
         device& first = *device_ptrs_.front();
-        for (tile_kind k : detail::engine::routine_tile_kinds(routine, type)) {
+        for (const detail::engine::tile_variant& v : tiles) {
+            const tile_kind k = v.kind;
             if (r.tile_rates[std::size_t(k)].flops > 0) continue;
             const gemm_kernel use = first.supports(k, type, kernel) ? kernel : gemm_kernel::vendor;
             const std::lock_guard lock(mutex_);  // a probe must not share the device with a run
-            if (const auto t = detail::engine::measured_tile_rate(first, type, k, use)) r.tile_rates[std::size_t(k)] = *t;
+            if (const auto t = detail::engine::measured_tile_rate(first, type, v, use)) r.tile_rates[std::size_t(k)] = *t;
         }
     }
     // The SYRK family's diagonal tiles that are not read keep their triangle's write-back where

@@ -5,6 +5,7 @@
 
 #include "core/context_routes.hpp"
 #include "core/gemm_memory.hpp"
+#include "core/engine/tile_rates.hpp"
 #include "core/routines/routines.hpp"
 
 #include <chrono>
@@ -20,7 +21,8 @@ getrf_plan context::plan(const getrf_problem& problem, const getrf_call_options&
     o.devices = int(device_ptrs_.size());
     o.in_place = in_place_;
     o.reproducible = options_.reproducible;
-    device_rates r = routine_rates("getrf", problem.type, o.kernel, problem.quick_return(), call.rates);
+    device_rates r = routine_rates("getrf", problem.type, o.kernel, problem.quick_return(), call.rates,
+                                   detail::engine::routine_tile_variants(problem));
     if (!call.kernel && !call.rates && !problem.quick_return()) o.gemm_kernels = tile_gemm_kernels(problem.type, problem.flops(), r);
     // Each device's measured rate for the balance, also when the call declares the plan's rates
     // (those stand for every device; the model's scale is then theirs).
