@@ -1,4 +1,4 @@
-// cblas_[sdcz]gemm (and ?gemv for a single row or column of C) by value type, and an operand's BLAS
+// cblas_[sdcz]gemm (and ?gemv for a single row or column of C, ?trsm) by value type, and an operand's BLAS
 // flag as CBLAS's: shared by the CPU vendor kernels, the OpenBLAS anchor and the float64 check.
 // Private to the library (needs cblas.h).
 #pragma once
@@ -52,6 +52,20 @@ void cblas_xgemm(CBLAS_ORDER order, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, inde
         cblas_cgemm(order, ta, tb, int(m), int(n), int(k), &alpha, a, int(lda), b, int(ldb), &beta, c, int(ldc));
     else
         cblas_zgemm(order, ta, tb, int(m), int(n), int(k), &alpha, a, int(lda), b, int(ldb), &beta, c, int(ldc));
+}
+
+/// cblas_?trsm for T (sizes already known to fit CBLAS's int; complex alpha by address).
+template <class T>
+void cblas_xtrsm(CBLAS_ORDER order, CBLAS_SIDE side, CBLAS_UPLO uplo, CBLAS_TRANSPOSE trans, CBLAS_DIAG diag, index_t m,
+                 index_t n, T alpha, const T* a, index_t lda, T* b, index_t ldb) {
+    if constexpr (std::is_same_v<T, float>)
+        cblas_strsm(order, side, uplo, trans, diag, int(m), int(n), alpha, a, int(lda), b, int(ldb));
+    else if constexpr (std::is_same_v<T, double>)
+        cblas_dtrsm(order, side, uplo, trans, diag, int(m), int(n), alpha, a, int(lda), b, int(ldb));
+    else if constexpr (std::is_same_v<T, std::complex<float>>)
+        cblas_ctrsm(order, side, uplo, trans, diag, int(m), int(n), &alpha, a, int(lda), b, int(ldb));
+    else
+        cblas_ztrsm(order, side, uplo, trans, diag, int(m), int(n), &alpha, a, int(lda), b, int(ldb));
 }
 
 /// cblas_?gemv for T (sizes already known to fit CBLAS's int).

@@ -59,10 +59,7 @@ void call_typed(const column_major_tile& r) {
     const auto dg = cblas_of(r.diag_);
     switch (r.kind) {
         case tile_kind::trsm:
-            if constexpr (t == dtype::f32) cblas_strsm(o, sd, ul, tr, dg, m, n, alpha, a, lda, c, ldc);
-            else if constexpr (t == dtype::f64) cblas_dtrsm(o, sd, ul, tr, dg, m, n, alpha, a, lda, c, ldc);
-            else if constexpr (t == dtype::c32) cblas_ctrsm(o, sd, ul, tr, dg, m, n, &alpha, a, lda, c, ldc);
-            else cblas_ztrsm(o, sd, ul, tr, dg, m, n, &alpha, a, lda, c, ldc);
+            tilestream::detail::cblas_xtrsm<T>(o, sd, ul, tr, dg, m, n, alpha, a, lda, c, ldc);
             return;
         case tile_kind::trmm:
             if constexpr (t == dtype::f32) cblas_strmm(o, sd, ul, tr, dg, m, n, alpha, a, lda, c, ldc);

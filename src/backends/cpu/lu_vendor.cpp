@@ -15,7 +15,6 @@
 #include <algorithm>
 #include <climits>
 #include <complex>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -47,25 +46,6 @@ void transpose_panel(T* row_major, index_t ld, T* col_major, index_t m, index_t 
                     else c = r;
                 }
         }
-}
-
-/// cblas_?trsm, row-major, left side, lower, no transpose, unit diagonal: B <- L^-1 B (L m x m,
-/// B m x n), as LU's block row of U is solved.
-template <class T>
-void trsm_unit_lower(index_t m, index_t n, const T* l, index_t ldl, T* b, index_t ldb) {
-    const auto o = CblasRowMajor;
-    const auto sd = CblasLeft;
-    const auto ul = CblasLower;
-    const auto tr = CblasNoTrans;
-    const auto dg = CblasUnit;
-    if constexpr (std::is_same_v<T, float>) cblas_strsm(o, sd, ul, tr, dg, int(m), int(n), 1.0f, l, int(ldl), b, int(ldb));
-    else if constexpr (std::is_same_v<T, double>) cblas_dtrsm(o, sd, ul, tr, dg, int(m), int(n), 1.0, l, int(ldl), b, int(ldb));
-    else {
-        const T one(1);
-        if constexpr (std::is_same_v<T, std::complex<float>>)
-            cblas_ctrsm(o, sd, ul, tr, dg, int(m), int(n), &one, l, int(ldl), b, int(ldb));
-        else cblas_ztrsm(o, sd, ul, tr, dg, int(m), int(n), &one, l, int(ldl), b, int(ldb));
-    }
 }
 
 /// Width of the block columns of a row-major LU: the panel LAPACK factors (through a column-major
@@ -108,7 +88,9 @@ void getrf_row_major(index_t m, index_t n, T* a, index_t ld, int* ipiv) {
             std::swap_ranges(r0 + j + jb, r0 + n, r1 + j + jb);
         }
         if (j + jb >= n) continue;
-        trsm_unit_lower<T>(jb, n - j - jb, diag, ld, diag + jb, ld);
+        // U's block row: L11^-1 A12 (unit lower, left).
+        tilestream::detail::cblas_xtrsm<T>(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, jb, n - j - jb, T(1),
+                                           diag, ld, diag + jb, ld);
         if (j + jb < m)
             tilestream::detail::cblas_xgemm<T>(CblasRowMajor, CblasNoTrans, CblasNoTrans, m - j - jb, n - j - jb, jb, T(-1),
                                                diag + jb * ld, ld, diag + jb, ld, T(1), diag + jb * ld + jb, ld);
