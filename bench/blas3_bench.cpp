@@ -136,12 +136,37 @@ static int run(int argc, char** argv) {
                               "usage: blas3_bench [--out F] [--git-hash H] [--reps R] [--n 4096] [--complex-n 2048] "
                               "[--routines trsm,trmm,symm,syrk,syr2k] [--complex-routines trsm,...,her2k] "
                               "[--only incore,ooc,scaling] [--case side=right|side=left|uplo=lower|uplo=upper] [--margin 1.0] "
-                              "[--explain on]");
+                              "[--explain on] [--ooc-tiles 1024/2048,1024/1024]\n"
+                              "  a routine list may be 'none'; --ooc-tiles: beside each out-of-core row, the same budget at these "
+                              "tilings (along A's order / the other dimension) against the planner's choice (no goal)");
     const auto [out, git, reps, n, complex_n, wanted, margin] =
         ts::bench::goal_options(args, 5, 4096, 2048, "incore,ooc,scaling");
-    const auto routines = ts::bench::split(args.get("routines", "trsm,trmm,symm,syrk,syr2k"), ',');
-    const auto complex_routines =
-        ts::bench::split(args.get("complex-routines", "trsm,trmm,symm,hemm,syrk,herk,syr2k,her2k"), ',');
+    const auto routine_list = [&](const char* key, const char* all) {
+        const std::string v = args.get(key, all);
+        return v == "none" ? std::vector<std::string>{} : ts::bench::split(v, ',');
+    };
+    const auto routines = routine_list("routines", "trsm,trmm,symm,syrk,syr2k");
+    const auto complex_routines = routine_list("complex-routines", "trsm,trmm,symm,hemm,syrk,herk,syr2k,her2k");
+    // Tilings to compare with the planner's out of core: "tile/tile_free" pairs.
+    std::vector<std::pair<ts::index_t, ts::index_t>> ooc_tiles;
+    for (const std::string& t : ts::bench::split(args.get("ooc-tiles", ""), ',')) {
+        if (t.empty()) continue;
+        const auto slash = t.find('/');
+        const auto number = [&](const std::string& x) {
+            std::size_t used = 0;
+            long long v = -1;
+            try {
+                v = std::stoll(x, &used);
+            } catch (const std::exception&) {
+            }
+            if (used != x.size() || v <= 0)
+                throw ts::invalid_argument("--ooc-tiles: '" + t + "' is not TILE/TILE_FREE (two positive integers)");
+            return ts::index_t(v);
+        };
+        if (slash == std::string::npos)
+            throw ts::invalid_argument("--ooc-tiles: '" + t + "' is not TILE/TILE_FREE (two positive integers)");
+        ooc_tiles.push_back({number(t.substr(0, slash)), number(t.substr(slash + 1))});
+    }
     const std::string only_case = args.get("case", "");  // e.g. side=right: that case of each routine alone
     const bool explain_plans = args.get("explain", "off") == "on";  // each plan, to stderr
     if (!args.finish()) return 2;
@@ -185,6 +210,18 @@ static int run(int argc, char** argv) {
                                                                 [&] { one.blas3<T>(r, f, x); });
                 if (explain_plans) std::fputs(ts::explain(quarter.plan(ts::describe_blas3<T>(r, f, x))).c_str(), stderr);
                 table.report({"out of core (25% budget) / in core, " + label, "in core, default", t.ours, t.anchor, 0, 0.85});
+                const ts::blas3_plan chosen = quarter.plan(ts::describe_blas3<T>(r, f, x));
+                for (const auto& [tile, tile_free] : ooc_tiles) {
+                    ts::blas3_call_options forced;
+                    forced.tile = tile;
+                    forced.tile_free = tile_free;
+                    const ts::bench::pair_timing ft = ts::bench::alternate(reps, [&] { quarter.blas3<T>(r, f, x, forced); },
+                                                                           [&] { quarter.blas3<T>(r, f, x); });
+                    table.report({"out of core (25% budget), tiles " + std::to_string(tile) + "/" + std::to_string(tile_free) +
+                                      " / the planner's, " + label,
+                                  "the planner's tiles " + std::to_string(chosen.tile) + "/" + std::to_string(chosen.tile_free),
+                                  ft.ours, ft.anchor, 0, 0});
+                }
             }
             if (wanted("scaling")) {
                 ts::context c1("cpu:1", {.cpu_threads = 1}), c2("cpu:2", {.cpu_threads = 1});
