@@ -155,8 +155,13 @@ public:
     arguments(int argc, char** argv, std::string usage) : usage_(std::move(usage)) {
         for (int i = 1; i < argc; i += 2) {
             const std::string k = argv[i];
-            if (k.rfind("--", 0) != 0 || i + 1 >= argc) bad_ = true;
-            else values_[k.substr(2)] = argv[i + 1];
+            if (k.rfind("--", 0) != 0) {
+                if (problem_.empty()) problem_ = "'" + k + "' is not an option (options are --name value)";
+            } else if (i + 1 >= argc) {
+                if (problem_.empty()) problem_ = k + " needs a value";
+            } else {
+                values_[k.substr(2)] = argv[i + 1];
+            }
         }
     }
     std::string get(const std::string& name, const std::string& fallback) {
@@ -166,26 +171,41 @@ public:
     }
     long long number(const std::string& name, long long fallback) {
         const std::string v = get(name, "");
-        return v.empty() ? fallback : std::stoll(v);
+        return v.empty() ? fallback : parsed<long long>(name, v, [](const std::string& x, std::size_t* used) { return std::stoll(x, used); });
     }
     double real(const std::string& name, double fallback) {
         const std::string v = get(name, "");
-        return v.empty() ? fallback : std::stod(v);
+        return v.empty() ? fallback : parsed<double>(name, v, [](const std::string& x, std::size_t* used) { return std::stod(x, used); });
     }
-    /// True when every option given was one the benchmark reads; otherwise prints the usage.
+    /// True when every option given was one the benchmark reads; otherwise prints what is wrong
+    /// (the first bad argument or unknown option) and the usage.
     bool finish() const {
-        bool ok = !bad_;
+        std::string problem = problem_;
         for (const auto& [k, v] : values_)
-            if (std::find(asked_.begin(), asked_.end(), k) == asked_.end()) ok = false;
-        if (!ok) std::fprintf(stderr, "%s\n", usage_.c_str());
-        return ok;
+            if (problem.empty() && std::find(asked_.begin(), asked_.end(), k) == asked_.end())
+                problem = "unknown option --" + k;
+        if (problem.empty()) return true;
+        std::fprintf(stderr, "error: %s\n%s\n", problem.c_str(), usage_.c_str());
+        return false;
     }
 
 private:
+    /// The whole of v read by parse, or an error naming the option and its value.
+    template <class R, class F>
+    static R parsed(const std::string& name, const std::string& v, F parse) {
+        std::size_t used = 0;
+        try {
+            const R x = parse(v, &used);
+            if (used == v.size()) return x;
+        } catch (const std::exception&) {
+        }
+        throw std::invalid_argument("--" + name + ": '" + v + "' is not a number");
+    }
+
     std::string usage_;
     std::map<std::string, std::string> values_;
     std::vector<std::string> asked_;
-    bool bad_ = false;
+    std::string problem_;  // the first malformed argument
 };
 
 /// Splits "a,b,c" at sep.

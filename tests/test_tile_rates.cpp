@@ -139,6 +139,16 @@ TEST(TileRates, ProbeRunsEachRoutinesVariantOnTheCpu) {
     EXPECT_TRUE(eng::measured_tile_rate(dev, dtype::f64, right, gemm_kernel::vendor));
 }
 
+TEST(TileRates, ProbeRunsItsVariantsMathMode) {
+    // A context in tf32 runs its tiles' GEMM pieces (CUDA's blocked trsm) in tf32: its probe
+    // times them so, and caches that rate apart from the strict one.
+    eng::tile_variant strict(tile_kind::trsm), tf32(tile_kind::trsm);
+    tf32.math = math_mode::tf32;
+    EXPECT_NE(strict, tf32);
+    EXPECT_EQ(eng::probe_op(tf32, dtype::f32, gemm_kernel::vendor, 64, nullptr, nullptr, nullptr).math, math_mode::tf32);
+    EXPECT_EQ(eng::probe_op(strict, dtype::f32, gemm_kernel::vendor, 64, nullptr, nullptr, nullptr).math, math_mode::strict);
+}
+
 /// Every kind in `types` that `spec`'s first device runs is timed at two small orders; each time
 /// is positive, and the larger order is the one with more flops.
 void probe_every_kind(const std::string& spec, std::initializer_list<dtype> types, std::initializer_list<tile_kind> kinds) {

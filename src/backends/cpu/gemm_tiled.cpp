@@ -55,7 +55,11 @@ T* packing_buffer(int which, std::size_t elements) {
     thread_local std::unique_ptr<T, aligned_free> buffers[5];
     thread_local std::size_t capacity[5] = {0, 0, 0, 0, 0};
     if (capacity[which] < elements) {
+        // The old buffer goes first (a lower peak); until the new one is there the slot holds
+        // nothing, so a failed allocation (bad_alloc) leaves a slot the next call fills again
+        // rather than a null buffer with the old capacity.
         buffers[which].reset();
+        capacity[which] = 0;
         buffers[which].reset(static_cast<T*>(
             ::operator new(elements * sizeof(T), std::align_val_t(vector_bytes))));
         capacity[which] = elements;

@@ -130,7 +130,16 @@ void thread_pool::run(int parts, const std::function<void(int)>& body) {
     batch.remaining = parts;
     {
         std::lock_guard lock(w.mutex);
-        for (int p = 0; p < parts; ++p) w.jobs.push_back({[&body, p] { body(p); }, &batch});
+        // All parts or none: no worker takes a job while the lock is held, so when a push fails
+        // (bad_alloc) the parts already queued come off again before `batch` and `body` go out
+        // of scope (and no part of a call whose parts wait for each other runs alone).
+        int queued = 0;
+        try {
+            for (; queued < parts; ++queued) w.jobs.push_back({[&body, p = queued] { body(p); }, &batch});
+        } catch (...) {
+            for (; queued > 0; --queued) w.jobs.pop_back();
+            throw;
+        }
     }
     w.cv.notify_all();
     std::unique_lock dl(batch.mutex);

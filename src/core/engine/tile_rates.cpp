@@ -12,10 +12,6 @@
 
 namespace tilestream::detail::engine {
 
-namespace {
-
-/// The probe's operation of `v` at `order` on buffers a, b, c (each in its layout of v, leading
-/// dimension order), alpha 1 and beta 0.5 (C read, as the routines' updates read it).
 tile_op probe_op(const tile_variant& v, dtype type, gemm_kernel kernel, index_t order, void* a, void* b, void* c) {
     tile_op op;
     op.kind = v.kind;
@@ -28,6 +24,7 @@ tile_op probe_op(const tile_variant& v, dtype type, gemm_kernel kernel, index_t 
                         v.kind == tile_kind::her2k;
     if (rank_k) op.trans_b = v.trans;
     op.diag = v.diag;
+    op.math = v.math;
     op.m = op.n = op.k = order;
     op.alpha = 1.0;
     op.beta = 0.5;
@@ -37,8 +34,6 @@ tile_op probe_op(const tile_variant& v, dtype type, gemm_kernel kernel, index_t 
     if (v.kind == tile_kind::getrf) op.b = {b, 1, layout::col_major};  // the pivots, 1 x order
     return op;
 }
-
-}  // namespace
 
 double tile_probe_flops(tile_kind kind, dtype type, index_t order) {
     return probe_op(tile_variant(kind), type, gemm_kernel::vendor, order, nullptr, nullptr, nullptr).flops();

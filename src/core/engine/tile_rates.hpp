@@ -32,11 +32,17 @@ struct tile_variant {
     op trans = op::n;  ///< op(A); the rank-k kinds' op(B) too
     tilestream::diag diag = tilestream::diag::non_unit;
     layout layout_a = layout::col_major, layout_b = layout::col_major, layout_c = layout::col_major;
+    /// The GEMMs a device splits the tile into (a trsm's blocks on CUDA) run in this mode.
+    math_mode math = math_mode::strict;
 
     tile_variant() = default;
     tile_variant(tile_kind k) : kind(k) {}  // NOLINT(google-explicit-constructor): a kind is its default variant
     auto operator<=>(const tile_variant&) const = default;
 };
+
+/// The operation a probe of `v` times at `order` on buffers a, b, c (each in its layout of v,
+/// leading dimension order): alpha 1 and beta 0.5 (C read, as the routines' updates read it).
+tile_op probe_op(const tile_variant& v, dtype type, gemm_kernel kernel, index_t order, void* a, void* b, void* c);
 
 /// The square orders a tile kind's probe measures by default: a small tile, where a call's fixed
 /// cost shows, and a large one, where its rate does.

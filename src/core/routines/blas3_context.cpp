@@ -121,9 +121,10 @@ device_rates context::routine_rates(std::string_view routine, dtype type, gemm_k
     if (probe && !declared && !options_.rates && !options_.reproducible && kernel != gemm_kernel::reference &&
         !computes_on_host_cores(first_device)) {
         device& first = *device_ptrs_.front();
-        for (const detail::engine::tile_variant& v : tiles) {
+        for (detail::engine::tile_variant v : tiles) {
             const tile_kind k = v.kind;
             if (r.tile_rates[std::size_t(k)].flops > 0) continue;
+            v.math = options_.math;  // as the steps run (their GEMM pieces in tf32 when asked)
             const gemm_kernel use = first.supports(k, type, kernel) ? kernel : gemm_kernel::vendor;
             const std::lock_guard lock(mutex_);  // a probe must not share the device with a run
             if (const auto t = detail::engine::measured_tile_rate(first, type, v, use)) r.tile_rates[std::size_t(k)] = *t;
