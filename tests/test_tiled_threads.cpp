@@ -128,6 +128,66 @@ void every_shape() {
         for (int threads : {2, 3}) check_shape<T>(s, threads);
 }
 
+TEST(TiledThreads, AFailedPackingAllocationLeavesTheWorkersUsable) {
+    // A GEMM whose packing buffers cannot grow fails (std::bad_alloc); the threads' buffers stay
+    // usable: the same smaller GEMM as before, on the same workers, is again bitwise the
+    // one-thread result (a slot left null with its old capacity was written through).
+    using T = double;
+    // Blocked (packed) path, split by rows so that the workers share B panels (the calling
+    // thread's buffers) as the larger call below does; every buffer well under 512 KiB.
+    const index_t m0 = 240, n0 = 100, k0 = 200;
+    std::mt19937_64 rng(7);
+    std::vector<T> a(std::size_t(m0 * k0)), b(std::size_t(k0 * n0));
+    for (T& x : a) x = random_value<T>(rng);
+    for (T& x : b) x = random_value<T>(rng);
+    gemm_call call;
+    call.type = dtype::f64;
+    call.kernel = gemm_kernel::tiled;
+    call.m = m0;
+    call.n = n0;
+    call.k = k0;
+    call.alpha = 1.0;
+    call.beta = 0.0;
+    call.a = a.data();
+    call.lda = k0;
+    call.b = b.data();
+    call.ldb = call.ldc = n0;
+    std::vector<T> one(std::size_t(m0 * n0)), before(one.size(), T(std::nan(""))), after(before);
+    call.c = one.data();
+    cpu::gemm_tiled_serial(call);
+    cpu::thread_pool pool(2);
+    call.c = before.data();
+    cpu::gemm_tiled(call, pool);  // every worker's buffers at this call's sizes
+    EXPECT_EQ(std::memcmp(one.data(), before.data(), one.size() * sizeof(T)), 0);
+
+    // A larger call: its buffers (a 2100-deep panel, over 512 KiB) cannot be had.
+    const index_t m = 301, nn = 203, k = 2100;
+    std::vector<T> a2(std::size_t(m * k), T(1)), b2(std::size_t(k * nn), T(1)), c2(std::size_t(m * nn));
+    gemm_call big = call;
+    big.m = m;
+    big.n = nn;
+    big.k = k;
+    big.a = a2.data();
+    big.lda = k;
+    big.b = b2.data();
+    big.ldb = nn;
+    big.c = c2.data();
+    big.ldc = nn;
+    int refused = 0;
+    cpu::detail::packing_allocation_hook = [&refused](std::size_t bytes) {
+        if (bytes <= (std::size_t(512) << 10)) return true;
+        ++refused;
+        return false;
+    };
+    EXPECT_THROW(cpu::gemm_tiled(big, pool), std::bad_alloc);
+    cpu::detail::packing_allocation_hook = nullptr;
+    EXPECT_GT(refused, 0);
+
+    call.c = after.data();
+    cpu::gemm_tiled(call, pool);
+    EXPECT_EQ(std::memcmp(one.data(), after.data(), one.size() * sizeof(T)), 0) << "after a failed allocation";
+}
+
 TEST(TiledThreads, WorkersSharingBPanelsMatchOneThreadBitwise) {
     every_shape<float>();
     every_shape<double>();

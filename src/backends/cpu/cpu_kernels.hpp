@@ -6,7 +6,16 @@
 #include <tilestream/kernels.hpp>
 #include <tilestream/tile_ops.hpp>
 
+#include <cstddef>
+#include <functional>
+
 namespace tilestream::cpu {
+
+namespace detail {
+/// Test hook: asked before a tiled-GEMM packing buffer grows to `bytes`; returning false makes
+/// that allocation fail as when memory is exhausted (std::bad_alloc). Empty in normal runs.
+extern std::function<bool(std::size_t bytes)> packing_allocation_hook;
+}  // namespace detail
 
 /// One output element per work item, the parallel loop over C's elements.
 void gemm_naive(const gemm_call& call, thread_pool& pool);

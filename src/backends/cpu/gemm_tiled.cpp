@@ -21,6 +21,10 @@
 
 namespace tilestream::cpu {
 
+namespace detail {
+std::function<bool(std::size_t)> packing_allocation_hook;
+}  // namespace detail
+
 namespace {
 
 constexpr std::size_t vector_bytes = 64;
@@ -60,6 +64,7 @@ T* packing_buffer(int which, std::size_t elements) {
         // rather than a null buffer with the old capacity.
         buffers[which].reset();
         capacity[which] = 0;
+        if (detail::packing_allocation_hook && !detail::packing_allocation_hook(elements * sizeof(T))) throw std::bad_alloc();
         buffers[which].reset(static_cast<T*>(
             ::operator new(elements * sizeof(T), std::align_val_t(vector_bytes))));
         capacity[which] = elements;
