@@ -25,17 +25,19 @@ std::vector<device*> raw(const std::vector<std::unique_ptr<device>>& devs) {
 }
 
 template <class T>
-double run_case(const std::vector<device*>& devs, op oa, op ob, index_t m, index_t n, index_t k, layout l, double beta,
-                const gemm_tiling& t, host_matrix<T>* out = nullptr) {
+double run_case(const std::vector<device*>& devs, op oa, op ob, index_t m, index_t n, index_t k, layout l, T beta,
+                const gemm_tiling& t, host_matrix<T>* out = nullptr, detail::engine::run_result* result = nullptr,
+                detail::engine::model_result* model = nullptr) {
     host_matrix<T> a(oa == op::n ? m : k, oa == op::n ? k : m, l), b(ob == op::n ? k : n, ob == op::n ? n : k, l);
     host_matrix<T> c(m, n, l), c0(m, n, l);
     fill_random(a.view(), 1);
     fill_random(b.view(), 2);
     fill_random(c0.view(), 3);
-    if (beta != 0) std::memcpy(c.data(), c0.data(), sizeof(T) * std::size_t(c.size()));
+    if (beta != T(0)) std::memcpy(c.data(), c0.data(), sizeof(T) * std::size_t(c.size()));
     else fill_nan(c.view());
-    gemm_on_tasks<T>(devs, oa, ob, T(0.75), a.view(), b.view(), T(beta), c.view(), t);
-    const double e = gemm_relative_error<T>(oa, ob, T(0.75), a.view(), b.view(), T(beta), c0.view(), c.view());
+    const auto r = gemm_on_tasks<T>(devs, oa, ob, T(0.75), a.view(), b.view(), beta, c.view(), t, {}, model);
+    if (result) *result = r;
+    const double e = gemm_relative_error<T>(oa, ob, T(0.75), a.view(), b.view(), beta, c0.view(), c.view());
     if (out) *out = std::move(c);
     return e;
 }
@@ -51,9 +53,88 @@ TEST(GemmOnTasks, MatchesReferenceInPlaceOutOfCoreAndOnThreeDevices) {
             for (op ob : {op::n, op::t})
                 for (layout l : {layout::row_major, layout::col_major}) {
                     EXPECT_LT(run_case<double>(raw(devs), oa, ob, 67, 45, 83, l, 0.0, t), 1e-13) << spec;
-                    EXPECT_LT(run_case<float>(raw(devs), oa, ob, 53, 71, 29, l, 1.5, t), 1e-5) << spec;
+                    EXPECT_LT(run_case<float>(raw(devs), oa, ob, 53, 71, 29, l, 1.5f, t), 1e-5) << spec;
                 }
+        // Complex, every op pair with conjugation, complex beta (and beta = 0 on NaN).
+        using c32 = std::complex<float>;
+        using c64 = std::complex<double>;
+        for (op oa : {op::n, op::t, op::c})
+            for (op ob : {op::n, op::c}) {
+                EXPECT_LT(run_case<c64>(raw(devs), oa, ob, 41, 37, 45, layout::col_major, c64(0.5, -1.25), t), 1e-13)
+                    << spec;
+                EXPECT_LT(run_case<c32>(raw(devs), oa, ob, 29, 43, 31, layout::row_major, c32(0), t), 1e-5) << spec;
+            }
     }
+}
+
+// The order of C's tiles decides which panel stays in the slots, as the GEMM pipeline's a_panel
+// (row panels of A, all of k, B's column panels streamed) and b_panel strategies do; the bytes
+// copied are the cost model's, to the byte, and at most the strategy's (the executor's preference
+// for tasks whose tiles a device holds reuses some of the streamed operand's too). Slots are sized
+// per operand: the panels fit budgets where slots of the largest tile would not.
+TEST(GemmOnTasks, PanelOrdersCopyWhatTheModelPredicts) {
+    // f64: A panels 40 x 90 (the last 30 rows, in A's slots still), B panels 90 x 48, C tiles 40 x 48.
+    const index_t m = 150, n = 144, k = 90;
+    gemm_tiling t;
+    t.tile_m = 40;
+    t.tile_n = 48;
+    t.tile_k = k;
+    const std::size_t es = sizeof(double);
+    const std::size_t a_panel = 40 * k * es, b_panel = k * 48 * es, c_tile = 40 * 48 * es;
+    // One of each: what a task holds; uniform slots of the largest tile would need three of them.
+    const std::size_t least = a_panel + b_panel + c_tile;
+    ASSERT_LT(least, 3 * std::max(a_panel, b_panel));
+    for (const bool by_columns : {false, true}) {
+        t.by_columns = by_columns;
+        for (const std::size_t budget : {least, least + a_panel + b_panel, 2 * least})
+            for (const char* where : {"cpu", "opencl:0"}) {
+                const auto devs = open_devices(std::string(where) + "@" + std::to_string(budget) + "B");
+                for (const double beta : {0.0, 0.5}) {
+                    detail::engine::run_result r;
+                    detail::engine::model_result model;
+                    EXPECT_LT(run_case<double>(raw(devs), op::n, op::t, m, n, k, layout::col_major, beta, t, nullptr,
+                                               &r, &model),
+                              1e-13);
+                    SCOPED_TRACE(std::string(where) + (by_columns ? " by columns" : " by rows") + " budget " +
+                                 std::to_string(budget) + " beta " + std::to_string(beta));
+                    EXPECT_EQ(r.bytes_h2d, model.bytes_h2d);
+                    EXPECT_EQ(r.bytes_d2h, model.bytes_d2h);
+                    EXPECT_EQ(r.bytes_d2h, std::size_t(m * n) * es);
+                    const std::size_t c_in = beta != 0 ? std::size_t(m * n) * es : 0;
+                    // The strategy's: the reused panel loaded once, the other operand once per panel of it.
+                    const std::size_t ab = by_columns ? std::size_t(k * n + 3 * m * k) * es   // 3 B panels
+                                                      : std::size_t(m * k + 4 * k * n) * es;  // 4 A panels
+                    EXPECT_LE(r.bytes_h2d, ab + c_in);
+                    if (budget > least) EXPECT_LT(r.bytes_h2d, ab + c_in);
+                }
+            }
+    }
+}
+
+// k in steps: with room for a row of A's tiles (all of k) the row order loads A once and B once per
+// row of C's tiles; in the least budget A's tiles come again for every tile of C. The model
+// predicts both to the byte.
+TEST(GemmOnTasks, KStepsKeepARowOfATilesWhereTheyFit) {
+    const index_t m = 96, n = 100, k = 120;
+    gemm_tiling t;
+    t.tile_m = 32;
+    t.tile_n = 25;
+    t.tile_k = 40;  // three k-steps
+    const std::size_t es = sizeof(float);
+    const std::size_t a = 32 * 40 * es, b = 40 * 25 * es, c = 32 * 25 * es;
+    const std::size_t roomy = 4 * a + 4 * b + 2 * c;  // a row of A's tiles (and of B's) and one more
+    const auto devs = open_devices("cpu@" + std::to_string(roomy) + "B");
+    detail::engine::run_result r;
+    detail::engine::model_result model;
+    EXPECT_LT(run_case<float>(raw(devs), op::t, op::n, m, n, k, layout::row_major, 0.0f, t, nullptr, &r, &model), 1e-5);
+    EXPECT_EQ(r.bytes_h2d, model.bytes_h2d);
+    EXPECT_LE(r.bytes_h2d, std::size_t(m * k + 3 * k * n) * es);  // A once, B at most once per row of C
+    const std::size_t roomy_bytes = r.bytes_h2d;
+    const auto tight = open_devices("cpu@" + std::to_string(a + b + c) + "B");
+    EXPECT_LT(run_case<float>(raw(tight), op::t, op::n, m, n, k, layout::row_major, 0.0f, t, nullptr, &r, &model), 1e-5);
+    EXPECT_EQ(r.bytes_h2d, model.bytes_h2d);
+    EXPECT_EQ(r.bytes_h2d, std::size_t(m * k * 4 + k * n * 3) * es);  // A's tiles again for each C tile
+    EXPECT_GT(r.bytes_h2d, roomy_bytes);
 }
 
 TEST(GemmOnTasks, SurvivesADeviceFault) {

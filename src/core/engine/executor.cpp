@@ -107,11 +107,14 @@ public:
             if (st.recoverable) rq.run.trace->name_stream(dev.id(), backup_lane, "backups (host)");
         }
         if (!rq.in_place) {
-            store_ = std::make_unique<tile_store>(dev, *h2d_, *compute_, *d2h_, rq.slots, rq.slot_bytes, 3, from,
+            const std::vector<slot_class> classes = slot_classes_of(rq);
+            int wanted = 0;
+            for (const slot_class& c : classes) wanted += c.count;
+            store_ = std::make_unique<tile_store>(dev, *h2d_, *compute_, *d2h_, classes, 3, from,
                                                   kit ? &kit->slots : nullptr);
-            if (store_->slots() < rq.slots)
+            if (store_->slots() < wanted)
                 warnings.push_back(dev.id() + ": ran with " + std::to_string(store_->slots()) + " of " +
-                                   std::to_string(rq.slots) + " tile slots (the device refused the others)");
+                                   std::to_string(wanted) + " tile slots (the device refused the others)");
         }
     }
 
@@ -529,7 +532,9 @@ private:
         }
         // Sized once for any step (three slots' worth): a buffer replaced here could still be in
         // use by steps queued before on the stream.
-        const std::size_t total = std::max(b.a_bytes + b.b_bytes + b.c_bytes, 3 * rq_.slot_bytes);
+        std::size_t largest = 0;
+        for (const slot_class& c : slot_classes_of(rq_)) largest = std::max(largest, c.bytes);
+        const std::size_t total = std::max(b.a_bytes + b.b_bytes + b.c_bytes, 3 * largest);
         if (fallback_stage_.size() < total) fallback_stage_ = dev_.allocate_host_staging(total);
         char* base = static_cast<char*>(fallback_stage_.get());
         tile_op op = b.op;
@@ -644,6 +649,11 @@ private:
 
 }  // namespace
 
+std::vector<slot_class> slot_classes_of(const run_request& rq) {
+    if (!rq.slot_classes.empty()) return sorted_classes(rq.slot_classes);
+    return {{rq.slot_bytes, rq.slots}};
+}
+
 run_result run_tasks(const run_request& rq, std::span<device* const> devices) {
     run_result res;
     const task_graph& g = *rq.graph;
@@ -670,13 +680,22 @@ run_result run_tasks(const run_request& rq, std::span<device* const> devices) {
         for (std::size_t i = 0; i < devices.size(); ++i) kits[i] = std::move(rq.memory->tile_kits[i]);
     }
     if (!rq.in_place) {
-        const std::size_t bytes = std::size_t(rq.slots) * rq.slot_bytes;
+        const std::vector<slot_class> classes = slot_classes_of(rq);
+        const std::size_t bytes = total_bytes(classes);
         for (std::size_t i = 0; i < devices.size(); ++i)
             if (kits[i] && kits[i]->reservation && kits[i]->reservation->bytes() >= bytes) {
-                // Slots of this run's size are reused (as many as it has), the others freed first:
-                // they hold memory of the reservation the new ones come from.
-                std::erase_if(kits[i]->slots, [&](const tile_slot& x) { return x.buf.size() != rq.slot_bytes; });
-                while (kits[i]->slots.size() > std::size_t(std::max(rq.slots, 0))) kits[i]->slots.pop_back();
+                // Slots of this run's sizes are reused (as many as it has of each), the others
+                // freed first: they hold memory of the reservation the new ones come from.
+                std::vector<int> left(classes.size());
+                for (std::size_t c = 0; c < classes.size(); ++c) left[c] = classes[c].count;
+                std::erase_if(kits[i]->slots, [&](const tile_slot& x) {
+                    for (std::size_t c = 0; c < classes.size(); ++c)
+                        if (x.buf.size() == classes[c].bytes && left[c] > 0) {
+                            --left[c];
+                            return false;  // kept
+                        }
+                    return true;
+                });
                 reservations[i] = std::move(kits[i]->reservation);
                 reservations[i]->reset_peak();
             } else if (kits[i]) {

@@ -37,6 +37,8 @@ struct run_request {
     bool in_place = false;               ///< compute on the host operands, no slots
     int slots = 0;                       ///< tile slots per device (copying runs)
     std::size_t slot_bytes = 0;
+    /// Slots of several sizes instead (non-empty: slots and slot_bytes are not used).
+    std::vector<slot_class> slot_classes;
     /// Diagonal blocks on the reference (reproducible plans).
     bool deterministic = false;
     /// Each device's measured GEMM rate (FLOP/s; empty or 0: none): its rate for the balance until
@@ -70,6 +72,9 @@ struct run_result {
     /// potrf steps: the smallest global 1-based index of a non-positive pivot (0: none).
     std::int64_t info = 0;
 };
+
+/// The request's slots per device, by class.
+std::vector<slot_class> slot_classes_of(const run_request& rq);
 
 /// Runs every task of the graph on the devices (each listed once). Throws cancelled when the run's
 /// cancel flag stopped it, device_error (or out_of_budget) when every device failed, a device's

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <queue>
 #include <set>
 #include <unordered_map>
@@ -67,57 +68,94 @@ double step_seconds(const task_graph& g, const task_step& s, const device_rates&
 
 namespace {
 
-/// One device's LRU tile cache: tile -> (version, last use).
+/// One device's tile cache as the store keeps it: slots by size class, a tile in the smallest
+/// class it fits with a free or unpinned slot, the least recently used one there evicted.
 class lru_cache {
 public:
-    explicit lru_cache(int slots) : slots_(std::max(slots, 1)) {}
+    explicit lru_cache(const std::vector<slot_class>& classes) : classes_(classes), order_(classes.size()), used_(classes.size()) {}
     /// Whether (tile, version) is held; touches it.
     bool hit(int tile, std::uint32_t version) {
         auto it = entries_.find(tile);
-        if (it == entries_.end() || it->second.first != version) return false;
-        order_.erase({it->second.second, tile});
-        it->second.second = ++clock_;
-        order_.insert({clock_, tile});
+        if (it == entries_.end() || it->second.version != version) return false;
+        touch(tile, it->second);
         return true;
     }
     bool holds(int tile, std::uint32_t version) const {
         auto it = entries_.find(tile);
-        return it != entries_.end() && it->second.first == version;
+        return it != entries_.end() && it->second.version == version;
     }
     /// The tile's slot now holds `version` (its recency unchanged).
     void relabel(int tile, std::uint32_t version) {
         auto it = entries_.find(tile);
-        if (it != entries_.end()) it->second.first = version;
+        if (it != entries_.end()) it->second.version = version;
     }
-    /// Holds (tile, version), evicting the least recently used tile that is not pinned (the
-    /// store's locked slots: the task's outputs and the step's other input).
-    void put(int tile, std::uint32_t version, const std::vector<int>& pinned = {}) {
+    /// Holds (tile, version) of `bytes`, in the slot of its older version or else evicting in the
+    /// smallest class it fits the least recently used tile that is not pinned (the store's locked
+    /// slots: the task's outputs and the step's other input).
+    void put(int tile, std::uint32_t version, std::size_t bytes, const std::vector<int>& pinned = {}) {
         auto it = entries_.find(tile);
         if (it != entries_.end()) {
-            order_.erase({it->second.second, tile});
-        } else if (int(entries_.size()) >= slots_) {
-            auto v = order_.begin();
-            while (v != order_.end() && std::find(pinned.begin(), pinned.end(), v->second) != pinned.end()) ++v;
-            if (v == order_.end()) v = order_.begin();
-            entries_.erase(v->second);
-            order_.erase(v);
+            it->second.version = version;
+            touch(tile, it->second);
+            return;
         }
-        entries_[tile] = {version, ++clock_};
-        order_.insert({clock_, tile});
+        const auto is_pinned = [&](int t) { return std::find(pinned.begin(), pinned.end(), t) != pinned.end(); };
+        std::size_t c = 0;
+        std::set<std::pair<std::uint64_t, int>>::iterator v;
+        bool chosen = false;
+        for (std::size_t x = 0; x < classes_.size() && !chosen; ++x) {
+            if (classes_[x].bytes < bytes) continue;
+            if (used_[x] < classes_[x].count) {
+                c = x, chosen = true;
+                v = order_[x].end();
+                break;
+            }
+            for (v = order_[x].begin(); v != order_[x].end() && is_pinned(v->second); ++v) {
+            }
+            if (v != order_[x].end()) c = x, chosen = true;
+        }
+        if (!chosen) {
+            // Every fitting slot pinned (the store throws): the largest class's oldest.
+            c = classes_.size() - 1;
+            v = order_[c].begin();
+            if (v == order_[c].end()) {  // a class of no slots: nothing is kept
+                return;
+            }
+        }
+        if (v != order_[c].end()) {
+            entries_.erase(v->second);
+            order_[c].erase(v);
+        } else {
+            ++used_[c];
+        }
+        entry e{version, ++clock_, c};
+        order_[c].insert({e.last_use, tile});
+        entries_[tile] = e;
     }
 
 private:
-    int slots_;
+    struct entry {
+        std::uint32_t version = 0;
+        std::uint64_t last_use = 0;
+        std::size_t cls = 0;
+    };
+    void touch(int tile, entry& e) {
+        order_[e.cls].erase({e.last_use, tile});
+        e.last_use = ++clock_;
+        order_[e.cls].insert({e.last_use, tile});
+    }
+    std::vector<slot_class> classes_;
     std::uint64_t clock_ = 0;
-    std::unordered_map<int, std::pair<std::uint32_t, std::uint64_t>> entries_;
-    std::set<std::pair<std::uint64_t, int>> order_;
+    std::unordered_map<int, entry> entries_;
+    std::vector<std::set<std::pair<std::uint64_t, int>>> order_;  // by class: (last use, tile)
+    std::vector<int> used_;
 };
 
 struct model_device_state {
     double h2d = 0, compute = 0, d2h = 0;  // when each stream is free
     double busy_compute = 0, busy_h2d = 0, busy_d2h = 0;
     lru_cache cache;
-    explicit model_device_state(int slots) : cache(slots) {}
+    explicit model_device_state(const std::vector<slot_class>& classes) : cache(classes) {}
 };
 
 }  // namespace
@@ -137,7 +175,10 @@ model_result model_run(const task_graph& g, const model_settings& m) {
     const device_rates& r = m.rates;
     const int devices = std::max(1, m.devices);
     std::vector<model_device_state> dev;
-    for (int d = 0; d < devices; ++d) dev.emplace_back(m.slots);
+    const std::vector<slot_class> classes =
+        !m.slot_classes.empty() ? sorted_classes(m.slot_classes)
+                                : std::vector<slot_class>{{std::numeric_limits<std::size_t>::max(), std::max(m.slots, 1)}};
+    for (int d = 0; d < devices; ++d) dev.emplace_back(classes);
     std::vector<int> waiting(n);
     std::vector<double> ready_time(n, 0.0), finish(n, 0.0), path(n, 0.0);
     std::vector<std::uint32_t> version(std::size_t(g.tiles), 0);
@@ -204,7 +245,7 @@ model_result model_run(const task_graph& g, const model_settings& m) {
             std::vector<int> pinned;
             for (const task_output& o : task.outputs) {
                 const bool found = s.cache.hit(o.tile, version[std::size_t(o.tile)]);
-                if (!found) s.cache.put(o.tile, version[std::size_t(o.tile)], pinned);
+                if (!found) s.cache.put(o.tile, version[std::size_t(o.tile)], g.tile_bytes(o.tile), pinned);
                 pinned.push_back(o.tile);
                 if (o.load) {
                     if (found) ++res.cache_hits;
@@ -224,7 +265,7 @@ model_result model_run(const task_graph& g, const model_settings& m) {
                     } else {
                         load_bytes += double(g.tile_bytes(x));
                         ++res.loads;
-                        s.cache.put(x, version[std::size_t(x)], pinned);
+                        s.cache.put(x, version[std::size_t(x)], g.tile_bytes(x), pinned);
                     }
                     pinned.push_back(x);
                 }

@@ -16,7 +16,8 @@ struct model_settings {
     device_rates rates;
     int devices = 1;
     bool in_place = false;  ///< devices compute on the host operands: nothing is copied
-    int slots = 0;          ///< tile slots per device (copying runs)
+    int slots = 0;          ///< tile slots per device (copying runs), each holding any tile
+    std::vector<slot_class> slot_classes;  ///< slots of several sizes instead (non-empty: slots unused)
 };
 
 struct model_result {

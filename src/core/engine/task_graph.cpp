@@ -44,6 +44,23 @@ std::size_t task_graph::tile_bytes(int tile) const {
     return std::size_t(p.rows) * std::size_t(p.cols) * size_of(type);
 }
 
+std::vector<slot_class> sorted_classes(std::vector<slot_class> classes) {
+    std::sort(classes.begin(), classes.end(), [](const slot_class& x, const slot_class& y) { return x.bytes < y.bytes; });
+    std::vector<slot_class> out;
+    for (const slot_class& c : classes) {
+        if (c.count <= 0) continue;
+        if (!out.empty() && out.back().bytes == c.bytes) out.back().count += c.count;
+        else out.push_back(c);
+    }
+    return out;
+}
+
+std::size_t total_bytes(const std::vector<slot_class>& classes) {
+    std::size_t t = 0;
+    for (const slot_class& c : classes) t += c.bytes * std::size_t(std::max(c.count, 0));
+    return t;
+}
+
 std::size_t task_graph::max_tile_bytes() const {
     std::size_t most = 0;
     for (const operand_tiles& o : operands)

@@ -99,6 +99,19 @@ struct task_graph {
     void finish();
 };
 
+/// A device's tile slots of one size: a store holds `count` slots of `bytes` each. A tile takes a
+/// slot of the smallest class it fits that has one free or unlocked (the least recently used of
+/// them), so operands of different tile sizes (GEMM's A and B panels beside C's tiles) need not
+/// each take a slot of the largest tile.
+struct slot_class {
+    std::size_t bytes = 0;
+    int count = 0;
+};
+
+/// The slot classes by size (ascending), classes of equal size merged.
+std::vector<slot_class> sorted_classes(std::vector<slot_class> classes);
+std::size_t total_bytes(const std::vector<slot_class>& classes);
+
 /// Copying plans for devices that cannot address host memory (GPUs, OpenCL devices): a diagonal
 /// tile written back by its triangle (`task_output::region`) goes back whole instead, loaded
 /// first, where every step of its task that writes it touches only that triangle (syrk, herk,

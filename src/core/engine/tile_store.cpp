@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <tuple>
 #include <cstring>
 #include <vector>
 
@@ -64,46 +65,58 @@ tiles_kit::~tiles_kit() {
     slots.clear();  // the buffers, then (last member) the reservation they came from
 }
 
-tile_store::tile_store(device& dev, stream& h2d, stream& compute, stream& d2h, int slots, std::size_t slot_bytes,
+tile_store::tile_store(device& dev, stream& h2d, stream& compute, stream& d2h, std::vector<slot_class> classes,
                        int least, budget_reservation* from, std::vector<tile_slot>* kept)
     : dev_(dev), h2d_(h2d), compute_(compute), d2h_(d2h) {
-    slots_.reserve(std::size_t(std::max(slots, 0)));
-    // Slots an earlier call left (same size), with the tiles of kept operands they hold.
-    if (kept != nullptr)
-        for (tile_slot& s : *kept) {
-            if (int(slots_.size()) >= slots || s.buf.size() != slot_bytes) continue;
-            s.tile = -1;
-            s.version = 0;
-            s.last_use = 0;
-            s.locked = false;
+    classes = sorted_classes(std::move(classes));
+    int wanted = 0;
+    for (const slot_class& c : classes) wanted += c.count;
+    slots_.reserve(std::size_t(wanted));
+    // Largest first: a device that refuses some slots refuses the smaller classes' last ones.
+    for (auto c = classes.rbegin(); c != classes.rend(); ++c) {
+        int have = 0;
+        // Slots an earlier call left (same size), with the tiles of kept operands they hold.
+        if (kept != nullptr)
+            for (tile_slot& s : *kept) {
+                if (have >= c->count || s.buf.get() == nullptr || s.buf.size() != c->bytes) continue;
+                s.tile = -1;
+                s.version = 0;
+                s.last_use = 0;
+                s.locked = false;
+                slots_.push_back(std::move(s));
+                ++have;
+            }
+        for (; have < c->count; ++have) {
+            tile_slot s;
+            try {
+                s.buf = dev.allocate(c->bytes, from);
+            } catch (const error&) {
+                // Run with the slots there are: enough of them, and one of every class.
+                if (int(slots_.size()) >= least && have > 0) break;
+                throw;
+            }
+            s.ready = dev.create_event();
+            s.released = dev.create_event();
+            s.written = dev.create_event();
             slots_.push_back(std::move(s));
         }
-    for (int i = int(slots_.size()); i < slots; ++i) {
-        tile_slot s;
-        try {
-            s.buf = dev.allocate(slot_bytes, from);
-        } catch (const error&) {
-            if (int(slots_.size()) >= least) break;  // run with the slots there are
-            throw;
-        }
-        s.ready = dev.create_event();
-        s.released = dev.create_event();
-        s.written = dev.create_event();
-        slots_.push_back(std::move(s));
+        slot_bytes_ = std::max(slot_bytes_, c->bytes);
     }
-    slot_bytes_ = slot_bytes;
 }
 
-tile_slot& tile_store::victim(int tile) {
+tile_slot& tile_store::victim(int tile, std::size_t bytes) {
     tile_slot* v = nullptr;
     // A slot holding an older version of the tile is reused first: that version is of no more use.
     if (auto it = index_.find(tile); it != index_.end() && !slots_[it->second].locked) v = &slots_[it->second];
-    // Least recently used; among the slots this call has not used, those holding a kept operand's
-    // tile from an earlier call (which a later step may take) go last.
-    const auto rank = [](const tile_slot& s) { return std::pair{s.last_use, s.tile < 0 && s.keep.id != 0}; };
+    // The smallest slots the tile fits; among them the least recently used, and among the slots
+    // this call has not used, those holding a kept operand's tile from an earlier call (which a
+    // later step may take) last.
+    const auto rank = [](const tile_slot& s) {
+        return std::tuple{s.buf.size(), s.last_use, s.tile < 0 && s.keep.id != 0};
+    };
     if (v == nullptr)
         for (auto& s : slots_)
-            if (!s.locked && (v == nullptr || rank(s) < rank(*v))) v = &s;
+            if (!s.locked && s.buf.size() >= bytes && (v == nullptr || rank(s) < rank(*v))) v = &s;
     if (v == nullptr) throw invalid_argument(dev_.id() + ": every tile slot is in use by one task (too few slots)");
     if (v->tile >= 0) {
         auto it = index_.find(v->tile);
@@ -157,7 +170,7 @@ tile_slot& tile_store::input(int tile, std::uint32_t version, const host_rect& r
                 index_[tile] = std::size_t(&s - slots_.data());
                 return s;
             }
-    tile_slot& s = victim(tile);
+    tile_slot& s = victim(tile, r.bytes());
     load(s, r);
     dev_.wait(compute_, *s.ready);
     s.origin = r;
@@ -185,7 +198,7 @@ tile_slot& tile_store::output(int tile, std::uint32_t version, bool load_it, con
         dev_.wait(compute_, *s->ready);
         dev_.wait(compute_, *s->written);
     } else {
-        s = &victim(tile);
+        s = &victim(tile, r.bytes());
         if (load_it) {
             load(*s, r);
             dev_.wait(compute_, *s->ready);

@@ -58,9 +58,10 @@ double measure_triangle_merge_rate();
 
 class tile_store {
 public:
-    /// Allocates up to `slots` buffers of `slot_bytes` from the reservation; fewer when the device
-    /// refuses some (at least `least`, else the allocation's error is thrown).
-    tile_store(device& dev, stream& h2d, stream& compute, stream& d2h, int slots, std::size_t slot_bytes, int least,
+    /// Allocates each class's buffers from the reservation (slots `kept` from an earlier call of
+    /// the same size first); fewer when the device refuses some (at least `least` in all and one
+    /// of each class, else the allocation's error is thrown).
+    tile_store(device& dev, stream& h2d, stream& compute, stream& d2h, std::vector<slot_class> classes, int least,
                budget_reservation* from, std::vector<tile_slot>* kept = nullptr);
     tile_store(const tile_store&) = delete;
     tile_store& operator=(const tile_store&) = delete;
@@ -90,9 +91,9 @@ public:
     std::vector<tile_slot> take_slots() { return std::move(slots_); }
 
 private:
-    /// The slot to overwrite with `tile`: one holding an older version of it, else the least
-    /// recently used unlocked one.
-    tile_slot& victim(int tile);
+    /// The slot to overwrite with `tile` (of `bytes`): one holding an older version of it, else
+    /// the least recently used unlocked one of the smallest class it fits.
+    tile_slot& victim(int tile, std::size_t bytes);
     void load(tile_slot& s, const host_rect& r);
 
     device& dev_;
@@ -100,7 +101,7 @@ private:
     std::vector<tile_slot> slots_;
     std::unordered_map<int, std::size_t> index_;  ///< tile -> slot holding its newest version here
     std::uint64_t clock_ = 0;
-    std::size_t slot_bytes_ = 0;
+    std::size_t slot_bytes_ = 0;  ///< the largest slot
     host_staging_buffer region_stage_;  ///< triangle write-back of devices the host cannot address
     store_counters counters_;
 };

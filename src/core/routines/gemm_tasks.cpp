@@ -30,8 +30,10 @@ task_graph build_gemm(const gemm_problem& p, const gemm_tiling& t) {
     s.math = t.math;
     const engine::operand_tiles& c = g.operands[operand_c];
     const index_t kt = p.k > 0 ? (p.k + tk - 1) / tk : 0;
-    for (index_t i = 0; i < c.tiles_r(); ++i)
-        for (index_t j = 0; j < c.tiles_c(); ++j) {
+    const index_t outer = t.by_columns ? c.tiles_c() : c.tiles_r(), inner = t.by_columns ? c.tiles_r() : c.tiles_c();
+    for (index_t x = 0; x < outer; ++x)
+        for (index_t y = 0; y < inner; ++y) {
+            const index_t i = t.by_columns ? y : x, j = t.by_columns ? x : y;
             tile_task task;
             engine::task_output out;
             out.tile = g.tile(operand_c, i, j);
@@ -54,15 +56,74 @@ task_graph build_gemm(const gemm_problem& p, const gemm_tiling& t) {
             g.tasks.push_back(std::move(task));
         }
     g.finish();
+    // No task waits for another: one priority for all, so devices take them in the order above
+    // (a ragged last tile's fewer flops would otherwise send it to the end, away from its panel).
+    for (tile_task& task : g.tasks) task.priority = 1;
     return g;
+}
+
+gemm_task_plan plan_gemm_tasks(const gemm_problem& p, const gemm_tiling& t, std::size_t budget, bool in_place,
+                               const device_rates& rates, int devices) {
+    gemm_task_plan plan;
+    plan.graph = build_gemm(p, t);
+    const task_graph& g = plan.graph;
+    engine::model_settings m;
+    m.rates = rates;
+    m.devices = std::max(devices, 1);
+    m.in_place = in_place;
+    if (!in_place) {
+        const auto largest = [&](int operand) {
+            const engine::operand_tiles& o = g.operands[std::size_t(operand)];
+            return std::size_t(std::min(o.tile_rows, std::max<index_t>(o.rows, 1))) *
+                   std::size_t(std::min(o.tile_cols, std::max<index_t>(o.cols, 1))) * size_of(g.type);
+        };
+        const std::size_t a = p.reads_ab ? largest(operand_a) : 0, b = p.reads_ab ? largest(operand_b) : 0;
+        const std::size_t c = largest(operand_c);
+        // k-steps of a task: the tiles of a panel the order reuses.
+        const engine::operand_tiles& ka = g.operands[operand_a];
+        const index_t steps = is_transposed(p.op_a) ? ka.tiles_r() : ka.tiles_c();
+        // A task holds its C tile and one tile each of A and B.
+        int n_a = a > 0 ? 1 : 0, n_b = b > 0 ? 1 : 0, n_c = 1;
+        const std::size_t least = a + b + c;
+        if (budget < least)
+            throw out_of_budget("gemm on tasks: a tile each of A (" + format_bytes(a) + "), B (" + format_bytes(b) +
+                                ") and C (" + format_bytes(c) + ") need " + format_bytes(least) +
+                                ", more than the budget of " + format_bytes(budget));
+        std::size_t left = budget - least;
+        const auto grow = [&](int& n, std::size_t bytes, index_t up_to) {
+            if (bytes == 0) return;
+            const std::size_t more = std::min<std::size_t>(left / bytes, std::size_t(std::max<index_t>(up_to - n, 0)));
+            n += int(more);
+            left -= more * bytes;
+        };
+        int& reused = t.by_columns ? n_b : n_a;
+        int& other = t.by_columns ? n_a : n_b;
+        const std::size_t reused_bytes = t.by_columns ? b : a, other_bytes = t.by_columns ? a : b;
+        // Two of each (one in use, the next loading or writing back), then the reused operand's
+        // panel (and one more, for the next panel's first tile), then as many of the other.
+        grow(n_c, c, 2);
+        grow(reused, reused_bytes, 2);
+        grow(other, other_bytes, 2);
+        grow(reused, reused_bytes, steps + 1);
+        grow(other, other_bytes, steps + 1);
+        plan.slots = engine::sorted_classes({{a, n_a}, {b, n_b}, {c, n_c}});
+        m.slot_classes = plan.slots;
+    }
+    plan.model = engine::model_run(g, m);
+    return plan;
 }
 
 template <class T>
 engine::run_result gemm_on_tasks(std::span<device* const> devices, op op_a, op op_b, T alpha, host_matrix_view<const T> a,
                                  host_matrix_view<const T> b, T beta, host_matrix_view<T> c, const gemm_tiling& t,
-                                 const blas3_run_options& run) {
+                                 const blas3_run_options& run, engine::model_result* model) {
     const gemm_problem p = describe_gemm<T>(op_a, op_b, alpha, a, b, beta, c);
-    const task_graph g = build_gemm(p, t);
+    const bool in_place = computes_in_place(devices);
+    std::size_t budget = std::numeric_limits<std::size_t>::max();
+    for (device* d : devices) budget = std::min(budget, d->budget_for_runs());
+    const gemm_task_plan plan = plan_gemm_tasks(p, t, budget, in_place, device_rates{}, int(devices.size()));
+    const task_graph& g = plan.graph;
+    if (model != nullptr) *model = plan.model;
     engine::run_request rq;
     rq.graph = &g;
     const auto host = [](auto v) {
@@ -76,16 +137,8 @@ engine::run_result gemm_on_tasks(std::span<device* const> devices, op op_a, op o
     rq.operands = {host(a), host(b), host(host_matrix_view<const T>(c))};
     rq.alpha = as_scalar(alpha);
     rq.beta = as_scalar(beta);
-    rq.in_place = computes_in_place(devices);
-    if (!rq.in_place) {
-        std::size_t budget = std::numeric_limits<std::size_t>::max();
-        for (device* d : devices) budget = std::min(budget, d->budget_for_runs());
-        rq.slot_bytes = std::max<std::size_t>(g.max_tile_bytes(), 1);
-        rq.slots = int(std::min<std::size_t>(budget / rq.slot_bytes, std::size_t(std::max(g.tiles, 3))));
-        if (rq.slots < 3)
-            throw out_of_budget("gemm on tasks: three " + format_bytes(rq.slot_bytes) + " tiles do not fit a budget of " +
-                                format_bytes(budget));
-    }
+    rq.in_place = in_place;
+    rq.slot_classes = plan.slots;
     rq.run = run;
     return engine::run_tasks(rq, devices);
 }
@@ -93,9 +146,11 @@ engine::run_result gemm_on_tasks(std::span<device* const> devices, op op_a, op o
 #define TILESTREAM_INSTANTIATE(T)                                                                                   \
     template engine::run_result gemm_on_tasks<T>(std::span<device* const>, op, op, T, host_matrix_view<const T>,   \
                                                  host_matrix_view<const T>, T, host_matrix_view<T>, const gemm_tiling&, \
-                                                 const blas3_run_options&);
+                                                 const blas3_run_options&, engine::model_result*);
 TILESTREAM_INSTANTIATE(float)
 TILESTREAM_INSTANTIATE(double)
+TILESTREAM_INSTANTIATE(std::complex<float>)
+TILESTREAM_INSTANTIATE(std::complex<double>)
 #undef TILESTREAM_INSTANTIATE
 
 }  // namespace tilestream::detail::routines

@@ -1,10 +1,13 @@
 // GEMM as tile tasks on the Level 3 engine: the case without dependencies (one task per tile of C,
-// its k-steps in order, the first applying beta). The public gemm still runs on its own pipeline
-// (core/gemm_engine.cpp); this builder runs GEMM through the task engine for the tests that pin
-// both engines to the same results (docs/architecture.md, "What is left").
+// its k-steps in order, the first applying beta), in the order of C's tiles that a strategy of the
+// GEMM pipeline follows (row by row: A's row panel reused; column by column: B's column panel), in
+// slots sized per operand (slot_class). The public gemm still runs on its own pipeline
+// (core/gemm_engine.cpp); this builder runs GEMM through the task engine for the tests and the
+// benchmark that pin both engines against each other (docs/architecture.md, "What is left").
 #pragma once
 
 #include "core/engine/executor.hpp"
+#include "core/engine/schedule_model.hpp"
 #include "core/engine/task_graph.hpp"
 
 #include <tilestream/gemm.hpp>
@@ -19,16 +22,34 @@ struct gemm_tiling {
     index_t k_block = 0;
     gemm_kernel kernel = gemm_kernel::vendor;
     math_mode math = math_mode::strict;
+    /// C's tiles row by row (the tiles of A's row panel stay while B's stream: the pipeline's
+    /// a_panel and c_block orders) or column by column (B's column panel stays: b_panel).
+    bool by_columns = false;
 };
+
+/// A GEMM task graph with the slots a device runs it in and what the cost model predicts.
+struct gemm_task_plan {
+    engine::task_graph graph;
+    std::vector<engine::slot_class> slots;  ///< per device (empty: in place)
+    engine::model_result model;
+};
+
+/// Tasks and slots for devices with `budget` bytes each (in_place: computed where the operands
+/// lie): a slot of each operand's tile, then as the budget holds a second of C's, of the reused
+/// operand's (A's by rows, B's by columns) and of the other's, then as many of the reused operand's
+/// as its panel has tiles (plus one), then of the other's. Throws out_of_budget when not even one
+/// tile of each fits.
+gemm_task_plan plan_gemm_tasks(const gemm_problem& p, const gemm_tiling& t, std::size_t budget, bool in_place,
+                               const device_rates& rates, int devices);
 
 /// The tasks of C <- alpha op(A) op(B) + beta C: operands A = 0, B = 1, C = 2 as stored.
 engine::task_graph build_gemm(const gemm_problem& p, const gemm_tiling& t);
 
 /// Builds and runs GEMM on the task engine (slots: what the devices' smallest budget holds, or in
-/// place when they compute on host memory).
+/// place when they compute on host memory). `model`: the plan's prediction, when asked.
 template <class T>
 engine::run_result gemm_on_tasks(std::span<device* const> devices, op op_a, op op_b, T alpha, host_matrix_view<const T> a,
                                  host_matrix_view<const T> b, T beta, host_matrix_view<T> c, const gemm_tiling& t,
-                                 const blas3_run_options& run = {});
+                                 const blas3_run_options& run = {}, engine::model_result* model = nullptr);
 
 }  // namespace tilestream::detail::routines

@@ -1,0 +1,120 @@
+// GEMM on its pipeline against GEMM as tile tasks on the Level 3 engine (issue 26: GEMM is to
+// become the engine's case without dependencies, losing nothing). Out of core at a fraction of
+// the operands, on the same devices, in one run: for each strategy the pipeline runs (its planner's
+// choice, then the panel and C-block strategies asked for), the task engine runs the same tiles
+// in the same order (B's column panels reused for b_panel, A's row panels otherwise) in slots
+// sized per operand within the same budget. Alternating, medians; bytes copied each way beside
+// each engine's own prediction. Writes JSON.
+#include "bench_common.hpp"
+
+#include "core/routines/gemm_tasks.hpp"
+
+#include <tilestream/devices.hpp>
+#include <tilestream/gemm.hpp>
+#include <tilestream/verify.hpp>
+
+#include <cstdio>
+
+namespace ts = tilestream;
+
+static int run(int argc, char** argv) {
+    ts::bench::arguments args(argc, argv,
+                              "usage: engines_bench [--out F] [--git-hash H] [--reps R] [--n N] [--device S] "
+                              "[--budget-fraction F] [--dtypes f32,f64,c32,c64]");
+    const std::string out = args.get("out", "gemm-engines.json"), git = args.get("git-hash", "unknown");
+    const std::string spec = args.get("device", "cpu");
+    const ts::index_t n_real = args.number("n", 4096);
+    const int reps = int(args.number("reps", 5));
+    const double fraction = args.real("budget-fraction", 0.25);
+    const std::string dtypes = args.get("dtypes", "f32,f64,c32,c64");
+    if (!args.finish()) return 2;
+    ts::detail::json rows = ts::detail::json::array();
+    std::string device_name;
+    std::printf("%-4s %5s %-16s %-16s %9s %9s %7s %12s %12s %12s\n", "type", "n", "strategy", "tiles m/n/k", "pipeline",
+                "tasks", "ratio", "bytes pipe", "bytes tasks", "tasks model");
+    for (const std::string& name : ts::bench::split(dtypes, ',')) {
+        const ts::dtype type = ts::parse_dtype(name);
+        // Complex at half the order: the same bytes as real at n/sqrt(2), four times the flops per element.
+        const ts::index_t n = ts::dtype_traits(type).is_complex ? n_real / 2 : n_real;
+        ts::visit_dtype(type, [&]<class T>() {
+            ts::host_matrix<T> a(n, n), b(n, n), c(n, n);
+            ts::fill_random(a.view(), 1);
+            ts::fill_random(b.view(), 2);
+            const std::size_t operands = 3 * std::size_t(n) * std::size_t(n) * sizeof(T);
+            ts::open_options small;
+            small.memory_budget = std::size_t(double(operands) * fraction);
+            auto devs = ts::open_devices(spec, small);
+            // One device (the first the spec opens): ts::gemm plans for one.
+            const std::vector<ts::device*> raw{devs.front().get()};
+            device_name = spec + ": " + devs.front()->id() + " (" + std::to_string(devs.front()->info().threads) + " threads)";
+            const double flops = ts::dtype_traits(type).flops_per_multiply_add * double(n) * double(n) * double(n);
+            for (ts::gemm_strategy s : {ts::gemm_strategy::automatic, ts::gemm_strategy::a_panel, ts::gemm_strategy::b_panel,
+                                        ts::gemm_strategy::c_block}) {
+                ts::gemm_options opt;
+                opt.strategy = s;
+                ts::gemm_report pipe;
+                try {
+                    pipe = ts::gemm<T>(*raw.front(), ts::op::n, ts::op::n, T(1), a.view(), b.view(), T(0), c.view(), opt);
+                } catch (const ts::out_of_budget& e) {
+                    std::printf("%-4s %5lld %-16s  does not fit: %s\n", name.c_str(), (long long)n,
+                                std::string(ts::to_string(s)).c_str(), e.what());
+                    continue;
+                }
+                const ts::gemm_plan& p = pipe.plan;
+                ts::detail::routines::gemm_tiling t;
+                t.tile_m = p.tile_m;
+                t.tile_n = p.tile_n;
+                t.tile_k = p.tile_k > 0 ? p.tile_k : n;
+                t.kernel = p.kernel;
+                t.by_columns = p.strategy == ts::gemm_strategy::b_panel;
+                ts::detail::engine::run_result tasks;
+                ts::detail::engine::model_result model;
+                const auto timing = ts::bench::alternate(
+                    reps,
+                    [&] {
+                        pipe = ts::gemm<T>(*raw.front(), ts::op::n, ts::op::n, T(1), a.view(), b.view(), T(0), c.view(), opt);
+                    },
+                    [&] {
+                        tasks = ts::detail::routines::gemm_on_tasks<T>(raw, ts::op::n, ts::op::n, T(1), a.view(),
+                                                                       b.view(), T(0), c.view(), t, {}, &model);
+                    });
+                const std::string tiles = std::to_string(t.tile_m) + "/" + std::to_string(t.tile_n) + "/" +
+                                          std::to_string(t.tile_k);
+                const std::string label = std::string(ts::to_string(s)) +
+                                          (s == ts::gemm_strategy::automatic ? "=" + std::string(ts::to_string(p.strategy)) : "");
+                ts::bench::json_builder row;
+                row.add("dtype", name).add("n", n).add("requested_strategy", std::string(ts::to_string(s)));
+                row.add("strategy", std::string(ts::to_string(p.strategy)));
+                row.add("tile_m", t.tile_m).add("tile_n", t.tile_n).add("tile_k", t.tile_k);
+                row.add("tasks_order", t.by_columns ? "columns" : "rows");
+                row.add("budget_bytes", *small.memory_budget).add("operand_bytes", operands);
+                row.add("repetitions", reps);
+                row.add("pipeline_median_seconds", timing.ours).add("pipeline_gflops", flops / timing.ours * 1e-9);
+                row.add("tasks_median_seconds", timing.anchor).add("tasks_gflops", flops / timing.anchor * 1e-9);
+                row.add("tasks_speed_relative_to_pipeline", timing.ours / timing.anchor);
+                row.add("pipeline_bytes_h2d", pipe.bytes_h2d).add("pipeline_bytes_d2h", pipe.bytes_d2h);
+                row.add("pipeline_predicted_bytes_h2d", p.bytes_h2d).add("pipeline_peak_device_bytes", pipe.peak_device_bytes);
+                row.add("tasks_bytes_h2d", tasks.bytes_h2d).add("tasks_bytes_d2h", tasks.bytes_d2h);
+                row.add("tasks_predicted_bytes_h2d", model.bytes_h2d).add("tasks_peak_device_bytes", tasks.peak_device_bytes);
+                rows.push_back(row.json());
+                std::printf("%-4s %5lld %-16s %-16s %9.4f %9.4f %7.3f %12zu %12zu %12zu\n", name.c_str(), (long long)n,
+                            label.c_str(), tiles.c_str(), timing.ours, timing.anchor, timing.ours / timing.anchor,
+                            pipe.bytes_h2d + pipe.bytes_d2h, tasks.bytes_h2d + tasks.bytes_d2h,
+                            model.bytes_h2d + model.bytes_d2h);
+                std::fflush(stdout);
+            }
+        });
+    }
+    auto top = ts::bench::result_header("gemm_engines", git, device_name);
+    top.add("statistic", "median of alternating runs (pipeline and tasks swapped every repetition)");
+    top.add("budget_fraction_of_operands", fraction);
+    top.add("ratio", "tasks_speed_relative_to_pipeline = pipeline seconds / tasks seconds (above 1: tasks faster)");
+    top.add("results", rows);
+    ts::bench::write_file_atomically(out, top.text());
+    std::printf("wrote %s\n", out.c_str());
+    return 0;
+}
+
+int main(int argc, char** argv) {
+    return tilestream::bench::guarded_main("engines_bench", [&] { return run(argc, argv); });
+}
