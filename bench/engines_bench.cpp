@@ -1,9 +1,9 @@
 // GEMM on its pipeline against GEMM as tile tasks on the Level 3 engine (issue 26: GEMM is to
 // become the engine's case without dependencies, losing nothing). Out of core at a fraction of
 // the operands, on the same devices, in one run: for each strategy the pipeline runs (its planner's
-// choice, then the panel and C-block strategies asked for), the task engine runs the same tiles
-// in the same order (B's column panels reused for b_panel, A's row panels otherwise) in slots
-// sized per operand within the same budget. Alternating, medians; bytes copied each way beside
+// choice, then each out-of-core strategy asked for), the task engine runs the same tiles in the
+// same order (routines::tiling_of: B's column panels reused for b_panel, A's row panels otherwise,
+// C panels for a_panel_c_panel) in slots sized per operand within the same budget. Alternating, medians; bytes copied each way beside
 // each engine's own prediction. Writes JSON.
 #include "bench_common.hpp"
 
@@ -48,8 +48,9 @@ static int run(int argc, char** argv) {
             const std::vector<ts::device*> raw{devs.front().get()};
             device_name = spec + ": " + devs.front()->id() + " (" + std::to_string(devs.front()->info().threads) + " threads)";
             const double flops = ts::dtype_traits(type).flops_per_multiply_add * double(n) * double(n) * double(n);
-            for (ts::gemm_strategy s : {ts::gemm_strategy::automatic, ts::gemm_strategy::a_panel, ts::gemm_strategy::b_panel,
-                                        ts::gemm_strategy::c_block}) {
+            for (ts::gemm_strategy s : {ts::gemm_strategy::automatic, ts::gemm_strategy::a_panel,
+                                        ts::gemm_strategy::a_panel_c_panel, ts::gemm_strategy::b_panel,
+                                        ts::gemm_strategy::c_block, ts::gemm_strategy::tiles_3d}) {
                 ts::gemm_options opt;
                 opt.strategy = s;
                 ts::gemm_report pipe;
@@ -61,12 +62,7 @@ static int run(int argc, char** argv) {
                     continue;
                 }
                 const ts::gemm_plan& p = pipe.plan;
-                ts::detail::routines::gemm_tiling t;
-                t.tile_m = p.tile_m;
-                t.tile_n = p.tile_n;
-                t.tile_k = p.tile_k > 0 ? p.tile_k : n;
-                t.kernel = p.kernel;
-                t.by_columns = p.strategy == ts::gemm_strategy::b_panel;
+                const ts::detail::routines::gemm_tiling t = ts::detail::routines::tiling_of(p);
                 ts::detail::engine::run_result tasks;
                 ts::detail::engine::model_result model;
                 const auto timing = ts::bench::alternate(
@@ -86,7 +82,7 @@ static int run(int argc, char** argv) {
                 row.add("dtype", name).add("n", n).add("requested_strategy", std::string(ts::to_string(s)));
                 row.add("strategy", std::string(ts::to_string(p.strategy)));
                 row.add("tile_m", t.tile_m).add("tile_n", t.tile_n).add("tile_k", t.tile_k);
-                row.add("tasks_order", t.by_columns ? "columns" : "rows");
+                row.add("tasks_order", t.c_panel ? "rows, C panels" : t.by_columns ? "columns" : "rows");
                 row.add("budget_bytes", *small.memory_budget).add("operand_bytes", operands);
                 row.add("repetitions", reps);
                 row.add("pipeline_median_seconds", timing.ours).add("pipeline_gflops", flops / timing.ours * 1e-9);

@@ -24,6 +24,9 @@ std::vector<device*> raw(const std::vector<std::unique_ptr<device>>& devs) {
     return r;
 }
 
+using c32 = std::complex<float>;
+using c64 = std::complex<double>;
+
 template <class T>
 double run_case(const std::vector<device*>& devs, op oa, op ob, index_t m, index_t n, index_t k, layout l, T beta,
                 const gemm_tiling& t, host_matrix<T>* out = nullptr, detail::engine::run_result* result = nullptr,
@@ -56,8 +59,6 @@ TEST(GemmOnTasks, MatchesReferenceInPlaceOutOfCoreAndOnThreeDevices) {
                     EXPECT_LT(run_case<float>(raw(devs), oa, ob, 53, 71, 29, l, 1.5f, t), 1e-5) << spec;
                 }
         // Complex, every op pair with conjugation, complex beta (and beta = 0 on NaN).
-        using c32 = std::complex<float>;
-        using c64 = std::complex<double>;
         for (op oa : {op::n, op::t, op::c})
             for (op ob : {op::n, op::c}) {
                 EXPECT_LT(run_case<c64>(raw(devs), oa, ob, 41, 37, 45, layout::col_major, c64(0.5, -1.25), t), 1e-13)
@@ -135,6 +136,133 @@ TEST(GemmOnTasks, KStepsKeepARowOfATilesWhereTheyFit) {
     EXPECT_EQ(r.bytes_h2d, model.bytes_h2d);
     EXPECT_EQ(r.bytes_h2d, std::size_t(m * k * 4 + k * n * 3) * es);  // A's tiles again for each C tile
     EXPECT_GT(r.bytes_h2d, roomy_bytes);
+}
+
+// Pack transfers: tiles that are not contiguous in host memory are gathered into host staging and
+// copied whole (and scattered back); contiguous ones (whole rows of a row-major operand) are
+// copied as they lie. Same bytes and results as 2-D copies, on a CPU device and on OpenCL.
+TEST(GemmOnTasks, PackTransfersGatherWhatIsNotContiguous) {
+    for (const char* where : {"cpu@256KiB", "opencl:0@256KiB"}) {
+        const auto devs = open_devices(where);
+        SCOPED_TRACE(where);
+        gemm_tiling t;
+        t.tile_m = 24;
+        t.tile_n = 20;
+        t.tile_k = 30;
+        detail::engine::run_result two_d, packed;
+        detail::engine::model_result model;
+        EXPECT_LT(run_case<double>(raw(devs), op::t, op::n, 61, 47, 75, layout::col_major, 0.5, t, nullptr, &two_d, &model),
+                  1e-13);
+        EXPECT_EQ(two_d.bytes_packed, 0u);
+        t.transfer = transfer_mode::pack;
+        EXPECT_LT(run_case<double>(raw(devs), op::t, op::n, 61, 47, 75, layout::col_major, 0.5, t, nullptr, &packed, &model),
+                  1e-13);
+        EXPECT_EQ(packed.bytes_h2d, two_d.bytes_h2d);
+        EXPECT_EQ(packed.bytes_d2h, two_d.bytes_d2h);
+        EXPECT_EQ(packed.bytes_packed, packed.bytes_h2d + packed.bytes_d2h);  // every tile is a part of its columns
+        // Row-major, tiles as wide as their operands: every tile is contiguous, nothing is packed.
+        t.tile_n = 47;
+        t.tile_k = 75;
+        EXPECT_LT(run_case<c64>(raw(devs), op::n, op::n, 61, 47, 75, layout::row_major, c64(0.5, 1), t, nullptr, &packed,
+                                &model),
+                  1e-13);
+        EXPECT_GT(packed.bytes_h2d, 0u);
+        EXPECT_EQ(packed.bytes_packed, 0u);
+    }
+}
+
+// Row panels: device d of three runs C's tile rows d, d+3, ... and nothing else, so each device's
+// bytes are known in advance: the model's, to the byte, on three devices (and on OpenCL beside
+// CPU devices). A device lost mid-run leaves its rows to the others.
+TEST(GemmOnTasks, RowPanelsPinEachTileRowToItsDevice) {
+    const index_t m = 7 * 16 + 5, n = 70, k = 50;  // 8 tile rows: 3, 3 and 2 per device
+    gemm_tiling t;
+    t.tile_m = 16;
+    t.tile_n = 24;
+    t.tile_k = 20;
+    t.row_panels = true;
+    for (const char* spec : {"cpu:3@40KiB", "cpu:2@40KiB,opencl:0@40KiB"}) {
+        SCOPED_TRACE(spec);
+        const auto devs = open_devices(spec);
+        detail::engine::run_result r;
+        detail::engine::model_result model;
+        EXPECT_LT(run_case<double>(raw(devs), op::n, op::n, m, n, k, layout::row_major, 0.5, t, nullptr, &r, &model),
+                  1e-13);
+        EXPECT_EQ(r.bytes_h2d, model.bytes_h2d);
+        EXPECT_EQ(r.bytes_d2h, model.bytes_d2h);
+        ASSERT_EQ(r.devices.size(), 3u);
+        const std::size_t per_row = 3;  // tiles of C in a row: 70 / 24
+        EXPECT_EQ(r.devices[0].units, 3 * per_row);
+        EXPECT_EQ(r.devices[1].units, 3 * per_row);
+        EXPECT_EQ(r.devices[2].units, 2 * per_row);
+        // Each device reads its own rows of A: A's bytes split by rows, B read by every device.
+        EXPECT_GT(r.devices[0].bytes_h2d, r.devices[2].bytes_h2d);
+    }
+    // The second device fails after one task: its rows are done by the others.
+    const auto devs = open_devices("cpu:3@40KiB");
+    fault_injection::faults f;
+    f.fail_after_units = 1;
+    fault_injection::arm(*devs[1], f);
+    detail::engine::run_result r;
+    EXPECT_LT(run_case<double>(raw(devs), op::n, op::t, m, n, k, layout::col_major, 0.5, t, nullptr, &r), 1e-13);
+    fault_injection::clear();
+    ASSERT_EQ(r.faults.size(), 1u);
+    std::size_t units = 0;
+    for (const auto& d : r.devices) units += d.units;
+    EXPECT_GE(units, 8 * 3u);
+}
+
+// Every strategy the GEMM pipeline plans runs as tasks on its tiles (tiling_of): the reference's
+// result, C written back once, no more bytes copied in than the pipeline's plan predicts, within
+// the same budget; row panels on three devices, pack transfers on OpenCL.
+TEST(GemmOnTasks, EveryPipelineStrategyRunsAsTasks) {
+    const index_t m = 77, n = 65, k = 91;
+    const std::size_t budget = 48 * 1024;
+    for (const char* where : {"cpu", "opencl:0"})
+        for (gemm_strategy st : {gemm_strategy::tiles_3d, gemm_strategy::a_panel, gemm_strategy::a_panel_c_panel,
+                                 gemm_strategy::b_panel, gemm_strategy::c_block, gemm_strategy::row_panels,
+                                 gemm_strategy::in_core})
+            for (transfer_mode tr : {transfer_mode::copy_2d, transfer_mode::pack}) {
+                const bool rows = st == gemm_strategy::row_panels;
+                const std::size_t b = st == gemm_strategy::in_core ? 1 << 20 : budget;
+                const std::string spec = std::string(where) + (rows ? ":3@" : "@") + std::to_string(b) + "B";
+                if (rows && std::string(where) == "opencl:0") continue;  // one OpenCL device here
+                SCOPED_TRACE(spec + " " + std::string(to_string(st)) + " " + std::string(to_string(tr)));
+                const auto devs = open_devices(spec);
+                host_matrix<float> a(k, m, layout::col_major), bm(k, n, layout::col_major), c(m, n, layout::col_major);
+                host_matrix<float> c0(m, n, layout::col_major);
+                fill_random(a.view(), 7);
+                fill_random(bm.view(), 8);
+                fill_random(c0.view(), 9);
+                std::memcpy(c.data(), c0.data(), sizeof(float) * std::size_t(c.size()));
+                const gemm_problem q =
+                    describe_gemm<float>(op::t, op::n, 1.5f, a.view(), bm.view(), -0.5f, c.view());
+                plan_options po;
+                po.strategy = st;
+                po.transfer = tr;
+                po.devices = int(devs.size());
+                gemm_plan plan;
+                try {
+                    plan = plan_gemm(q, b, device_rates{}, po);
+                } catch (const out_of_budget&) {
+                    ADD_FAILURE() << "the pipeline cannot plan it";
+                    continue;
+                }
+                ASSERT_EQ(plan.strategy, st);
+                const gemm_tiling t = detail::routines::tiling_of(plan);
+                const auto r = gemm_on_tasks<float>(raw(devs), op::t, op::n, 1.5f, a.view(), bm.view(), -0.5f, c.view(), t);
+                EXPECT_LT(gemm_relative_error<float>(op::t, op::n, 1.5f, a.view(), bm.view(), -0.5f, c0.view(), c.view()),
+                          1e-5);
+                EXPECT_LE(r.bytes_h2d, plan.bytes_h2d);
+                EXPECT_EQ(r.bytes_d2h, std::size_t(m * n) * sizeof(float));
+                EXPECT_LE(r.peak_device_bytes, b);
+                // Parts of the operands go through staging; whole operands (in core) lie contiguous.
+                if (tr == transfer_mode::pack) EXPECT_EQ(r.bytes_packed > 0, st != gemm_strategy::in_core);
+                if (rows) {
+                    ASSERT_EQ(r.devices.size(), 3u);
+                    for (const auto& d : r.devices) EXPECT_GT(d.units, 0u) << d.id;
+                }
+            }
 }
 
 TEST(GemmOnTasks, SurvivesADeviceFault) {

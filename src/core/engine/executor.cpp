@@ -35,7 +35,9 @@ struct shared_state {
     shared_state(const task_graph& graph, std::size_t devices)
         : g(graph), waiting(graph.tasks.size()), taken(graph.tasks.size(), 0), version(std::size_t(graph.tiles)),
           tile_info(std::size_t(graph.tiles), 0), rate(devices, 0.0), queued_flops(devices, 0.0), estimated(devices, false), kernel_rate(devices, 0.0), active(devices, true) {
+        owner.resize(g.tasks.size());
         for (std::size_t t = 0; t < g.tasks.size(); ++t) {
+            owner[t] = g.tasks[t].device >= 0 && std::size_t(g.tasks[t].device) < devices ? g.tasks[t].device : -1;
             waiting[t] = g.tasks[t].predecessors;
             if (waiting[t] == 0) ready.insert({-g.tasks[t].priority, int(t)});
             remaining_flops += g.tasks[t].flops;
@@ -47,6 +49,7 @@ struct shared_state {
     std::condition_variable cv;
     std::vector<int> waiting;                ///< predecessors not yet committed, per task
     std::vector<char> taken;                 ///< issued to a device (until committed or given back)
+    std::vector<int> owner;                  ///< the device a task is pinned to (-1: any); lost devices' go to any
     std::set<std::pair<double, int>> ready;  ///< (-priority, task): most urgent first
     std::vector<std::atomic<std::uint32_t>> version;  ///< committed version per tile
     /// potrf steps' info per output tile (written by the kernel on its stream, read after the run).
@@ -111,7 +114,7 @@ public:
             int wanted = 0;
             for (const slot_class& c : classes) wanted += c.count;
             store_ = std::make_unique<tile_store>(dev, *h2d_, *compute_, *d2h_, classes, 3, from,
-                                                  kit ? &kit->slots : nullptr);
+                                                  kit ? &kit->slots : nullptr, rq.transfer == transfer_mode::pack);
             if (store_->slots() < wanted)
                 warnings.push_back(dev.id() + ": ran with " + std::to_string(store_->slots()) + " of " +
                                    std::to_string(wanted) + " tile slots (the device refused the others)");
@@ -238,13 +241,21 @@ private:
     /// Under st_.mutex: the most urgent ready task, preferring among those about as urgent the one
     /// whose tiles this device holds; -1 when declining (a faster device would finish first).
     int pick() {
+        const auto mine = [&](int t) {
+            const int o = st_.owner[std::size_t(t)];
+            return o < 0 || o == int(index_);
+        };
         auto best = st_.ready.begin();
+        while (best != st_.ready.end() && !mine(best->second)) ++best;
+        if (best == st_.ready.end()) return -1;  // every ready task is another device's
         if (store_ && st_.ready.size() > 1) {
             const double top = -best->first;
             int best_score = -1;
             int looked = 0;
-            for (auto it = st_.ready.begin(); it != st_.ready.end() && looked < 8; ++it, ++looked) {
+            for (auto it = best; it != st_.ready.end() && looked < 8; ++it) {
                 if (-it->first < 0.9 * top) break;
+                if (!mine(it->second)) continue;
+                ++looked;
                 const int score = held_tiles(it->second);
                 if (score > best_score) {
                     best_score = score;
@@ -253,7 +264,8 @@ private:
             }
         }
         const int t = best->second;
-        if (!worth_taking(t)) return -1;
+        // A task pinned here is taken whatever the balance says: no other device may.
+        if (st_.owner[std::size_t(t)] < 0 && !worth_taking(t)) return -1;
         st_.ready.erase(best);
         st_.taken[std::size_t(t)] = 1;
         st_.remaining_flops -= g_.tasks[std::size_t(t)].flops;
@@ -729,6 +741,9 @@ run_result run_tasks(const run_request& rq, std::span<device* const> devices) {
         }
         {
             std::lock_guard lock(st.mutex);
+            // Its pinned tasks (taken or not) go to any device.
+            for (int& o : st.owner)
+                if (o == int(i)) o = -1;
             for (int t : back) {
                 st.taken[std::size_t(t)] = 0;
                 st.ready.insert({-g.tasks[std::size_t(t)].priority, t});
@@ -791,6 +806,7 @@ run_result run_tasks(const run_request& rq, std::span<device* const> devices) {
         const store_counters c = workers[i]->counters();
         res.bytes_h2d += c.bytes_h2d;
         res.bytes_d2h += c.bytes_d2h;
+        res.bytes_packed += c.bytes_packed;
         res.cache_hits += c.hits;
         res.cache_misses += c.misses;
         res.bytes_saved += c.bytes_saved;

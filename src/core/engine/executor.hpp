@@ -39,6 +39,9 @@ struct run_request {
     std::size_t slot_bytes = 0;
     /// Slots of several sizes instead (non-empty: slots and slot_bytes are not used).
     std::vector<slot_class> slot_classes;
+    /// How tiles that are not contiguous in host memory reach the slots and come back: 2-D strided
+    /// copies, or gathered into host staging and copied whole (pack).
+    transfer_mode transfer = transfer_mode::copy_2d;
     /// Diagonal blocks on the reference (reproducible plans).
     bool deterministic = false;
     /// Each device's measured GEMM rate (FLOP/s; empty or 0: none): its rate for the balance until
@@ -64,6 +67,7 @@ struct run_request {
 struct run_result {
     double seconds = 0;
     std::size_t bytes_h2d = 0, bytes_d2h = 0, peak_device_bytes = 0;
+    std::size_t bytes_packed = 0;  ///< of those, through host staging (transfer_mode::pack)
     std::size_t cache_hits = 0, cache_misses = 0, bytes_saved = 0;
     std::size_t kept_hits = 0, kept_bytes_saved = 0;
     std::vector<device_share> devices;

@@ -191,50 +191,105 @@ model_result model_run(const task_graph& g, const model_settings& m) {
         if (waiting[t] == 0) pending.push({0.0, int(t)});
     }
     const double h2d_rate = std::max(r.h2d, 1.0), d2h_rate = std::max(r.d2h, 1.0);
-    for (std::size_t placed = 0; placed < n; ++placed) {
-        // The device whose compute stream is free first.
-        int d = 0;
-        for (int e = 1; e < devices; ++e)
-            if (dev[std::size_t(e)].compute < dev[std::size_t(d)].compute) d = e;
-        model_device_state& s = dev[std::size_t(d)];
-        double now = s.compute;
-        while (!pending.empty() && pending.top().first <= now) {
-            available.push({g.tasks[std::size_t(pending.top().second)].priority, -pending.top().second});
+    // Tasks pinned to a device (a static split): its tasks wait for it, the others' for theirs.
+    bool pinned_graph = false;
+    for (const tile_task& task : g.tasks) pinned_graph = pinned_graph || (task.device >= 0 && task.device < devices);
+    std::vector<int> frontier;  // pinned graphs: tasks whose predecessors are placed
+    if (pinned_graph) {
+        while (!pending.empty()) {
+            frontier.push_back(pending.top().second);
             pending.pop();
         }
-        if (available.empty()) {
-            now = std::max(now, pending.top().first);
+    }
+    const auto owner = [&](int t) {
+        const int d = g.tasks[std::size_t(t)].device;
+        return d >= 0 && d < devices ? d : -1;
+    };
+    for (std::size_t placed = 0; placed < n; ++placed) {
+        int d = 0, t = -1;
+        double now = 0;
+        if (pinned_graph) {
+            // The device that can start one of its tasks first, and among those ready by then the
+            // task the executor's pick() takes (most urgent, then the tiles held, then program order).
+            double start = 0;
+            bool found = false;
+            for (int e = 0; e < devices; ++e) {
+                double earliest = -1;
+                for (int x : frontier)
+                    if (owner(x) < 0 || owner(x) == e)
+                        earliest = earliest < 0 ? ready_time[std::size_t(x)] : std::min(earliest, ready_time[std::size_t(x)]);
+                if (earliest < 0) continue;
+                const double when = std::max(dev[std::size_t(e)].compute, earliest);
+                if (!found || when < start) start = when, d = e, found = true;
+            }
+            if (!found) break;  // (not reached: an acyclic graph always has a task to place)
+            now = start;
+            model_device_state& s = dev[std::size_t(d)];
+            std::vector<std::pair<double, int>> ready_now;  // (-priority, task)
+            for (int x : frontier)
+                if ((owner(x) < 0 || owner(x) == d) && ready_time[std::size_t(x)] <= now)
+                    ready_now.push_back({-g.tasks[std::size_t(x)].priority, x});
+            std::sort(ready_now.begin(), ready_now.end());
+            t = ready_now.front().second;
+            if (!m.in_place) {
+                const double top = -ready_now.front().first;
+                int best_score = -1;
+                for (std::size_t w = 0; w < ready_now.size() && w < 8 && -ready_now[w].first >= 0.9 * top; ++w) {
+                    const tile_task& cand = g.tasks[std::size_t(ready_now[w].second)];
+                    int score = 0;
+                    for (const task_output& o : cand.outputs)
+                        if (o.load && s.cache.holds(o.tile, version[std::size_t(o.tile)])) score += 2;
+                    for (int x : cand.inputs)
+                        if (s.cache.holds(x, version[std::size_t(x)])) ++score;
+                    if (score > best_score) best_score = score, t = ready_now[w].second;
+                }
+            }
+            frontier.erase(std::find(frontier.begin(), frontier.end(), t));
+        } else {
+            // The device whose compute stream is free first.
+            for (int e = 1; e < devices; ++e)
+                if (dev[std::size_t(e)].compute < dev[std::size_t(d)].compute) d = e;
+            model_device_state& s = dev[std::size_t(d)];
+            now = s.compute;
             while (!pending.empty() && pending.top().first <= now) {
                 available.push({g.tasks[std::size_t(pending.top().second)].priority, -pending.top().second});
                 pending.pop();
             }
-        }
-        // As the executor picks: among the most urgent (within 10% of the top priority, at most 8)
-        // the one whose tiles the device holds most of (outputs count twice).
-        int t = -available.top().second;
-        if (!m.in_place && available.size() > 1) {
-            std::vector<std::pair<double, int>> window;
-            const double top = available.top().first;
-            while (!available.empty() && window.size() < 8 && available.top().first >= 0.9 * top) {
-                window.push_back(available.top());
+            if (available.empty()) {
+                now = std::max(now, pending.top().first);
+                while (!pending.empty() && pending.top().first <= now) {
+                    available.push({g.tasks[std::size_t(pending.top().second)].priority, -pending.top().second});
+                    pending.pop();
+                }
+            }
+            // As the executor picks: among the most urgent (within 10% of the top priority, at most 8)
+            // the one whose tiles the device holds most of (outputs count twice).
+            t = -available.top().second;
+            if (!m.in_place && available.size() > 1) {
+                std::vector<std::pair<double, int>> window;
+                const double top = available.top().first;
+                while (!available.empty() && window.size() < 8 && available.top().first >= 0.9 * top) {
+                    window.push_back(available.top());
+                    available.pop();
+                }
+                int best = -1, best_score = -1;
+                for (std::size_t w = 0; w < window.size(); ++w) {
+                    const tile_task& cand = g.tasks[std::size_t(-window[w].second)];
+                    int score = 0;
+                    for (const task_output& o : cand.outputs)
+                        if (o.load && s.cache.holds(o.tile, version[std::size_t(o.tile)])) score += 2;
+                    for (int x : cand.inputs)
+                        if (s.cache.holds(x, version[std::size_t(x)])) ++score;
+                    if (score > best_score) best_score = score, best = int(w);
+                }
+                t = -window[std::size_t(best)].second;
+                for (std::size_t w = 0; w < window.size(); ++w)
+                    if (int(w) != best) available.push(window[w]);
+            } else {
                 available.pop();
             }
-            int best = -1, best_score = -1;
-            for (std::size_t w = 0; w < window.size(); ++w) {
-                const tile_task& cand = g.tasks[std::size_t(-window[w].second)];
-                int score = 0;
-                for (const task_output& o : cand.outputs)
-                    if (o.load && s.cache.holds(o.tile, version[std::size_t(o.tile)])) score += 2;
-                for (int x : cand.inputs)
-                    if (s.cache.holds(x, version[std::size_t(x)])) ++score;
-                if (score > best_score) best_score = score, best = int(w);
-            }
-            t = -window[std::size_t(best)].second;
-            for (std::size_t w = 0; w < window.size(); ++w)
-                if (int(w) != best) available.push(window[w]);
-        } else {
-            available.pop();
         }
+        model_device_state& s = dev[std::size_t(d)];
         const tile_task& task = g.tasks[std::size_t(t)];
         double compute = 0, load_bytes = 0, store_bytes = 0, merge_s = 0;
         double chain = 0;
@@ -312,7 +367,9 @@ model_result model_run(const task_graph& g, const model_settings& m) {
         for (int succ : task.successors) {
             ready_time[std::size_t(succ)] = std::max(ready_time[std::size_t(succ)], end);
             path[std::size_t(succ)] = std::max(path[std::size_t(succ)], chain);
-            if (--waiting[std::size_t(succ)] == 0) pending.push({ready_time[std::size_t(succ)], succ});
+            if (--waiting[std::size_t(succ)] != 0) continue;
+            if (pinned_graph) frontier.push_back(succ);
+            else pending.push({ready_time[std::size_t(succ)], succ});
         }
     }
     for (const auto& s : dev) {

@@ -62,6 +62,9 @@ struct tile_task {
     std::vector<task_output> outputs;  ///< resident on the device for the whole task
     std::vector<task_step> steps;      ///< run in order
     double flops = 0;
+    /// The device (its index in the run's list) that runs it; -1: any, from the shared queue.
+    /// A static split (GEMM's row panels); when that device is lost its tasks go to any other.
+    int device = -1;
     // ---- set by task_graph::finish() ----
     std::vector<int> inputs;      ///< distinct tiles read that are not outputs
     std::vector<int> successors;  ///< tasks that wait for this one

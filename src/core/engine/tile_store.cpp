@@ -66,8 +66,8 @@ tiles_kit::~tiles_kit() {
 }
 
 tile_store::tile_store(device& dev, stream& h2d, stream& compute, stream& d2h, std::vector<slot_class> classes,
-                       int least, budget_reservation* from, std::vector<tile_slot>* kept)
-    : dev_(dev), h2d_(h2d), compute_(compute), d2h_(d2h) {
+                       int least, budget_reservation* from, std::vector<tile_slot>* kept, bool pack)
+    : dev_(dev), h2d_(h2d), compute_(compute), d2h_(d2h), pack_(pack) {
     classes = sorted_classes(std::move(classes));
     int wanted = 0;
     for (const slot_class& c : classes) wanted += c.count;
@@ -102,7 +102,20 @@ tile_store::tile_store(device& dev, stream& h2d, stream& compute, stream& d2h, s
         }
         slot_bytes_ = std::max(slot_bytes_, c->bytes);
     }
+    if (pack_)
+        for (tile_slot& s : slots_)
+            if (s.stage.size() < s.buf.size()) s.stage = dev.allocate_host_staging(s.buf.size());
 }
+
+namespace {
+
+void copy_lines(const copy_2d_desc& d) {
+    for (std::size_t line = 0; line < d.height; ++line)
+        std::memcpy(static_cast<char*>(d.dst) + line * d.dst_pitch, static_cast<const char*>(d.src) + line * d.src_pitch,
+                    d.width_bytes);
+}
+
+}  // namespace
 
 tile_slot& tile_store::victim(int tile, std::size_t bytes) {
     tile_slot* v = nullptr;
@@ -136,8 +149,16 @@ void tile_store::load(tile_slot& s, const host_rect& r) {
         if (fault_injection::h2d_fails(dev_)) {
             const std::string what = dev_.id() + ": copy to the device failed (injected fault)";
             dev_.enqueue_host(h2d_, [what] { throw device_error(what); }, "injected fault");
-        } else {
+        } else if (!pack_) {
             dev_.copy_2d_to_device(h2d_, packed_copy(s.buf.get(), r, true));
+        } else if (r.contiguous()) {
+            dev_.copy_to_device(h2d_, s.buf.get(), r.base, bytes);
+        } else {
+            // Gathered on the copy-in stream, so after the slot's last write-back scattered from the same staging.
+            counters_.bytes_packed += bytes;
+            const copy_2d_desc gather = packed_copy(s.stage.get(), r, true);
+            dev_.enqueue_host(h2d_, [gather] { copy_lines(gather); }, "pack");
+            dev_.copy_to_device(h2d_, s.buf.get(), s.stage.get(), bytes);
         }
     }
     s.ready->record(h2d_);
@@ -238,8 +259,15 @@ void tile_store::store(tile_slot& s, const host_rect& r, tile_region region) {
             copy_region(g, r, region, false);
             throw device_error(what);
         }, "injected fault");
-    } else if (region == tile_region::full) {
+    } else if (region == tile_region::full && !pack_) {
         dev_.copy_2d_to_host(d2h_, packed_copy(s.buf.get(), r, false));
+    } else if (region == tile_region::full && r.contiguous()) {
+        dev_.copy_to_host(d2h_, r.base, s.buf.get(), bytes);
+    } else if (region == tile_region::full) {
+        counters_.bytes_packed += bytes;
+        dev_.copy_to_host(d2h_, s.stage.get(), s.buf.get(), bytes);
+        const copy_2d_desc scatter = packed_copy(s.stage.get(), r, false);
+        dev_.enqueue_host(d2h_, [scatter] { copy_lines(scatter); }, "unpack");
     } else if (dev_.host_addressable()) {
         const copy_2d_desc d = packed_copy(s.buf.get(), r, false);
         dev_.enqueue_host(d2h_, [d, r, region] { copy_region(d, r, region, false); }, "d2h triangle");

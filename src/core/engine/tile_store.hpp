@@ -30,6 +30,10 @@ struct tile_slot {
     /// from: a later call on that operand, unchanged, uses the copy (keep.id 0: never).
     host_rect origin;
     operand_keep keep;
+    /// Pack transfers: the host buffer a non-contiguous tile is gathered into before its copy in,
+    /// and scattered from after its copy out (one per slot: a slot's next load waits for its
+    /// write-back).
+    host_staging_buffer stage;
 };
 
 /// What a device's store leaves to the next call (context's gemm_memory::tile_kits): its
@@ -44,6 +48,7 @@ struct tiles_kit {
 /// Bytes and hits of one device's store.
 struct store_counters {
     std::size_t bytes_h2d = 0, bytes_d2h = 0;
+    std::size_t bytes_packed = 0;  ///< of those, gathered or scattered through host staging (pack)
     std::size_t hits = 0, misses = 0, bytes_saved = 0;
     std::size_t kept_hits = 0, kept_bytes_saved = 0;  ///< tiles of kept operands an earlier call left
 };
@@ -60,9 +65,11 @@ class tile_store {
 public:
     /// Allocates each class's buffers from the reservation (slots `kept` from an earlier call of
     /// the same size first); fewer when the device refuses some (at least `least` in all and one
-    /// of each class, else the allocation's error is thrown).
+    /// of each class, else the allocation's error is thrown). `pack`: tiles that are not
+    /// contiguous in host memory go through a host staging buffer per slot and 1-D copies
+    /// (transfer_mode::pack) instead of 2-D strided copies.
     tile_store(device& dev, stream& h2d, stream& compute, stream& d2h, std::vector<slot_class> classes, int least,
-               budget_reservation* from, std::vector<tile_slot>* kept = nullptr);
+               budget_reservation* from, std::vector<tile_slot>* kept = nullptr, bool pack = false);
     tile_store(const tile_store&) = delete;
     tile_store& operator=(const tile_store&) = delete;
 
@@ -102,6 +109,7 @@ private:
     std::unordered_map<int, std::size_t> index_;  ///< tile -> slot holding its newest version here
     std::uint64_t clock_ = 0;
     std::size_t slot_bytes_ = 0;  ///< the largest slot
+    bool pack_ = false;
     host_staging_buffer region_stage_;  ///< triangle write-back of devices the host cannot address
     store_counters counters_;
 };

@@ -15,7 +15,7 @@ using engine::scalar_role;
 using engine::task_graph;
 using engine::tile_task;
 
-task_graph build_gemm(const gemm_problem& p, const gemm_tiling& t) {
+task_graph build_gemm(const gemm_problem& p, const gemm_tiling& t, int devices) {
     task_graph g;
     g.type = p.type;
     const index_t tm = std::max<index_t>(1, t.tile_m), tn = std::max<index_t>(1, t.tile_n);
@@ -24,17 +24,21 @@ task_graph build_gemm(const gemm_problem& p, const gemm_tiling& t) {
     const bool ta = is_transposed(p.op_a), tb = is_transposed(p.op_b);
     g.add_operand(ta ? p.k : p.m, ta ? p.m : p.k, ta ? tk : tm, ta ? tm : tk);
     g.add_operand(tb ? p.n : p.k, tb ? p.k : p.n, tb ? tn : tk, tb ? tk : tn);
-    g.add_operand(p.m, p.n, tm, tn);
+    g.add_operand(p.m, p.n, tm, t.c_panel ? std::max<index_t>(p.n, 1) : tn);
     build_settings s;
     s.kernel = t.kernel;
     s.math = t.math;
     const engine::operand_tiles& c = g.operands[operand_c];
     const index_t kt = p.k > 0 ? (p.k + tk - 1) / tk : 0;
-    const index_t outer = t.by_columns ? c.tiles_c() : c.tiles_r(), inner = t.by_columns ? c.tiles_r() : c.tiles_c();
+    const engine::operand_tiles& bt_tiles = g.operands[operand_b];
+    const index_t n_blocks = tb ? bt_tiles.tiles_r() : bt_tiles.tiles_c();  // B's tiles along op(B)'s columns
+    const index_t outer = t.by_columns && !t.c_panel ? c.tiles_c() : c.tiles_r();
+    const index_t inner = t.by_columns && !t.c_panel ? c.tiles_r() : c.tiles_c();
     for (index_t x = 0; x < outer; ++x)
         for (index_t y = 0; y < inner; ++y) {
-            const index_t i = t.by_columns ? y : x, j = t.by_columns ? x : y;
+            const index_t i = t.by_columns && !t.c_panel ? y : x, j = t.by_columns && !t.c_panel ? x : y;
             tile_task task;
+            if (t.row_panels && devices > 1) task.device = int(i % devices);
             engine::task_output out;
             out.tile = g.tile(operand_c, i, j);
             out.load = p.reads_c;
@@ -45,6 +49,19 @@ task_graph build_gemm(const gemm_problem& p, const gemm_tiling& t) {
             if (!p.reads_ab || kt == 0) {
                 task.steps.push_back(make_step(g, op, -1, -1, out.tile, scalar_role::zero,
                                                p.reads_c ? scalar_role::beta : scalar_role::zero));
+            } else if (t.c_panel) {
+                // k-steps outer (A's tile loaded once each), B's column tiles inner, each into its part of the panel.
+                for (index_t q = 0; q < kt; ++q) {
+                    const int at = ta ? g.tile(operand_a, q, i) : g.tile(operand_a, i, q);
+                    for (index_t jb = 0; jb < n_blocks; ++jb) {
+                        const int bt = tb ? g.tile(operand_b, jb, q) : g.tile(operand_b, q, jb);
+                        engine::task_step st = make_step(g, op, at, bt, out.tile, scalar_role::alpha,
+                                                         q == 0 ? scalar_role::beta : scalar_role::one);
+                        st.op.n = tb ? bt_tiles.extent_r(jb) : bt_tiles.extent_c(jb);
+                        st.c_at = {0, jb * tn};
+                        task.steps.push_back(st);
+                    }
+                }
             } else {
                 for (index_t q = 0; q < kt; ++q) {
                     const int at = ta ? g.tile(operand_a, q, i) : g.tile(operand_a, i, q);
@@ -62,10 +79,42 @@ task_graph build_gemm(const gemm_problem& p, const gemm_tiling& t) {
     return g;
 }
 
+gemm_tiling tiling_of(const gemm_plan& plan) {
+    const gemm_problem& p = plan.problem;
+    gemm_tiling t;
+    t.tile_m = plan.tile_m > 0 ? plan.tile_m : std::max<index_t>(p.m, 1);
+    t.tile_n = plan.tile_n > 0 ? plan.tile_n : std::max<index_t>(p.n, 1);
+    t.tile_k = plan.tile_k > 0 ? plan.tile_k : std::max<index_t>(p.k, 1);
+    t.k_block = plan.k_block;
+    t.kernel = plan.kernel;
+    t.math = plan.math;
+    t.transfer = plan.transfer;
+    switch (plan.strategy) {
+        case gemm_strategy::in_core:
+            t.tile_m = std::max<index_t>(p.m, 1);
+            t.tile_n = std::max<index_t>(p.n, 1);
+            t.tile_k = std::max<index_t>(p.k, 1);
+            break;
+        case gemm_strategy::b_panel: t.by_columns = true; break;
+        case gemm_strategy::a_panel_c_panel: t.c_panel = true; break;
+        case gemm_strategy::row_panels:
+            t.c_panel = true;
+            t.row_panels = true;
+            break;
+        case gemm_strategy::automatic:
+        case gemm_strategy::tiles_3d:
+        case gemm_strategy::a_panel:
+        case gemm_strategy::c_block:
+        case gemm_strategy::zero_copy:
+        case gemm_strategy::direct: break;
+    }
+    return t;
+}
+
 gemm_task_plan plan_gemm_tasks(const gemm_problem& p, const gemm_tiling& t, std::size_t budget, bool in_place,
                                const device_rates& rates, int devices) {
     gemm_task_plan plan;
-    plan.graph = build_gemm(p, t);
+    plan.graph = build_gemm(p, t, devices);
     const task_graph& g = plan.graph;
     engine::model_settings m;
     m.rates = rates;
@@ -139,6 +188,7 @@ engine::run_result gemm_on_tasks(std::span<device* const> devices, op op_a, op o
     rq.beta = as_scalar(beta);
     rq.in_place = in_place;
     rq.slot_classes = plan.slots;
+    rq.transfer = t.transfer;
     rq.run = run;
     return engine::run_tasks(rq, devices);
 }

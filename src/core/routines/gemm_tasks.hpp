@@ -25,7 +25,22 @@ struct gemm_tiling {
     /// C's tiles row by row (the tiles of A's row panel stay while B's stream: the pipeline's
     /// a_panel and c_block orders) or column by column (B's column panel stays: b_panel).
     bool by_columns = false;
+    /// Tiles not contiguous in host memory: 2-D copies, or host staging and whole copies (pack).
+    transfer_mode transfer = transfer_mode::copy_2d;
+    /// The pipeline's row_panels: with D devices, device d runs the tiles of C's tile rows d, d+D,
+    /// ... (a static split: no balance, each device's bytes known in advance); a lost device's
+    /// rows go to the others. Off: every task from the shared queue.
+    bool row_panels = false;
+    /// C's tiles as wide as C (tile_m x n, held for all of a task: the pipeline's a_panel_c_panel
+    /// and row_panels): each k-step streams B's column tiles (tile_k x tile_n) into the parts of
+    /// the C panel they reach, A's tile loaded once per k-step. by_columns does not apply.
+    bool c_panel = false;
 };
+
+/// The task engine's tiling of a GEMM pipeline plan: its tiles, order and transfers (in_core:
+/// each operand one tile; b_panel by columns; a_panel_c_panel with C panels; row_panels with C
+/// panels pinned to the devices; zero_copy as planned, the engine then computes in place).
+gemm_tiling tiling_of(const gemm_plan& plan);
 
 /// A GEMM task graph with the slots a device runs it in and what the cost model predicts.
 struct gemm_task_plan {
@@ -42,8 +57,9 @@ struct gemm_task_plan {
 gemm_task_plan plan_gemm_tasks(const gemm_problem& p, const gemm_tiling& t, std::size_t budget, bool in_place,
                                const device_rates& rates, int devices);
 
-/// The tasks of C <- alpha op(A) op(B) + beta C: operands A = 0, B = 1, C = 2 as stored.
-engine::task_graph build_gemm(const gemm_problem& p, const gemm_tiling& t);
+/// The tasks of C <- alpha op(A) op(B) + beta C: operands A = 0, B = 1, C = 2 as stored; for
+/// `devices` devices (row_panels pins tasks to them).
+engine::task_graph build_gemm(const gemm_problem& p, const gemm_tiling& t, int devices = 1);
 
 /// Builds and runs GEMM on the task engine (slots: what the devices' smallest budget holds, or in
 /// place when they compute on host memory). `model`: the plan's prediction, when asked.
