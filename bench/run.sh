@@ -21,6 +21,8 @@ if grep -qw avx512f /proc/cpuinfo 2>/dev/null; then
 fi
 "$build/bench/gemm_bench" --git-hash "$hash" --out "bench/results/gemm-cpu-$host-$date.json"
 "$build/bench/ooc_bench" --git-hash "$hash" --out "bench/results/gemm-ooc-cpu-$host-$date.json"
+# Issue 26: GEMM's pipeline against GEMM as tile tasks on the same tiles and budget, every strategy.
+"$build/bench/engines_bench" --git-hash "$hash" --out "bench/results/gemm-engines-cpu-$host-$date.json"
 "$build/bench/multi_bench" --git-hash "$hash" --cpu-threads 1 --sets cpu:1,cpu:2 --out "bench/results/gemm-multi-cpu-$host-$date.json"
 "$build/bench/jacobi_bench" --git-hash "$hash" --devices "cpu;cpu:2" --out "bench/results/jacobi-cpu-$host-$date.json"
 # The rest of Level 3 BLAS: in core / OpenBLAS, out of core / in core, cpu:2 efficiency (goals: exit 1 below one).
