@@ -3,7 +3,8 @@
 // the operands, on the same devices, in one run: for each strategy the pipeline runs (its planner's
 // choice, then each out-of-core strategy asked for), the task engine runs the same tiles in the
 // same order (routines::tiling_of: B's column panels reused for b_panel, A's row panels otherwise,
-// C panels for a_panel_c_panel) in slots sized per operand within the same budget. Alternating, medians; bytes copied each way beside
+// C panels for a_panel_c_panel) in slots sized per operand within the same budget. A last row
+// times each engine's own choice: the pipeline's planner against the task model's. Alternating, medians; bytes copied each way beside
 // each engine's own prediction. Writes JSON.
 #include "bench_common.hpp"
 
@@ -30,7 +31,7 @@ static int run(int argc, char** argv) {
     if (!args.finish()) return 2;
     ts::detail::json rows = ts::detail::json::array();
     std::string device_name;
-    std::printf("%-4s %5s %-16s %-16s %9s %9s %7s %12s %12s %12s\n", "type", "n", "strategy", "tiles m/n/k", "pipeline",
+    std::printf("%-4s %5s %-22s %-16s %9s %9s %7s %12s %12s %12s\n", "type", "n", "strategy", "tiles m/n/k", "pipeline",
                 "tasks", "ratio", "bytes pipe", "bytes tasks", "tasks model");
     for (const std::string& name : ts::bench::split(dtypes, ',')) {
         const ts::dtype type = ts::parse_dtype(name);
@@ -48,9 +49,13 @@ static int run(int argc, char** argv) {
             const std::vector<ts::device*> raw{devs.front().get()};
             device_name = spec + ": " + devs.front()->id() + " (" + std::to_string(devs.front()->info().threads) + " threads)";
             const double flops = ts::dtype_traits(type).flops_per_multiply_add * double(n) * double(n) * double(n);
-            for (ts::gemm_strategy s : {ts::gemm_strategy::automatic, ts::gemm_strategy::a_panel,
-                                        ts::gemm_strategy::a_panel_c_panel, ts::gemm_strategy::b_panel,
-                                        ts::gemm_strategy::c_block, ts::gemm_strategy::tiles_3d}) {
+            // Last, each engine's own choice: the pipeline's planner against the task model's (choose_gemm_tasks).
+            const std::pair<ts::gemm_strategy, bool> cases[] = {
+                {ts::gemm_strategy::automatic, false}, {ts::gemm_strategy::a_panel, false},
+                {ts::gemm_strategy::a_panel_c_panel, false}, {ts::gemm_strategy::b_panel, false},
+                {ts::gemm_strategy::c_block, false}, {ts::gemm_strategy::tiles_3d, false},
+                {ts::gemm_strategy::automatic, true}};
+            for (const auto& [s, own] : cases) {
                 ts::gemm_options opt;
                 opt.strategy = s;
                 ts::gemm_report pipe;
@@ -62,7 +67,14 @@ static int run(int argc, char** argv) {
                     continue;
                 }
                 const ts::gemm_plan& p = pipe.plan;
-                const ts::detail::routines::gemm_tiling t = ts::detail::routines::tiling_of(p);
+                ts::detail::routines::gemm_tiling t = ts::detail::routines::tiling_of(p);
+                ts::gemm_strategy tasks_from = p.strategy;
+                if (own) {
+                    ts::plan_options po;
+                    po.kernel = p.kernel;
+                    ts::detail::routines::choose_gemm_tasks(p.problem, *small.memory_budget, false, p.rates, 1, po, &t,
+                                                            &tasks_from);
+                }
                 ts::detail::engine::run_result tasks;
                 ts::detail::engine::model_result model;
                 const auto timing = ts::bench::alternate(
@@ -76,11 +88,17 @@ static int run(int argc, char** argv) {
                     });
                 const std::string tiles = std::to_string(t.tile_m) + "/" + std::to_string(t.tile_n) + "/" +
                                           std::to_string(t.tile_k);
-                const std::string label = std::string(ts::to_string(s)) +
-                                          (s == ts::gemm_strategy::automatic ? "=" + std::string(ts::to_string(p.strategy)) : "");
+                std::string label = std::string(ts::to_string(s)) +
+                                    (s == ts::gemm_strategy::automatic ? "=" + std::string(ts::to_string(p.strategy)) : "");
+                if (own) label = "own: " + std::string(ts::to_string(p.strategy)) + "/" + std::string(ts::to_string(tasks_from)) +
+                                 (t.by_columns ? " cols" : "");
                 ts::bench::json_builder row;
                 row.add("dtype", name).add("n", n).add("requested_strategy", std::string(ts::to_string(s)));
                 row.add("strategy", std::string(ts::to_string(p.strategy)));
+                row.add("tasks_tiles_from", own ? "the task model's choice (choose_gemm_tasks) among every strategy's tiles "
+                                                  "and both orders"
+                                                : "the pipeline's plan (tiling_of)");
+                row.add("tasks_strategy_tiles", std::string(ts::to_string(tasks_from)));
                 row.add("tile_m", t.tile_m).add("tile_n", t.tile_n).add("tile_k", t.tile_k);
                 row.add("tasks_order", t.c_panel ? "rows, C panels" : t.by_columns ? "columns" : "rows");
                 row.add("budget_bytes", *small.memory_budget).add("operand_bytes", operands);
@@ -93,7 +111,7 @@ static int run(int argc, char** argv) {
                 row.add("tasks_bytes_h2d", tasks.bytes_h2d).add("tasks_bytes_d2h", tasks.bytes_d2h);
                 row.add("tasks_predicted_bytes_h2d", model.bytes_h2d).add("tasks_peak_device_bytes", tasks.peak_device_bytes);
                 rows.push_back(row.json());
-                std::printf("%-4s %5lld %-16s %-16s %9.4f %9.4f %7.3f %12zu %12zu %12zu\n", name.c_str(), (long long)n,
+                std::printf("%-4s %5lld %-22s %-16s %9.4f %9.4f %7.3f %12zu %12zu %12zu\n", name.c_str(), (long long)n,
                             label.c_str(), tiles.c_str(), timing.ours, timing.anchor, timing.ours / timing.anchor,
                             pipe.bytes_h2d + pipe.bytes_d2h, tasks.bytes_h2d + tasks.bytes_d2h,
                             model.bytes_h2d + model.bytes_d2h);

@@ -265,6 +265,41 @@ TEST(GemmOnTasks, EveryPipelineStrategyRunsAsTasks) {
             }
 }
 
+// The task model's own choice among every strategy's tiles and both orders: it fits the budget,
+// copies what its model predicts, computes the product, and is modelled no slower than the
+// pipeline's automatic plan run as tasks; a budget nothing fits is refused, naming it.
+TEST(GemmOnTasks, TheTaskModelChoosesAmongEveryStrategysTiles) {
+    const index_t m = 150, n = 130, k = 170;
+    host_matrix<double> a(m, k), b(k, n), c(m, n), c0(m, n);
+    fill_random(a.view(), 11);
+    fill_random(b.view(), 12);
+    fill_random(c0.view(), 13);
+    std::memcpy(c.data(), c0.data(), sizeof(double) * std::size_t(c.size()));
+    const gemm_problem q = describe_gemm<double>(op::n, op::n, 2.0, a.view(), b.view(), 0.5, c.view());
+    const std::size_t budget = 96 * 1024;
+    const auto devs = open_devices("cpu@" + std::to_string(budget) + "B");
+    gemm_tiling t;
+    gemm_strategy from = gemm_strategy::automatic;
+    const auto chosen = detail::routines::choose_gemm_tasks(q, budget, false, device_rates{}, 1, {}, &t, &from);
+    EXPECT_NE(from, gemm_strategy::automatic);
+    const auto pipeline = plan_gemm(q, budget, device_rates{});
+    const auto as_tasks =
+        detail::routines::plan_gemm_tasks(q, detail::routines::tiling_of(pipeline), budget, false, device_rates{}, 1);
+    EXPECT_FALSE(detail::engine::better_plan(as_tasks.model, as_tasks.graph.steps, chosen.model, chosen.graph.steps));
+    detail::engine::model_result model;
+    const auto r = gemm_on_tasks<double>(raw(devs), op::n, op::n, 2.0, a.view(), b.view(), 0.5, c.view(), t, {}, &model);
+    EXPECT_LT(gemm_relative_error<double>(op::n, op::n, 2.0, a.view(), b.view(), 0.5, c0.view(), c.view()), 1e-13);
+    EXPECT_EQ(model.bytes_h2d, chosen.model.bytes_h2d);
+    EXPECT_EQ(r.bytes_h2d, model.bytes_h2d);
+    EXPECT_LE(r.peak_device_bytes, budget);
+    try {
+        detail::routines::choose_gemm_tasks(q, 512, false, device_rates{}, 1, {}, &t);
+        ADD_FAILURE() << "512 bytes fit no tiling";
+    } catch (const out_of_budget& e) {
+        EXPECT_NE(std::string(e.what()).find("512 B"), std::string::npos) << e.what();
+    }
+}
+
 TEST(GemmOnTasks, SurvivesADeviceFault) {
     const auto devs = open_devices("cpu:3@48KiB");
     fault_injection::faults f;

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
+#include <string>
 
 namespace tilestream::detail::routines {
 
@@ -160,6 +162,46 @@ gemm_task_plan plan_gemm_tasks(const gemm_problem& p, const gemm_tiling& t, std:
     }
     plan.model = engine::model_run(g, m);
     return plan;
+}
+
+gemm_task_plan choose_gemm_tasks(const gemm_problem& p, std::size_t budget, bool in_place, const device_rates& rates,
+                                 int devices, const plan_options& base, gemm_tiling* chosen, gemm_strategy* from_strategy) {
+    std::optional<gemm_task_plan> best;
+    std::string why_not;
+    std::vector<gemm_strategy> strategies{gemm_strategy::in_core,  gemm_strategy::tiles_3d, gemm_strategy::a_panel,
+                                          gemm_strategy::a_panel_c_panel, gemm_strategy::b_panel, gemm_strategy::c_block};
+    if (devices > 1) strategies.push_back(gemm_strategy::row_panels);
+    for (gemm_strategy s : strategies) {
+        plan_options po = base;
+        po.strategy = s;
+        po.devices = devices;
+        po.in_place = false;
+        gemm_plan plan;
+        try {
+            plan = plan_gemm(p, budget, rates, po);
+        } catch (const out_of_budget& e) {
+            why_not = e.what();
+            continue;
+        }
+        gemm_tiling t = tiling_of(plan);
+        for (int order = 0; order < (t.c_panel || s == gemm_strategy::in_core ? 1 : 2); ++order) {
+            if (order == 1) t.by_columns = !t.by_columns;
+            gemm_task_plan c;
+            try {
+                c = plan_gemm_tasks(p, t, budget, in_place, rates, devices);
+            } catch (const out_of_budget& e) {
+                why_not = e.what();
+                continue;
+            }
+            if (!best || engine::better_plan(c.model, c.graph.steps, best->model, best->graph.steps)) {
+                best = std::move(c);
+                if (chosen != nullptr) *chosen = t;
+                if (from_strategy != nullptr) *from_strategy = s;
+            }
+        }
+    }
+    if (!best) throw out_of_budget("gemm on tasks: no tiling fits a budget of " + format_bytes(budget) + ": " + why_not);
+    return std::move(*best);
 }
 
 template <class T>

@@ -61,6 +61,15 @@ gemm_task_plan plan_gemm_tasks(const gemm_problem& p, const gemm_tiling& t, std:
 /// `devices` devices (row_panels pins tasks to them).
 engine::task_graph build_gemm(const gemm_problem& p, const gemm_tiling& t, int devices = 1);
 
+/// The task engine's own choice: each out-of-core strategy the pipeline plans for this budget
+/// (row panels too on several devices; in core where everything fits) as tasks on its tiles, in
+/// both orders of C's tiles, ranked by the task engine's cost model (engine::better_plan: faster
+/// by more than 1%, then fewer bytes, then fewer steps). `chosen`: its tiling and the strategy
+/// whose tiles it took. Throws out_of_budget when no strategy fits.
+gemm_task_plan choose_gemm_tasks(const gemm_problem& p, std::size_t budget, bool in_place, const device_rates& rates,
+                                 int devices, const plan_options& base, gemm_tiling* chosen,
+                                 gemm_strategy* from_strategy = nullptr);
+
 /// Builds and runs GEMM on the task engine (slots: what the devices' smallest budget holds, or in
 /// place when they compute on host memory). `model`: the plan's prediction, when asked.
 template <class T>
