@@ -263,9 +263,14 @@ private:
                 }
             }
         }
+        // A task pinned here is taken whatever the balance says: no other device may. Declining
+        // one that any device may take, this device still takes its own pinned ones.
+        if (st_.owner[std::size_t(best->second)] < 0 && !worth_taking(best->second)) {
+            best = st_.ready.begin();
+            while (best != st_.ready.end() && st_.owner[std::size_t(best->second)] != int(index_)) ++best;
+            if (best == st_.ready.end()) return -1;
+        }
         const int t = best->second;
-        // A task pinned here is taken whatever the balance says: no other device may.
-        if (st_.owner[std::size_t(t)] < 0 && !worth_taking(t)) return -1;
         st_.ready.erase(best);
         st_.taken[std::size_t(t)] = 1;
         st_.remaining_flops -= g_.tasks[std::size_t(t)].flops;

@@ -115,12 +115,12 @@ public:
             if (v != order_[x].end()) c = x, chosen = true;
         }
         if (!chosen) {
-            // Every fitting slot pinned (the store throws): the largest class's oldest.
+            // Every fitting slot pinned, or the tile fits none (the store throws; planners size
+            // the slots so neither happens): the largest class's oldest, else nothing is kept.
+            if (classes_.empty()) return;
             c = classes_.size() - 1;
             v = order_[c].begin();
-            if (v == order_[c].end()) {  // a class of no slots: nothing is kept
-                return;
-            }
+            if (v == order_[c].end()) return;
         }
         if (v != order_[c].end()) {
             entries_.erase(v->second);
@@ -175,9 +175,8 @@ model_result model_run(const task_graph& g, const model_settings& m) {
     const device_rates& r = m.rates;
     const int devices = std::max(1, m.devices);
     std::vector<model_device_state> dev;
-    const std::vector<slot_class> classes =
-        !m.slot_classes.empty() ? sorted_classes(m.slot_classes)
-                                : std::vector<slot_class>{{std::numeric_limits<std::size_t>::max(), std::max(m.slots, 1)}};
+    std::vector<slot_class> classes = sorted_classes(m.slot_classes);
+    if (classes.empty()) classes = {{std::numeric_limits<std::size_t>::max(), std::max(m.slots, 1)}};
     for (int d = 0; d < devices; ++d) dev.emplace_back(classes);
     std::vector<int> waiting(n);
     std::vector<double> ready_time(n, 0.0), finish(n, 0.0), path(n, 0.0);

@@ -72,39 +72,42 @@ tile_store::tile_store(device& dev, stream& h2d, stream& compute, stream& d2h, s
     int wanted = 0;
     for (const slot_class& c : classes) wanted += c.count;
     slots_.reserve(std::size_t(wanted));
-    // Largest first: a device that refuses some slots refuses the smaller classes' last ones.
-    for (auto c = classes.rbegin(); c != classes.rend(); ++c) {
-        int have = 0;
-        // Slots an earlier call left (same size), with the tiles of kept operands they hold.
-        if (kept != nullptr)
+    std::vector<int> have(classes.size(), 0);
+    // Slots an earlier call left (same size), with the tiles of kept operands they hold; their
+    // staging buffers stay only for a packing run.
+    if (kept != nullptr)
+        for (std::size_t c = 0; c < classes.size(); ++c)
             for (tile_slot& s : *kept) {
-                if (have >= c->count || s.buf.get() == nullptr || s.buf.size() != c->bytes) continue;
+                if (have[c] >= classes[c].count || s.buf.get() == nullptr || s.buf.size() != classes[c].bytes) continue;
                 s.tile = -1;
                 s.version = 0;
                 s.last_use = 0;
                 s.locked = false;
+                if (!pack_) s.stage = host_staging_buffer{};
                 slots_.push_back(std::move(s));
-                ++have;
+                ++have[c];
             }
-        for (; have < c->count; ++have) {
-            tile_slot s;
-            try {
-                s.buf = dev.allocate(c->bytes, from);
-            } catch (const error&) {
-                // Run with the slots there are: enough of them, and one of every class.
-                if (int(slots_.size()) >= least && have > 0) break;
-                throw;
+    // One slot of every class first (largest first), then the rest: a device that refuses some
+    // refuses the last ones, and the run goes on with those there are when it has `least` slots
+    // and one of every class.
+    bool refused = false;
+    for (int round = 0; round < 2 && !refused; ++round)
+        for (std::size_t c = classes.size(); c-- > 0 && !refused;)
+            for (; have[c] < (round == 0 ? std::min(classes[c].count, 1) : classes[c].count); ++have[c]) {
+                tile_slot s;
+                try {
+                    s.buf = dev.allocate(classes[c].bytes, from);
+                } catch (const error&) {
+                    if (round == 0 || int(slots_.size()) < least) throw;
+                    refused = true;
+                    break;
+                }
+                s.ready = dev.create_event();
+                s.released = dev.create_event();
+                s.written = dev.create_event();
+                slots_.push_back(std::move(s));
             }
-            s.ready = dev.create_event();
-            s.released = dev.create_event();
-            s.written = dev.create_event();
-            slots_.push_back(std::move(s));
-        }
-        slot_bytes_ = std::max(slot_bytes_, c->bytes);
-    }
-    if (pack_)
-        for (tile_slot& s : slots_)
-            if (s.stage.size() < s.buf.size()) s.stage = dev.allocate_host_staging(s.buf.size());
+    for (const slot_class& c : classes) slot_bytes_ = std::max(slot_bytes_, c.bytes);
 }
 
 namespace {
@@ -130,7 +133,12 @@ tile_slot& tile_store::victim(int tile, std::size_t bytes) {
     if (v == nullptr)
         for (auto& s : slots_)
             if (!s.locked && s.buf.size() >= bytes && (v == nullptr || rank(s) < rank(*v))) v = &s;
-    if (v == nullptr) throw invalid_argument(dev_.id() + ": every tile slot is in use by one task (too few slots)");
+    if (v == nullptr) {
+        bool fits = false;
+        for (const auto& x : slots_) fits = fits || x.buf.size() >= bytes;
+        throw invalid_argument(dev_.id() + (fits ? ": every tile slot is in use by one task (too few slots)"
+                                                 : ": a tile of " + format_bytes(bytes) + " is larger than every slot"));
+    }
     if (v->tile >= 0) {
         auto it = index_.find(v->tile);
         if (it != index_.end() && &slots_[it->second] == v) index_.erase(it);
@@ -149,7 +157,7 @@ void tile_store::load(tile_slot& s, const host_rect& r) {
         if (fault_injection::h2d_fails(dev_)) {
             const std::string what = dev_.id() + ": copy to the device failed (injected fault)";
             dev_.enqueue_host(h2d_, [what] { throw device_error(what); }, "injected fault");
-        } else if (!pack_) {
+        } else if (!pack_ || (!r.contiguous() && !staged(s))) {
             dev_.copy_2d_to_device(h2d_, packed_copy(s.buf.get(), r, true));
         } else if (r.contiguous()) {
             dev_.copy_to_device(h2d_, s.buf.get(), r.base, bytes);
@@ -259,7 +267,7 @@ void tile_store::store(tile_slot& s, const host_rect& r, tile_region region) {
             copy_region(g, r, region, false);
             throw device_error(what);
         }, "injected fault");
-    } else if (region == tile_region::full && !pack_) {
+    } else if (region == tile_region::full && (!pack_ || (!r.contiguous() && !staged(s)))) {
         dev_.copy_2d_to_host(d2h_, packed_copy(s.buf.get(), r, false));
     } else if (region == tile_region::full && r.contiguous()) {
         dev_.copy_to_host(d2h_, r.base, s.buf.get(), bytes);
@@ -282,6 +290,19 @@ void tile_store::store(tile_slot& s, const host_rect& r, tile_region region) {
         dev_.enqueue_host(d2h_, [d, r, region] { copy_region(d, r, region, false); }, "d2h triangle");
     }
     s.written->record(d2h_);
+}
+
+bool tile_store::staged(tile_slot& s) {
+    // Made on the slot's first non-contiguous copy and never replaced (copies queued before may
+    // still read it); where the host refuses pinned memory, that slot copies in 2-D instead.
+    if (s.stage.size() == 0) {
+        try {
+            s.stage = dev_.allocate_host_staging(s.buf.size());
+        } catch (const error&) {
+            return false;
+        }
+    }
+    return true;
 }
 
 void tile_store::unlock_all() {

@@ -102,6 +102,8 @@ private:
     /// the least recently used unlocked one of the smallest class it fits.
     tile_slot& victim(int tile, std::size_t bytes);
     void load(tile_slot& s, const host_rect& r);
+    /// Pack transfers: whether the slot has its staging buffer (made on first use).
+    bool staged(tile_slot& s);
 
     device& dev_;
     stream &h2d_, &compute_, &d2h_;

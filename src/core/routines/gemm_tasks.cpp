@@ -122,7 +122,7 @@ gemm_task_plan plan_gemm_tasks(const gemm_problem& p, const gemm_tiling& t, std:
     m.rates = rates;
     m.devices = std::max(devices, 1);
     m.in_place = in_place;
-    if (!in_place) {
+    if (!in_place && !g.tasks.empty()) {
         const auto largest = [&](int operand) {
             const engine::operand_tiles& o = g.operands[std::size_t(operand)];
             return std::size_t(std::min(o.tile_rows, std::max<index_t>(o.rows, 1))) *
