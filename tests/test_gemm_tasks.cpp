@@ -313,6 +313,26 @@ TEST(GemmOnTasks, TheTaskModelChoosesAmongEveryStrategysTiles) {
     }
 }
 
+// A device that runs out of memory part way through its slots (the first three allocations
+// succeed, the rest fail): the store takes one slot of every class first, so the run goes on with
+// those three, warns, and computes the product.
+TEST(GemmOnTasks, ADeviceRefusingSlotsRunsWithOneOfEachClass) {
+    const auto devs = open_devices("cpu@256KiB");
+    fault_injection::faults f;
+    f.allocations_before_failing = 3;
+    f.fail_allocations = 1000;
+    fault_injection::arm(*devs[0], f);
+    gemm_tiling t;
+    t.tile_m = 24;
+    t.tile_n = 40;
+    t.tile_k = 16;  // A 24 x 16, B 16 x 40, C 24 x 40: three classes, several slots each planned
+    detail::engine::run_result r;
+    EXPECT_LT(run_case<double>(raw(devs), op::n, op::n, 70, 90, 60, layout::row_major, 0.5, t, nullptr, &r), 1e-13);
+    fault_injection::clear();
+    ASSERT_EQ(r.warnings.size(), 1u);
+    EXPECT_NE(r.warnings[0].find("ran with 3 of"), std::string::npos) << r.warnings[0];
+}
+
 TEST(GemmOnTasks, SurvivesADeviceFault) {
     const auto devs = open_devices("cpu:3@48KiB");
     fault_injection::faults f;

@@ -62,6 +62,10 @@ void clear() {
 void on_allocate(const device& dev) {
     if (with(dev, [](faults& f) {
             if (f.fail_allocations <= 0) return false;
+            if (f.allocations_before_failing > 0) {
+                --f.allocations_before_failing;
+                return false;
+            }
             --f.fail_allocations;
             return true;
         }))

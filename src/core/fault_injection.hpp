@@ -21,6 +21,8 @@ struct faults {
     /// The next this-many allocations (device::allocate) fail as if the memory were taken by
     /// something else, though the budget has room (device_error).
     int fail_allocations = 0;
+    /// Allocations that succeed before those fail (a device that runs out part way).
+    int allocations_before_failing = 0;
     /// The copy to the device after this many (GEMM loads) fails: nothing is copied and the
     /// copy stream reports an error.
     long fail_h2d_after = -1;

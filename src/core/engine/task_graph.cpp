@@ -61,12 +61,16 @@ std::size_t total_bytes(const std::vector<slot_class>& classes) {
     return t;
 }
 
+std::size_t task_graph::max_tile_bytes(int operand) const {
+    const operand_tiles& o = operands[std::size_t(operand)];
+    if (o.rows <= 0 || o.cols <= 0) return 0;
+    return std::size_t(std::min(o.tile_rows, o.rows)) * std::size_t(std::min(o.tile_cols, o.cols)) * size_of(type);
+}
+
 std::size_t task_graph::max_tile_bytes() const {
     std::size_t most = 0;
-    for (const operand_tiles& o : operands)
-        if (o.rows > 0 && o.cols > 0)
-            most = std::max(most, std::size_t(std::min(o.tile_rows, o.rows)) * std::size_t(std::min(o.tile_cols, o.cols)));
-    return most * size_of(type);
+    for (std::size_t o = 0; o < operands.size(); ++o) most = std::max(most, max_tile_bytes(int(o)));
+    return most;
 }
 
 task_step make_step(const task_graph& g, tile_op op, int a, int b, int c, scalar_role alpha, scalar_role beta) {

@@ -98,6 +98,8 @@ struct task_graph {
     tile_position where(int tile) const;
     std::size_t tile_bytes(int tile) const;
     std::size_t max_tile_bytes() const;
+    /// The bytes of the operand's largest tile (its first; 0 for an empty operand).
+    std::size_t max_tile_bytes(int operand) const;
     /// Dependencies, priorities and totals; call once all tasks are added.
     void finish();
 };

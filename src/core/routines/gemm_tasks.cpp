@@ -34,11 +34,11 @@ task_graph build_gemm(const gemm_problem& p, const gemm_tiling& t, int devices) 
     const index_t kt = p.k > 0 ? (p.k + tk - 1) / tk : 0;
     const engine::operand_tiles& bt_tiles = g.operands[operand_b];
     const index_t n_blocks = tb ? bt_tiles.tiles_r() : bt_tiles.tiles_c();  // B's tiles along op(B)'s columns
-    const index_t outer = t.by_columns && !t.c_panel ? c.tiles_c() : c.tiles_r();
-    const index_t inner = t.by_columns && !t.c_panel ? c.tiles_r() : c.tiles_c();
+    const bool by_columns = t.by_columns && !t.c_panel;
+    const index_t outer = by_columns ? c.tiles_c() : c.tiles_r(), inner = by_columns ? c.tiles_r() : c.tiles_c();
     for (index_t x = 0; x < outer; ++x)
         for (index_t y = 0; y < inner; ++y) {
-            const index_t i = t.by_columns && !t.c_panel ? y : x, j = t.by_columns && !t.c_panel ? x : y;
+            const index_t i = by_columns ? y : x, j = by_columns ? x : y;
             tile_task task;
             if (t.row_panels && devices > 1) task.device = int(i % devices);
             engine::task_output out;
@@ -123,13 +123,9 @@ gemm_task_plan plan_gemm_tasks(const gemm_problem& p, const gemm_tiling& t, std:
     m.devices = std::max(devices, 1);
     m.in_place = in_place;
     if (!in_place && !g.tasks.empty()) {
-        const auto largest = [&](int operand) {
-            const engine::operand_tiles& o = g.operands[std::size_t(operand)];
-            return std::size_t(std::min(o.tile_rows, std::max<index_t>(o.rows, 1))) *
-                   std::size_t(std::min(o.tile_cols, std::max<index_t>(o.cols, 1))) * size_of(g.type);
-        };
-        const std::size_t a = p.reads_ab ? largest(operand_a) : 0, b = p.reads_ab ? largest(operand_b) : 0;
-        const std::size_t c = largest(operand_c);
+        const std::size_t a = p.reads_ab ? g.max_tile_bytes(operand_a) : 0;
+        const std::size_t b = p.reads_ab ? g.max_tile_bytes(operand_b) : 0;
+        const std::size_t c = g.max_tile_bytes(operand_c);
         // k-steps of a task: the tiles of a panel the order reuses.
         const engine::operand_tiles& ka = g.operands[operand_a];
         const index_t steps = is_transposed(p.op_a) ? ka.tiles_r() : ka.tiles_c();
