@@ -110,16 +110,6 @@ tile_store::tile_store(device& dev, stream& h2d, stream& compute, stream& d2h, s
     for (const slot_class& c : classes) slot_bytes_ = std::max(slot_bytes_, c.bytes);
 }
 
-namespace {
-
-void copy_lines(const copy_2d_desc& d) {
-    for (std::size_t line = 0; line < d.height; ++line)
-        std::memcpy(static_cast<char*>(d.dst) + line * d.dst_pitch, static_cast<const char*>(d.src) + line * d.src_pitch,
-                    d.width_bytes);
-}
-
-}  // namespace
-
 tile_slot& tile_store::victim(int tile, std::size_t bytes) {
     tile_slot* v = nullptr;
     // A slot holding an older version of the tile is reused first: that version is of no more use.
@@ -165,7 +155,7 @@ void tile_store::load(tile_slot& s, const host_rect& r) {
             // Gathered on the copy-in stream, so after the slot's last write-back scattered from the same staging.
             counters_.bytes_packed += bytes;
             const copy_2d_desc gather = packed_copy(s.stage.get(), r, true);
-            dev_.enqueue_host(h2d_, [gather] { copy_lines(gather); }, "pack");
+            dev_.enqueue_host(h2d_, [gather, r] { copy_region(gather, r, tile_region::full, true); }, "pack");
             dev_.copy_to_device(h2d_, s.buf.get(), s.stage.get(), bytes);
         }
     }
@@ -275,7 +265,7 @@ void tile_store::store(tile_slot& s, const host_rect& r, tile_region region) {
         counters_.bytes_packed += bytes;
         dev_.copy_to_host(d2h_, s.stage.get(), s.buf.get(), bytes);
         const copy_2d_desc scatter = packed_copy(s.stage.get(), r, false);
-        dev_.enqueue_host(d2h_, [scatter] { copy_lines(scatter); }, "unpack");
+        dev_.enqueue_host(d2h_, [scatter, r] { copy_region(scatter, r, tile_region::full, false); }, "unpack");
     } else if (dev_.host_addressable()) {
         const copy_2d_desc d = packed_copy(s.buf.get(), r, false);
         dev_.enqueue_host(d2h_, [d, r, region] { copy_region(d, r, region, false); }, "d2h triangle");
