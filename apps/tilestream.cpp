@@ -91,6 +91,10 @@ void declare_gemm_options(ts::cli::args& a) {
         .integer_option("tile-n", "tile columns instead of the planner's")
         .integer_option("tile-k", "tile depth instead of the planner's")
         .text("transfer", "2d: 2-D strided copies (default), pack: pack tiles on the host first", "2d|pack")
+        .text("engine",
+              "tasks (default: one device copying with 2-D copies and no tile cache runs on the tile-task engine), "
+              "pipeline (GEMM's own pipeline of work units)",
+              "tasks|pipeline")
         .text("rates", "declare rates instead of measuring them, e.g. h2d=12GB/s,d2h=12GB/s,gflops=150", "RATES")
         .flag_option("explain", "print the plan before the run and measured-vs-predicted after (stderr)")
         .text("trace", "write a Chrome trace (Perfetto, chrome://tracing)", "run.json")
@@ -486,6 +490,7 @@ int run_gemm(const ts::cli::args& a, ts::dtype type, ts::cli::run_files& files) 
     const std::string transfer = a.get_or("transfer", "2d");
     if (transfer != "2d" && transfer != "pack") throw ts::invalid_argument("--transfer expects 2d or pack, got '" + transfer + "'");
     call.transfer = transfer == "2d" ? ts::transfer_mode::copy_2d : ts::transfer_mode::pack;
+    if (a.has("engine")) call.engine = ts::parse_gemm_engine(a.get_or("engine", "tasks"));
     const std::string peers = a.get_or("peer-tiles", "auto");
     if (peers != "auto" && peers != "on" && peers != "off")
         throw ts::invalid_argument("--peer-tiles expects auto, on or off, got '" + peers + "'");
@@ -669,7 +674,8 @@ int run_gemm(const ts::cli::args& a, ts::dtype type, ts::cli::run_files& files) 
                   {"beta", ts::as_scalar(beta).real()},
                   {"repeat", repeat}, {"seconds", secs}, {"gflops", gflops},
                   {"strategy", std::string(ts::to_string(plan.strategy))},
-                  {"transfer", std::string(ts::to_string(plan.transfer))}, {"tile_m", plan.tile_m},
+                  {"transfer", std::string(ts::to_string(plan.transfer))},
+                  {"engine", std::string(ts::to_string(plan.engine))}, {"tile_m", plan.tile_m},
                   {"tile_n", plan.tile_n}, {"tile_k", plan.tile_k}, {"k_block", plan.k_block},
                   {"bytes_h2d", last.bytes_h2d}, {"bytes_d2h", last.bytes_d2h}, {"bytes_packed", last.bytes_packed},
                   {"peak_device_bytes", last.peak_device_bytes}, {"budget_bytes", budget},
@@ -792,7 +798,7 @@ template <class T>
 int run_gemm_stack(const ts::cli::args& a, ts::dtype type, ts::cli::run_files& files) {
     for (const char* o : {"m", "n", "k", "layout", "seed"})
         if (a.has(o)) throw ts::invalid_argument(std::string("gemm: --") + o + " is for random inputs, not with --a/--b");
-    for (const char* o : {"strategy", "tile", "tile-m", "tile-n", "tile-k", "transfer", "peer-tiles", "trace",
+    for (const char* o : {"strategy", "tile", "tile-m", "tile-n", "tile-k", "transfer", "engine", "peer-tiles", "trace",
                           "timeline"})
         if (a.has(o))
             throw ts::invalid_argument(std::string("gemm: --") + o + " does not apply to stacks of matrices (inputs of 3 "

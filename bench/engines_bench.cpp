@@ -58,6 +58,7 @@ static int run(int argc, char** argv) {
             for (const auto& [s, own] : cases) {
                 ts::gemm_options opt;
                 opt.strategy = s;
+                opt.engine = ts::gemm_engine::pipeline;  // the default runs one device on the task engine
                 ts::gemm_report pipe;
                 try {
                     pipe = ts::gemm<T>(*raw.front(), ts::op::n, ts::op::n, T(1), a.view(), b.view(), T(0), c.view(), opt);

@@ -256,7 +256,9 @@ static int run(int argc, char** argv) {
                 report({"out-of-core (25% budget) / in-core, " + std::string(ts::to_string(type)) + " n=" + std::to_string(n),
                         "in-core on the same device with a budget that fits (copies in and out)",
                         "strategy " + std::string(ts::to_string(ooc.plan.strategy)) + " tiles " + std::to_string(ooc.plan.tile_m) +
-                            "x" + std::to_string(ooc.plan.tile_n) + "x" + std::to_string(ooc.plan.tile_k),
+                            "x" + std::to_string(ooc.plan.tile_n) + "x" + std::to_string(ooc.plan.tile_k) + " on the " +
+                            std::string(ts::to_string(ooc.plan.engine)) + " engine (in-core on the " +
+                            std::string(ts::to_string(incore.plan.engine)) + ")",
                         t.ours, t.anchor, 0, 0.90});
             });
         }

@@ -234,6 +234,7 @@ py::dict plan_dict(ts::context& ctx, const ts::gemm_plan& p) {
     py::dict d;
     d["text"] = ctx.explain(p);
     d["strategy"] = std::string(ts::to_string(p.strategy));
+    d["engine"] = std::string(ts::to_string(p.engine));
     d["kernel"] = std::string(ts::to_string(p.kernel));
     d["tile"] = py::make_tuple(p.tile_m, p.tile_n, p.tile_k);
     d["tiles"] = py::make_tuple(p.tiles_m, p.tiles_n, p.tiles_k);

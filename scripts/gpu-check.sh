@@ -541,6 +541,10 @@ if [ -n "$test_bin" ]; then
         cli_run gemm-f64 gemm --devices cuda:0 --m "$big" --n "$big" --k "$big" --dtype f64 --repeat 3 --check --quiet
         cli_run gemm-c64 gemm --devices cuda:0 --m $((big / 2)) --n $((big / 2)) --k $((big / 2)) --dtype c64 --repeat 3 --check --quiet
         cli_run gemm-f64-ooc gemm --devices cuda:0@2GiB --m "$big" --n "$big" --k "$big" --dtype f64 --repeat 3 --check --explain --quiet
+        # One GPU runs GEMM on the task engine by default (2026-11-28, not yet measured on a GPU):
+        # the same two calls on GEMM's pipeline, to compare.
+        cli_run gemm-f64-pipeline gemm --devices cuda:0 --m "$big" --n "$big" --k "$big" --dtype f64 --repeat 3 --check --quiet --engine pipeline
+        cli_run gemm-f64-ooc-pipeline gemm --devices cuda:0@2GiB --m "$big" --n "$big" --k "$big" --dtype f64 --repeat 3 --check --explain --quiet --engine pipeline
         cli_run trsm-f64 trsm --devices cuda:0 --m "$med" --n "$med" --dtype f64 --repeat 3 --check --explain --timeline "$out/trsm-f64.svg" --trace "$out/trsm-f64.trace.json"
         cli_run syrk-f64 syrk --devices cuda:0 --n "$med" --k "$med" --dtype f64 --repeat 3 --check --explain --timeline "$out/syrk-f64.svg" --trace "$out/syrk-f64.trace.json"
         # Where the trsm time goes (cuBLAS's single-tile solves ran at 3 TFLOP/s against GEMM's 45 on

@@ -5,11 +5,13 @@
 #include "core/routines/gemm_tasks.hpp"
 #include "test_support.hpp"
 
+#include <tilestream/context.hpp>
 #include <tilestream/devices.hpp>
 #include <tilestream/gemm.hpp>
 #include <tilestream/plan.hpp>
 #include <tilestream/verify.hpp>
 
+#include <atomic>
 #include <cstring>
 
 namespace tilestream {
@@ -331,6 +333,129 @@ TEST(GemmOnTasks, ADeviceRefusingSlotsRunsWithOneOfEachClass) {
     fault_injection::clear();
     ASSERT_EQ(r.warnings.size(), 1u);
     EXPECT_NE(r.warnings[0].find("ran with 3 of"), std::string::npos) << r.warnings[0];
+}
+
+// The public GEMM on one device that copies (a budget, 2-D copies, no tile cache) runs on the task
+// engine by default: every precision against the reference on odd shapes, the bytes and peak
+// memory the plan predicts (the task model's), the plan's units done by the device; the other
+// plans stay on the pipeline.
+template <class T>
+void default_runs_on_tasks(device& dev, index_t m, index_t n, index_t k, T beta, double tolerance) {
+    host_matrix<T> a(k, m, layout::col_major), b(k, n), c(m, n, layout::col_major), c0(m, n, layout::col_major);
+    fill_random(a.view(), 11);
+    fill_random(b.view(), 12);
+    fill_random(c0.view(), 13);
+    if (beta != T(0)) std::memcpy(c.data(), c0.data(), sizeof(T) * std::size_t(c.size()));
+    else fill_nan(c.view());
+    gemm_options opt;
+    opt.rates = device_rates{};  // declared: the plan does not depend on a probe
+    const gemm_report rep = gemm<T>(dev, op::c, op::n, T(0.75), a.view(), b.view(), beta, c.view(), opt);
+    SCOPED_TRACE(dev.id() + " " + std::string(to_string(dtype_of<T>())) + " " + std::string(to_string(rep.plan.strategy)));
+    EXPECT_EQ(rep.plan.engine, gemm_engine::tasks);
+    EXPECT_GT(rep.plan.units, 1u) << "the case must be out of core";
+    EXPECT_LT(gemm_relative_error<T>(op::c, op::n, T(0.75), a.view(), b.view(), beta, c0.view(), c.view()), tolerance);
+    EXPECT_EQ(rep.bytes_h2d, rep.plan.bytes_h2d);
+    EXPECT_EQ(rep.bytes_d2h, rep.plan.bytes_d2h);
+    EXPECT_EQ(rep.peak_device_bytes, rep.plan.peak_device_bytes);
+    EXPECT_LE(rep.peak_device_bytes, dev.budget_for_runs());
+    ASSERT_EQ(rep.devices.size(), 1u);
+    EXPECT_EQ(rep.devices[0].units, rep.plan.units);
+}
+
+TEST(GemmOnTasks, OneCopyingDeviceRunsOnTasksByDefault) {
+    for (const char* spec : {"cpu@96KiB", "opencl:0@96KiB"}) {
+        const auto devs = open_devices(spec);
+        device& d = *devs.front();
+        default_runs_on_tasks<float>(d, 101, 77, 131, 0.0f, 1e-5);
+        default_runs_on_tasks<double>(d, 93, 121, 67, -0.5, 1e-13);
+        default_runs_on_tasks<c32>(d, 71, 57, 93, c32(0.5f, -1.0f), 1e-5);
+        default_runs_on_tasks<c64>(d, 95, 79, 88, c64(0), 1e-13);
+    }
+    // What the task engine does not do (yet) stays on the pipeline: several devices, the tile cache
+    // asked for, packed transfers, and the pipeline asked for; in place nothing is copied.
+    gemm_problem p;
+    p.type = dtype::f64;
+    p.m = p.n = p.k = 300;
+    const std::size_t budget = 256 * 1024;
+    const auto engine_of = [&](auto&& set) {
+        plan_options po;
+        set(po);
+        return plan_gemm(p, budget, device_rates{}, po).engine;
+    };
+    EXPECT_EQ(engine_of([](plan_options&) {}), gemm_engine::tasks);
+    EXPECT_EQ(engine_of([](plan_options& o) { o.devices = 2; }), gemm_engine::pipeline);
+    EXPECT_EQ(engine_of([](plan_options& o) { o.cache = cache_mode::on; }), gemm_engine::pipeline);
+    // The automatic cache (the context's default) is what the task store does: such plans are adopted.
+    const auto cached = [&](cache_mode c, gemm_engine e) {
+        plan_options po;
+        po.strategy = gemm_strategy::tiles_3d;
+        po.tile_m = po.tile_n = po.tile_k = 50;
+        po.cache = c;
+        po.engine = e;
+        return plan_gemm(p, 2 * budget, device_rates{}, po);
+    };
+    ASSERT_TRUE(cached(cache_mode::automatic, gemm_engine::pipeline).cache) << "the case must take the cache";
+    const gemm_plan adopted = cached(cache_mode::automatic, gemm_engine::tasks);
+    EXPECT_EQ(adopted.engine, gemm_engine::tasks);
+    EXPECT_FALSE(adopted.cache);
+    EXPECT_EQ(engine_of([](plan_options& o) { o.transfer = transfer_mode::pack; }), gemm_engine::pipeline);
+    EXPECT_EQ(engine_of([](plan_options& o) { o.engine = gemm_engine::pipeline; }), gemm_engine::pipeline);
+    EXPECT_EQ(engine_of([](plan_options& o) { o.in_place = true; }), gemm_engine::pipeline);
+}
+
+// Through a context: progress once per step (as the pipeline reports it), a cancel named as GEMM's,
+// and a second call on the same shape reusing the slots the first one left (the same peak).
+TEST(GemmOnTasks, AContextCallReportsStepsCancelsAndReusesItsSlots) {
+    context_options o;
+    o.memory_budget = 128 * 1024;
+    o.cpu_threads = 1;
+    o.rates = device_rates{};
+    context ctx("cpu", o);
+    host_matrix<double> a(150, 110), b(110, 170), c(150, 170);
+    fill_random(a.view(), 21);
+    fill_random(b.view(), 22);
+    fill_nan(c.view());
+    std::size_t steps = 0, last_step = 0, units = 0;
+    gemm_call_options call;
+    call.strategy = gemm_strategy::tiles_3d;  // three k-steps a task
+    call.tile_m = call.tile_n = call.tile_k = 40;
+    call.run.on_step_done = [&](std::size_t s) {
+        ++steps;
+        last_step = s;
+    };
+    call.run.on_unit_done = [&](std::size_t u) { units = u; };
+    const gemm_report first = ctx.gemm<double>(op::n, op::n, 1.0, a.view(), b.view(), 0.0, c.view(), call);
+    ASSERT_EQ(first.plan.engine, gemm_engine::tasks);
+    EXPECT_GT(first.plan.steps, first.plan.units);
+    EXPECT_EQ(steps, first.plan.steps);
+    EXPECT_EQ(last_step, first.plan.steps);
+    EXPECT_EQ(units, first.plan.units);
+    host_matrix<double> c0(150, 170);  // beta = 0: not read
+    fill_random(c0.view(), 23);
+    EXPECT_LT(gemm_relative_error<double>(op::n, op::n, 1.0, a.view(), b.view(), 0.0, c0.view(), c.view()), 1e-13);
+
+    gemm_call_options again = call;
+    again.run = {};
+    const gemm_report second = ctx.gemm<double>(op::n, op::n, 1.0, a.view(), b.view(), 0.0, c.view(), again);
+    EXPECT_EQ(second.peak_device_bytes, first.peak_device_bytes);
+    EXPECT_EQ(second.bytes_h2d, first.bytes_h2d);
+
+    std::atomic<bool> stop{false};
+    gemm_call_options cancelling = again;
+    cancelling.run.cancel = &stop;
+    cancelling.run.on_step_done = [&](std::size_t s) {
+        if (s >= 2) stop = true;
+    };
+    try {
+        ctx.gemm<double>(op::n, op::n, 1.0, a.view(), b.view(), 0.0, c.view(), cancelling);
+        FAIL() << "a cancelled call returned";
+    } catch (const cancelled& e) {
+        EXPECT_EQ(std::string(e.what()).rfind("gemm: cancelled", 0), 0u) << e.what();
+    }
+    // The context is usable after a cancel.
+    fill_nan(c.view());
+    ctx.gemm<double>(op::n, op::n, 1.0, a.view(), b.view(), 0.0, c.view());
+    EXPECT_LT(gemm_relative_error<double>(op::n, op::n, 1.0, a.view(), b.view(), 0.0, c0.view(), c.view()), 1e-13);
 }
 
 TEST(GemmOnTasks, SurvivesADeviceFault) {

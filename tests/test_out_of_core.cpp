@@ -57,8 +57,11 @@ void check_case(gemm_strategy strategy, transfer_mode transfer, const ooc_case& 
     po.tile_m = cs.tm;
     po.tile_n = strategy == gemm_strategy::tiles_3d ? cs.tm : cs.tn;
     po.tile_k = panel ? 0 : (strategy == gemm_strategy::tiles_3d ? cs.tm : cs.tk);
-    // A budget of "a few tiles": what the plan needs, found by planning with room to spare.
-    const gemm_plan sized = plan_gemm(problem, std::size_t(1) << 40, device_rates{}, po);
+    // A budget of "a few tiles": what the pipeline's plan needs, found by planning with room to
+    // spare (the task engine, which runs plans with 2-D copies, fills that budget with slots).
+    plan_options sizing = po;
+    sizing.engine = gemm_engine::pipeline;
+    const gemm_plan sized = plan_gemm(problem, std::size_t(1) << 40, device_rates{}, sizing);
     const std::size_t budget = sized.peak_device_bytes + 64;
 
     open_options oo;
@@ -225,17 +228,29 @@ TEST(out_of_core, CostFormulasMatchTheSeedsForSquareProblems) {
     gemm_problem p;
     p.type = dtype::f32;
     p.m = p.n = p.k = 1024;
+    // The pipeline's plans copy what the formulas say; the task engine's, on the same tiles in an
+    // LRU store filled to the budget, never more (a budget of 6 MiB: neither holds all of A or B).
     const double n = 1024, T = 256, es = 4;
-    plan_options po;
-    po.tile_m = po.tile_n = po.tile_k = 256;
-    po.strategy = gemm_strategy::tiles_3d;
-    auto t3 = plan_gemm(p, std::size_t(1) << 40, device_rates{}, po);
-    EXPECT_EQ(double(t3.bytes_h2d + t3.bytes_d2h), (2 * n * n * n / T + n * n) * es);
-    po.tile_k = 0;
-    for (auto s : {gemm_strategy::a_panel, gemm_strategy::b_panel}) {
-        po.strategy = s;
-        auto pl = plan_gemm(p, std::size_t(1) << 40, device_rates{}, po);
-        EXPECT_EQ(double(pl.bytes_h2d + pl.bytes_d2h), (2 * n * n + n * n * n / T) * es) << to_string(s);
+    for (gemm_engine e : {gemm_engine::pipeline, gemm_engine::tasks}) {
+        SCOPED_TRACE(to_string(e));
+        plan_options po;
+        po.engine = e;
+        po.tile_m = po.tile_n = po.tile_k = 256;
+        po.strategy = gemm_strategy::tiles_3d;
+        const std::size_t budget = e == gemm_engine::pipeline ? std::size_t(1) << 40 : std::size_t(6) << 20;
+        auto t3 = plan_gemm(p, budget, device_rates{}, po);
+        EXPECT_EQ(t3.engine, e);
+        const double tiles_3d = (2 * n * n * n / T + n * n) * es;
+        if (e == gemm_engine::pipeline) EXPECT_EQ(double(t3.bytes_h2d + t3.bytes_d2h), tiles_3d);
+        else EXPECT_LT(double(t3.bytes_h2d + t3.bytes_d2h), tiles_3d);
+        po.tile_k = 0;
+        for (auto s : {gemm_strategy::a_panel, gemm_strategy::b_panel}) {
+            po.strategy = s;
+            auto pl = plan_gemm(p, budget, device_rates{}, po);
+            const double panels = (2 * n * n + n * n * n / T) * es;
+            if (e == gemm_engine::pipeline) EXPECT_EQ(double(pl.bytes_h2d + pl.bytes_d2h), panels) << to_string(s);
+            else EXPECT_LE(double(pl.bytes_h2d + pl.bytes_d2h), panels) << to_string(s);
+        }
     }
 }
 
@@ -270,27 +285,40 @@ TEST(out_of_core, TraceHasASpanPerCopyAndKernel) {
     po.strategy = gemm_strategy::tiles_3d;
     po.tile_m = po.tile_n = po.tile_k = 16;
     po.kernel = gemm_kernel::naive;
-    const auto plan = plan_gemm(p, 1 << 30, device_rates{}, po);
-    trace_recorder rec;
-    gemm_run_options run;
-    run.trace = &rec;
-    device* d[] = {devs.front().get()};
-    execute_gemm<double>(plan, d, 1.0, a.view(), b.view(), 0.0, c.view(), run);
-    std::size_t kernels = 0, h2d = 0, d2h = 0, h2d_bytes = 0;
-    for (const auto& s : rec.spans()) {
-        kernels += s.kind == span_kind::kernel;
-        h2d += s.kind == span_kind::copy_h2d;
-        d2h += s.kind == span_kind::copy_d2h;
-        if (s.kind == span_kind::copy_h2d) h2d_bytes += s.bytes;
-        EXPECT_LE(s.t0, s.t1);
+    for (gemm_engine e : {gemm_engine::pipeline, gemm_engine::tasks}) {
+        SCOPED_TRACE(to_string(e));
+        po.engine = e;
+        const auto plan = plan_gemm(p, 1 << 30, device_rates{}, po);
+        ASSERT_EQ(plan.engine, e);
+        trace_recorder rec;
+        gemm_run_options run;
+        run.trace = &rec;
+        device* d[] = {devs.front().get()};
+        execute_gemm<double>(plan, d, 1.0, a.view(), b.view(), 0.0, c.view(), run);
+        std::size_t kernels = 0, h2d = 0, d2h = 0, h2d_bytes = 0;
+        for (const auto& s : rec.spans()) {
+            kernels += s.kind == span_kind::kernel;
+            h2d += s.kind == span_kind::copy_h2d;
+            d2h += s.kind == span_kind::copy_d2h;
+            if (s.kind == span_kind::copy_h2d) h2d_bytes += s.bytes;
+            EXPECT_LE(s.t0, s.t1);
+        }
+        EXPECT_EQ(kernels, plan.steps);
+        // The pipeline copies an A and a B tile for every step; the task store (3 slots of each
+        // here, the reused A's panel and one more) keeps tiles the next tasks read: fewer copies,
+        // every one of A's 6 and B's 4 tiles at least once.
+        if (e == gemm_engine::pipeline) EXPECT_EQ(h2d, plan.steps * 2);
+        else {
+            EXPECT_EQ(plan.a_slots, 3);
+            EXPECT_LT(h2d, plan.steps * 2);
+            EXPECT_GE(h2d, std::size_t(6 + 4));
+        }
+        EXPECT_EQ(d2h, plan.units);
+        EXPECT_EQ(h2d_bytes, plan.bytes_h2d);
+        const std::string json = rec.chrome_json();
+        EXPECT_NE(json.find("\"traceEvents\""), std::string::npos);
+        EXPECT_NE(json.find("\"ph\": \"X\""), std::string::npos);
     }
-    EXPECT_EQ(kernels, plan.steps);
-    EXPECT_EQ(h2d, plan.steps * 2);
-    EXPECT_EQ(d2h, plan.units);
-    EXPECT_EQ(h2d_bytes, plan.bytes_h2d);
-    const std::string json = rec.chrome_json();
-    EXPECT_NE(json.find("\"traceEvents\""), std::string::npos);
-    EXPECT_NE(json.find("\"ph\": \"X\""), std::string::npos);
 }
 
 }  // namespace

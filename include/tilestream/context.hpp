@@ -115,6 +115,7 @@ struct gemm_call_options {
     gemm_strategy strategy = gemm_strategy::automatic;
     index_t tile_m = 0, tile_n = 0, tile_k = 0;  ///< 0 = the planner's choice
     transfer_mode transfer = transfer_mode::copy_2d;
+    gemm_engine engine = gemm_engine::tasks;      ///< plan_options::engine
     std::optional<gemm_kernel> kernel;            ///< the context's when absent
     std::optional<cache_mode> cache;              ///< the context's when absent
     /// Rates for this plan (to explain a fixed strategy with measured figures, say); when absent

@@ -25,6 +25,7 @@ struct gemm_options {
     gemm_strategy strategy = gemm_strategy::automatic;  ///< any shape: out-of-core when it does not fit
     index_t tile_m = 0, tile_n = 0, tile_k = 0;
     transfer_mode transfer = transfer_mode::copy_2d;
+    gemm_engine engine = gemm_engine::tasks;  ///< plan_options::engine
     std::optional<device_rates> rates;  ///< declared rates; measured on the device when absent
     bool reproducible = false;          ///< fixed k-order (plan_options::reproducible)
 };

@@ -120,6 +120,18 @@ device_rates measure_rates(device& dev, dtype t, gemm_kernel kernel, math_mode m
 /// Parses "h2d=12GB/s,d2h=12GB/s,gflops=150,overhead=10us" over defaults.
 device_rates parse_rates(std::string_view text, device_rates base = {});
 
+/// Which engine runs a GEMM plan that copies its operands to a device.
+enum class gemm_engine {
+    /// The tile-task engine of the Level 3 routines, Cholesky and LU: one task per tile of C (its
+    /// k-steps in order), in an LRU tile store of per-operand slot classes filled to the budget.
+    tasks,
+    /// GEMM's own pipeline of work units: its A, B and C buffers, the tile cache, peer copies,
+    /// packed transfers and the static and shared splits over several devices.
+    pipeline,
+};
+std::string_view to_string(gemm_engine e) noexcept;
+gemm_engine parse_gemm_engine(std::string_view s);
+
 /// Whether spare device memory caches A and B tiles across work units.
 enum class cache_mode { automatic, on, off };
 std::string_view to_string(cache_mode c) noexcept;
@@ -155,6 +167,10 @@ struct plan_options {
     double max_step_seconds = 0;
     /// direct: the OpenBLAS threads the calling thread's vendor call may use (the context's cores).
     int direct_threads = 1;
+    /// tasks (default): a plan that copies its operands runs on the task engine where it can (one
+    /// device, 2-D copies, no tile cache asked for), its slots and predictions then the task
+    /// model's; other plans, and every plan with `pipeline`, run on GEMM's pipeline.
+    gemm_engine engine = gemm_engine::tasks;
 };
 
 /// The k-block of reproducible plans: the tiled CPU kernel's KC and OpenBLAS's GEMM_Q on
@@ -191,6 +207,8 @@ struct gemm_plan {
     /// Reproducible plans: each kernel call covers one k-block, in order (0: calls cover k-tiles).
     index_t k_block = 0;
     bool tile_k_rounded = false;  ///< a requested tile-k was rounded up to a multiple of k_block
+    /// The engine that runs the plan (tasks: the slots and predictions below are the task model's).
+    gemm_engine engine = gemm_engine::pipeline;
     /// Device buffers per operand ("slots") and the bytes of each.
     int a_slots = 0, b_slots = 0, c_slots = 0;
     std::size_t a_slot_bytes = 0, b_slot_bytes = 0, c_slot_bytes = 0;

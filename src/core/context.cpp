@@ -218,6 +218,7 @@ plan_options context::plan_options_for(const gemm_problem&, const gemm_call_opti
     po.tile_n = call.tile_n;
     po.tile_k = call.tile_k;
     po.transfer = call.transfer;
+    po.engine = call.engine;
     po.kernel = call.kernel.value_or(options_.kernel.value_or(gemm_kernel::vendor));
     po.math = options_.math;
     po.cache = call.cache.value_or(options_.cache);

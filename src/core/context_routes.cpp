@@ -271,7 +271,7 @@ context_routes::plan_key context_routes::key_of(const gemm_problem& q, const gem
            std::int64_t(call.strategy), call.tile_m,         call.tile_n,              call.tile_k,
            std::int64_t(call.transfer) * 16 + std::int64_t(call.kernel ? 1 + int(*call.kernel) : 0),
            std::int64_t(call.cache ? 1 + int(*call.cache) : 0), std::int64_t(budget),
-           std::int64_t(watches_steps(call.run))};
+           std::int64_t(watches_steps(call.run)) * 2 + std::int64_t(call.engine)};
     return k;
 }
 

@@ -56,6 +56,7 @@ gemm_report gemm(device& dev, op op_a, op op_b, T alpha, host_matrix_view<const 
     po.tile_n = opt.tile_n;
     po.tile_k = opt.tile_k;
     po.transfer = opt.transfer;
+    po.engine = opt.engine;
     po.kernel = opt.kernel;
     po.math = opt.math;
     device* devs[] = {&dev};

@@ -10,6 +10,7 @@
 #include "core/file_mappings.hpp"
 #include "core/gemm_direct.hpp"
 #include "core/gemm_memory.hpp"
+#include "core/routines/gemm_tasks.hpp"
 
 #include <algorithm>
 #include <array>
@@ -902,6 +903,12 @@ gemm_report detail::execute_gemm_kept(const gemm_plan& plan, std::span<device* c
     // Units are computed from their index when taken (a plan may have millions).
     const std::size_t units = plan.units;
     if (units == 0) return rep;
+    if (plan.engine == gemm_engine::tasks) {
+        detail::engine::report_run(
+            rep, detail::routines::run_gemm_plan<T>(plan, devices, alpha, a, b, beta, c, run, memory, keeps));
+        rep.seconds = std::chrono::duration<double>(clock::now() - t0).count();  // the graph's making too
+        return rep;
+    }
 
     run_state state(devices.size(), units);
     if (plan.device_flops.size() == devices.size() && q.reads_ab && plan.batch == 0)

@@ -1,6 +1,8 @@
 // The GEMM planner: for each strategy and tile size, the bytes a run copies and packs, the device
 // memory it needs and the time it should take with copies overlapped; `automatic` picks the
 // fastest plan that fits the budget.
+#include "core/routines/gemm_tasks.hpp"
+
 #include <tilestream/error.hpp>
 #include <tilestream/plan.hpp>
 
@@ -54,6 +56,14 @@ cache_mode parse_cache_mode(std::string_view s) {
     for (auto v : {cache_mode::automatic, cache_mode::on, cache_mode::off})
         if (s == to_string(v)) return v;
     throw invalid_argument("--cache expects auto, on or off, got '" + std::string(s) + "'");
+}
+
+std::string_view to_string(gemm_engine e) noexcept { return e == gemm_engine::tasks ? "tasks" : "pipeline"; }
+
+gemm_engine parse_gemm_engine(std::string_view s) {
+    for (auto v : {gemm_engine::tasks, gemm_engine::pipeline})
+        if (s == to_string(v)) return v;
+    throw invalid_argument("--engine expects tasks or pipeline, got '" + std::string(s) + "'");
 }
 
 std::string_view to_string(transfer_mode t) noexcept { return t == transfer_mode::copy_2d ? "2d-copy" : "pack"; }
@@ -569,6 +579,7 @@ gemm_plan plan_gemm(const gemm_problem& q, std::size_t budget, const device_rate
         add_tile_cache(*best, budget, opt.cache == cache_mode::on);
     if (best->strategy == gemm_strategy::zero_copy && !opt.tile_m && !opt.tile_n && !opt.tile_k)
         bound_steps(*best, opt.max_step_seconds);
+    if (detail::routines::runs_on_tasks(*best, opt)) detail::routines::adopt_tasks(*best);
     return *best;
 }
 
@@ -641,6 +652,13 @@ std::string explain(const gemm_plan& p) {
       << (p.cache ? "  (tile cache: " + std::to_string(p.cache_slots_a) + " spare A and " + std::to_string(p.cache_slots_b) + " spare B slots, LRU)"
                   : std::string(p.reuse_a ? "  (A panel reused)" : "") + (p.reuse_b ? "  (B panel reused)" : ""))
       << "\n";
+    if (!in_place)
+        s << "  engine          "
+          << (p.engine == gemm_engine::tasks
+                  ? "tasks (one per C tile, its k-steps in order, in the strategy's order; an LRU tile store of "
+                    "A, B and C slots filled to the budget: tiles the next tasks read stay)"
+                  : "pipeline (work units through A, B and C buffers)")
+          << "\n";
     if (p.devices > 1 && !direct)
         s << "  devices         " << p.devices << (p.static_assignment ? " (row panels dealt round-robin)" : " (shared queue)") << "\n";
     if (!p.device_kernels.empty()) {

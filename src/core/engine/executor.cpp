@@ -111,11 +111,30 @@ public:
         }
         if (!rq.in_place) {
             const std::vector<slot_class> classes = slot_classes_of(rq);
-            int wanted = 0;
-            for (const slot_class& c : classes) wanted += c.count;
-            store_ = std::make_unique<tile_store>(dev, *h2d_, *compute_, *d2h_, classes, 3, from,
-                                                  kit ? &kit->slots : nullptr, rq.transfer == transfer_mode::pack);
-            if (store_->slots() < wanted)
+            int wanted = 0, most = 0;
+            for (const slot_class& c : classes) {
+                wanted += c.count;
+                most = std::max(most, c.count);
+            }
+            // Slots that cannot all be allocated (memory taken by others though the budget has
+            // room): again with half as many of each class, down to one; the tasks stay the same.
+            std::string first_failure;
+            for (int shrink = 0;; ++shrink) {
+                std::vector<slot_class> tried = classes;
+                for (slot_class& c : tried) c.count = std::max(std::min(c.count, 1), c.count >> shrink);
+                try {
+                    store_ = std::make_unique<tile_store>(dev, *h2d_, *compute_, *d2h_, tried, 3, from,
+                                                          kit ? &kit->slots : nullptr, rq.transfer == transfer_mode::pack);
+                    break;
+                } catch (const error& e) {
+                    if ((most >> shrink) <= 1) throw;
+                    if (first_failure.empty()) first_failure = e.what();
+                }
+            }
+            if (!first_failure.empty())
+                warnings.push_back(dev.id() + ": " + first_failure + "; ran with fewer buffers (" +
+                                   std::to_string(store_->slots()) + " of " + std::to_string(wanted) + " tile slots)");
+            else if (store_->slots() < wanted)
                 warnings.push_back(dev.id() + ": ran with " + std::to_string(store_->slots()) + " of " +
                                    std::to_string(wanted) + " tile slots (the device refused the others)");
         }
@@ -588,8 +607,8 @@ private:
 
     void cancel_point() {
         if (rq_.run.cancel == nullptr) return;
-        dev_.enqueue_host(*compute_, [flag = rq_.run.cancel] {
-            if (flag->load()) throw cancelled("blas3: cancelled");
+        dev_.enqueue_host(*compute_, [flag = rq_.run.cancel, what = rq_.what] {
+            if (flag->load()) throw cancelled(what + ": cancelled");
         }, "cancel point");
     }
 
@@ -674,10 +693,10 @@ std::vector<slot_class> slot_classes_of(const run_request& rq) {
 run_result run_tasks(const run_request& rq, std::span<device* const> devices) {
     run_result res;
     const task_graph& g = *rq.graph;
-    if (devices.empty()) throw invalid_argument("blas3: no device");
+    if (devices.empty()) throw invalid_argument(rq.what + ": no device");
     for (std::size_t i = 0; i < devices.size(); ++i)
         for (std::size_t j = 0; j < i; ++j)
-            if (devices[i] == devices[j]) throw invalid_argument("blas3: device " + devices[i]->id() + " is listed twice");
+            if (devices[i] == devices[j]) throw invalid_argument(rq.what + ": device " + devices[i]->id() + " is listed twice");
     const auto t0 = clock_type::now();
     if (g.tasks.empty()) return res;
     shared_state st(g, devices.size());
@@ -839,16 +858,16 @@ run_result run_tasks(const run_request& rq, std::span<device* const> devices) {
         for (device* d : devices) d->set_trace_sink(nullptr);
     const std::size_t done = st.done;
     if (cancel_requested() && done < g.tasks.size())
-        throw cancelled("blas3: cancelled after " + std::to_string(done) + " of " + std::to_string(g.tasks.size()) + " tasks");
+        throw cancelled(rq.what + ": cancelled after " + std::to_string(done) + " of " + std::to_string(g.tasks.size()) + " tasks");
     if (st.recoverable) {
         if (done < g.tasks.size()) {
-            throw_every_device_failed("blas3", done, g.tasks.size(), "tasks", st.faults, errors);
+            throw_every_device_failed(rq.what, done, g.tasks.size(), "tasks", st.faults, errors);
         }
     } else {
         for (auto& e : errors)
             if (e) std::rethrow_exception(e);
         if (done < g.tasks.size())
-            throw device_error("blas3: the run stopped after " + std::to_string(done) + " of " +
+            throw device_error(rq.what + ": the run stopped after " + std::to_string(done) + " of " +
                                std::to_string(g.tasks.size()) + " tasks");
     }
     res.faults = std::move(st.faults);

@@ -32,6 +32,7 @@ struct host_operand {
 
 struct run_request {
     const task_graph* graph = nullptr;
+    std::string what = "blas3";          ///< what the run's errors name first ("blas3: cancelled ...")
     std::vector<host_operand> operands;  ///< by graph operand number
     std::complex<double> alpha{1.0}, beta{0.0};
     bool in_place = false;               ///< compute on the host operands, no slots
@@ -84,5 +85,26 @@ std::vector<slot_class> slot_classes_of(const run_request& rq);
 /// cancel flag stopped it, device_error (or out_of_budget) when every device failed, a device's
 /// error when one failed in a run that cannot recover (one device).
 run_result run_tasks(const run_request& request, std::span<device* const> devices);
+
+/// A run's figures into a routine's report (blas3_report, getrf_report, gemm_report: the fields
+/// each has), its warnings after those already there.
+template <class Report>
+void report_run(Report& rep, run_result&& r) {
+    rep.seconds = r.seconds;
+    rep.bytes_h2d = r.bytes_h2d;
+    rep.bytes_d2h = r.bytes_d2h;
+    rep.peak_device_bytes = r.peak_device_bytes;
+    rep.cache_hits = r.cache_hits;
+    rep.cache_misses = r.cache_misses;
+    rep.bytes_saved = r.bytes_saved;
+    if constexpr (requires { rep.kept_hits; }) {
+        rep.kept_hits = r.kept_hits;
+        rep.kept_bytes_saved = r.kept_bytes_saved;
+    }
+    if constexpr (requires { rep.bytes_packed; }) rep.bytes_packed = r.bytes_packed;
+    rep.devices = std::move(r.devices);
+    rep.faults = std::move(r.faults);
+    for (auto& w : r.warnings) rep.warnings.push_back(std::move(w));
+}
 
 }  // namespace tilestream::detail::engine

@@ -92,19 +92,8 @@ blas3_report detail::execute_blas3_kept(const blas3_plan& plan, std::span<device
                                                      std::pair<const void*, std::size_t>{ops.c.data(), span_bytes(ops.c)}});
     for (const auto& w : pinned.refused()) rep.warnings.push_back("host memory not pinned (copies stay pageable): " + w);
     detail::engine::run_result r = detail::engine::run_tasks(rq, devices);
-    rep.seconds = r.seconds;
-    rep.bytes_h2d = r.bytes_h2d;
-    rep.bytes_d2h = r.bytes_d2h;
-    rep.peak_device_bytes = r.peak_device_bytes;
-    rep.cache_hits = r.cache_hits;
-    rep.cache_misses = r.cache_misses;
-    rep.bytes_saved = r.bytes_saved;
-    rep.kept_hits = r.kept_hits;
-    rep.kept_bytes_saved = r.kept_bytes_saved;
-    rep.devices = std::move(r.devices);
-    rep.faults = std::move(r.faults);
     rep.info = r.info;
-    for (auto& w : r.warnings) rep.warnings.push_back(std::move(w));
+    detail::engine::report_run(rep, std::move(r));
     return rep;
 }
 

@@ -36,8 +36,9 @@ task_graph build_gemm(const gemm_problem& p, const gemm_tiling& t, int devices) 
     const index_t n_blocks = tb ? bt_tiles.tiles_r() : bt_tiles.tiles_c();  // B's tiles along op(B)'s columns
     const bool by_columns = t.by_columns && !t.c_panel;
     const index_t outer = by_columns ? c.tiles_c() : c.tiles_r(), inner = by_columns ? c.tiles_r() : c.tiles_c();
-    for (index_t x = 0; x < outer; ++x)
-        for (index_t y = 0; y < inner; ++y) {
+    for (index_t xx = 0; xx < outer; ++xx)
+        for (index_t yy = 0; yy < inner; ++yy) {
+            const index_t x = t.reversed ? outer - 1 - xx : xx, y = t.reversed ? inner - 1 - yy : yy;
             const index_t i = by_columns ? y : x, j = by_columns ? x : y;
             tile_task task;
             if (t.row_panels && devices > 1) task.device = int(i % devices);
@@ -146,13 +147,20 @@ gemm_task_plan plan_gemm_tasks(const gemm_problem& p, const gemm_tiling& t, std:
         int& reused = t.by_columns ? n_b : n_a;
         int& other = t.by_columns ? n_a : n_b;
         const std::size_t reused_bytes = t.by_columns ? b : a, other_bytes = t.by_columns ? a : b;
+        // Never more slots than an operand has tiles (in core: one each).
+        const auto tiles = [&](int o) { return g.operands[std::size_t(o)].tiles_r() * g.operands[std::size_t(o)].tiles_c(); };
+        const index_t c_tiles = tiles(operand_c), reused_tiles = tiles(t.by_columns ? operand_b : operand_a),
+                      other_tiles = tiles(t.by_columns ? operand_a : operand_b);
         // Two of each (one in use, the next loading or writing back), then the reused operand's
         // panel (and one more, for the next panel's first tile), then as many of the other.
-        grow(n_c, c, 2);
-        grow(reused, reused_bytes, 2);
-        grow(other, other_bytes, 2);
-        grow(reused, reused_bytes, steps + 1);
-        grow(other, other_bytes, steps + 1);
+        grow(n_c, c, std::min<index_t>(2, c_tiles));
+        grow(reused, reused_bytes, std::min<index_t>(2, reused_tiles));
+        grow(other, other_bytes, std::min<index_t>(2, other_tiles));
+        grow(reused, reused_bytes, std::min<index_t>(steps + 1, reused_tiles));
+        grow(other, other_bytes, std::min<index_t>(steps + 1, other_tiles));
+        plan.a_slots = {a, n_a};
+        plan.b_slots = {b, n_b};
+        plan.c_slots = {c, n_c};
         plan.slots = engine::sorted_classes({{a, n_a}, {b, n_b}, {c, n_c}});
         m.slot_classes = plan.slots;
     }
@@ -170,6 +178,7 @@ gemm_task_plan choose_gemm_tasks(const gemm_problem& p, std::size_t budget, bool
     for (gemm_strategy s : strategies) {
         plan_options po = base;
         po.strategy = s;
+        po.engine = gemm_engine::pipeline;  // its tiles, ranked here by the task model
         po.devices = devices;
         po.in_place = false;
         gemm_plan plan;
@@ -198,6 +207,93 @@ gemm_task_plan choose_gemm_tasks(const gemm_problem& p, std::size_t budget, bool
     }
     if (!best) throw out_of_budget("gemm on tasks: no tiling fits a budget of " + format_bytes(budget) + ": " + why_not);
     return std::move(*best);
+}
+
+bool runs_on_tasks(const gemm_plan& plan, const plan_options& opt) {
+    // The automatic tile cache is what the task store does anyway (spare slots keep tiles, least
+    // recently used first); the cache asked for stays the pipeline's.
+    return opt.engine == gemm_engine::tasks && opt.devices <= 1 && plan.strategy != gemm_strategy::zero_copy &&
+           plan.strategy != gemm_strategy::direct && (!plan.cache || opt.cache == cache_mode::automatic) &&
+           plan.transfer == transfer_mode::copy_2d && plan.batch == 0;
+}
+
+void adopt_tasks(gemm_plan& plan) {
+    const gemm_task_plan tp = plan_gemm_tasks(plan.problem, tiling_of(plan), plan.budget, false, plan.rates, 1);
+    const engine::model_result& m = tp.model;
+    plan.engine = gemm_engine::tasks;
+    plan.a_slots = tp.a_slots.count;
+    plan.a_slot_bytes = tp.a_slots.bytes;
+    plan.b_slots = tp.b_slots.count;
+    plan.b_slot_bytes = tp.b_slots.bytes;
+    plan.c_slots = tp.c_slots.count;
+    plan.c_slot_bytes = tp.c_slots.bytes;
+    plan.cache = false;
+    plan.cache_slots_a = plan.cache_slots_b = 0;
+    plan.peak_device_bytes = engine::total_bytes(tp.slots);
+    plan.bytes_h2d = m.bytes_h2d;
+    plan.bytes_d2h = m.bytes_d2h;
+    plan.bytes_packed = 0;
+    plan.predicted_seconds = m.seconds;
+    plan.predicted_compute_seconds = m.compute_seconds;
+    plan.predicted_h2d_seconds = m.h2d_seconds;
+    plan.predicted_d2h_seconds = m.d2h_seconds;
+    plan.predicted_copy_seconds = m.h2d_seconds + m.d2h_seconds;
+    plan.bound = m.bound;
+    plan.units = tp.graph.tasks.size();
+    plan.steps = tp.graph.steps;
+}
+
+namespace {
+template <class V>
+engine::host_operand host_operand_of(V v) {
+    using E = std::remove_const_t<typename V::value_type>;
+    engine::host_operand o;
+    o.base = reinterpret_cast<char*>(const_cast<E*>(v.data()));
+    o.ld = v.ld();
+    o.lay = v.layout();
+    return o;
+}
+}  // namespace
+
+template <class T>
+engine::run_result run_gemm_plan(const gemm_plan& plan, std::span<device* const> devices, T alpha,
+                                 host_matrix_view<const T> a, host_matrix_view<const T> b, T beta, host_matrix_view<T> c,
+                                 const gemm_run_options& run, gemm_memory* memory, const call_keeps& keeps) {
+    gemm_tiling t = tiling_of(plan);
+    if (memory != nullptr && (keeps.a.id != 0 || keeps.b.id != 0)) {
+        std::lock_guard lock(memory->mutex);
+        t.reversed = memory->reverse_next;
+        memory->reverse_next = !memory->reverse_next;
+    }
+    const task_graph g = build_gemm(plan.problem, t, int(devices.size()));
+    engine::run_request rq;
+    rq.graph = &g;
+    rq.what = "gemm";
+    rq.operands = {host_operand_of(a), host_operand_of(b), host_operand_of(host_matrix_view<const T>(c))};
+    rq.alpha = as_scalar(alpha);
+    rq.beta = as_scalar(beta);
+    rq.slot_classes = engine::sorted_classes({{plan.a_slot_bytes, plan.a_slots},
+                                              {plan.b_slot_bytes, plan.b_slots},
+                                              {plan.c_slot_bytes, plan.c_slots}});
+    rq.transfer = plan.transfer;
+    rq.device_flops = plan.device_flops;
+    rq.gemm_kernels = plan.device_kernels;
+    rq.run.trace = run.trace;
+    rq.run.register_host = false;  // pinned by the caller, before its clock
+    rq.run.max_tasks_in_flight = std::max(1, run.max_units_in_flight);
+    rq.run.cancel = run.cancel;
+    // Every task of a GEMM has the same number of steps (its k-steps, times B's column tiles for
+    // C panels): a finished task reports its steps one call each, as the pipeline does.
+    const std::size_t per_task = g.tasks.empty() ? 0 : g.steps / g.tasks.size();
+    if (run.on_unit_done || run.on_step_done)
+        rq.run.on_task_done = [&run, per_task](std::size_t done, std::size_t) {
+            if (run.on_step_done)
+                for (std::size_t s = (done - 1) * per_task + 1; s <= done * per_task; ++s) run.on_step_done(s);
+            if (run.on_unit_done) run.on_unit_done(done);
+        };
+    rq.memory = memory;
+    rq.keeps = {keeps.a, keeps.b, operand_keep{}};
+    return engine::run_tasks(rq, devices);
 }
 
 template <class T>
@@ -232,6 +328,10 @@ engine::run_result gemm_on_tasks(std::span<device* const> devices, op op_a, op o
 }
 
 #define TILESTREAM_INSTANTIATE(T)                                                                                   \
+    template engine::run_result run_gemm_plan<T>(const gemm_plan&, std::span<device* const>, T,                      \
+                                                 host_matrix_view<const T>, host_matrix_view<const T>, T,              \
+                                                 host_matrix_view<T>, const gemm_run_options&, gemm_memory*,           \
+                                                 const call_keeps&);                                                   \
     template engine::run_result gemm_on_tasks<T>(std::span<device* const>, op, op, T, host_matrix_view<const T>,   \
                                                  host_matrix_view<const T>, T, host_matrix_view<T>, const gemm_tiling&, \
                                                  const blas3_run_options&, engine::model_result*);

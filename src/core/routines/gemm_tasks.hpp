@@ -1,14 +1,16 @@
 // GEMM as tile tasks on the Level 3 engine: the case without dependencies (one task per tile of C,
 // its k-steps in order, the first applying beta), in the order of C's tiles that a strategy of the
 // GEMM pipeline follows (row by row: A's row panel reused; column by column: B's column panel), in
-// slots sized per operand (slot_class). The public gemm still runs on its own pipeline
-// (core/gemm_engine.cpp); this builder runs GEMM through the task engine for the tests and the
-// benchmark that pin both engines against each other (docs/architecture.md, "What is left").
+// slots sized per operand (slot_class). The public gemm runs here by default on one device that
+// copies (plan_gemm adopts such plans: adopt_tasks; execute_gemm runs them: run_gemm_plan); its
+// other plans run on GEMM's pipeline (core/gemm_engine.cpp). The tests and engines_bench pin
+// both engines against each other (docs/architecture.md, "GEMM on the task engine").
 #pragma once
 
 #include "core/engine/executor.hpp"
 #include "core/engine/schedule_model.hpp"
 #include "core/engine/task_graph.hpp"
+#include "core/gemm_memory.hpp"
 
 #include <tilestream/gemm.hpp>
 
@@ -35,6 +37,9 @@ struct gemm_tiling {
     /// and row_panels): each k-step streams B's column tiles (tile_k x tile_n) into the parts of
     /// the C panel they reach, A's tile loaded once per k-step. by_columns does not apply.
     bool c_panel = false;
+    /// C's tiles in the reverse of that order (a context's calls on kept operands alternate, so
+    /// each starts with the tiles the previous one read last, still on the device).
+    bool reversed = false;
 };
 
 /// The task engine's tiling of a GEMM pipeline plan: its tiles, order and transfers (in_core:
@@ -46,6 +51,8 @@ gemm_tiling tiling_of(const gemm_plan& plan);
 struct gemm_task_plan {
     engine::task_graph graph;
     std::vector<engine::slot_class> slots;  ///< per device (empty: in place)
+    /// The same slots by operand (bytes of each, count); count 0 where the run reads no tile of it.
+    engine::slot_class a_slots, b_slots, c_slots;
     engine::model_result model;
 };
 
@@ -69,6 +76,22 @@ engine::task_graph build_gemm(const gemm_problem& p, const gemm_tiling& t, int d
 gemm_task_plan choose_gemm_tasks(const gemm_problem& p, std::size_t budget, bool in_place, const device_rates& rates,
                                  int devices, const plan_options& base, gemm_tiling* chosen,
                                  gemm_strategy* from_strategy = nullptr);
+
+/// Whether plan_gemm's pick runs on the task engine: opt.engine tasks, one device, a strategy
+/// that copies (not zero_copy or direct), 2-D copies, no tile cache asked for (cache_mode::on).
+bool runs_on_tasks(const gemm_plan& plan, const plan_options& opt);
+
+/// Makes a pipeline plan the task engine's (plan.engine = tasks): the same tiles in the order its
+/// strategy follows (tiling_of), the slots plan_gemm_tasks fills its budget with, and the task
+/// model's bytes, peak memory, time and bound.
+void adopt_tasks(gemm_plan& plan);
+
+/// Runs a plan adopted by the task engine on the devices (the context's memory and kept
+/// operands as the Level 3 routines use them; progress: a unit is a task, one C tile).
+template <class T>
+engine::run_result run_gemm_plan(const gemm_plan& plan, std::span<device* const> devices, T alpha,
+                                 host_matrix_view<const T> a, host_matrix_view<const T> b, T beta, host_matrix_view<T> c,
+                                 const gemm_run_options& run, gemm_memory* memory, const call_keeps& keeps);
 
 /// Builds and runs GEMM on the task engine (slots: what the devices' smallest budget holds, or in
 /// place when they compute on host memory). `model`: the plan's prediction, when asked.

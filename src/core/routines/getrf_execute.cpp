@@ -112,16 +112,7 @@ getrf_report execute_getrf_kept(const getrf_plan& plan, std::span<device* const>
     }
     for (index_t i = 0; i < mn && rep.info == 0; ++i)
         if (a(i, i) == T(0)) rep.info = i + 1;
-    rep.seconds = r.seconds;
-    rep.bytes_h2d = r.bytes_h2d;
-    rep.bytes_d2h = r.bytes_d2h;
-    rep.peak_device_bytes = r.peak_device_bytes;
-    rep.cache_hits = r.cache_hits;
-    rep.cache_misses = r.cache_misses;
-    rep.bytes_saved = r.bytes_saved;
-    rep.devices = std::move(r.devices);
-    rep.faults = std::move(r.faults);
-    for (auto& w : r.warnings) rep.warnings.push_back(std::move(w));
+    engine::report_run(rep, std::move(r));
     return rep;
 }
 
