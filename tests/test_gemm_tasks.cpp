@@ -434,9 +434,16 @@ TEST(GemmOnTasks, AContextCallReportsStepsCancelsAndReusesItsSlots) {
     fill_random(c0.view(), 23);
     EXPECT_LT(gemm_relative_error<double>(op::n, op::n, 1.0, a.view(), b.view(), 0.0, c0.view(), c.view()), 1e-13);
 
+    // The second call allocates nothing: with the device refusing its next allocation it runs
+    // without a warning (a new slot would be refused and the run would warn of fewer buffers).
     gemm_call_options again = call;
     again.run = {};
+    fault_injection::faults refuse;
+    refuse.fail_allocations = 1;
+    fault_injection::arm(*ctx.devices().front(), refuse);
     const gemm_report second = ctx.gemm<double>(op::n, op::n, 1.0, a.view(), b.view(), 0.0, c.view(), again);
+    fault_injection::clear();
+    EXPECT_TRUE(second.warnings.empty()) << second.warnings.front();
     EXPECT_EQ(second.peak_device_bytes, first.peak_device_bytes);
     EXPECT_EQ(second.bytes_h2d, first.bytes_h2d);
 
@@ -456,6 +463,31 @@ TEST(GemmOnTasks, AContextCallReportsStepsCancelsAndReusesItsSlots) {
     fill_nan(c.view());
     ctx.gemm<double>(op::n, op::n, 1.0, a.view(), b.view(), 0.0, c.view());
     EXPECT_LT(gemm_relative_error<double>(op::n, op::n, 1.0, a.view(), b.view(), 0.0, c0.view(), c.view()), 1e-13);
+}
+
+// A device refusing a few allocations (memory others took): the store is made again with half as
+// many slots, but never with fewer than a task holds at once (three: C, A and B), even when the
+// tiles' classes merge into one (square tiles) and halving would leave two.
+TEST(GemmOnTasks, RefusedSlotsAreRetriedWithFewerButNeverTooFew) {
+    const auto devs = open_devices("cpu@256KiB");
+    gemm_tiling t;
+    t.tile_m = t.tile_n = t.tile_k = 24;  // one class of 4.5 KiB slots
+    fault_injection::faults f;
+    f.allocations_before_failing = 2;  // the first try: 2 slots, then a refusal (fewer than a task holds)
+    f.fail_allocations = 2;            // and the second try's first slot; then the device has room again
+    fault_injection::arm(*devs[0], f);
+    detail::engine::run_result r;
+    EXPECT_LT(run_case<double>(raw(devs), op::n, op::n, 70, 90, 60, layout::row_major, 0.5, t, nullptr, &r), 1e-13);
+    fault_injection::clear();
+    ASSERT_EQ(r.warnings.size(), 1u);
+    EXPECT_NE(r.warnings[0].find("ran with fewer buffers (3 of"), std::string::npos) << r.warnings[0];
+    // A device that keeps refusing: the allocation's error, not a run stalled on too few slots.
+    fault_injection::faults always;
+    always.allocations_before_failing = 2;
+    always.fail_allocations = 1000;
+    fault_injection::arm(*devs[0], always);
+    EXPECT_THROW(run_case<double>(raw(devs), op::n, op::n, 70, 90, 60, layout::row_major, 0.5, t), device_error);
+    fault_injection::clear();
 }
 
 TEST(GemmOnTasks, SurvivesADeviceFault) {

@@ -155,7 +155,8 @@ gemm_problem describe_gemm(op op_a, op op_b, T alpha, host_matrix_view<const T> 
 /// dropped: its unfinished units, with their C blocks restored to the values they had before, go
 /// back to the queue and the other devices finish the run; gemm_report::faults names it. The run
 /// fails only when every device is lost, with every cause in the message. A device whose buffers
-/// cannot all be allocated first retries with half as many (down to one per operand).
+/// cannot all be allocated first retries with half as many (down to one per operand; on the task
+/// engine, plan.engine == tasks, one per slot size and at least three).
 template <class T>
 gemm_report execute_gemm(const gemm_plan& plan, std::span<device* const> devices, T alpha,
                          host_matrix_view<const T> a, host_matrix_view<const T> b, T beta, host_matrix_view<T> c,

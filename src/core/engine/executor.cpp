@@ -111,24 +111,36 @@ public:
         }
         if (!rq.in_place) {
             const std::vector<slot_class> classes = slot_classes_of(rq);
-            int wanted = 0, most = 0;
-            for (const slot_class& c : classes) {
-                wanted += c.count;
-                most = std::max(most, c.count);
-            }
+            int wanted = 0;
+            for (const slot_class& c : classes) wanted += c.count;
             // Slots that cannot all be allocated (memory taken by others though the budget has
-            // room): again with half as many of each class, down to one; the tasks stay the same.
+            // room): again with half as many of each class, down to one of each and never fewer
+            // than a task may hold at once (3, or all there were); the tasks stay the same. A
+            // failed try frees the slots an earlier call left (and the tiles of kept operands in them).
+            const int least = std::min(wanted, 3);
             std::string first_failure;
+            std::exception_ptr failure;
+            std::vector<int> last;
             for (int shrink = 0;; ++shrink) {
                 std::vector<slot_class> tried = classes;
-                for (slot_class& c : tried) c.count = std::max(std::min(c.count, 1), c.count >> shrink);
+                int total = 0;
+                for (slot_class& c : tried) total += c.count = std::max(std::min(c.count, 1), c.count >> shrink);
+                for (std::size_t i = 0; total < least && i < tried.size(); ++i) {  // back up to `least`
+                    const int more = std::min(classes[i].count - tried[i].count, least - total);
+                    tried[i].count += more;
+                    total += more;
+                }
+                std::vector<int> counts;
+                for (const slot_class& c : tried) counts.push_back(c.count);
+                if (counts == last) std::rethrow_exception(failure);  // as few as a task may hold: refused again
+                last = std::move(counts);
                 try {
-                    store_ = std::make_unique<tile_store>(dev, *h2d_, *compute_, *d2h_, tried, 3, from,
+                    store_ = std::make_unique<tile_store>(dev, *h2d_, *compute_, *d2h_, tried, least, from,
                                                           kit ? &kit->slots : nullptr, rq.transfer == transfer_mode::pack);
                     break;
                 } catch (const error& e) {
-                    if ((most >> shrink) <= 1) throw;
                     if (first_failure.empty()) first_failure = e.what();
+                    failure = std::current_exception();
                 }
             }
             if (!first_failure.empty())
@@ -514,6 +526,11 @@ private:
 
     /// One tile operation on the compute stream, by the route the device offers.
     void run_step(bound_step& b) {
+        run_step_kernels(b);
+        if (rq_.on_step_done) dev_.enqueue_host(*compute_, [f = &rq_.on_step_done] { (*f)(); }, "step done");
+    }
+
+    void run_step_kernels(bound_step& b) {
         flops_ += b.op.flops();
         // GEMM steps on the device's own GEMM kernel (the plan's measured choice); reproducible
         // runs keep theirs (the tiled kernel: the same bits on every device).

@@ -57,6 +57,9 @@ struct run_request {
     /// the GEMM steps' kernel (0: whole); device_rates::diagonal_block.
     index_t diagonal_block = 0;
     blas3_run_options run;
+    /// Called on a device's compute stream after each step's kernels (null: not called); GEMM's
+    /// progress per kernel step (gemm_run_options::on_step_done).
+    std::function<void()> on_step_done;
     /// A context's memory: each device's tile store (reservation, slots, streams) is taken from it
     /// and given back after a run that succeeded (null: made and freed here).
     gemm_memory* memory = nullptr;

@@ -6,6 +6,7 @@
 #include <tilestream/error.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
 #include <optional>
 #include <string>
@@ -218,7 +219,12 @@ bool runs_on_tasks(const gemm_plan& plan, const plan_options& opt) {
 }
 
 void adopt_tasks(gemm_plan& plan) {
-    const gemm_task_plan tp = plan_gemm_tasks(plan.problem, tiling_of(plan), plan.budget, false, plan.rates, 1);
+    gemm_task_plan tp;
+    try {
+        tp = plan_gemm_tasks(plan.problem, tiling_of(plan), plan.budget, false, plan.rates, 1);
+    } catch (const out_of_budget&) {
+        return;  // not one tile of each in the budget (the pipeline's plan fits it): the pipeline runs it
+    }
     const engine::model_result& m = tp.model;
     plan.engine = gemm_engine::tasks;
     plan.a_slots = tp.a_slots.count;
@@ -282,15 +288,11 @@ engine::run_result run_gemm_plan(const gemm_plan& plan, std::span<device* const>
     rq.run.register_host = false;  // pinned by the caller, before its clock
     rq.run.max_tasks_in_flight = std::max(1, run.max_units_in_flight);
     rq.run.cancel = run.cancel;
-    // Every task of a GEMM has the same number of steps (its k-steps, times B's column tiles for
-    // C panels): a finished task reports its steps one call each, as the pipeline does.
-    const std::size_t per_task = g.tasks.empty() ? 0 : g.steps / g.tasks.size();
-    if (run.on_unit_done || run.on_step_done)
-        rq.run.on_task_done = [&run, per_task](std::size_t done, std::size_t) {
-            if (run.on_step_done)
-                for (std::size_t s = (done - 1) * per_task + 1; s <= done * per_task; ++s) run.on_step_done(s);
-            if (run.on_unit_done) run.on_unit_done(done);
-        };
+    // Progress as the pipeline reports it: each kernel step from the compute stream (the steps
+    // done so far), each finished task (a unit: one tile of C, written back).
+    std::atomic<std::size_t> steps_done{0};
+    if (run.on_step_done) rq.on_step_done = [&run, &steps_done] { run.on_step_done(++steps_done); };
+    if (run.on_unit_done) rq.run.on_task_done = [&run](std::size_t done, std::size_t) { run.on_unit_done(done); };
     rq.memory = memory;
     rq.keeps = {keeps.a, keeps.b, operand_keep{}};
     return engine::run_tasks(rq, devices);
