@@ -67,6 +67,20 @@ void expect_usage_error(const std::string& args, const std::string& phrase) {
     EXPECT_NE(r.out.find(phrase), std::string::npos) << args << "\nmissing '" << phrase << "' in:\n" << r.out;
 }
 
+// One device with a budget runs on the task engine unless --engine pipeline asks otherwise; --explain
+// and --json say which ran, and both pass their check.
+TEST(cli, EngineIsTheTaskEngineByDefaultAndNamed) {
+    for (const std::string engine : {"", "tasks", "pipeline"}) {
+        const std::string flag = engine.empty() ? "" : " --engine " + engine;
+        const auto r = run_cli("gemm --m 301 --n 203 --k 157 --memory-budget 96KiB --check --explain --json" + flag);
+        ASSERT_EQ(r.exit_code, 0) << r.out;
+        const std::string expected = engine.empty() ? "tasks" : engine;
+        EXPECT_NE(r.out.find("  engine          " + expected + " ("), std::string::npos) << r.out;
+        EXPECT_NE(r.out.find("\"engine\": \"" + expected + "\""), std::string::npos) << r.out;
+        EXPECT_NE(r.out.find("\"check_passed\": true"), std::string::npos) << r.out;
+    }
+}
+
 TEST(cli_bad_input, ClearErrorsWithExitCode2) {
     expect_usage_error("gemm --m 10 --n 10", "give --m, --n and --k");
     expect_usage_error("gemm --m 10 --n 10 --k -3", "--k must be at least 1, got -3");
@@ -78,6 +92,7 @@ TEST(cli_bad_input, ClearErrorsWithExitCode2) {
     expect_usage_error("gemm --m 10 --n 10 --k 10 --kernel magic", "unknown kernel 'magic'");
     expect_usage_error("gemm --m 10 --n 10 --k 10 --dtype f16", "unknown dtype 'f16'");
     expect_usage_error("gemm --m 10 --n 10 --k 10 --bogus", "unknown option --bogus");
+    expect_usage_error("gemm --m 10 --n 10 --k 10 --engine warp", "--engine expects tasks or pipeline, got 'warp'");
     expect_usage_error("frobnicate", "unknown command 'frobnicate'");
 }
 

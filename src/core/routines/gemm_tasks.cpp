@@ -311,15 +311,7 @@ engine::run_result gemm_on_tasks(std::span<device* const> devices, op op_a, op o
     if (model != nullptr) *model = plan.model;
     engine::run_request rq;
     rq.graph = &g;
-    const auto host = [](auto v) {
-        using V = std::remove_const_t<typename decltype(v)::value_type>;
-        engine::host_operand o;
-        o.base = reinterpret_cast<char*>(const_cast<V*>(v.data()));
-        o.ld = v.ld();
-        o.lay = v.layout();
-        return o;
-    };
-    rq.operands = {host(a), host(b), host(host_matrix_view<const T>(c))};
+    rq.operands = {host_operand_of(a), host_operand_of(b), host_operand_of(host_matrix_view<const T>(c))};
     rq.alpha = as_scalar(alpha);
     rq.beta = as_scalar(beta);
     rq.in_place = in_place;
