@@ -142,6 +142,33 @@ TEST(GemmOnTasks, KStepsKeepARowOfATilesWhereTheyFit) {
     EXPECT_GT(r.bytes_h2d, roomy_bytes);
 }
 
+
+// A ragged tile takes a slot among its own operand's: B's last k-tile (4 x 32) is smaller than A's
+// tiles (16 x 12), and once took one of A's slots, which held A's row exactly; each task then
+// evicted the A tile it needed next (LRU on a cycle one longer than the slots), so A came in twice
+// (GEMM f32 4096 at 48 MiB: 384 MiB in where 320 do).
+TEST(GemmOnTasks, ARaggedTileOfBLeavesTheRowOfATilesInPlace) {
+    const index_t m = 64, n = 64, k = 64;
+    gemm_tiling t;
+    t.tile_m = 16;
+    t.tile_n = 32;
+    t.tile_k = 12;  // six k-steps, the last 4 deep
+    const std::size_t es = sizeof(float);
+    const std::size_t a = 16 * 12 * es, b = 12 * 32 * es, c = 16 * 32 * es;
+    ASSERT_LE(4 * 32 * es, a);
+    // Two of C, B and A, then A's row (6): no room for a seventh A or a third B.
+    const std::size_t budget = 2 * c + 2 * b + 6 * a + a / 2;
+    const auto devs = open_devices("cpu@" + std::to_string(budget) + "B");
+    detail::engine::run_result r;
+    detail::engine::model_result model;
+    for (float beta : {0.0f, 0.5f}) {
+        EXPECT_LT(run_case<float>(raw(devs), op::n, op::n, m, n, k, layout::row_major, beta, t, nullptr, &r, &model), 1e-5);
+        const std::size_t c_in = beta != 0 ? std::size_t(m * n) * es : 0;
+        EXPECT_EQ(r.bytes_h2d, model.bytes_h2d);
+        EXPECT_EQ(r.bytes_h2d, std::size_t(m * k + 4 * k * n) * es + c_in) << "beta " << beta;  // A once, B per row of C
+        EXPECT_EQ(r.peak_device_bytes, 2 * c + 2 * b + 6 * a);
+    }
+}
 // Pack transfers: tiles that are not contiguous in host memory are gathered into host staging and
 // copied whole (and scattered back); contiguous ones (whole rows of a row-major operand) are
 // copied as they lie. Same bytes and results as 2-D copies, on a CPU device and on OpenCL.

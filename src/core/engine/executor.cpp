@@ -450,7 +450,7 @@ private:
     void issue_staged(const tile_task& task, std::uint64_t seq, bool inject, event* done) {
         std::vector<tile_slot*> outs;
         for (const task_output& o : task.outputs)
-            outs.push_back(&store_->output(o.tile, committed(o.tile), o.load, rect_of(o.tile)));
+            outs.push_back(&store_->output(o.tile, committed(o.tile), o.load, rect_of(o.tile), g_.slot_bytes(o.tile)));
         const auto operand = [&](int tile, tile_slot*& used) -> tile_matrix {
             used = nullptr;
             if (tile < 0) return {};
@@ -458,7 +458,7 @@ private:
                 if (task.outputs[i].tile == tile) return slot_tile(*outs[i], tile);
             const std::size_t operand = std::size_t(g_.where(tile).operand);
             used = &store_->input(tile, committed(tile), rect_of(tile),
-                                  operand < rq_.keeps.size() ? rq_.keeps[operand] : operand_keep{});
+                                  operand < rq_.keeps.size() ? rq_.keeps[operand] : operand_keep{}, g_.slot_bytes(tile));
             return slot_tile(*used, tile);
         };
         for (const task_step& s : task.steps) {

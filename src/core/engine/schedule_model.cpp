@@ -69,7 +69,7 @@ double step_seconds(const task_graph& g, const task_step& s, const device_rates&
 namespace {
 
 /// One device's tile cache as the store keeps it: slots by size class, a tile in the smallest
-/// class it fits with a free or unpinned slot, the least recently used one there evicted.
+/// class its operand's tiles fit with a free or unpinned slot, the least recently used one there evicted.
 class lru_cache {
 public:
     explicit lru_cache(const std::vector<slot_class>& classes) : classes_(classes), order_(classes.size()), used_(classes.size()) {}
@@ -299,7 +299,7 @@ model_result model_run(const task_graph& g, const model_settings& m) {
             std::vector<int> pinned;
             for (const task_output& o : task.outputs) {
                 const bool found = s.cache.hit(o.tile, version[std::size_t(o.tile)]);
-                if (!found) s.cache.put(o.tile, version[std::size_t(o.tile)], g.tile_bytes(o.tile), pinned);
+                if (!found) s.cache.put(o.tile, version[std::size_t(o.tile)], g.slot_bytes(o.tile), pinned);
                 pinned.push_back(o.tile);
                 if (o.load) {
                     if (found) ++res.cache_hits;
@@ -319,7 +319,7 @@ model_result model_run(const task_graph& g, const model_settings& m) {
                     } else {
                         load_bytes += double(g.tile_bytes(x));
                         ++res.loads;
-                        s.cache.put(x, version[std::size_t(x)], g.tile_bytes(x), pinned);
+                        s.cache.put(x, version[std::size_t(x)], g.slot_bytes(x), pinned);
                     }
                     pinned.push_back(x);
                 }

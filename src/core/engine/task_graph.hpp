@@ -100,14 +100,18 @@ struct task_graph {
     std::size_t max_tile_bytes() const;
     /// The bytes of the operand's largest tile (its first; 0 for an empty operand).
     std::size_t max_tile_bytes(int operand) const;
+    /// The size of slot a tile takes: its operand's largest tile, so that a ragged tile stays among
+    /// its operand's tiles (it once fitted the smaller slots of another operand's panel and, one
+    /// more tile than they held, evicted that panel in turn: GEMM f32 4096 at 48 MiB read A twice).
+    std::size_t slot_bytes(int tile) const { return max_tile_bytes(where(tile).operand); }
     /// Dependencies, priorities and totals; call once all tasks are added.
     void finish();
 };
 
 /// A device's tile slots of one size: a store holds `count` slots of `bytes` each. A tile takes a
-/// slot of the smallest class it fits that has one free or unlocked (the least recently used of
-/// them), so operands of different tile sizes (GEMM's A and B panels beside C's tiles) need not
-/// each take a slot of the largest tile.
+/// slot of the smallest class its operand's tiles fit (task_graph::slot_bytes) that has one free
+/// or unlocked (the least recently used of them), so operands of different tile sizes (GEMM's A
+/// and B panels beside C's tiles) need not each take a slot of the largest tile.
 struct slot_class {
     std::size_t bytes = 0;
     int count = 0;

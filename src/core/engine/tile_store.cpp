@@ -162,7 +162,8 @@ void tile_store::load(tile_slot& s, const host_rect& r) {
     s.ready->record(h2d_);
 }
 
-tile_slot& tile_store::input(int tile, std::uint32_t version, const host_rect& r, const operand_keep& keep) {
+tile_slot& tile_store::input(int tile, std::uint32_t version, const host_rect& r, const operand_keep& keep,
+                             std::size_t fit) {
     ++clock_;
     if (auto it = index_.find(tile); it != index_.end()) {
         tile_slot& s = slots_[it->second];
@@ -189,7 +190,7 @@ tile_slot& tile_store::input(int tile, std::uint32_t version, const host_rect& r
                 index_[tile] = std::size_t(&s - slots_.data());
                 return s;
             }
-    tile_slot& s = victim(tile, r.bytes());
+    tile_slot& s = victim(tile, std::max(fit, r.bytes()));
     load(s, r);
     dev_.wait(compute_, *s.ready);
     s.origin = r;
@@ -202,7 +203,7 @@ tile_slot& tile_store::input(int tile, std::uint32_t version, const host_rect& r
     return s;
 }
 
-tile_slot& tile_store::output(int tile, std::uint32_t version, bool load_it, const host_rect& r) {
+tile_slot& tile_store::output(int tile, std::uint32_t version, bool load_it, const host_rect& r, std::size_t fit) {
     ++clock_;
     tile_slot* found = nullptr;
     if (auto it = index_.find(tile); it != index_.end() && slots_[it->second].version == version)
@@ -217,7 +218,7 @@ tile_slot& tile_store::output(int tile, std::uint32_t version, bool load_it, con
         dev_.wait(compute_, *s->ready);
         dev_.wait(compute_, *s->written);
     } else {
-        s = &victim(tile, r.bytes());
+        s = &victim(tile, std::max(fit, r.bytes()));
         if (load_it) {
             load(*s, r);
             dev_.wait(compute_, *s->ready);

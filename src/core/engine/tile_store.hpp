@@ -79,11 +79,13 @@ public:
     /// loaded into the least recently used unlocked slot (after its readers and write-back).
     /// `keep`: the kept operand the tile is read from (id 0: none): a slot an earlier call filled
     /// with the same rectangle of it, at the same generation, is used without a copy.
-    tile_slot& input(int tile, std::uint32_t version, const host_rect& r, const operand_keep& keep = {});
+    /// `fit`: the size of slot it takes (task_graph::slot_bytes; 0: its own bytes).
+    tile_slot& input(int tile, std::uint32_t version, const host_rect& r, const operand_keep& keep = {},
+                     std::size_t fit = 0);
     /// A slot the task's kernels write `tile` into, holding `version` first when `load` (found or
     /// loaded); it then holds version + 1 (valid once its ready event, recorded by the caller after
     /// the kernels, is reached).
-    tile_slot& output(int tile, std::uint32_t version, bool load, const host_rect& r);
+    tile_slot& output(int tile, std::uint32_t version, bool load, const host_rect& r, std::size_t fit = 0);
     /// Writes the slot back to the host rectangle (its region) on the copy-out stream after its
     /// ready event; records `written`.
     void store(tile_slot& s, const host_rect& r, tile_region region);
@@ -98,8 +100,8 @@ public:
     std::vector<tile_slot> take_slots() { return std::move(slots_); }
 
 private:
-    /// The slot to overwrite with `tile` (of `bytes`): one holding an older version of it, else
-    /// the least recently used unlocked one of the smallest class it fits.
+    /// The slot to overwrite with `tile` (taking a slot of `bytes`): one holding an older version
+    /// of it, else the least recently used unlocked one of the smallest class it fits.
     tile_slot& victim(int tile, std::size_t bytes);
     void load(tile_slot& s, const host_rect& r);
     /// Pack transfers: whether the slot has its staging buffer (made on first use).
