@@ -185,6 +185,7 @@ TEST(GemmOnTasks, PackTransfersGatherWhatIsNotContiguous) {
         EXPECT_LT(run_case<double>(raw(devs), op::t, op::n, 61, 47, 75, layout::col_major, 0.5, t, nullptr, &two_d, &model),
                   1e-13);
         EXPECT_EQ(two_d.bytes_packed, 0u);
+        EXPECT_EQ(model.bytes_packed, 0u);
         t.transfer = transfer_mode::pack;
         EXPECT_LT(run_case<double>(raw(devs), op::t, op::n, 61, 47, 75, layout::col_major, 0.5, t, nullptr, &packed, &model),
                   1e-13);
@@ -192,6 +193,15 @@ TEST(GemmOnTasks, PackTransfersGatherWhatIsNotContiguous) {
         EXPECT_EQ(packed.bytes_h2d, model.bytes_h2d);
         EXPECT_EQ(packed.bytes_d2h, two_d.bytes_d2h);
         EXPECT_EQ(packed.bytes_packed, packed.bytes_h2d + packed.bytes_d2h);  // every tile is a part of its columns
+        EXPECT_EQ(packed.bytes_packed, model.bytes_packed);
+        // Row-major A with tiles as wide as its rows: A's tiles lie whole, B's and C's do not.
+        t.tile_n = 20;
+        t.tile_k = 75;
+        EXPECT_LT(run_case<double>(raw(devs), op::n, op::n, 61, 47, 75, layout::row_major, 0.5, t, nullptr, &packed, &model),
+                  1e-13);
+        EXPECT_GT(packed.bytes_packed, 0u);
+        EXPECT_LT(packed.bytes_packed, packed.bytes_h2d + packed.bytes_d2h);
+        EXPECT_EQ(packed.bytes_packed, model.bytes_packed);
         // Row-major, tiles as wide as their operands: every tile is contiguous, nothing is packed.
         t.tile_n = 47;
         t.tile_k = 75;
@@ -398,8 +408,8 @@ TEST(GemmOnTasks, OneCopyingDeviceRunsOnTasksByDefault) {
         default_runs_on_tasks<c32>(d, 71, 57, 93, c32(0.5f, -1.0f), 1e-5);
         default_runs_on_tasks<c64>(d, 95, 79, 88, c64(0), 1e-13);
     }
-    // What the task engine does not do (yet) stays on the pipeline: several devices, the tile cache
-    // asked for, packed transfers, and the pipeline asked for; in place nothing is copied.
+    // What the task engine does not do (yet) stays on the pipeline: several devices, and the
+    // pipeline asked for; in place nothing is copied. Pack transfers and the tile cache are adopted.
     gemm_problem p;
     p.type = dtype::f64;
     p.m = p.n = p.k = 300;
@@ -411,7 +421,7 @@ TEST(GemmOnTasks, OneCopyingDeviceRunsOnTasksByDefault) {
     };
     EXPECT_EQ(engine_of([](plan_options&) {}), gemm_engine::tasks);
     EXPECT_EQ(engine_of([](plan_options& o) { o.devices = 2; }), gemm_engine::pipeline);
-    EXPECT_EQ(engine_of([](plan_options& o) { o.cache = cache_mode::on; }), gemm_engine::pipeline);
+    EXPECT_EQ(engine_of([](plan_options& o) { o.cache = cache_mode::on; }), gemm_engine::tasks);
     // The automatic cache (the context's default) is what the task store does: such plans are adopted.
     const auto cached = [&](cache_mode c, gemm_engine e) {
         plan_options po;
@@ -425,9 +435,67 @@ TEST(GemmOnTasks, OneCopyingDeviceRunsOnTasksByDefault) {
     const gemm_plan adopted = cached(cache_mode::automatic, gemm_engine::tasks);
     EXPECT_EQ(adopted.engine, gemm_engine::tasks);
     EXPECT_FALSE(adopted.cache);
-    EXPECT_EQ(engine_of([](plan_options& o) { o.transfer = transfer_mode::pack; }), gemm_engine::pipeline);
+    EXPECT_EQ(engine_of([](plan_options& o) { o.transfer = transfer_mode::pack; }), gemm_engine::tasks);
     EXPECT_EQ(engine_of([](plan_options& o) { o.engine = gemm_engine::pipeline; }), gemm_engine::pipeline);
     EXPECT_EQ(engine_of([](plan_options& o) { o.in_place = true; }), gemm_engine::pipeline);
+}
+
+// The tile cache asked for (--cache on) on the task engine: the budget left after the panel goes to
+// slots of the streamed operand (B's, rows of C in turn). Where they hold part of B, the device's
+// preference for tasks whose tiles it holds starts each row of C from the end the last one ended
+// (in order, the least recently used B tile would always be the next one read: no reuse at all).
+// Fewer bytes than without it, the model's to the byte, within the budget, every precision
+// against the reference; with room for all of B, B comes in once.
+template <class T>
+void cache_on_tasks(index_t m, index_t n, index_t k, std::size_t budget, bool all_of_b) {
+    host_matrix<T> a(m, k), b(k, n), c(m, n), c0(m, n);
+    fill_random(a.view(), 31);
+    fill_random(b.view(), 32);
+    fill_random(c0.view(), 33);
+    const auto devs = open_devices("cpu@" + std::to_string(budget) + "B");
+    device* d[] = {devs.front().get()};
+    const gemm_problem p = describe_gemm<T>(op::n, op::n, T(1.5), a.view(), b.view(), T(-0.5), c.view());
+    gemm_report reports[2];
+    gemm_plan plans[2];
+    for (int on = 0; on < 2; ++on) {
+        plan_options po;
+        po.strategy = gemm_strategy::c_block;
+        po.tile_m = 16;
+        po.tile_n = 24;
+        po.tile_k = 20;
+        po.cache = on ? cache_mode::on : cache_mode::off;
+        plans[on] = plan_gemm(p, budget, device_rates{}, po);
+        SCOPED_TRACE(std::string(to_string(dtype_of<T>())) + (on ? " cache on" : " cache off"));
+        ASSERT_EQ(plans[on].engine, gemm_engine::tasks);
+        EXPECT_EQ(plans[on].cache, on == 1);
+        std::memcpy(c.data(), c0.data(), sizeof(T) * std::size_t(c.size()));
+        reports[on] = execute_gemm<T>(plans[on], d, T(1.5), a.view(), b.view(), T(-0.5), c.view());
+        EXPECT_LT(gemm_relative_error<T>(op::n, op::n, T(1.5), a.view(), b.view(), T(-0.5), c0.view(), c.view()),
+                  gemm_tolerance(dtype_of<T>(), k));
+        EXPECT_EQ(reports[on].bytes_h2d, plans[on].bytes_h2d);
+        EXPECT_EQ(reports[on].peak_device_bytes, plans[on].peak_device_bytes);
+        EXPECT_LE(reports[on].peak_device_bytes, budget);
+    }
+    EXPECT_GT(plans[1].cache_slots_b, 0);
+    const index_t b_tiles = ((k + 19) / 20) * ((n + 23) / 24);
+    if (all_of_b) EXPECT_EQ(plans[1].b_slots, b_tiles);
+    else EXPECT_LT(plans[1].b_slots, b_tiles);
+    EXPECT_EQ(plans[1].b_slots, plans[0].b_slots + plans[1].cache_slots_b);
+    EXPECT_GT(plans[1].peak_device_bytes, plans[0].peak_device_bytes);
+    EXPECT_LT(reports[1].bytes_h2d, reports[0].bytes_h2d);
+    EXPECT_GT(reports[1].cache_hits, reports[0].cache_hits);
+    const std::size_t es = sizeof(T);
+    if (all_of_b) EXPECT_EQ(reports[1].bytes_h2d, std::size_t(m * k + k * n + m * n) * es);  // A, B and C once
+}
+
+TEST(GemmOnTasks, TheCacheAskedForFillsTheBudgetWithSlots) {
+    // 61 x 75 x 83: 4 x 4 tiles of C, 5 k-steps (a ragged last one everywhere), 20 tiles of B;
+    // room for 15 of them, then for all of them.
+    cache_on_tasks<float>(61, 75, 83, 40 * 1024, false);
+    cache_on_tasks<double>(61, 75, 83, 80 * 1024, false);
+    cache_on_tasks<c32>(61, 75, 83, 80 * 1024, false);
+    cache_on_tasks<c64>(61, 75, 83, 512 * 1024, true);
+    cache_on_tasks<float>(61, 75, 83, 64 * 1024, true);
 }
 
 // Through a context: progress once per step (as the pipeline reports it), a cancel named as GEMM's,

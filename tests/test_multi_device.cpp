@@ -301,7 +301,8 @@ TEST(multi_device, RowPanelsAreDealtRoundRobin) {
 /// 32^3 in 16^3 tiles: units in serpentine order (0,0) (0,1) (1,1) (1,0), two k-steps each.
 /// A requests: A00 A01 | A00 A01 | A10 A11 | A10 A11 -> with >= 2 slots: 4 misses, 4 hits.
 /// B requests: B00 B10 | B01 B11 | B01 B11 | B00 B10 -> with 3 slots (LRU): 6 misses, 2 hits;
-/// with room for all: 4 misses, 4 hits.
+/// with room for all: 4 misses, 4 hits. (GEMM's pipeline: its units' order and slots; the task
+/// engine's cache is pinned by GemmOnTasks.TheCacheAskedForFillsTheBudgetWithSlots.)
 TEST(tile_cache, CountersMatchAHandComputedCase) {
     host_matrix<float> a(32, 32), b(32, 32), c(32, 32);
     fill_random(a.view(), 41);
@@ -311,6 +312,7 @@ TEST(tile_cache, CountersMatchAHandComputedCase) {
     po.kernel = gemm_kernel::tiled;
     po.tile_m = po.tile_n = po.tile_k = 16;
     po.cache = cache_mode::on;
+    po.engine = gemm_engine::pipeline;
     const std::size_t tile = 16 * 16 * sizeof(float);
     // 2 A + 2 B + 2 C base slots, plus room for exactly one spare A and B slot.
     auto rep = run_on<float>("cpu", 8 * tile, po, op::n, op::n, a.view(), b.view(), 1.f, 0.f, c.view());

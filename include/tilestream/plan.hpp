@@ -168,7 +168,7 @@ struct plan_options {
     /// direct: the OpenBLAS threads the calling thread's vendor call may use (the context's cores).
     int direct_threads = 1;
     /// tasks (default): a plan that copies its operands runs on the task engine where it can (one
-    /// device, 2-D copies, no tile cache asked for), its slots and predictions then the task
+    /// device), its slots and predictions then the task
     /// model's; other plans, and every plan with `pipeline`, run on GEMM's pipeline.
     gemm_engine engine = gemm_engine::tasks;
 };

@@ -579,7 +579,7 @@ gemm_plan plan_gemm(const gemm_problem& q, std::size_t budget, const device_rate
         add_tile_cache(*best, budget, opt.cache == cache_mode::on);
     if (best->strategy == gemm_strategy::zero_copy && !opt.tile_m && !opt.tile_n && !opt.tile_k)
         bound_steps(*best, opt.max_step_seconds);
-    if (detail::routines::runs_on_tasks(*best, opt)) detail::routines::adopt_tasks(*best);
+    if (detail::routines::runs_on_tasks(*best, opt)) detail::routines::adopt_tasks(*best, opt.cache == cache_mode::on);
     return *best;
 }
 
@@ -673,7 +673,8 @@ std::string explain(const gemm_plan& p) {
           << (p.kernel == gemm_kernel::tiled ? "; the tiled kernel, whose element order does not depend on the tile"
                                              : "")
           << "\n";
-    if (p.cache) s << "  note            with the cache, bytes h2d are an upper bound (hits are not predicted)\n";
+    if (p.cache && p.engine == gemm_engine::pipeline)
+        s << "  note            with the cache, bytes h2d are an upper bound (hits are not predicted)\n";
     s << "  peak memory     " << format_bytes(p.peak_device_bytes) << " of a " << format_bytes(p.budget) << " budget\n";
     s << "  bytes h2d       " << format_bytes(p.bytes_h2d) << " (" << p.bytes_h2d << ")\n";
     s << "  bytes d2h       " << format_bytes(p.bytes_d2h) << " (" << p.bytes_d2h << ")\n";

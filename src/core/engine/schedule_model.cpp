@@ -89,8 +89,8 @@ public:
         auto it = entries_.find(tile);
         if (it != entries_.end()) it->second.version = version;
     }
-    /// Holds (tile, version) of `bytes`, in the slot of its older version or else evicting in the
-    /// smallest class it fits the least recently used tile that is not pinned (the store's locked
+    /// Holds (tile, version) taking a slot of `bytes` (its operand's largest tile), in the slot of
+    /// its older version or else evicting in the smallest class that fits the least recently used tile that is not pinned (the store's locked
     /// slots: the task's outputs and the step's other input).
     void put(int tile, std::uint32_t version, std::size_t bytes, const std::vector<int>& pinned = {}) {
         auto it = entries_.find(tile);
@@ -190,6 +190,17 @@ model_result model_run(const task_graph& g, const model_settings& m) {
         if (waiting[t] == 0) pending.push({0.0, int(t)});
     }
     const double h2d_rate = std::max(r.h2d, 1.0), d2h_rate = std::max(r.d2h, 1.0);
+    // Pack transfers: the bytes of a tile that go through host staging (as tile_store::load and
+    // store decide: every tile not one run of host memory, a whole tile written back).
+    const bool pack = m.transfer == transfer_mode::pack && !m.in_place;
+    const auto packed_bytes = [&](int tile) -> double {
+        const tile_position p = g.where(tile);
+        if (!pack || std::size_t(p.operand) >= m.hosts.size()) return 0;
+        const model_settings::host_storage& h = m.hosts[std::size_t(p.operand)];
+        const bool row = h.lay == layout::row_major;
+        const index_t outer = row ? p.rows : p.cols, inner = row ? p.cols : p.rows;
+        return outer <= 1 || inner == h.ld ? 0.0 : double(g.tile_bytes(tile));
+    };
     // Tasks pinned to a device (a static split): its tasks wait for it, the others' for theirs.
     bool pinned_graph = false;
     for (const tile_task& task : g.tasks) pinned_graph = pinned_graph || (task.device >= 0 && task.device < devices);
@@ -290,7 +301,7 @@ model_result model_run(const task_graph& g, const model_settings& m) {
         }
         model_device_state& s = dev[std::size_t(d)];
         const tile_task& task = g.tasks[std::size_t(t)];
-        double compute = 0, load_bytes = 0, store_bytes = 0, merge_s = 0;
+        double compute = 0, load_bytes = 0, store_bytes = 0, merge_s = 0, gather_bytes = 0, scatter_bytes = 0;
         double chain = 0;
         for (const task_step& st : task.steps) compute += step_seconds(g, st, r);
         if (!m.in_place) {
@@ -303,7 +314,7 @@ model_result model_run(const task_graph& g, const model_settings& m) {
                 pinned.push_back(o.tile);
                 if (o.load) {
                     if (found) ++res.cache_hits;
-                    else load_bytes += double(g.tile_bytes(o.tile)), ++res.loads;
+                    else load_bytes += double(g.tile_bytes(o.tile)), gather_bytes += packed_bytes(o.tile), ++res.loads;
                 }
             }
             const std::size_t outputs = pinned.size();
@@ -318,6 +329,7 @@ model_result model_run(const task_graph& g, const model_settings& m) {
                         ++res.cache_hits;
                     } else {
                         load_bytes += double(g.tile_bytes(x));
+                        gather_bytes += packed_bytes(x);
                         ++res.loads;
                         s.cache.put(x, version[std::size_t(x)], g.slot_bytes(x), pinned);
                     }
@@ -326,6 +338,7 @@ model_result model_run(const task_graph& g, const model_settings& m) {
             }
             for (const task_output& o : task.outputs) {
                 store_bytes += double(g.tile_bytes(o.tile));
+                if (o.region == tile_region::full) scatter_bytes += packed_bytes(o.tile);
                 // A triangle from a device without host access: the whole tile to staging, then
                 // the host's merge on the copy-out stream.
                 if (o.region != tile_region::full && r.host_merge > 0) merge_s += double(g.tile_bytes(o.tile)) / r.host_merge;
@@ -333,8 +346,10 @@ model_result model_run(const task_graph& g, const model_settings& m) {
         }
         res.bytes_h2d += std::size_t(load_bytes);
         res.bytes_d2h += std::size_t(store_bytes);
-        const double load_s = load_bytes / h2d_rate + (load_bytes > 0 ? r.op_overhead : 0.0);
-        const double store_s = store_bytes / d2h_rate + (store_bytes > 0 ? r.op_overhead : 0.0) + merge_s;
+        res.bytes_packed += std::size_t(gather_bytes + scatter_bytes);
+        const double load_s = (load_bytes + gather_bytes) / h2d_rate + (load_bytes > 0 ? r.op_overhead : 0.0);
+        const double store_s =
+            (store_bytes + scatter_bytes) / d2h_rate + (store_bytes > 0 ? r.op_overhead : 0.0) + merge_s;
         const double start = std::max(now, ready_time[std::size_t(t)]);
         double end = 0;
         if (m.in_place) {

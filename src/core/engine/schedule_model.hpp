@@ -18,10 +18,20 @@ struct model_settings {
     bool in_place = false;  ///< devices compute on the host operands: nothing is copied
     int slots = 0;          ///< tile slots per device (copying runs), each holding any tile
     std::vector<slot_class> slot_classes;  ///< slots of several sizes instead (non-empty: slots unused)
+    /// Pack transfers (transfer_mode::pack): tiles not contiguous in host memory are gathered into
+    /// host staging before their copy in and scattered after their copy out (both on the copy
+    /// streams, at the copy's rate), counted in bytes_packed. Needs each operand's host storage.
+    transfer_mode transfer = transfer_mode::copy_2d;
+    struct host_storage {
+        layout lay = layout::row_major;
+        index_t ld = 0;
+    };
+    std::vector<host_storage> hosts;  ///< per operand, as the run's host operands lie
 };
 
 struct model_result {
     std::size_t bytes_h2d = 0, bytes_d2h = 0;
+    std::size_t bytes_packed = 0;  ///< of those, through host staging (pack transfers)
     std::size_t loads = 0, cache_hits = 0;
     double seconds = 0;                  ///< the last task's end
     double compute_seconds = 0;          ///< the busiest device's kernels (packing included)

@@ -124,6 +124,8 @@ gemm_task_plan plan_gemm_tasks(const gemm_problem& p, const gemm_tiling& t, std:
     m.rates = rates;
     m.devices = std::max(devices, 1);
     m.in_place = in_place;
+    m.transfer = t.transfer;
+    for (const operand_desc& x : {p.a_desc(), p.b_desc(), p.c_desc()}) m.hosts.push_back({x.stored, x.ld});
     if (!in_place && !g.tasks.empty()) {
         const std::size_t a = p.reads_ab ? g.max_tile_bytes(operand_a) : 0;
         const std::size_t b = p.reads_ab ? g.max_tile_bytes(operand_b) : 0;
@@ -159,6 +161,10 @@ gemm_task_plan plan_gemm_tasks(const gemm_problem& p, const gemm_tiling& t, std:
         grow(other, other_bytes, std::min<index_t>(2, other_tiles));
         grow(reused, reused_bytes, std::min<index_t>(steps + 1, reused_tiles));
         grow(other, other_bytes, std::min<index_t>(steps + 1, other_tiles));
+        if (t.fill_budget) {
+            grow(other, other_bytes, other_tiles);
+            grow(reused, reused_bytes, reused_tiles);
+        }
         plan.a_slots = {a, n_a};
         plan.b_slots = {b, n_b};
         plan.c_slots = {c, n_c};
@@ -211,17 +217,21 @@ gemm_task_plan choose_gemm_tasks(const gemm_problem& p, std::size_t budget, bool
 }
 
 bool runs_on_tasks(const gemm_plan& plan, const plan_options& opt) {
-    // The automatic tile cache is what the task store does anyway (spare slots keep tiles, least
-    // recently used first); the cache asked for stays the pipeline's.
     return opt.engine == gemm_engine::tasks && opt.devices <= 1 && plan.strategy != gemm_strategy::zero_copy &&
-           plan.strategy != gemm_strategy::direct && (!plan.cache || opt.cache == cache_mode::automatic) &&
-           plan.transfer == transfer_mode::copy_2d && plan.batch == 0;
+           plan.strategy != gemm_strategy::direct && plan.batch == 0;
 }
 
-void adopt_tasks(gemm_plan& plan) {
-    gemm_task_plan tp;
+void adopt_tasks(gemm_plan& plan, bool cache) {
+    gemm_task_plan tp, base;
     try {
-        tp = plan_gemm_tasks(plan.problem, tiling_of(plan), plan.budget, false, plan.rates, 1);
+        gemm_tiling t = tiling_of(plan);
+        base = plan_gemm_tasks(plan.problem, t, plan.budget, false, plan.rates, 1);
+        if (cache) {
+            t.fill_budget = true;
+            tp = plan_gemm_tasks(plan.problem, t, plan.budget, false, plan.rates, 1);
+        } else {
+            tp = std::move(base);
+        }
     } catch (const out_of_budget&) {
         return;  // not one tile of each in the budget (the pipeline's plan fits it): the pipeline runs it
     }
@@ -233,12 +243,14 @@ void adopt_tasks(gemm_plan& plan) {
     plan.b_slot_bytes = tp.b_slots.bytes;
     plan.c_slots = tp.c_slots.count;
     plan.c_slot_bytes = tp.c_slots.bytes;
-    plan.cache = false;
-    plan.cache_slots_a = plan.cache_slots_b = 0;
+    // The automatic cache is what the store's spare slots do anyway (least recently used first).
+    plan.cache = cache;
+    plan.cache_slots_a = cache ? std::max(0, tp.a_slots.count - base.a_slots.count) : 0;
+    plan.cache_slots_b = cache ? std::max(0, tp.b_slots.count - base.b_slots.count) : 0;
     plan.peak_device_bytes = engine::total_bytes(tp.slots);
     plan.bytes_h2d = m.bytes_h2d;
     plan.bytes_d2h = m.bytes_d2h;
-    plan.bytes_packed = 0;
+    plan.bytes_packed = m.bytes_packed;
     plan.predicted_seconds = m.seconds;
     plan.predicted_compute_seconds = m.compute_seconds;
     plan.predicted_h2d_seconds = m.h2d_seconds;

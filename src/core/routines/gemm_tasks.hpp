@@ -40,6 +40,9 @@ struct gemm_tiling {
     /// C's tiles in the reverse of that order (a context's calls on kept operands alternate, so
     /// each starts with the tiles the previous one read last, still on the device).
     bool reversed = false;
+    /// The tile cache asked for (cache_mode::on): the budget left after the panel is filled with
+    /// slots of the streamed operand, then of the reused one, up to all of their tiles.
+    bool fill_budget = false;
 };
 
 /// The task engine's tiling of a GEMM pipeline plan: its tiles, order and transfers (in_core:
@@ -59,8 +62,8 @@ struct gemm_task_plan {
 /// Tasks and slots for devices with `budget` bytes each (in_place: computed where the operands
 /// lie): a slot of each operand's tile, then as the budget holds a second of C's, of the reused
 /// operand's (A's by rows, B's by columns) and of the other's, then as many of the reused operand's
-/// as its panel has tiles (plus one), then of the other's. Throws out_of_budget when not even one
-/// tile of each fits.
+/// as its panel has tiles (plus one), then of the other's (t.fill_budget: then up to all of the
+/// other's tiles, then of the reused one's). Throws out_of_budget when not even one tile of each fits.
 gemm_task_plan plan_gemm_tasks(const gemm_problem& p, const gemm_tiling& t, std::size_t budget, bool in_place,
                                const device_rates& rates, int devices);
 
@@ -78,13 +81,16 @@ gemm_task_plan choose_gemm_tasks(const gemm_problem& p, std::size_t budget, bool
                                  gemm_strategy* from_strategy = nullptr);
 
 /// Whether plan_gemm's pick runs on the task engine: opt.engine tasks, one device, a strategy
-/// that copies (not zero_copy or direct), 2-D copies, no tile cache asked for (cache_mode::on).
+/// that copies (not zero_copy or direct), not a batch.
 bool runs_on_tasks(const gemm_plan& plan, const plan_options& opt);
 
 /// Makes a pipeline plan the task engine's (plan.engine = tasks): the same tiles in the order its
-/// strategy follows (tiling_of), the slots plan_gemm_tasks fills its budget with, and the task
-/// model's bytes, peak memory, time and bound.
-void adopt_tasks(gemm_plan& plan);
+/// strategy follows (tiling_of) and its transfers (2-D copies or pack), the slots plan_gemm_tasks
+/// fills its budget with, and the task model's bytes (copied and packed), peak memory, time and
+/// bound. `cache`: the tile cache asked for (cache_mode::on): the rest of the budget as slots
+/// (t.fill_budget; plan.cache, the slots beyond the plan's without it its cache slots); otherwise
+/// the automatic cache is what the store's spare slots do, and plan.cache is off.
+void adopt_tasks(gemm_plan& plan, bool cache = false);
 
 /// Runs a plan adopted by the task engine on the devices (the context's memory and kept
 /// operands as the Level 3 routines use them; progress: a unit is a task, one C tile).
