@@ -92,7 +92,7 @@ void declare_gemm_options(ts::cli::args& a) {
         .integer_option("tile-k", "tile depth instead of the planner's")
         .text("transfer", "2d: 2-D strided copies (default), pack: pack tiles on the host first", "2d|pack")
         .text("engine",
-              "tasks (default: one device copying its operands runs on the tile-task engine), "
+              "tasks (default: one device, copying or in place, runs on the tile-task engine), "
               "pipeline (GEMM's own pipeline of work units)",
               "tasks|pipeline")
         .text("rates", "declare rates instead of measuring them, e.g. h2d=12GB/s,d2h=12GB/s,gflops=150", "RATES")

@@ -409,7 +409,7 @@ TEST(GemmOnTasks, OneCopyingDeviceRunsOnTasksByDefault) {
         default_runs_on_tasks<c64>(d, 95, 79, 88, c64(0), 1e-13);
     }
     // What the task engine does not do (yet) stays on the pipeline: several devices, and the
-    // pipeline asked for; in place nothing is copied. Pack transfers and the tile cache are adopted.
+    // pipeline asked for. Pack transfers, the tile cache and one device in place are adopted.
     gemm_problem p;
     p.type = dtype::f64;
     p.m = p.n = p.k = 300;
@@ -437,7 +437,8 @@ TEST(GemmOnTasks, OneCopyingDeviceRunsOnTasksByDefault) {
     EXPECT_FALSE(adopted.cache);
     EXPECT_EQ(engine_of([](plan_options& o) { o.transfer = transfer_mode::pack; }), gemm_engine::tasks);
     EXPECT_EQ(engine_of([](plan_options& o) { o.engine = gemm_engine::pipeline; }), gemm_engine::pipeline);
-    EXPECT_EQ(engine_of([](plan_options& o) { o.in_place = true; }), gemm_engine::pipeline);
+    EXPECT_EQ(engine_of([](plan_options& o) { o.in_place = true; }), gemm_engine::tasks);
+    EXPECT_EQ(engine_of([](plan_options& o) { o.in_place = true, o.devices = 3; }), gemm_engine::pipeline);
 }
 
 // The tile cache asked for (--cache on) on the task engine: the budget left after the panel goes to

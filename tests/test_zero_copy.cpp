@@ -56,7 +56,10 @@ TEST_P(zero_copy_matches_reference, PaddedOperandsInPlace) {
     const layout lb = (layouts & 2) ? layout::col_major : layout::row_major;
     const layout lc = layouts == 1 || layouts == 2 ? layout::col_major : layout::row_major;
     const index_t m = 301, n = 267, k = 173;
+    // Both engines: one device runs in place on the task engine by default, several on the pipeline.
+    for (gemm_engine engine : {gemm_engine::tasks, gemm_engine::pipeline})
     visit_real_dtype(type, "test", [&]<class T>() {
+        SCOPED_TRACE(to_string(engine));
         padded<T> a(oa == op::n ? m : k, oa == op::n ? k : m, la, 3, 21);
         padded<T> b(ob == op::n ? k : n, ob == op::n ? n : k, lb, 5, 22);
         padded<T> c(m, n, lc, 7, 23);
@@ -70,9 +73,11 @@ TEST_P(zero_copy_matches_reference, PaddedOperandsInPlace) {
         po.kernel = kernel;
         po.devices = int(ptrs.size());
         po.in_place = true;
+        po.engine = engine;
         const gemm_problem q = describe_gemm<T>(oa, ob, alpha, a.view, b.view, beta, c.view);
         const gemm_plan plan = plan_gemm(q, devs.front()->budget(), device_rates{}, po);
         ASSERT_EQ(plan.strategy, gemm_strategy::zero_copy);
+        EXPECT_EQ(plan.engine, ptrs.size() == 1 ? engine : gemm_engine::pipeline);
         const auto rep = execute_gemm<T>(plan, ptrs, alpha, a.view, b.view, beta, c.view);
         EXPECT_EQ(rep.bytes_h2d, 0u);
         EXPECT_EQ(rep.bytes_d2h, 0u);

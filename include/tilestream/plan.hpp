@@ -167,8 +167,8 @@ struct plan_options {
     double max_step_seconds = 0;
     /// direct: the OpenBLAS threads the calling thread's vendor call may use (the context's cores).
     int direct_threads = 1;
-    /// tasks (default): a plan that copies its operands runs on the task engine where it can (one
-    /// device), its slots and predictions then the task
+    /// tasks (default): a plan for one device runs on the task engine (copying its operands or in
+    /// place; not the direct path), its slots and predictions then the task
     /// model's; other plans, and every plan with `pipeline`, run on GEMM's pipeline.
     gemm_engine engine = gemm_engine::tasks;
 };

@@ -652,12 +652,14 @@ std::string explain(const gemm_plan& p) {
       << (p.cache ? "  (tile cache: " + std::to_string(p.cache_slots_a) + " spare A and " + std::to_string(p.cache_slots_b) + " spare B slots, LRU)"
                   : std::string(p.reuse_a ? "  (A panel reused)" : "") + (p.reuse_b ? "  (B panel reused)" : ""))
       << "\n";
-    if (!in_place)
+    if (!direct)
         s << "  engine          "
           << (p.engine == gemm_engine::tasks
-                  ? "tasks (one per C tile, its k-steps in order, in the strategy's order; an LRU tile store of "
-                    "A, B and C slots filled to the budget: tiles the next tasks read stay)"
-                  : "pipeline (work units through A, B and C buffers)")
+                  ? (in_place ? "tasks (one per C tile, its k-steps in order, on the host operands where they lie)"
+                              : "tasks (one per C tile, its k-steps in order, in the strategy's order; an LRU tile store of "
+                                "A, B and C slots filled to the budget: tiles the next tasks read stay)")
+                  : (in_place ? "pipeline (work units on the host operands where they lie)"
+                              : "pipeline (work units through A, B and C buffers)"))
           << "\n";
     if (p.devices > 1 && !direct)
         s << "  devices         " << p.devices << (p.static_assignment ? " (row panels dealt round-robin)" : " (shared queue)") << "\n";

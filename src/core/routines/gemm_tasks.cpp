@@ -217,16 +217,17 @@ gemm_task_plan choose_gemm_tasks(const gemm_problem& p, std::size_t budget, bool
 }
 
 bool runs_on_tasks(const gemm_plan& plan, const plan_options& opt) {
-    return opt.engine == gemm_engine::tasks && opt.devices <= 1 && plan.strategy != gemm_strategy::zero_copy &&
-           plan.strategy != gemm_strategy::direct && plan.batch == 0;
+    return opt.engine == gemm_engine::tasks && opt.devices <= 1 && plan.strategy != gemm_strategy::direct &&
+           plan.batch == 0;
 }
 
 void adopt_tasks(gemm_plan& plan, bool cache) {
     gemm_task_plan tp, base;
     try {
         gemm_tiling t = tiling_of(plan);
-        base = plan_gemm_tasks(plan.problem, t, plan.budget, false, plan.rates, 1);
-        if (cache) {
+        const bool in_place = plan.strategy == gemm_strategy::zero_copy;
+        base = plan_gemm_tasks(plan.problem, t, plan.budget, in_place, plan.rates, 1);
+        if (cache && !in_place) {
             t.fill_budget = true;
             tp = plan_gemm_tasks(plan.problem, t, plan.budget, false, plan.rates, 1);
         } else {
@@ -290,7 +291,9 @@ engine::run_result run_gemm_plan(const gemm_plan& plan, std::span<device* const>
     rq.operands = {host_operand_of(a), host_operand_of(b), host_operand_of(host_matrix_view<const T>(c))};
     rq.alpha = as_scalar(alpha);
     rq.beta = as_scalar(beta);
-    rq.slot_classes = engine::sorted_classes({{plan.a_slot_bytes, plan.a_slots},
+    rq.in_place = plan.strategy == gemm_strategy::zero_copy;
+    if (!rq.in_place)
+        rq.slot_classes = engine::sorted_classes({{plan.a_slot_bytes, plan.a_slots},
                                               {plan.b_slot_bytes, plan.b_slots},
                                               {plan.c_slot_bytes, plan.c_slots}});
     rq.transfer = plan.transfer;

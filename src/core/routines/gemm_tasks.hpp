@@ -1,9 +1,9 @@
 // GEMM as tile tasks on the Level 3 engine: the case without dependencies (one task per tile of C,
 // its k-steps in order, the first applying beta), in the order of C's tiles that a strategy of the
 // GEMM pipeline follows (row by row: A's row panel reused; column by column: B's column panel), in
-// slots sized per operand (slot_class). The public gemm runs here by default on one device that
-// copies (plan_gemm adopts such plans: adopt_tasks; execute_gemm runs them: run_gemm_plan); its
-// other plans run on GEMM's pipeline (core/gemm_engine.cpp). The tests and engines_bench pin
+// slots sized per operand (slot_class), or in place. The public gemm runs here by default on one
+// device (plan_gemm adopts such plans: adopt_tasks; execute_gemm runs them: run_gemm_plan); its
+// plans for several devices run on GEMM's pipeline (core/gemm_engine.cpp). The tests and engines_bench pin
 // both engines against each other (docs/architecture.md, "GEMM on the task engine").
 #pragma once
 
@@ -80,8 +80,8 @@ gemm_task_plan choose_gemm_tasks(const gemm_problem& p, std::size_t budget, bool
                                  int devices, const plan_options& base, gemm_tiling* chosen,
                                  gemm_strategy* from_strategy = nullptr);
 
-/// Whether plan_gemm's pick runs on the task engine: opt.engine tasks, one device, a strategy
-/// that copies (not zero_copy or direct), not a batch.
+/// Whether plan_gemm's pick runs on the task engine: opt.engine tasks, one device, not the direct
+/// path or a batch (zero_copy runs in place: run_request::in_place).
 bool runs_on_tasks(const gemm_plan& plan, const plan_options& opt);
 
 /// Makes a pipeline plan the task engine's (plan.engine = tasks): the same tiles in the order its
