@@ -499,6 +499,67 @@ TEST(GemmOnTasks, TheCacheAskedForFillsTheBudgetWithSlots) {
     cache_on_tasks<float>(61, 75, 83, 64 * 1024, true);
 }
 
+// Tile sizes searched by the task model: no tiles given, it ranks coarser tilings than the
+// pipeline's in the same budget and takes the best by its model; on the host's cores k-steps
+// cover a KC and A and B keep two slots each; on a device with memory of its own C keeps two as
+// well; reproducible plans keep whole k-blocks; tiles given are run as given.
+TEST(GemmOnTasks, TheTaskModelSearchesTilesInTheBudget) {
+    gemm_problem q;
+    q.type = dtype::f32;
+    q.m = q.n = q.k = 4096;
+    const std::size_t budget = std::size_t(48) << 20;  // a quarter of the operands
+    device_rates host;
+    host.h2d = host.d2h = 8e9;
+    host.flops = 180e9;
+    host.host_memory = true;
+    device_rates gpu = host;
+    gpu.host_memory = false;
+    gpu.h2d = gpu.d2h = 25e9;
+    gpu.flops = 50e12;
+    for (const device_rates& r : {host, gpu}) {
+        SCOPED_TRACE(r.host_memory ? "host cores" : "own memory");
+        plan_options po;
+        const gemm_plan searched = plan_gemm(q, budget, r, po);
+        po.engine = gemm_engine::pipeline;
+        const gemm_plan pipeline = plan_gemm(q, budget, r, po);
+        ASSERT_EQ(searched.engine, gemm_engine::tasks);
+        EXPECT_NE(searched.tile_choice.find("the task model's pick"), std::string::npos) << searched.tile_choice;
+        EXPECT_NE(explain(searched).find("tile choice"), std::string::npos);
+        EXPECT_TRUE(searched.tile_m != pipeline.tile_m || searched.tile_n != pipeline.tile_n ||
+                    searched.tile_k != pipeline.tile_k);
+        // On the host's cores copies add to the time: fewer bytes; elsewhere at most as many.
+        if (r.host_memory) EXPECT_LT(searched.bytes_h2d, pipeline.bytes_h2d);
+        else EXPECT_LE(searched.bytes_h2d, pipeline.bytes_h2d);
+        EXPECT_LE(searched.peak_device_bytes, budget);
+        EXPECT_GE(searched.a_slots, 2);
+        EXPECT_GE(searched.b_slots, 2);
+        if (r.host_memory) EXPECT_GE(searched.tile_k, reproducible_k_block(q.type));
+        else EXPECT_GE(searched.c_slots, 2);
+        // The same tiles through the task engine's own planner predict what the plan says.
+        gemm_tiling t = detail::routines::tiling_of(searched);
+        const auto again = detail::routines::plan_gemm_tasks(q, t, budget, false, r, 1);
+        EXPECT_EQ(again.model.bytes_h2d, searched.bytes_h2d);
+        // Reproducible: whole k-blocks (or all of k).
+        plan_options repro;
+        repro.reproducible = true;
+        const gemm_plan rp = plan_gemm(q, budget, r, repro);
+        ASSERT_GT(rp.k_block, 0);
+        EXPECT_TRUE(rp.tile_k % rp.k_block == 0 || rp.tile_k == q.k) << rp.tile_k << " " << rp.tile_choice;
+        // Tiles given: as given, no search.
+        plan_options given;
+        given.strategy = gemm_strategy::c_block;
+        given.tile_m = 1024;
+        given.tile_n = 1024;
+        given.tile_k = 512;
+        const gemm_plan g = plan_gemm(q, budget, r, given);
+        EXPECT_EQ(g.engine, gemm_engine::tasks);
+        EXPECT_TRUE(g.tile_choice.empty()) << g.tile_choice;
+        EXPECT_EQ(g.tile_m, 1024);
+        EXPECT_EQ(g.tile_n, 1024);
+        EXPECT_EQ(g.tile_k, 512);
+    }
+}
+
 // Through a context: progress once per step (as the pipeline reports it), a cancel named as GEMM's,
 // and a second call on the same shape reusing the slots the first one left (the same peak).
 TEST(GemmOnTasks, AContextCallReportsStepsCancelsAndReusesItsSlots) {

@@ -242,6 +242,9 @@ struct gemm_plan {
     /// Why this plan was chosen over the other route (a context's direct path against its engine,
     /// the crossover from measured rates) and how its kernel was chosen; explain prints it.
     std::string choice;
+    /// The task engine's search of tile sizes, when it ran (no tiles given): how many tilings its
+    /// model ranked and what the pipeline's formulas had chosen; explain prints it.
+    std::string tile_choice;
 };
 
 /// Plans the problem for a device with `budget` bytes. Throws out_of_budget naming the smallest

@@ -579,7 +579,8 @@ gemm_plan plan_gemm(const gemm_problem& q, std::size_t budget, const device_rate
         add_tile_cache(*best, budget, opt.cache == cache_mode::on);
     if (best->strategy == gemm_strategy::zero_copy && !opt.tile_m && !opt.tile_n && !opt.tile_k)
         bound_steps(*best, opt.max_step_seconds);
-    if (detail::routines::runs_on_tasks(*best, opt)) detail::routines::adopt_tasks(*best, opt.cache == cache_mode::on);
+    if (detail::routines::runs_on_tasks(*best, opt))
+        detail::routines::adopt_tasks(*best, opt.cache == cache_mode::on, !opt.tile_m && !opt.tile_n && !opt.tile_k);
     return *best;
 }
 
@@ -641,6 +642,7 @@ std::string explain(const gemm_plan& p) {
       << "\n";
     s << "  tiles           " << p.tile_m << " x " << p.tile_n << " x " << p.tile_k << "  -> " << p.tiles_m << " x "
       << p.tiles_n << " x " << p.tiles_k << " tiles, " << p.units << " work units, " << p.steps << " kernel calls\n";
+    if (!p.tile_choice.empty()) s << "  tile choice     " << p.tile_choice << "\n";
     if (p.batch > 0)
         s << "  batch           " << p.batch << " products in " << p.units << " groups of up to " << p.batch_group
           << " (one batched kernel call each)\n";

@@ -6,6 +6,7 @@
 #include <tilestream/error.hpp>
 
 #include <algorithm>
+#include <cstdio>
 #include <atomic>
 #include <limits>
 #include <optional>
@@ -221,12 +222,120 @@ bool runs_on_tasks(const gemm_plan& plan, const plan_options& opt) {
            plan.batch == 0;
 }
 
-void adopt_tasks(gemm_plan& plan, bool cache) {
+namespace {
+
+index_t ceil_div(index_t a, index_t b) { return b > 0 ? (a + b - 1) / b : 0; }
+
+/// Tile extents the search tries along a dimension of `extent`: the planned one and 2, 4 and 8
+/// times it, capped at the extent (which is tried too).
+std::vector<index_t> coarser_tiles(index_t planned, index_t extent) {
+    std::vector<index_t> out;
+    for (index_t f : {1, 2, 4, 8}) {
+        const index_t t = std::min(planned * f, std::max<index_t>(extent, 1));
+        if (std::find(out.begin(), out.end(), t) == out.end()) out.push_back(t);
+    }
+    return out;
+}
+
+/// Depths the search tries: the planned one, the usual k-blocks from `least` up to k, and k
+/// (multiples of k_block only, in reproducible plans).
+std::vector<index_t> k_tiles(index_t planned, index_t k, index_t k_block, index_t least) {
+    std::vector<index_t> out{planned};
+    for (index_t t : std::initializer_list<index_t>{128, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, k}) {
+        t = std::min(t, std::max<index_t>(k, 1));
+        if (t < least || (k_block > 0 && t % k_block != 0)) continue;
+        if (std::find(out.begin(), out.end(), t) == out.end()) out.push_back(t);
+    }
+    return out;
+}
+
+/// Whether copies can overlap compute: two slots of A and of B where they have two tiles or more
+/// (a k-step's load then runs beside the one before), and of C too where `c_too`.
+bool double_buffered(const gemm_task_plan& tp, bool c_too) {
+    const auto ok = [&](const engine::slot_class& s, int operand) {
+        const engine::operand_tiles& o = tp.graph.operands[std::size_t(operand)];
+        return s.count == 0 || s.count >= std::min<index_t>(2, o.tiles_r() * o.tiles_c());
+    };
+    return ok(tp.a_slots, operand_a) && ok(tp.b_slots, operand_b) && (!c_too || ok(tp.c_slots, operand_c));
+}
+
+}  // namespace
+
+void adopt_tasks(gemm_plan& plan, bool cache, bool search) {
     gemm_task_plan tp, base;
     try {
         gemm_tiling t = tiling_of(plan);
         const bool in_place = plan.strategy == gemm_strategy::zero_copy;
         base = plan_gemm_tasks(plan.problem, t, plan.budget, in_place, plan.rates, 1);
+        if (search && !in_place && plan.strategy != gemm_strategy::in_core && !cache) {
+            const gemm_problem& q = plan.problem;
+            const gemm_tiling planned = t;
+            const engine::model_result first = base.model;
+            // On the host's cores a k-step covers a kernel's KC at least, as the pipeline plans them
+            // (a shorter one adds a pass over the C tile per call); elsewhere the planned depth's half.
+            const index_t least_k = plan.rates.host_memory ? std::min(q.k, reproducible_k_block(q.type))
+                                                           : std::min(planned.tile_k, std::max<index_t>(planned.tile_k / 2, 256));
+            int ranked = 1;
+            // Coarsest first (fewest kernel steps), at most four times the planned steps each, and
+            // no more than 2^16 steps modelled in all (the model replays every step: a 100000^3
+            // f32 product in 256 MiB plans 37,000 of them, and ranking 15 such tilings took 1.4 s).
+            struct candidate {
+                double steps;
+                index_t tm, tn, tk;
+            };
+            std::vector<candidate> candidates;
+            for (index_t tm : coarser_tiles(planned.tile_m, q.m))
+                for (index_t tn : t.c_panel ? std::vector<index_t>{planned.tile_n} : coarser_tiles(planned.tile_n, q.n))
+                    for (index_t tk : k_tiles(planned.tile_k, q.k, plan.k_block, least_k)) {
+                        if (tm == planned.tile_m && tn == planned.tile_n && tk == planned.tile_k) continue;
+                        const double steps = double(ceil_div(q.m, tm)) * double(ceil_div(q.n, tn)) * double(ceil_div(q.k, tk));
+                        if (steps <= 4.0 * double(std::max<std::size_t>(base.graph.steps, 1))) candidates.push_back({steps, tm, tn, tk});
+                    }
+            std::stable_sort(candidates.begin(), candidates.end(),
+                             [](const candidate& x, const candidate& y) { return x.steps < y.steps; });
+            double modelled = double(base.graph.steps);
+            bool cut = false;
+            for (const candidate& cd : candidates) {
+                if (modelled + cd.steps > 65536.0) {
+                    cut = true;
+                    break;
+                }
+                gemm_tiling c = planned;
+                c.tile_m = cd.tm, c.tile_n = cd.tn, c.tile_k = cd.tk;
+                gemm_task_plan cand;
+                try {
+                    cand = plan_gemm_tasks(q, c, plan.budget, false, plan.rates, 1);
+                } catch (const out_of_budget&) {
+                    continue;  // refused before the model ran
+                }
+                modelled += cd.steps;
+                if (!double_buffered(cand, !plan.rates.host_memory)) continue;
+                ++ranked;
+                if (engine::better_plan(cand.model, cand.graph.steps, base.model, base.graph.steps)) {
+                    base = std::move(cand);
+                    t = c;
+                }
+            }
+            if (t.tile_m != planned.tile_m || t.tile_n != planned.tile_n || t.tile_k != planned.tile_k) {
+                char text[256];
+                std::snprintf(text, sizeof text,
+                              "the task model's pick of %d tilings in the budget (the pipeline's formulas chose %lld x %lld x %lld, "
+                              "predicted %.4g s on the task engine)",
+                              ranked, (long long)planned.tile_m, (long long)planned.tile_n, (long long)planned.tile_k,
+                              first.seconds);
+                plan.tile_choice = text;
+                plan.tile_m = t.tile_m;
+                plan.tile_n = t.tile_n;
+                plan.tile_k = t.tile_k;
+                plan.tiles_m = ceil_div(q.m, t.tile_m);
+                plan.tiles_n = ceil_div(q.n, t.tile_n);
+                plan.tiles_k = q.reads_ab && q.k > 0 ? ceil_div(q.k, t.tile_k) : 1;
+            } else {
+                plan.tile_choice = "the pipeline's formulas, the best of " + std::to_string(ranked) +
+                                   " tilings the task model ranked in the budget" +
+                                   (cut ? " (it models 2^16 kernel steps at most: coarser ones first)" : "");
+            }
+        }
         if (cache && !in_place) {
             t.fill_budget = true;
             tp = plan_gemm_tasks(plan.problem, t, plan.budget, false, plan.rates, 1);

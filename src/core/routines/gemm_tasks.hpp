@@ -90,7 +90,15 @@ bool runs_on_tasks(const gemm_plan& plan, const plan_options& opt);
 /// bound. `cache`: the tile cache asked for (cache_mode::on): the rest of the budget as slots
 /// (t.fill_budget; plan.cache, the slots beyond the plan's without it its cache slots); otherwise
 /// the automatic cache is what the store's spare slots do, and plan.cache is off.
-void adopt_tasks(gemm_plan& plan, bool cache = false);
+/// `search` (no tiles given; a plan that copies and is not in core): the task model also ranks
+/// coarser tilings than the pipeline's (m and n up to 8 times larger, k in the usual blocks; whole
+/// k-blocks in reproducible plans) in the same budget and takes the best (engine::better_plan).
+/// A and B keep two slots each where they have two tiles (the model does not see a copy waiting for
+/// its slot; with one slot of B, f32 4096 at 48 MiB ran at 0.724 s against 0.690 with two), and so
+/// does C on a device with memory of its own; on the host's cores, where copies add to the time in
+/// the model, C may have one (f32 4096 at 48 MiB: half of C in one slot, 192 MiB copied in
+/// instead of 320, 0.690 s against 0.715 s).
+void adopt_tasks(gemm_plan& plan, bool cache = false, bool search = false);
 
 /// Runs a plan adopted by the task engine on the devices (the context's memory and kept
 /// operands as the Level 3 routines use them; progress: a unit is a task, one C tile).
