@@ -539,12 +539,20 @@ TEST(GemmOnTasks, TheTaskModelSearchesTilesInTheBudget) {
         gemm_tiling t = detail::routines::tiling_of(searched);
         const auto again = detail::routines::plan_gemm_tasks(q, t, budget, false, r, 1);
         EXPECT_EQ(again.model.bytes_h2d, searched.bytes_h2d);
-        // Reproducible: whole k-blocks (or all of k).
+        // Reproducible plans step through k one k-block at a time: the search keeps the planned
+        // k-tile, and the steps are the k-blocks of each C tile.
         plan_options repro;
         repro.reproducible = true;
         const gemm_plan rp = plan_gemm(q, budget, r, repro);
+        repro.engine = gemm_engine::pipeline;
+        const gemm_plan rp_pipeline = plan_gemm(q, budget, r, repro);
         ASSERT_GT(rp.k_block, 0);
-        EXPECT_TRUE(rp.tile_k % rp.k_block == 0 || rp.tile_k == q.k) << rp.tile_k << " " << rp.tile_choice;
+        EXPECT_EQ(rp.tile_k, rp_pipeline.tile_k) << rp.tile_choice;
+        EXPECT_EQ(rp.steps, std::size_t(rp.tiles_m * rp.tiles_n * ((q.k + rp.k_block - 1) / rp.k_block)));
+        // A strategy given: its tiles as the pipeline plans them, no search.
+        plan_options forced;
+        forced.strategy = gemm_strategy::c_block;
+        EXPECT_TRUE(plan_gemm(q, budget, r, forced).tile_choice.empty());
         // Tiles given: as given, no search.
         plan_options given;
         given.strategy = gemm_strategy::c_block;
@@ -558,6 +566,36 @@ TEST(GemmOnTasks, TheTaskModelSearchesTilesInTheBudget) {
         EXPECT_EQ(g.tile_n, 1024);
         EXPECT_EQ(g.tile_k, 512);
     }
+}
+
+// A context in place keeps the slots and the reservation a copying call left across an in-place
+// call (which reserves nothing): the reservation once went with it while its slots stayed, so the
+// device counted their bytes as free and freed them later through the lost reservation.
+TEST(GemmOnTasks, AnInPlaceCallLeavesTheKeptSlotsAndTheirReservation) {
+    context ctx("cpu");
+    device& dev = *ctx.devices().front();
+    host_matrix<double> a(150, 110), b(110, 170), c(150, 170);
+    fill_random(a.view(), 41);
+    fill_random(b.view(), 42);
+    gemm_call_options copying;
+    copying.strategy = gemm_strategy::c_block;
+    copying.tile_m = copying.tile_n = copying.tile_k = 40;
+    gemm_call_options in_place;
+    in_place.strategy = gemm_strategy::zero_copy;
+    in_place.tile_m = in_place.tile_n = in_place.tile_k = 64;
+    const gemm_report first = ctx.gemm<double>(op::n, op::n, 1.0, a.view(), b.view(), 0.0, c.view(), copying);
+    ASSERT_EQ(first.plan.engine, gemm_engine::tasks);
+    const std::size_t kept = dev.bytes_in_use();
+    EXPECT_GT(kept, 0u);  // slots kept for the next call
+    const gemm_report second = ctx.gemm<double>(op::n, op::n, 1.0, a.view(), b.view(), 0.0, c.view(), in_place);
+    ASSERT_EQ(second.plan.engine, gemm_engine::tasks);
+    ASSERT_EQ(second.plan.strategy, gemm_strategy::zero_copy);
+    EXPECT_EQ(dev.bytes_in_use(), kept);
+    const gemm_report third = ctx.gemm<double>(op::n, op::n, 1.0, a.view(), b.view(), 0.0, c.view(), copying);
+    EXPECT_EQ(third.peak_device_bytes, first.peak_device_bytes);
+    EXPECT_EQ(dev.bytes_in_use(), kept);
+    host_matrix<double> c0(150, 170);  // beta = 0: not read
+    EXPECT_LT(gemm_relative_error<double>(op::n, op::n, 1.0, a.view(), b.view(), 0.0, c0.view(), c.view()), 1e-13);
 }
 
 // Through a context: progress once per step (as the pipeline reports it), a cancel named as GEMM's,

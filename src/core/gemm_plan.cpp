@@ -580,7 +580,8 @@ gemm_plan plan_gemm(const gemm_problem& q, std::size_t budget, const device_rate
     if (best->strategy == gemm_strategy::zero_copy && !opt.tile_m && !opt.tile_n && !opt.tile_k)
         bound_steps(*best, opt.max_step_seconds);
     if (detail::routines::runs_on_tasks(*best, opt))
-        detail::routines::adopt_tasks(*best, opt.cache == cache_mode::on, !opt.tile_m && !opt.tile_n && !opt.tile_k);
+        detail::routines::adopt_tasks(*best, opt.cache == cache_mode::on,
+                                      opt.strategy == gemm_strategy::automatic && !opt.tile_m && !opt.tile_n && !opt.tile_k);
     return *best;
 }
 

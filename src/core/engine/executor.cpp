@@ -862,7 +862,8 @@ run_result run_tasks(const run_request& rq, std::span<device* const> devices) {
         for (std::size_t i = 0; i < devices.size(); ++i) {
             if (!kits[i]) kits[i] = std::make_shared<tiles_kit>();
             workers[i]->give_back(*kits[i]);
-            kits[i]->reservation = std::move(reservations[i]);
+            // In place nothing was reserved: the kit keeps the reservation its slots came from.
+            if (reservations[i]) kits[i]->reservation = std::move(reservations[i]);
         }
         std::lock_guard lock(rq.memory->mutex);
         for (std::size_t i = 0; i < devices.size(); ++i) rq.memory->tile_kits[i] = std::move(kits[i]);

@@ -237,13 +237,12 @@ std::vector<index_t> coarser_tiles(index_t planned, index_t extent) {
     return out;
 }
 
-/// Depths the search tries: the planned one, the usual k-blocks from `least` up to k, and k
-/// (multiples of k_block only, in reproducible plans).
-std::vector<index_t> k_tiles(index_t planned, index_t k, index_t k_block, index_t least) {
+/// Depths the search tries: the planned one, the usual k-blocks from `least` up to k, and k.
+std::vector<index_t> k_tiles(index_t planned, index_t k, index_t least) {
     std::vector<index_t> out{planned};
     for (index_t t : std::initializer_list<index_t>{128, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, k}) {
         t = std::min(t, std::max<index_t>(k, 1));
-        if (t < least || (k_block > 0 && t % k_block != 0)) continue;
+        if (t < least) continue;
         if (std::find(out.begin(), out.end(), t) == out.end()) out.push_back(t);
     }
     return out;
@@ -286,9 +285,13 @@ void adopt_tasks(gemm_plan& plan, bool cache, bool search) {
             std::vector<candidate> candidates;
             for (index_t tm : coarser_tiles(planned.tile_m, q.m))
                 for (index_t tn : t.c_panel ? std::vector<index_t>{planned.tile_n} : coarser_tiles(planned.tile_n, q.n))
-                    for (index_t tk : k_tiles(planned.tile_k, q.k, plan.k_block, least_k)) {
+                    for (index_t tk : plan.k_block > 0 ? std::vector<index_t>{planned.tile_k}
+                                                       : k_tiles(planned.tile_k, q.k, least_k)) {
                         if (tm == planned.tile_m && tn == planned.tile_n && tk == planned.tile_k) continue;
-                        const double steps = double(ceil_div(q.m, tm)) * double(ceil_div(q.n, tn)) * double(ceil_div(q.k, tk));
+                        // Reproducible plans step through k one k-block at a time whatever tile_k is
+                        // (build_gemm): only m and n are searched there.
+                        const index_t step_k = plan.k_block > 0 ? plan.k_block : tk;
+                        const double steps = double(ceil_div(q.m, tm)) * double(ceil_div(q.n, tn)) * double(ceil_div(q.k, step_k));
                         if (steps <= 4.0 * double(std::max<std::size_t>(base.graph.steps, 1))) candidates.push_back({steps, tm, tn, tk});
                     }
             std::stable_sort(candidates.begin(), candidates.end(),
@@ -329,7 +332,7 @@ void adopt_tasks(gemm_plan& plan, bool cache, bool search) {
                 plan.tile_k = t.tile_k;
                 plan.tiles_m = ceil_div(q.m, t.tile_m);
                 plan.tiles_n = ceil_div(q.n, t.tile_n);
-                plan.tiles_k = q.reads_ab && q.k > 0 ? ceil_div(q.k, t.tile_k) : 1;
+                plan.tiles_k = ceil_div(q.k, t.tile_k);
             } else {
                 plan.tile_choice = "the pipeline's formulas, the best of " + std::to_string(ranked) +
                                    " tilings the task model ranked in the budget" +
@@ -354,9 +357,10 @@ void adopt_tasks(gemm_plan& plan, bool cache, bool search) {
     plan.c_slots = tp.c_slots.count;
     plan.c_slot_bytes = tp.c_slots.bytes;
     // The automatic cache is what the store's spare slots do anyway (least recently used first).
-    plan.cache = cache;
-    plan.cache_slots_a = cache ? std::max(0, tp.a_slots.count - base.a_slots.count) : 0;
-    plan.cache_slots_b = cache ? std::max(0, tp.b_slots.count - base.b_slots.count) : 0;
+    const bool filled = cache && plan.strategy != gemm_strategy::zero_copy && plan.strategy != gemm_strategy::in_core;
+    plan.cache = filled;
+    plan.cache_slots_a = filled ? std::max(0, tp.a_slots.count - base.a_slots.count) : 0;
+    plan.cache_slots_b = filled ? std::max(0, tp.b_slots.count - base.b_slots.count) : 0;
     plan.peak_device_bytes = engine::total_bytes(tp.slots);
     plan.bytes_h2d = m.bytes_h2d;
     plan.bytes_d2h = m.bytes_d2h;

@@ -90,9 +90,10 @@ bool runs_on_tasks(const gemm_plan& plan, const plan_options& opt);
 /// bound. `cache`: the tile cache asked for (cache_mode::on): the rest of the budget as slots
 /// (t.fill_budget; plan.cache, the slots beyond the plan's without it its cache slots); otherwise
 /// the automatic cache is what the store's spare slots do, and plan.cache is off.
-/// `search` (no tiles given; a plan that copies and is not in core): the task model also ranks
-/// coarser tilings than the pipeline's (m and n up to 8 times larger, k in the usual blocks; whole
-/// k-blocks in reproducible plans) in the same budget and takes the best (engine::better_plan).
+/// `search` (neither strategy nor tiles given; a plan that copies and is not in core): the task
+/// model also ranks coarser tilings than the pipeline's (m and n up to 8 times larger, k in the
+/// usual blocks; in reproducible plans, which step through k by k-blocks, m and n only) in the
+/// same budget and takes the best (engine::better_plan).
 /// A and B keep two slots each where they have two tiles (the model does not see a copy waiting for
 /// its slot; with one slot of B, f32 4096 at 48 MiB ran at 0.724 s against 0.690 with two), and so
 /// does C on a device with memory of its own; on the host's cores, where copies add to the time in
