@@ -1,6 +1,7 @@
 // A list-scheduling replay of a task graph: bytes and time the executor should take.
 #include "core/engine/schedule_model.hpp"
 #include "core/engine/tile_kernels.hpp"
+#include "core/gemm_memory.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -69,7 +70,8 @@ double step_seconds(const task_graph& g, const task_step& s, const device_rates&
 namespace {
 
 /// One device's tile cache as the store keeps it: slots by size class, a tile in the smallest
-/// class its operand's tiles fit with a free or unpinned slot, the least recently used one there evicted.
+/// class its operand's tiles fit with a free or unpinned slot, the least recently used one there
+/// evicted.
 class lru_cache {
 public:
     explicit lru_cache(const std::vector<slot_class>& classes) : classes_(classes), order_(classes.size()), used_(classes.size()) {}
@@ -90,8 +92,8 @@ public:
         if (it != entries_.end()) it->second.version = version;
     }
     /// Holds (tile, version) taking a slot of `bytes` (its operand's largest tile), in the slot of
-    /// its older version or else evicting in the smallest class that fits the least recently used tile that is not pinned (the store's locked
-    /// slots: the task's outputs and the step's other input).
+    /// its older version or else evicting in the smallest class that fits the least recently used
+    /// tile that is not pinned (the store's locked slots: the task's outputs and the step's other input).
     void put(int tile, std::uint32_t version, std::size_t bytes, const std::vector<int>& pinned = {}) {
         auto it = entries_.find(tile);
         if (it != entries_.end()) {
@@ -196,10 +198,12 @@ model_result model_run(const task_graph& g, const model_settings& m) {
     const auto packed_bytes = [&](int tile) -> double {
         const tile_position p = g.where(tile);
         if (!pack || std::size_t(p.operand) >= m.hosts.size()) return 0;
-        const model_settings::host_storage& h = m.hosts[std::size_t(p.operand)];
-        const bool row = h.lay == layout::row_major;
-        const index_t outer = row ? p.rows : p.cols, inner = row ? p.cols : p.rows;
-        return outer <= 1 || inner == h.ld ? 0.0 : double(g.tile_bytes(tile));
+        host_rect r;  // the store's own test of a tile's host rectangle
+        r.rows = p.rows;
+        r.cols = p.cols;
+        r.ld = m.hosts[std::size_t(p.operand)].ld;
+        r.lay = m.hosts[std::size_t(p.operand)].lay;
+        return r.contiguous() ? 0.0 : double(g.tile_bytes(tile));
     };
     // Tasks pinned to a device (a static split): its tasks wait for it, the others' for theirs.
     bool pinned_graph = false;

@@ -114,9 +114,9 @@ tile_slot& tile_store::victim(int tile, std::size_t bytes) {
     tile_slot* v = nullptr;
     // A slot holding an older version of the tile is reused first: that version is of no more use.
     if (auto it = index_.find(tile); it != index_.end() && !slots_[it->second].locked) v = &slots_[it->second];
-    // The smallest slots the tile (its operand's largest) fits; among them the least recently used, and among the slots
-    // this call has not used, those holding a kept operand's tile from an earlier call (which a
-    // later step may take) last.
+    // The smallest slots the tile (its operand's largest) fits; among them the least recently
+    // used, and among the slots this call has not used, those holding a kept operand's tile from
+    // an earlier call (which a later step may take) last.
     const auto rank = [](const tile_slot& s) {
         return std::tuple{s.buf.size(), s.last_use, s.tile < 0 && s.keep.id != 0};
     };

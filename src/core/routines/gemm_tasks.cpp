@@ -6,8 +6,8 @@
 #include <tilestream/error.hpp>
 
 #include <algorithm>
-#include <cstdio>
 #include <atomic>
+#include <cstdio>
 #include <limits>
 #include <optional>
 #include <string>
