@@ -98,6 +98,8 @@ void declare(args& a, blas3_routine r) {
         .flag_option("explain", "print the plan before the run and measured-vs-predicted after (stderr)")
         .text("trace", "write a Chrome trace (Perfetto, chrome://tracing)", "run.json")
         .text("timeline", "draw copies and kernels per device and stream (SVG)", "run.svg")
+        .text("peer-tiles", "copy missing tiles from another device's store: auto (devices that do not address host "
+                            "memory), on, off", "auto|on|off")
         .flag_option("check", solves(r) && r == blas3_routine::trsm
                                   ? "verify X by its residual ||op(A)X - alpha B|| / (||A|| ||X||) in float64, exit 1 on failure"
                                   : "verify the result against float64 OpenBLAS on upcast operands, exit 1 on failure")
@@ -263,6 +265,10 @@ int run(const args& a, blas3_routine r, dtype type, run_files& out_files) {
     call.tile_free = a.integer("tile-free", 0, 1, big);
     call.tile_k = a.integer("tile-k", 0, 1, big);
     call.order = parse_blas3_order(a.get_or("order", "auto"));
+    const std::string peers = a.get_or("peer-tiles", "auto");
+    if (peers != "auto" && peers != "on" && peers != "off")
+        throw invalid_argument("--peer-tiles expects auto, on or off, got '" + peers + "'");
+    call.run.peer_tiles = peers == "on" ? peer_tile_mode::on : peers == "off" ? peer_tile_mode::off : peer_tile_mode::automatic;
     const bool explain = a.flag("explain");
     // Measured rates for the explanation of one device in place (which probes nothing itself);
     // never with several: declared call rates leave out the balance's rate per device.
@@ -292,6 +298,9 @@ int run(const args& a, blas3_routine r, dtype type, run_files& out_files) {
                      "peak device memory %zu (predicted %zu), tile cache hits %zu, misses %zu\n",
                      secs, plan.predicted_seconds, last.bytes_h2d, plan.bytes_h2d, last.bytes_d2h, plan.bytes_d2h,
                      last.peak_device_bytes, plan.peak_device_bytes, last.cache_hits, last.cache_misses);
+        if (last.peer_hits > 0)
+            std::fprintf(stderr, "peer tiles: %zu (%zu bytes copied from other devices instead of the host)\n",
+                         last.peer_hits, last.bytes_from_peers);
         for (const auto& d : last.devices)
             std::fprintf(stderr, "  %s: %zu tasks, %.3g GFLOP\n", d.id.c_str(), d.units, d.flops * 1e-9);
         if (faults.empty()) std::fprintf(stderr, "faults: none (no device lost)\n");
@@ -331,13 +340,14 @@ int run(const args& a, blas3_routine r, dtype type, run_files& out_files) {
                   {"bytes_h2d", last.bytes_h2d}, {"bytes_d2h", last.bytes_d2h},
                   {"peak_device_bytes", last.peak_device_bytes}, {"budget_bytes", plan.budget},
                   {"cache_hits", last.cache_hits}, {"cache_misses", last.cache_misses},
+                  {"peer_hits", last.peer_hits}, {"bytes_from_peers", last.bytes_from_peers},
                   {"predicted_seconds", plan.predicted_seconds}, {"predicted_bound", plan.bound},
                   {"predicted_bytes_h2d", plan.bytes_h2d}, {"predicted_bytes_d2h", plan.bytes_d2h},
                   {"predicted_peak_device_bytes", plan.peak_device_bytes}};
         json shares = json::array();
         for (const auto& d : last.devices)
             shares.push_back({{"id", d.id}, {"tasks", d.units}, {"flops", d.flops}, {"bytes_h2d", d.bytes_h2d},
-                              {"cache_hits", d.cache_hits}});
+                              {"cache_hits", d.cache_hits}, {"peer_hits", d.peer_hits}});
         o["device_shares"] = shares;
         o["orders"] = orders_json(plan);
         o["faults"] = faults_json(faults);

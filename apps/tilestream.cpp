@@ -92,7 +92,7 @@ void declare_gemm_options(ts::cli::args& a) {
         .integer_option("tile-k", "tile depth instead of the planner's")
         .text("transfer", "2d: 2-D strided copies (default), pack: pack tiles on the host first", "2d|pack")
         .text("engine",
-              "tasks (default: one device, copying or in place, runs on the tile-task engine), "
+              "tasks (default: the tile-task engine, on one device or several, copying or in place), "
               "pipeline (GEMM's own pipeline of work units)",
               "tasks|pipeline")
         .text("rates", "declare rates instead of measuring them, e.g. h2d=12GB/s,d2h=12GB/s,gflops=150", "RATES")
@@ -629,6 +629,9 @@ int run_gemm(const ts::cli::args& a, ts::dtype type, ts::cli::run_files& files) 
                      secs, plan.predicted_seconds, last.bytes_h2d, plan.bytes_h2d, last.bytes_d2h, plan.bytes_d2h,
                      last.bytes_packed, plan.bytes_packed, last.peak_device_bytes, plan.peak_device_bytes);
     if (explain) {
+        if (last.peer_hits > 0)
+            std::fprintf(stderr, "peer tiles: %zu (%zu bytes copied from other devices instead of the host)\n",
+                         last.peer_hits, last.bytes_from_peers);
         if (faults.empty()) std::fprintf(stderr, "faults: none (no device lost)\n");
         for (const auto& f : faults)
             std::fprintf(stderr, "fault: device %s lost, %zu units redone by the other devices: %s\n", f.id.c_str(),
@@ -696,9 +699,10 @@ int run_gemm(const ts::cli::args& a, ts::dtype type, ts::cli::run_files& files) 
         o["faults"] = lost;
         if (plan.cache) {
             o["cache_hits"] = last.cache_hits, o["cache_misses"] = last.cache_misses;
-            o["bytes_saved"] = last.bytes_saved, o["peer_hits"] = last.peer_hits;
-            o["bytes_from_peers"] = last.bytes_from_peers;
+            o["bytes_saved"] = last.bytes_saved;
         }
+        // Tiles copied from another device instead of the host (several devices; --peer-tiles).
+        o["peer_hits"] = last.peer_hits, o["bytes_from_peers"] = last.bytes_from_peers;
         if (check) {
             o["rel_error"] = check->error, o["tolerance"] = check->tolerance, o["check_passed"] = ok;
             o["check_method"] = std::string(ts::to_string(check->method)), o["check_tolerance"] = check->tolerance;

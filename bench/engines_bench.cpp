@@ -5,11 +5,15 @@
 // same order (routines::tiling_of: B's column panels reused for b_panel, A's row panels otherwise,
 // C panels for a_panel_c_panel) in slots sized per operand within the same budget. A last row
 // times each engine's own choice: the pipeline's planner against the task model's. Alternating, medians; bytes copied each way beside
-// each engine's own prediction. Writes JSON.
+// each engine's own prediction. A spec that opens several devices (--device cpu:2) times a context's
+// default call (the task engine) against the same with the pipeline, with the budget, and in place
+// without one.
+// Writes JSON.
 #include "bench_common.hpp"
 
 #include "core/routines/gemm_tasks.hpp"
 
+#include <tilestream/context.hpp>
 #include <tilestream/devices.hpp>
 #include <tilestream/gemm.hpp>
 #include <tilestream/verify.hpp>
@@ -45,6 +49,62 @@ static int run(int argc, char** argv) {
             ts::open_options small;
             small.memory_budget = std::size_t(double(operands) * fraction);
             auto devs = ts::open_devices(spec, small);
+            if (devs.size() > 1) {
+                // Several devices: a context's default call (the task engine) against the same call
+                // with --engine pipeline, out of core at the fraction and in place (no budget).
+                device_name = spec + ": " + std::to_string(devs.size()) + " devices, " + devs.front()->id() + " first (" +
+                              std::to_string(devs.front()->info().threads) + " threads)";
+                const bool host_cores = devs.front()->info().kind == ts::device_kind::cpu;
+                devs.clear();
+                const double flops = ts::dtype_traits(type).flops_per_multiply_add * double(n) * double(n) * double(n);
+                for (bool budgeted : {true, false}) {
+                    ts::context_options co;
+                    if (budgeted || !host_cores) co.memory_budget = *small.memory_budget;
+                    ts::context ctx(spec, co);
+                    ts::gemm_call_options tasks_call, pipe_call;
+                    // Without a budget the default is the direct path on the calling thread (no
+                    // engine): the devices in place are asked for.
+                    // Elsewhere 3-D tiles at the budget are asked for (the default may be the direct path).
+                    if (!budgeted) tasks_call.strategy = host_cores ? ts::gemm_strategy::zero_copy : ts::gemm_strategy::tiles_3d;
+                    pipe_call = tasks_call;
+                    pipe_call.engine = ts::gemm_engine::pipeline;
+                    ts::gemm_report rt = ctx.gemm<T>(a.view(), b.view(), c.view(), tasks_call);
+                    ts::gemm_report rp = ctx.gemm<T>(a.view(), b.view(), c.view(), pipe_call);
+                    const auto timing = ts::bench::alternate(
+                        reps, [&] { rp = ctx.gemm<T>(a.view(), b.view(), c.view(), pipe_call); },
+                        [&] { rt = ctx.gemm<T>(a.view(), b.view(), c.view(), tasks_call); });
+                    const std::string label = std::string(budgeted ? "several, budget" : host_cores ? "several, in place" : "several, asked") + " " +
+                                              std::string(ts::to_string(rt.plan.strategy));
+                    const std::string tiles = std::to_string(rt.plan.tile_m) + "/" + std::to_string(rt.plan.tile_n) + "/" +
+                                              std::to_string(rt.plan.tile_k);
+                    ts::bench::json_builder row;
+                    row.add("dtype", name).add("n", n).add("devices", ctx.device_names());
+                    row.add("case", budgeted ? "several devices, each with the budget fraction (context defaults)"
+                                             : host_cores ? "several devices, no budget, in place (--strategy zero-copy)"
+                                                          : "several devices, the budget fraction, --strategy tiles-3d");
+                    row.add("tasks_strategy", std::string(ts::to_string(rt.plan.strategy)));
+                    row.add("pipeline_strategy", std::string(ts::to_string(rp.plan.strategy)));
+                    row.add("tasks_engine", std::string(ts::to_string(rt.plan.engine)));
+                    row.add("pipeline_engine", std::string(ts::to_string(rp.plan.engine)));
+                    row.add("tile_m", rt.plan.tile_m).add("tile_n", rt.plan.tile_n).add("tile_k", rt.plan.tile_k);
+                    row.add("pipeline_tiles", std::to_string(rp.plan.tile_m) + "/" + std::to_string(rp.plan.tile_n) + "/" +
+                                                  std::to_string(rp.plan.tile_k));
+                    row.add("budget_bytes", co.memory_budget ? *co.memory_budget : 0).add("operand_bytes", operands);
+                    row.add("repetitions", reps);
+                    row.add("pipeline_median_seconds", timing.ours).add("pipeline_gflops", flops / timing.ours * 1e-9);
+                    row.add("tasks_median_seconds", timing.anchor).add("tasks_gflops", flops / timing.anchor * 1e-9);
+                    row.add("tasks_speed_relative_to_pipeline", timing.ours / timing.anchor);
+                    row.add("pipeline_bytes_h2d", rp.bytes_h2d).add("pipeline_predicted_bytes_h2d", rp.plan.bytes_h2d);
+                    row.add("tasks_bytes_h2d", rt.bytes_h2d).add("tasks_predicted_bytes_h2d", rt.plan.bytes_h2d);
+                    row.add("tasks_peer_hits", rt.peer_hits).add("pipeline_peer_hits", rp.peer_hits);
+                    rows.push_back(row.json());
+                    std::printf("%-4s %5lld %-22s %-16s %9.4f %9.4f %7.3f %12zu %12zu %12zu\n", name.c_str(), (long long)n,
+                                label.c_str(), tiles.c_str(), timing.ours, timing.anchor, timing.ours / timing.anchor,
+                                rp.bytes_h2d + rp.bytes_d2h, rt.bytes_h2d + rt.bytes_d2h, rt.plan.bytes_h2d + rt.plan.bytes_d2h);
+                    std::fflush(stdout);
+                }
+                return;
+            }
             // One device (the first the spec opens): ts::gemm plans for one.
             const std::vector<ts::device*> raw{devs.front().get()};
             device_name = spec + ": " + devs.front()->id() + " (" + std::to_string(devs.front()->info().threads) + " threads)";

@@ -264,6 +264,8 @@ py::dict report_dict(ts::context& ctx, const ts::gemm_report& r) {
     d["cache_misses"] = r.cache_misses;
     d["kept_hits"] = r.kept_hits;
     d["kept_bytes_saved"] = r.kept_bytes_saved;
+    d["peer_hits"] = r.peer_hits;
+    d["bytes_from_peers"] = r.bytes_from_peers;
     py::list shares;
     for (const auto& s : r.devices) {
         py::dict sd;

@@ -258,6 +258,46 @@ TEST(Blas3Engine, MeasuredBytesAreThePredictedOnes) {
     }
 }
 
+TEST(Blas3Engine, PeerTilesComeFromOtherDevicesAndChangeNoBit) {
+    // Three devices with small stores: a tile another device holds at the version asked for is
+    // copied from there (peer tiles on; automatic on devices that do not address host memory,
+    // such as OpenCL's), with the same bits as read from the host.
+    std::vector<std::pair<const char*, bool>> specs = {{"cpu:3@96KiB", false}};
+    std::string why;
+    if (!testing::gpu_missing("opencl:0", why)) specs.push_back({"opencl:0x3@96KiB", true});
+    for (const auto& [spec, automatic_copies] : specs) {
+        SCOPED_TRACE(spec);
+        context ctx(spec);
+        std::size_t hits = 0, auto_hits = 0;
+        for (const blas3_case& g : one_of_each(150)) {
+            SCOPED_TRACE(std::string(spec) + " " + g.name());
+            blas3_call_options call;
+            call.tile = call.tile_free = call.tile_k = 32;
+            std::vector<double> off_bits, on_bits, auto_bits;
+            call.run.peer_tiles = peer_tile_mode::off;
+            const blas3_report off = run_and_check<double>(ctx, g, call, &off_bits);
+            EXPECT_EQ(off.peer_hits, 0u);
+            call.run.peer_tiles = peer_tile_mode::on;
+            const blas3_report on = run_and_check<double>(ctx, g, call, &on_bits);
+            EXPECT_EQ(on.peer_hits > 0, on.bytes_from_peers > 0);
+            hits += on.peer_hits;
+            std::size_t by_device = 0;
+            for (const device_share& d : on.devices) by_device += d.peer_hits;
+            EXPECT_EQ(by_device, on.peer_hits);
+            EXPECT_TRUE(on_bits == off_bits);
+            call.run.peer_tiles = peer_tile_mode::automatic;
+            const blas3_report automatic = run_and_check<double>(ctx, g, call, &auto_bits);
+            if (!automatic_copies) EXPECT_EQ(automatic.peer_hits, 0u);
+            auto_hits += automatic.peer_hits;
+            EXPECT_TRUE(auto_bits == off_bits);
+        }
+        // Which device takes which task depends on timing (one may take them all on a loaded
+        // machine): counted over the six routines.
+        EXPECT_GT(hits, 0u);
+        if (automatic_copies) EXPECT_GT(auto_hits, 0u);
+    }
+}
+
 TEST(Blas3Engine, DiagonalTilesGoBackWholeFromADeviceWithoutHostAccess) {
     // A SYRK-family diagonal tile leaves a device that cannot address host memory whole: loaded
     // first (also when beta = 0, so its other triangle holds the caller's values), then one copy

@@ -310,6 +310,48 @@ TEST_F(faults_test, OpenCLDeviceBesideCpuDevicesSurvivesAFaultOfEither) {
     }
 }
 
+TEST_F(faults_test, NoTaskComputesWithAPeerTileWhoseLoadFailed) {
+    // Peer tiles on: device 0's copies in start failing after two, so its later loads leave stale
+    // bytes in slots it lists for peers. A device that copied such a tile checks on its copy-in
+    // stream that the load ran, and that stream fails instead of computing with the tile: C is
+    // right, or, when every device was lost so (devices reading the same tiles at once copy from
+    // loads in flight), the run fails naming each. Without the check C was wrong in three of four
+    // rounds on OpenCL slices.
+    std::vector<std::string> specs = {"cpu:3"};
+    std::string why;
+    if (!testing::gpu_missing("opencl:0", why)) specs.push_back("opencl:0x3");
+    for (const std::string& spec : specs) {
+        open_options oo;
+        oo.memory_budget = 1024 * 1024;
+        oo.cpu_threads = 1;
+        const auto devs = open_devices(spec, oo);
+        for (int round = 0; round < 4; ++round) {
+            SCOPED_TRACE(spec + " round " + std::to_string(round));
+            fi::faults f;
+            f.fail_h2d_after = 2;
+            fi::arm(*devs[0], f);
+            gemm_case g;
+            g.strategy = gemm_strategy::tiles_3d;
+            g.m = 97, g.n = 81, g.k = 120;
+            g.seed = 10 + std::uint64_t(round);
+            gemm_run_options run;
+            run.peer_tiles = peer_tile_mode::on;
+            const gemm_outcome out = run_checked<double>(raw(devs), g, run);
+            fi::clear();
+            if (out.threw) {
+                EXPECT_NE(out.what.find("every device"), std::string::npos) << out.what;
+                EXPECT_NE(out.what.find(devs[0]->id() + ": copy to the device failed"), std::string::npos) << out.what;
+                continue;
+            }
+            EXPECT_LE(out.error, out.tolerance);
+            bool named = false;
+            for (const device_fault& x : out.rep.faults) named = named || x.id == devs[0]->id();
+            EXPECT_TRUE(named);
+            EXPECT_EQ(units_done(out.rep), out.rep.plan.units);
+        }
+    }
+}
+
 // ---- Jacobi: a fault stops the solve, naming the device
 
 template <class T>

@@ -408,8 +408,8 @@ TEST(GemmOnTasks, OneCopyingDeviceRunsOnTasksByDefault) {
         default_runs_on_tasks<c32>(d, 71, 57, 93, c32(0.5f, -1.0f), 1e-5);
         default_runs_on_tasks<c64>(d, 95, 79, 88, c64(0), 1e-13);
     }
-    // What the task engine does not do (yet) stays on the pipeline: several devices, and the
-    // pipeline asked for. Pack transfers, the tile cache and one device in place are adopted.
+    // Only the pipeline asked for runs there: several devices, pack transfers, the tile cache and
+    // in place are adopted.
     gemm_problem p;
     p.type = dtype::f64;
     p.m = p.n = p.k = 300;
@@ -420,7 +420,7 @@ TEST(GemmOnTasks, OneCopyingDeviceRunsOnTasksByDefault) {
         return plan_gemm(p, budget, device_rates{}, po).engine;
     };
     EXPECT_EQ(engine_of([](plan_options&) {}), gemm_engine::tasks);
-    EXPECT_EQ(engine_of([](plan_options& o) { o.devices = 2; }), gemm_engine::pipeline);
+    EXPECT_EQ(engine_of([](plan_options& o) { o.devices = 2; }), gemm_engine::tasks);
     EXPECT_EQ(engine_of([](plan_options& o) { o.cache = cache_mode::on; }), gemm_engine::tasks);
     // The automatic cache (the context's default) is what the task store does: such plans are adopted.
     const auto cached = [&](cache_mode c, gemm_engine e) {
@@ -438,7 +438,8 @@ TEST(GemmOnTasks, OneCopyingDeviceRunsOnTasksByDefault) {
     EXPECT_EQ(engine_of([](plan_options& o) { o.transfer = transfer_mode::pack; }), gemm_engine::tasks);
     EXPECT_EQ(engine_of([](plan_options& o) { o.engine = gemm_engine::pipeline; }), gemm_engine::pipeline);
     EXPECT_EQ(engine_of([](plan_options& o) { o.in_place = true; }), gemm_engine::tasks);
-    EXPECT_EQ(engine_of([](plan_options& o) { o.in_place = true, o.devices = 3; }), gemm_engine::pipeline);
+    EXPECT_EQ(engine_of([](plan_options& o) { o.in_place = true, o.devices = 3; }), gemm_engine::tasks);
+    EXPECT_EQ(engine_of([](plan_options& o) { o.devices = 3, o.engine = gemm_engine::pipeline; }), gemm_engine::pipeline);
 }
 
 // The tile cache asked for (--cache on) on the task engine: the budget left after the panel goes to

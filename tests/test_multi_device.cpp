@@ -69,7 +69,10 @@ void check_three_devices(const std::string& spec, const multi_param& param) {
         const bool panel = strategy == gemm_strategy::a_panel || strategy == gemm_strategy::b_panel ||
                            strategy == gemm_strategy::row_panels;
         po.tile_k = panel ? 0 : 16;
+        for (gemm_engine engine : {gemm_engine::tasks, gemm_engine::pipeline})
         for (bool cache : {false, true}) {
+            SCOPED_TRACE(to_string(engine));
+            po.engine = engine;
             po.cache = cache ? cache_mode::on : cache_mode::off;
             std::copy(c0.data(), c0.data() + m * n, c.data());
             const auto rep = run_on<T>(spec, 64 * 1024, po, oa, ob, a.view(), b.view(), T(0.5), T(-1.25), c.view());
@@ -87,6 +90,26 @@ void check_three_devices(const std::string& spec, const multi_param& param) {
             std::size_t units = 0;
             for (const auto& d : rep.devices) units += d.units;
             EXPECT_EQ(units, rep.plan.units);
+            ASSERT_EQ(rep.plan.engine, engine);
+            if (engine == gemm_engine::tasks) {
+                // Devices take C's tiles from one queue, so which of them reads a tile again
+                // depends on timing: every element is read once at least, and each task's tiles
+                // once at most (C's tile and, per k-step, its tiles of A and B).
+                const std::size_t es = sizeof(T), bytes_a = std::size_t(m * k) * es, bytes_b = std::size_t(k * n) * es,
+                                  bytes_c = std::size_t(m * n) * es;
+                const std::size_t rows = std::size_t((m + rep.plan.tile_m - 1) / rep.plan.tile_m);
+                ASSERT_EQ(rep.plan.units % rows, 0u);
+                const std::size_t cols = rep.plan.units / rows;
+                for (std::size_t bytes : {rep.bytes_h2d, rep.plan.bytes_h2d}) {
+                    EXPECT_GE(bytes, bytes_a + bytes_b + bytes_c);
+                    EXPECT_LE(bytes, cols * bytes_a + rows * bytes_b + bytes_c);
+                }
+                std::size_t per_device = 0;
+                for (const auto& d : rep.devices) per_device += d.bytes_h2d;
+                EXPECT_EQ(per_device, rep.bytes_h2d);
+                EXPECT_EQ(rep.bytes_d2h, bytes_c);
+                continue;
+            }
             // A panel reused by one device is loaded again by each device that gets units of it.
             const bool shared_panel = strategy == gemm_strategy::a_panel || strategy == gemm_strategy::b_panel;
             if (cache) EXPECT_LE(rep.bytes_h2d, rep.plan.bytes_h2d + (shared_panel ? rep.bytes_h2d : 0));
@@ -337,6 +360,8 @@ namespace {
 /// out of each other's caches instead of from the host, and C is unchanged to the bit.
 /// `automatic_uses_peers`: devices that do not share host memory copy tiles from each other.
 void check_tiles_from_peer_caches(const std::string& spec, bool automatic_uses_peers) {
+    for (gemm_engine engine : {gemm_engine::tasks, gemm_engine::pipeline}) {
+    SCOPED_TRACE(to_string(engine));
     const index_t m = 96, n = 120, k = 40;
     host_matrix<float> a(m, k), b(k, n), c(m, n), plain(m, n);
     fill_random(a.view(), 51);
@@ -347,6 +372,7 @@ void check_tiles_from_peer_caches(const std::string& spec, bool automatic_uses_p
     po.tile_m = 8;
     po.tile_n = 12;
     po.cache = cache_mode::on;
+    po.engine = engine;
     gemm_run_options off;
     off.peer_tiles = peer_tile_mode::off;
     const auto rep_off = run_on<float>(spec, 1 << 20, po, op::n, op::n, a.view(), b.view(), 1.f, 0.f, plain.view(), off);
@@ -367,6 +393,8 @@ void check_tiles_from_peer_caches(const std::string& spec, bool automatic_uses_p
     if (automatic_uses_peers) EXPECT_GT(rep_auto.peer_hits, 0u);
     else EXPECT_EQ(rep_auto.peer_hits, 0u);
     EXPECT_EQ(std::memcmp(c.data(), plain.data(), sizeof(float) * m * n), 0);
+    ASSERT_EQ(rep.plan.engine, engine);
+    }
 }
 
 TEST(tile_cache, TilesComeFromPeerCaches) { check_tiles_from_peer_caches("cpu:3", false); }

@@ -77,7 +77,7 @@ TEST_P(zero_copy_matches_reference, PaddedOperandsInPlace) {
         const gemm_problem q = describe_gemm<T>(oa, ob, alpha, a.view, b.view, beta, c.view);
         const gemm_plan plan = plan_gemm(q, devs.front()->budget(), device_rates{}, po);
         ASSERT_EQ(plan.strategy, gemm_strategy::zero_copy);
-        EXPECT_EQ(plan.engine, ptrs.size() == 1 ? engine : gemm_engine::pipeline);
+        EXPECT_EQ(plan.engine, engine);
         const auto rep = execute_gemm<T>(plan, ptrs, alpha, a.view, b.view, beta, c.view);
         EXPECT_EQ(rep.bytes_h2d, 0u);
         EXPECT_EQ(rep.bytes_d2h, 0u);
@@ -224,7 +224,10 @@ TEST(zero_copy, UnitsSplitEvenlyOverEqualDevices) {
     ASSERT_EQ(ragged.units, 3u);
     po.devices = 1;
     const auto one = plan_gemm(q, 1 << 20, cpu_rates(), po);  // the same blocks on one device
-    EXPECT_NEAR(ragged.predicted_compute_seconds / one.predicted_compute_seconds, 0.375, 1e-9);
+    // (Within 1%: the task engine's model adds each kernel call's fixed cost, once on the busiest
+    // device and three times on one.)
+    EXPECT_NEAR(ragged.predicted_compute_seconds / one.predicted_compute_seconds, 0.375, 0.004);
+    EXPECT_LT(ragged.predicted_compute_seconds / one.predicted_compute_seconds, 0.375 + 1e-9);
 }
 
 TEST(cost_model, CpuCopiesAddToComputeAndKTilesCoverAKc) {
@@ -315,6 +318,7 @@ TEST(tile_cache, AutomaticOnlyWhereTheCostModelPredictsAGain) {
     po.tile_m = po.tile_n = po.tile_k = 256;
     po.cache = cache_mode::automatic;
     po.devices = 2;
+    po.engine = gemm_engine::pipeline;  // its cache's choice (the task store's spare slots cache anyway)
     // Compute-bound (fast copies, slow kernel) on a device computing with the host's cores: skipped
     // copies gain nothing.
     device_rates on_host = parse_rates("h2d=50GB/s,d2h=50GB/s,gflops=10");

@@ -175,6 +175,9 @@ struct blas3_run_options {
     std::function<void(std::size_t, std::size_t)> on_task_done;
     bool register_host = true;    ///< pin host operands (before the clock) for devices that benefit
     int max_tasks_in_flight = 2;  ///< per device (1 in place)
+    /// Several devices: whether a device copies a tile another device holds from there instead of
+    /// from the host (automatic: between devices that do not address host memory, as GEMM's).
+    peer_tile_mode peer_tiles = peer_tile_mode::automatic;
     /// When it becomes true no task starts any more, the queued ones are skipped, and the run
     /// throws tilestream::cancelled (B or C are then partly updated).
     const std::atomic<bool>* cancel = nullptr;
@@ -189,6 +192,7 @@ struct blas3_report {
     /// Tile loads avoided because an earlier call of the same context left the tile on the device
     /// and the operand is kept unchanged (context::keep).
     std::size_t kept_hits = 0, kept_bytes_saved = 0;
+    std::size_t peer_hits = 0, bytes_from_peers = 0;  ///< tiles copied from another device's store
     std::vector<device_share> devices;  ///< `units` counts tasks
     std::vector<std::string> warnings;
     /// Devices lost during the run; their unfinished tasks were rerun elsewhere from the tiles'

@@ -167,9 +167,9 @@ struct plan_options {
     double max_step_seconds = 0;
     /// direct: the OpenBLAS threads the calling thread's vendor call may use (the context's cores).
     int direct_threads = 1;
-    /// tasks (default): a plan for one device runs on the task engine (copying its operands or in
-    /// place; not the direct path), its slots and predictions then the task
-    /// model's; other plans, and every plan with `pipeline`, run on GEMM's pipeline.
+    /// tasks (default): a plan runs on the task engine, on one device or several (copying its
+    /// operands or in place; not the direct path or a batch), its slots and predictions then the
+    /// task model's; the others, and every plan with `pipeline`, run on GEMM's pipeline.
     gemm_engine engine = gemm_engine::tasks;
 };
 

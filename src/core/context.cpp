@@ -302,9 +302,7 @@ gemm_plan context::plan_for_devices(const gemm_problem& problem, const gemm_call
     // the units are sized for the devices that work. Planned for both, an H200 beside its host's
     // CPU got C in twice the units, each reading all of B once more: 0.39 s against 0.20 s alone.
     const int all_devices = po.devices;
-    // The run takes every device, the idle ones too: such a plan is not one device's (the task
-    // engine's adoption, plan_options::engine, is for one device alone).
-    if (all_devices > 1) po.engine = gemm_engine::pipeline;
+    // The run takes every device, the idle ones too (the engine's tail rule keeps them idle).
     const bool idle_ones = balance.idle_ones(all_devices);
     if (idle_ones) po.devices = balance.working;
     if (!call.rates && !options_.rates) r.flops *= balance.rate_scale(all_devices);

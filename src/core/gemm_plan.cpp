@@ -580,7 +580,7 @@ gemm_plan plan_gemm(const gemm_problem& q, std::size_t budget, const device_rate
     if (best->strategy == gemm_strategy::zero_copy && !opt.tile_m && !opt.tile_n && !opt.tile_k)
         bound_steps(*best, opt.max_step_seconds);
     if (detail::routines::runs_on_tasks(*best, opt))
-        detail::routines::adopt_tasks(*best, opt.cache == cache_mode::on,
+        detail::routines::adopt_tasks(*best, opt.devices, opt.cache == cache_mode::on,
                                       opt.strategy == gemm_strategy::automatic && !opt.tile_m && !opt.tile_n && !opt.tile_k);
     return *best;
 }
@@ -680,6 +680,9 @@ std::string explain(const gemm_plan& p) {
           << "\n";
     if (p.cache && p.engine == gemm_engine::pipeline)
         s << "  note            with the cache, bytes h2d are an upper bound (hits are not predicted)\n";
+    if (p.engine == gemm_engine::tasks && p.devices > 1 && !in_place && !direct)
+        s << "  note            bytes h2d are the model's replay on identical devices: which device reads a tile "
+             "again depends on which takes which task\n";
     s << "  peak memory     " << format_bytes(p.peak_device_bytes) << " of a " << format_bytes(p.budget) << " budget\n";
     s << "  bytes h2d       " << format_bytes(p.bytes_h2d) << " (" << p.bytes_h2d << ")\n";
     s << "  bytes d2h       " << format_bytes(p.bytes_d2h) << " (" << p.bytes_d2h << ")\n";

@@ -303,6 +303,11 @@ void cuda_stream::store_error(std::exception_ptr e) noexcept {
     if (!error_) error_ = std::move(e);
 }
 
+bool cuda_stream::has_error() {
+    std::lock_guard lock(error_mutex_);
+    return error_ != nullptr;
+}
+
 void cuda_stream::rethrow_stored_error() {
     std::exception_ptr e;
     {
@@ -631,6 +636,9 @@ void CUDART_CB run_host_call(void* data) {
     device& dev = call->stream->owner();
     trace_sink* sink = dev.trace();
     const double t0 = sink != nullptr ? trace_clock_seconds() : 0.0;
+    // After a failed host function the stream's later ones are skipped (the backends' rule: a
+    // failed stream skips what follows), so a marker after a failed load never reports it done.
+    if (call->stream->has_error()) return;
     try {
         call->fn();
     } catch (const tilestream::error&) {

@@ -97,6 +97,10 @@ public:
     void store_error(std::exception_ptr e) noexcept;
     /// Rethrows (and forgets) the stored error, if any.
     void rethrow_stored_error();
+    /// Whether a host function of this stream failed since the last synchronize: the host
+    /// functions after it are skipped, as a CPU stream skips what follows an error (core's
+    /// markers and peer-tile flags rely on it).
+    bool has_error();
 
     void add_span(pending_span&& span);
     /// Reports every finished span at the head of the queue to the device's trace sink.

@@ -48,7 +48,7 @@ struct shared_state {
     std::mutex mutex;
     std::condition_variable cv;
     std::vector<int> waiting;                ///< predecessors not yet committed, per task
-    std::vector<char> taken;                 ///< issued to a device (until committed or given back)
+    std::vector<char> taken;                 ///< 1: issued to a device (until given back), 2: committed
     std::vector<int> owner;                  ///< the device a task is pinned to (-1: any); lost devices' go to any
     std::set<std::pair<double, int>> ready;  ///< (-priority, task): most urgent first
     std::vector<std::atomic<std::uint32_t>> version;  ///< committed version per tile
@@ -69,6 +69,8 @@ struct shared_state {
     /// by these kernel rates where both have one (a first task's time includes warm-up).
     std::vector<double> kernel_rate;
     std::vector<bool> active;
+    /// Which device's store holds which tile (peer tiles).
+    peer_directory peers;
 };
 
 /// Per-step operand sizes (bytes) for the host fallback's staging.
@@ -98,6 +100,7 @@ public:
             h2d_ = std::move(kit->h2d);
             compute_ = std::move(kit->compute);
             d2h_ = std::move(kit->d2h);
+            peer_ = std::move(kit->peer);
         }
         if (!h2d_) h2d_ = dev.create_stream();
         if (!compute_) compute_ = dev.create_stream(stream_priority::high);
@@ -143,6 +146,15 @@ public:
                     failure = std::current_exception();
                 }
             }
+            const std::size_t devices = st.rate.size();
+            const peer_tile_mode mode = rq.run.peer_tiles;
+            const bool peers = devices > 1 && (mode == peer_tile_mode::on ||
+                                               (mode == peer_tile_mode::automatic && !dev.host_addressable()));
+            if (peers) {
+                if (!peer_) peer_ = dev.create_stream();
+                if (rq.run.trace != nullptr) rq.run.trace->name_stream(dev.id(), peer_->id(), "peer tiles");
+                store_->share_peers(&st.peers, peer_.get());
+            }
             if (!first_failure.empty())
                 warnings.push_back(dev.id() + ": " + first_failure + "; ran with fewer buffers (" +
                                    std::to_string(store_->slots()) + " of " + std::to_string(wanted) + " tile slots)");
@@ -153,7 +165,7 @@ public:
     }
 
     ~device_worker() {
-        for (stream* s : {h2d_.get(), compute_.get(), d2h_.get()}) {
+        for (stream* s : {h2d_.get(), compute_.get(), d2h_.get(), peer_.get()}) {
             if (s == nullptr) continue;
             try {
                 s->synchronize();
@@ -166,6 +178,7 @@ public:
         h2d_->synchronize();
         compute_->synchronize();
         d2h_->synchronize();
+        if (peer_) peer_->synchronize();
     }
 
     /// After a run that succeeded (streams drained): slots and streams for the next call.
@@ -174,11 +187,13 @@ public:
         kit.h2d = std::move(h2d_);
         kit.compute = std::move(compute_);
         kit.d2h = std::move(d2h_);
+        kit.peer = std::move(peer_);
     }
 
     std::string drain() {
         std::string first;
-        for (stream* s : {h2d_.get(), compute_.get(), d2h_.get()}) {
+        for (stream* s : {h2d_.get(), compute_.get(), d2h_.get(), peer_.get()}) {
+            if (s == nullptr) continue;
             try {
                 s->synchronize();
             } catch (const std::exception& e) {
@@ -247,6 +262,8 @@ public:
             s.bytes_saved = c.bytes_saved;
             s.kept_hits = c.kept_hits;
             s.kept_bytes_saved = c.kept_bytes_saved;
+            s.peer_hits = c.peer_hits;
+            s.bytes_from_peers = c.bytes_from_peers;
         }
         return s;
     }
@@ -408,8 +425,39 @@ private:
 
     void issue(int t) {
         const tile_task& task = g_.tasks[std::size_t(t)];
-        const bool inject = fault_injection::unit_fails(dev_);
         record rec;
+        bool inject = false;
+        try {
+            inject = prepare(t, rec);
+        } catch (...) {
+            // Nothing of it reached the device: back to the queue, for any device (this one is
+            // about to be lost).
+            {
+                std::lock_guard lock(st_.mutex);
+                st_.taken[std::size_t(t)] = 0;
+                st_.ready.insert({-task.priority, t});
+                st_.remaining_flops += task.flops;
+                st_.queued_flops[index_] = std::max(0.0, st_.queued_flops[index_] - task.flops);
+            }
+            st_.cv.notify_all();
+            throw;
+        }
+        const std::shared_ptr<event> done = rec.done;
+        const std::uint64_t seq = rec.seq;
+        {
+            std::lock_guard lock(progress_mutex_);
+            ++in_flight_;
+            unfinished_.push_back(std::move(rec));
+        }
+        if (rq_.in_place) issue_in_place(task, seq, inject, done.get());
+        else issue_staged(task, seq, inject, done.get());
+    }
+
+    /// The task's record before it is issued (its commit marker, backups of its outputs); whether
+    /// an injected fault fails it.
+    bool prepare(int t, record& rec) {
+        const tile_task& task = g_.tasks[std::size_t(t)];
+        const bool inject = fault_injection::unit_fails(dev_);
         rec.task = t;
         rec.seq = ++seq_;
         rec.issued = clock_type::now();
@@ -434,15 +482,7 @@ private:
                 rq_.run.trace->record(dev_.id(), backup_lane, span_kind::host, "backup of task outputs", bytes, 0.0, t0,
                                       trace_clock_seconds());
         }
-        const std::shared_ptr<event> done = rec.done;
-        const std::uint64_t seq = rec.seq;
-        {
-            std::lock_guard lock(progress_mutex_);
-            ++in_flight_;
-            unfinished_.push_back(std::move(rec));
-        }
-        if (rq_.in_place) issue_in_place(task, seq, inject, done.get());
-        else issue_staged(task, seq, inject, done.get());
+        return inject;
     }
 
     std::uint32_t committed(int tile) const { return st_.version[std::size_t(tile)].load(); }
@@ -666,7 +706,7 @@ private:
             for (const task_output& o : task.outputs) ++st_.version[std::size_t(o.tile)];
             for (int s : task.successors)
                 if (--st_.waiting[std::size_t(s)] == 0) st_.ready.insert({-g_.tasks[std::size_t(s)].priority, s});
-            st_.taken[std::size_t(t)] = 0;
+            st_.taken[std::size_t(t)] = 2;
             st_.queued_flops[index_] = std::max(0.0, st_.queued_flops[index_] - flops);
             if (flops > 0 && service > 0) {
                 st_.rate[index_] = st_.estimated[index_] ? flops / service : std::max(st_.rate[index_], flops / service);
@@ -698,6 +738,7 @@ private:
     std::atomic<bool> broken_{false};
     // Last, so they are destroyed (and drained) first.
     std::unique_ptr<stream> h2d_, compute_, d2h_;
+    std::unique_ptr<stream> peer_;  ///< copies out of this device's slots to others (peer tiles)
 };
 
 }  // namespace
@@ -774,6 +815,7 @@ run_result run_tasks(const run_request& rq, std::span<device* const> devices) {
             message = x.what();
         } catch (...) {
         }
+        st.peers.forget(*devices[i]);  // no more copies out of its slots
         std::vector<int> back;
         if (workers[i]) {
             const std::string first = workers[i]->drain();
@@ -782,9 +824,14 @@ run_result run_tasks(const run_request& rq, std::span<device* const> devices) {
         }
         {
             std::lock_guard lock(st.mutex);
-            // Its pinned tasks (taken or not) go to any device.
-            for (int& o : st.owner)
-                if (o == int(i)) o = -1;
+            // Its pinned tasks (taken or not) go to any device; those not taken are redone
+            // elsewhere too.
+            std::size_t assigned = 0;
+            for (std::size_t t = 0; t < st.owner.size(); ++t)
+                if (st.owner[t] == int(i)) {
+                    st.owner[t] = -1;
+                    if (st.taken[t] == 0) ++assigned;
+                }
             for (int t : back) {
                 st.taken[std::size_t(t)] = 0;
                 st.ready.insert({-g.tasks[std::size_t(t)].priority, t});
@@ -793,7 +840,7 @@ run_result run_tasks(const run_request& rq, std::span<device* const> devices) {
             st.queued_flops[i] = 0;
             st.active[i] = false;
             st.rate[i] = 0;
-            st.faults.push_back({devices[i]->id(), message, back.size()});
+            st.faults.push_back({devices[i]->id(), message, back.size() + assigned});
             errors[i] = e;
             --st.working;
         }
@@ -853,6 +900,8 @@ run_result run_tasks(const run_request& rq, std::span<device* const> devices) {
         res.bytes_saved += c.bytes_saved;
         res.kept_hits += c.kept_hits;
         res.kept_bytes_saved += c.kept_bytes_saved;
+        res.peer_hits += c.peer_hits;
+        res.bytes_from_peers += c.bytes_from_peers;
     }
     // A run that succeeded on every device leaves its slots (and the tiles in them), streams and
     // reservations to the next call; after a fault or a cancel they are freed.

@@ -74,6 +74,7 @@ struct run_result {
     std::size_t bytes_packed = 0;  ///< of those, through host staging (transfer_mode::pack)
     std::size_t cache_hits = 0, cache_misses = 0, bytes_saved = 0;
     std::size_t kept_hits = 0, kept_bytes_saved = 0;
+    std::size_t peer_hits = 0, bytes_from_peers = 0;  ///< tiles copied from another device's store
     std::vector<device_share> devices;
     std::vector<device_fault> faults;
     std::vector<std::string> warnings;
@@ -105,6 +106,10 @@ void report_run(Report& rep, run_result&& r) {
         rep.kept_bytes_saved = r.kept_bytes_saved;
     }
     if constexpr (requires { rep.bytes_packed; }) rep.bytes_packed = r.bytes_packed;
+    if constexpr (requires { rep.peer_hits; }) {
+        rep.peer_hits = r.peer_hits;
+        rep.bytes_from_peers = r.bytes_from_peers;
+    }
     rep.devices = std::move(r.devices);
     rep.faults = std::move(r.faults);
     for (auto& w : r.warnings) rep.warnings.push_back(std::move(w));

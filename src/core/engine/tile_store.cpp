@@ -7,8 +7,9 @@
 
 #include <algorithm>
 #include <chrono>
-#include <tuple>
 #include <cstring>
+#include <string>
+#include <tuple>
 #include <vector>
 
 namespace tilestream::detail::engine {
@@ -55,7 +56,7 @@ double measure_triangle_merge_rate() {
 }
 
 tiles_kit::~tiles_kit() {
-    for (stream* st : {h2d.get(), compute.get(), d2h.get()}) {
+    for (stream* st : {h2d.get(), compute.get(), d2h.get(), peer.get()}) {
         if (st == nullptr) continue;
         try {
             st->synchronize();
@@ -83,6 +84,7 @@ tile_store::tile_store(device& dev, stream& h2d, stream& compute, stream& d2h, s
                 s.version = 0;
                 s.last_use = 0;
                 s.locked = false;
+                s.peer_reads.clear();  // an earlier run's, all done (its streams drained)
                 if (!pack_) s.stage = host_staging_buffer{};
                 slots_.push_back(std::move(s));
                 ++have[c];
@@ -110,6 +112,113 @@ tile_store::tile_store(device& dev, stream& h2d, stream& compute, stream& d2h, s
     for (const slot_class& c : classes) slot_bytes_ = std::max(slot_bytes_, c.bytes);
 }
 
+void peer_directory::forget(const device& dev) {
+    std::lock_guard lock(mutex);
+    for (auto& [tile, holders] : tiles) std::erase_if(holders, [&](const holder& h) { return h.dev == &dev; });
+}
+
+void tile_store::unlist(tile_slot& s) {
+    if (peers_ == nullptr) return;
+    std::vector<std::shared_ptr<event>> reads;
+    {
+        std::lock_guard lock(peers_->mutex);
+        if (s.tile >= 0)
+            if (auto it = peers_->tiles.find(s.tile); it != peers_->tiles.end())
+                std::erase_if(it->second, [&](const peer_directory::holder& h) { return h.slot == &s; });
+        reads.swap(s.peer_reads);
+    }
+    // Copies other devices are making out of it end before it is loaded or written again.
+    for (const auto& e : reads) {
+        dev_.wait(h2d_, *e);
+        dev_.wait(compute_, *e);
+    }
+}
+
+void tile_store::list(tile_slot& s) {
+    if (peers_ == nullptr || peer_out_ == nullptr || !s.loaded) return;
+    std::lock_guard lock(peers_->mutex);
+    peers_->tiles[s.tile].push_back({&dev_, peer_out_, &s, s.version, s.loaded});
+}
+
+void tile_store::mark_loaded(tile_slot& s) {
+    auto flag = std::make_shared<std::atomic<bool>>(false);
+    s.loaded = flag;
+    dev_.enqueue_host(h2d_, [flag] { flag->store(true); }, "tile loaded");
+}
+
+bool tile_store::from_peer(tile_slot& s, int tile, std::uint32_t version, const host_rect& r) {
+    if (peers_ == nullptr || r.bytes() == 0) return false;
+    {
+        std::lock_guard lock(peers_->mutex);
+        auto it = peers_->tiles.find(tile);
+        if (it == peers_->tiles.end() || it->second.empty()) return false;  // no holder: from the host
+    }
+    // The slot is free once its readers (this device's kernels and, waited for by victim(), other
+    // devices' copies out of it) and its write-back are done: marked on the copy-in stream, for
+    // the holder's stream to wait for.
+    dev_.wait(h2d_, *s.released);
+    dev_.wait(h2d_, *s.written);
+    const std::shared_ptr<event> free(dev_.create_event());
+    free->record(h2d_);
+    std::shared_ptr<event> done;
+    std::shared_ptr<std::atomic<bool>> source_loaded;
+    const auto copied = std::make_shared<std::atomic<bool>>(false);
+    std::string source;
+    const device* source_dev = nullptr;
+    {
+        std::lock_guard lock(peers_->mutex);
+        auto it = peers_->tiles.find(tile);
+        if (it == peers_->tiles.end()) return false;
+        // A holder whose load has run first; else one whose load is in flight (devices reading
+        // the same panels at once, as row panels do), whose flag the check below reads.
+        const peer_directory::holder* from = nullptr;
+        for (const peer_directory::holder& h : it->second) {
+            if (h.version != version || h.dev == &dev_ || !h.dev->can_copy_peer(dev_)) continue;
+            if (from == nullptr || (h.loaded->load() && !from->loaded->load())) from = &h;
+        }
+        if (from != nullptr) {
+            const peer_directory::holder& h = *from;
+            // Made first: once the copy is queued, nothing may fail before it is waited for.
+            done = std::shared_ptr<event>(h.dev->create_event());
+            // On the holder's peer stream, once its tile is there and this slot is free.
+            h.dev->wait(*h.peer_stream, *h.slot->ready);
+            h.dev->wait(*h.peer_stream, *free);
+            h.dev->copy_peer(*h.peer_stream, dev_, s.buf.get(), h.slot->buf.get(), r.bytes());
+            // From here the copy is queued: the holder's slot waits for `done` whatever follows.
+            source_loaded = h.loaded;
+            source = h.dev->id();
+            source_dev = h.dev;
+            std::erase_if(h.slot->peer_reads, [](const std::shared_ptr<event>& e) { return e->ready(); });
+            h.slot->peer_reads.push_back(done);
+            try {
+                h.dev->enqueue_host(*h.peer_stream, [copied] { copied->store(true); }, "peer tile copied");
+            } catch (...) {
+                // `copied` stays unset: the check below fails this device's copy-in stream.
+            }
+            done->record(*h.peer_stream);
+        }
+    }
+    if (!done) return false;
+    ++counters_.peer_hits;
+    counters_.bytes_from_peers += r.bytes();
+    dev_.wait(h2d_, *done);
+    // A holder whose own load failed (its copy-in stream skipped the load and the flag) copied
+    // whatever its slot held, and a failed peer stream skips the copy: this stream fails
+    // instead, so no task commits from it and the run's recovery reruns them (this device is
+    // lost with the holder: an error, never a wrong result).
+    // (The holder then leaves the directory: no more copies from it.)
+    dev_.enqueue_host(h2d_, [source_loaded, copied, source, source_dev, dir = peers_, who = dev_.id()] {
+        if (source_loaded->load() && copied->load()) return;
+        dir->forget(*source_dev);
+        if (!source_loaded->load())
+            throw device_error(who + ": a tile copied from " + source + " never arrived there (its copy to the device failed)");
+        throw device_error(who + ": the copy of a tile from " + source + " failed");
+    }, "peer tile check");
+    mark_loaded(s);
+    s.ready->record(h2d_);
+    return true;
+}
+
 tile_slot& tile_store::victim(int tile, std::size_t bytes) {
     tile_slot* v = nullptr;
     // A slot holding an older version of the tile is reused first: that version is of no more use.
@@ -129,6 +238,7 @@ tile_slot& tile_store::victim(int tile, std::size_t bytes) {
         throw invalid_argument(dev_.id() + (fits ? ": every tile slot is in use by one task (too few slots)"
                                                  : ": a tile of " + format_bytes(bytes) + " is larger than every slot"));
     }
+    unlist(*v);
     if (v->tile >= 0) {
         auto it = index_.find(v->tile);
         if (it != index_.end() && &slots_[it->second] == v) index_.erase(it);
@@ -159,6 +269,7 @@ void tile_store::load(tile_slot& s, const host_rect& r) {
             dev_.copy_to_device(h2d_, s.buf.get(), s.stage.get(), bytes);
         }
     }
+    if (peers_ != nullptr) mark_loaded(s);
     s.ready->record(h2d_);
 }
 
@@ -188,10 +299,11 @@ tile_slot& tile_store::input(int tile, std::uint32_t version, const host_rect& r
                 s.last_use = clock_;
                 s.locked = true;
                 index_[tile] = std::size_t(&s - slots_.data());
+                list(s);
                 return s;
             }
     tile_slot& s = victim(tile, std::max(fit, r.bytes()));
-    load(s, r);
+    if (!from_peer(s, tile, version, r)) load(s, r);
     dev_.wait(compute_, *s.ready);
     s.origin = r;
     s.keep = keep;
@@ -200,6 +312,7 @@ tile_slot& tile_store::input(int tile, std::uint32_t version, const host_rect& r
     s.last_use = clock_;
     s.locked = true;
     index_[tile] = std::size_t(&s - slots_.data());
+    list(s);
     return s;
 }
 
@@ -210,6 +323,7 @@ tile_slot& tile_store::output(int tile, std::uint32_t version, bool load_it, con
         found = &slots_[it->second];
     tile_slot* s = found;
     if (found != nullptr) {
+        unlist(*found);  // its kernels write a new version into it
         if (load_it) {
             ++counters_.hits;
             counters_.bytes_saved += r.bytes();

@@ -10,8 +10,10 @@
 
 #include <tilestream/device.hpp>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <unordered_map>
 #include <vector>
 
@@ -34,6 +36,29 @@ struct tile_slot {
     /// and scattered from after its copy out (one per slot: a slot's next load waits for its
     /// write-back).
     host_staging_buffer stage;
+    /// Peer tiles: copies other devices are making out of this slot (events on this device's
+    /// peer stream); its next load waits for them.
+    std::vector<std::shared_ptr<event>> peer_reads;
+    /// Peer tiles: set on the copy-in stream once the slot's load ran (a failed stream skips it),
+    /// so a copy out of the slot to another device is known to carry the tile.
+    std::shared_ptr<std::atomic<bool>> loaded;
+};
+
+/// Peer tiles: which device's store holds which version of which tile (slots filled by input()
+/// only: tiles read from the host, never a task's outputs), shared by the stores of one run, so a
+/// device copies a tile out of another's memory instead of from the host (device::copy_peer).
+struct peer_directory {
+    struct holder {
+        device* dev = nullptr;
+        stream* peer_stream = nullptr;  ///< that device's stream for copies out to others
+        tile_slot* slot = nullptr;
+        std::uint32_t version = 0;
+        std::shared_ptr<std::atomic<bool>> loaded;  ///< the slot's (tile_slot::loaded) when listed
+    };
+    std::mutex mutex;
+    std::unordered_map<int, std::vector<holder>> tiles;
+    /// A lost device's slots: no copy is made from them any more.
+    void forget(const device& dev);
 };
 
 /// What a device's store leaves to the next call (context's gemm_memory::tile_kits): its
@@ -41,7 +66,7 @@ struct tile_slot {
 struct tiles_kit {
     std::unique_ptr<budget_reservation> reservation;  // first: destroyed after its buffers
     std::vector<tile_slot> slots;
-    std::unique_ptr<stream> h2d, compute, d2h;
+    std::unique_ptr<stream> h2d, compute, d2h, peer;
     ~tiles_kit();
 };
 
@@ -51,6 +76,7 @@ struct store_counters {
     std::size_t bytes_packed = 0;  ///< of those, gathered or scattered through host staging (pack)
     std::size_t hits = 0, misses = 0, bytes_saved = 0;
     std::size_t kept_hits = 0, kept_bytes_saved = 0;  ///< tiles of kept operands an earlier call left
+    std::size_t peer_hits = 0, bytes_from_peers = 0;  ///< tiles copied from another device's store
 };
 
 /// A packed_copy (core/gemm_memory.hpp) run on the host, limited to a triangle (diagonal included) of a square tile.
@@ -74,6 +100,15 @@ public:
     tile_store& operator=(const tile_store&) = delete;
 
     int slots() const { return int(slots_.size()); }
+
+    /// Peer tiles: tiles this store reads from the host are listed in `dir`, and a tile another
+    /// device lists (at the version asked for, where that device can copy into this one) is
+    /// copied from there on that device's peer stream. `out`: this device's stream for copies
+    /// out of its slots to other devices.
+    void share_peers(peer_directory* dir, stream* out) {
+        peers_ = dir;
+        peer_out_ = out;
+    }
 
     /// The slot holding version `version` of `tile`, for kernels on the compute stream: found, or
     /// loaded into the least recently used unlocked slot (after its readers and write-back).
@@ -106,6 +141,17 @@ private:
     void load(tile_slot& s, const host_rect& r);
     /// Pack transfers: whether the slot has its staging buffer (made on first use).
     bool staged(tile_slot& s);
+    /// Peer tiles: copies `tile` at `version` into `s` from another device's store listing it
+    /// (ready event recorded); false when none does.
+    bool from_peer(tile_slot& s, int tile, std::uint32_t version, const host_rect& r);
+    /// Peer tiles: lists the slot (holding an input tile, its ready event recorded).
+    void list(tile_slot& s);
+    /// Peer tiles: a new tile_slot::loaded flag, set on the copy-in stream (before the slot's ready
+    /// event is recorded).
+    void mark_loaded(tile_slot& s);
+    /// Peer tiles: takes the slot out of the directory before it changes; its next loads and
+    /// kernels wait for the copies other devices are making out of it.
+    void unlist(tile_slot& s);
 
     device& dev_;
     stream &h2d_, &compute_, &d2h_;
@@ -115,6 +161,8 @@ private:
     std::size_t slot_bytes_ = 0;  ///< the largest slot
     bool pack_ = false;
     host_staging_buffer region_stage_;  ///< triangle write-back of devices the host cannot address
+    peer_directory* peers_ = nullptr;
+    stream* peer_out_ = nullptr;
     store_counters counters_;
 };
 

@@ -218,7 +218,7 @@ gemm_task_plan choose_gemm_tasks(const gemm_problem& p, std::size_t budget, bool
 }
 
 bool runs_on_tasks(const gemm_plan& plan, const plan_options& opt) {
-    return opt.engine == gemm_engine::tasks && opt.devices <= 1 && plan.strategy != gemm_strategy::direct &&
+    return opt.engine == gemm_engine::tasks && plan.strategy != gemm_strategy::direct &&
            plan.batch == 0;
 }
 
@@ -260,12 +260,13 @@ bool double_buffered(const gemm_task_plan& tp, bool c_too) {
 
 }  // namespace
 
-void adopt_tasks(gemm_plan& plan, bool cache, bool search) {
+void adopt_tasks(gemm_plan& plan, int devices, bool cache, bool search) {
+    devices = std::max(devices, 1);
     gemm_task_plan tp, base;
     try {
         gemm_tiling t = tiling_of(plan);
         const bool in_place = plan.strategy == gemm_strategy::zero_copy;
-        base = plan_gemm_tasks(plan.problem, t, plan.budget, in_place, plan.rates, 1);
+        base = plan_gemm_tasks(plan.problem, t, plan.budget, in_place, plan.rates, devices);
         if (search && !in_place && plan.strategy != gemm_strategy::in_core && !cache) {
             const gemm_problem& q = plan.problem;
             const gemm_tiling planned = t;
@@ -307,7 +308,7 @@ void adopt_tasks(gemm_plan& plan, bool cache, bool search) {
                 c.tile_m = cd.tm, c.tile_n = cd.tn, c.tile_k = cd.tk;
                 gemm_task_plan cand;
                 try {
-                    cand = plan_gemm_tasks(q, c, plan.budget, false, plan.rates, 1);
+                    cand = plan_gemm_tasks(q, c, plan.budget, false, plan.rates, devices);
                 } catch (const out_of_budget&) {
                     continue;  // refused before the model ran
                 }
@@ -341,7 +342,7 @@ void adopt_tasks(gemm_plan& plan, bool cache, bool search) {
         }
         if (cache && !in_place) {
             t.fill_budget = true;
-            tp = plan_gemm_tasks(plan.problem, t, plan.budget, false, plan.rates, 1);
+            tp = plan_gemm_tasks(plan.problem, t, plan.budget, false, plan.rates, devices);
         } else {
             tp = std::move(base);
         }
@@ -416,6 +417,7 @@ engine::run_result run_gemm_plan(const gemm_plan& plan, std::span<device* const>
     rq.run.register_host = false;  // pinned by the caller, before its clock
     rq.run.max_tasks_in_flight = std::max(1, run.max_units_in_flight);
     rq.run.cancel = run.cancel;
+    rq.run.peer_tiles = run.peer_tiles;
     // Progress as the pipeline reports it: each kernel step from the compute stream (the steps
     // done so far), each finished task (a unit: one tile of C, written back).
     std::atomic<std::size_t> steps_done{0};

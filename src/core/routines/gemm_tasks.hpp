@@ -1,10 +1,10 @@
 // GEMM as tile tasks on the Level 3 engine: the case without dependencies (one task per tile of C,
 // its k-steps in order, the first applying beta), in the order of C's tiles that a strategy of the
 // GEMM pipeline follows (row by row: A's row panel reused; column by column: B's column panel), in
-// slots sized per operand (slot_class), or in place. The public gemm runs here by default on one
-// device (plan_gemm adopts such plans: adopt_tasks; execute_gemm runs them: run_gemm_plan); its
-// plans for several devices run on GEMM's pipeline (core/gemm_engine.cpp). The tests and engines_bench pin
-// both engines against each other (docs/architecture.md, "GEMM on the task engine").
+// slots sized per operand (slot_class), or in place. The public gemm runs here by default, on one
+// device or several (plan_gemm adopts such plans: adopt_tasks; execute_gemm runs them:
+// run_gemm_plan); `--engine pipeline` keeps GEMM's pipeline (core/gemm_engine.cpp). The tests and
+// engines_bench pin both engines against each other (docs/architecture.md, "GEMM on the task engine").
 #pragma once
 
 #include "core/engine/executor.hpp"
@@ -80,8 +80,8 @@ gemm_task_plan choose_gemm_tasks(const gemm_problem& p, std::size_t budget, bool
                                  int devices, const plan_options& base, gemm_tiling* chosen,
                                  gemm_strategy* from_strategy = nullptr);
 
-/// Whether plan_gemm's pick runs on the task engine: opt.engine tasks, one device, not the direct
-/// path or a batch (zero_copy runs in place: run_request::in_place).
+/// Whether plan_gemm's pick runs on the task engine: opt.engine tasks, not the direct path or a
+/// batch (zero_copy runs in place: run_request::in_place).
 bool runs_on_tasks(const gemm_plan& plan, const plan_options& opt);
 
 /// Makes a pipeline plan the task engine's (plan.engine = tasks): the same tiles in the order its
@@ -99,7 +99,9 @@ bool runs_on_tasks(const gemm_plan& plan, const plan_options& opt);
 /// does C on a device with memory of its own; on the host's cores, where copies add to the time in
 /// the model, C may have one (f32 4096 at 48 MiB: half of C in one slot, 192 MiB copied in
 /// instead of 320, 0.690 s against 0.715 s).
-void adopt_tasks(gemm_plan& plan, bool cache = false, bool search = false);
+/// `devices`: the devices sharing the run's queue (row panels dealt round-robin), modelled as
+/// identical (engine::model_settings::devices).
+void adopt_tasks(gemm_plan& plan, int devices = 1, bool cache = false, bool search = false);
 
 /// Runs a plan adopted by the task engine on the devices (the context's memory and kept
 /// operands as the Level 3 routines use them; progress: a unit is a task, one C tile).
