@@ -898,6 +898,20 @@ TEST(GemmBalance, AFarSlowerDeviceIsNotPlannedFor) {
     EXPECT_GE(units[1], 2u);
     EXPECT_EQ(units[0], units[2]);
     EXPECT_LT(units[0], units[1]);
+    // Row panels asked for are dealt to the slow device too: they stay on the pipeline (the task
+    // engine would pin them there while its model counts the devices as identical).
+    const detail::scripted_kernel_probes probes = cpu_and_other_rates(30e12, 1e12);
+    context ctx("cpu@64MiB,opencl:0@64MiB");
+    gemm_call_options call;
+    call.rates = std::nullopt;
+    call.strategy = gemm_strategy::row_panels;
+    const gemm_plan p = ctx.plan(q, call);
+    EXPECT_TRUE(p.static_assignment) << ctx.explain(p);
+    EXPECT_EQ(p.engine, gemm_engine::pipeline) << ctx.explain(p);
+    std::fill(c.data(), c.data() + c.size(), std::nan(""));
+    ctx.execute<double>(p, 1.0, a.view(), b.view(), 0.0, c.view());
+    EXPECT_LE(gemm_relative_error<double>(op::n, op::n, 1.0, a.view(), b.view(), 0.0, c0.view(), c.view()),
+              gemm_tolerance(dtype::f64, n));
 }
 
 // A call small enough for the host's direct path, on devices of which one is far slower, runs:

@@ -313,6 +313,9 @@ gemm_plan context::plan_for_devices(const gemm_problem& problem, const gemm_call
         // Row panels are dealt to every device, the idle ones too: those plans count them all.
         if (idle_ones && p.static_assignment) {
             po.devices = all_devices;
+            // Dealt to the idle ones too, the panels run on the pipeline: the task engine would pin
+            // them to those devices while its model counts them as identical.
+            po.engine = gemm_engine::pipeline;
             r.flops *= balance.model_scale / balance.working_scale;
             p = plan_gemm(problem, budget(), r, po);
         }

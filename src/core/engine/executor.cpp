@@ -174,11 +174,19 @@ public:
         }
     }
 
+    /// Waits for every stream (all of them, also after one failed: another device's peer copy
+    /// may still write into a slot), then throws the first error.
     void finish() {
-        h2d_->synchronize();
-        compute_->synchronize();
-        d2h_->synchronize();
-        if (peer_) peer_->synchronize();
+        std::exception_ptr first;
+        for (stream* s : {h2d_.get(), compute_.get(), d2h_.get(), peer_.get()}) {
+            if (s == nullptr) continue;
+            try {
+                s->synchronize();
+            } catch (...) {
+                if (!first) first = std::current_exception();
+            }
+        }
+        if (first) std::rethrow_exception(first);
     }
 
     /// After a run that succeeded (streams drained): slots and streams for the next call.

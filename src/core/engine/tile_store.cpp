@@ -114,10 +114,11 @@ tile_store::tile_store(device& dev, stream& h2d, stream& compute, stream& d2h, s
 
 void peer_directory::forget(const device& dev) {
     std::lock_guard lock(mutex);
+    if (!is_banned(&dev)) banned.push_back(&dev);
     for (auto& [tile, holders] : tiles) std::erase_if(holders, [&](const holder& h) { return h.dev == &dev; });
 }
 
-void tile_store::unlist(tile_slot& s) {
+void tile_store::unlist(tile_slot& s, bool kernels) {
     if (peers_ == nullptr) return;
     std::vector<std::shared_ptr<event>> reads;
     {
@@ -130,13 +131,14 @@ void tile_store::unlist(tile_slot& s) {
     // Copies other devices are making out of it end before it is loaded or written again.
     for (const auto& e : reads) {
         dev_.wait(h2d_, *e);
-        dev_.wait(compute_, *e);
+        if (kernels) dev_.wait(compute_, *e);
     }
 }
 
 void tile_store::list(tile_slot& s) {
     if (peers_ == nullptr || peer_out_ == nullptr || !s.loaded) return;
     std::lock_guard lock(peers_->mutex);
+    if (peers_->is_banned(&dev_)) return;
     peers_->tiles[s.tile].push_back({&dev_, peer_out_, &s, s.version, s.loaded});
 }
 
@@ -151,7 +153,11 @@ bool tile_store::from_peer(tile_slot& s, int tile, std::uint32_t version, const 
     {
         std::lock_guard lock(peers_->mutex);
         auto it = peers_->tiles.find(tile);
-        if (it == peers_->tiles.end() || it->second.empty()) return false;  // no holder: from the host
+        if (it == peers_->tiles.end() ||
+            std::none_of(it->second.begin(), it->second.end(), [&](const peer_directory::holder& h) {
+                return h.version == version && h.dev != &dev_;
+            }))
+            return false;  // no holder: from the host
     }
     // The slot is free once its readers (this device's kernels and, waited for by victim(), other
     // devices' copies out of it) and its write-back are done: marked on the copy-in stream, for
@@ -173,7 +179,7 @@ bool tile_store::from_peer(tile_slot& s, int tile, std::uint32_t version, const 
         // the same panels at once, as row panels do), whose flag the check below reads.
         const peer_directory::holder* from = nullptr;
         for (const peer_directory::holder& h : it->second) {
-            if (h.version != version || h.dev == &dev_ || !h.dev->can_copy_peer(dev_)) continue;
+            if (h.version != version || h.dev == &dev_ || peers_->is_banned(h.dev) || !h.dev->can_copy_peer(dev_)) continue;
             if (from == nullptr || (h.loaded->load() && !from->loaded->load())) from = &h;
         }
         if (from != nullptr) {
@@ -183,19 +189,29 @@ bool tile_store::from_peer(tile_slot& s, int tile, std::uint32_t version, const 
             // On the holder's peer stream, once its tile is there and this slot is free.
             h.dev->wait(*h.peer_stream, *h.slot->ready);
             h.dev->wait(*h.peer_stream, *free);
-            h.dev->copy_peer(*h.peer_stream, dev_, s.buf.get(), h.slot->buf.get(), r.bytes());
-            // From here the copy is queued: the holder's slot waits for `done` whatever follows.
+            std::erase_if(h.slot->peer_reads, [](const std::shared_ptr<event>& e) { return e->ready(); });
             source_loaded = h.loaded;
             source = h.dev->id();
             source_dev = h.dev;
-            std::erase_if(h.slot->peer_reads, [](const std::shared_ptr<event>& e) { return e->ready(); });
-            h.slot->peer_reads.push_back(done);
+            h.dev->copy_peer(*h.peer_stream, dev_, s.buf.get(), h.slot->buf.get(), r.bytes());
+            // From here the copy is queued: nothing may leave it untracked.
             try {
                 h.dev->enqueue_host(*h.peer_stream, [copied] { copied->store(true); }, "peer tile copied");
             } catch (...) {
                 // `copied` stays unset: the check below fails this device's copy-in stream.
             }
-            done->record(*h.peer_stream);
+            try {
+                done->record(*h.peer_stream);
+            } catch (...) {
+                // No event marks the copy's end (the device is failing): wait for it here, so
+                // neither slot changes under it, then fail.
+                try {
+                    h.peer_stream->synchronize();
+                } catch (...) {
+                }
+                throw;
+            }
+            h.slot->peer_reads.push_back(done);
         }
     }
     if (!done) return false;
@@ -207,9 +223,12 @@ bool tile_store::from_peer(tile_slot& s, int tile, std::uint32_t version, const 
     // instead, so no task commits from it and the run's recovery reruns them (this device is
     // lost with the holder: an error, never a wrong result).
     // (The holder then leaves the directory: no more copies from it.)
-    dev_.enqueue_host(h2d_, [source_loaded, copied, source, source_dev, dir = peers_, who = dev_.id()] {
+    dev_.enqueue_host(h2d_, [source_loaded, copied, source, source_dev, dir = peers_, self = &dev_, who = dev_.id()] {
         if (source_loaded->load() && copied->load()) return;
+        // Neither is copied from again: the holder's tiles may be stale, and this device's loads
+        // after its failed stream never set their flags.
         dir->forget(*source_dev);
+        dir->forget(*self);
         if (!source_loaded->load())
             throw device_error(who + ": a tile copied from " + source + " never arrived there (its copy to the device failed)");
         throw device_error(who + ": the copy of a tile from " + source + " failed");
@@ -219,7 +238,7 @@ bool tile_store::from_peer(tile_slot& s, int tile, std::uint32_t version, const 
     return true;
 }
 
-tile_slot& tile_store::victim(int tile, std::size_t bytes) {
+tile_slot& tile_store::victim(int tile, std::size_t bytes, bool kernels_write) {
     tile_slot* v = nullptr;
     // A slot holding an older version of the tile is reused first: that version is of no more use.
     if (auto it = index_.find(tile); it != index_.end() && !slots_[it->second].locked) v = &slots_[it->second];
@@ -238,7 +257,7 @@ tile_slot& tile_store::victim(int tile, std::size_t bytes) {
         throw invalid_argument(dev_.id() + (fits ? ": every tile slot is in use by one task (too few slots)"
                                                  : ": a tile of " + format_bytes(bytes) + " is larger than every slot"));
     }
-    unlist(*v);
+    unlist(*v, kernels_write);
     if (v->tile >= 0) {
         auto it = index_.find(v->tile);
         if (it != index_.end() && &slots_[it->second] == v) index_.erase(it);
@@ -302,7 +321,7 @@ tile_slot& tile_store::input(int tile, std::uint32_t version, const host_rect& r
                 list(s);
                 return s;
             }
-    tile_slot& s = victim(tile, std::max(fit, r.bytes()));
+    tile_slot& s = victim(tile, std::max(fit, r.bytes()), false);
     if (!from_peer(s, tile, version, r)) load(s, r);
     dev_.wait(compute_, *s.ready);
     s.origin = r;
@@ -323,7 +342,7 @@ tile_slot& tile_store::output(int tile, std::uint32_t version, bool load_it, con
         found = &slots_[it->second];
     tile_slot* s = found;
     if (found != nullptr) {
-        unlist(*found);  // its kernels write a new version into it
+        unlist(*found, true);  // its kernels write a new version into it
         if (load_it) {
             ++counters_.hits;
             counters_.bytes_saved += r.bytes();
@@ -332,7 +351,7 @@ tile_slot& tile_store::output(int tile, std::uint32_t version, bool load_it, con
         dev_.wait(compute_, *s->ready);
         dev_.wait(compute_, *s->written);
     } else {
-        s = &victim(tile, std::max(fit, r.bytes()));
+        s = &victim(tile, std::max(fit, r.bytes()), !load_it);
         if (load_it) {
             load(*s, r);
             dev_.wait(compute_, *s->ready);

@@ -10,6 +10,7 @@
 
 #include <tilestream/device.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -57,8 +58,12 @@ struct peer_directory {
     };
     std::mutex mutex;
     std::unordered_map<int, std::vector<holder>> tiles;
-    /// A lost device's slots: no copy is made from them any more.
+    /// Devices lost, or whose peer tile check failed: never listed or copied from again.
+    std::vector<const device*> banned;
+    /// Bans the device: its slots leave the directory and are not listed again.
     void forget(const device& dev);
+    /// Under the mutex.
+    bool is_banned(const device* dev) const { return std::find(banned.begin(), banned.end(), dev) != banned.end(); }
 };
 
 /// What a device's store leaves to the next call (context's gemm_memory::tile_kits): its
@@ -137,7 +142,7 @@ public:
 private:
     /// The slot to overwrite with `tile` (taking a slot of `bytes`): one holding an older version
     /// of it, else the least recently used unlocked one of the smallest class it fits.
-    tile_slot& victim(int tile, std::size_t bytes);
+    tile_slot& victim(int tile, std::size_t bytes, bool kernels_write);
     void load(tile_slot& s, const host_rect& r);
     /// Pack transfers: whether the slot has its staging buffer (made on first use).
     bool staged(tile_slot& s);
@@ -149,9 +154,10 @@ private:
     /// Peer tiles: a new tile_slot::loaded flag, set on the copy-in stream (before the slot's ready
     /// event is recorded).
     void mark_loaded(tile_slot& s);
-    /// Peer tiles: takes the slot out of the directory before it changes; its next loads and
-    /// kernels wait for the copies other devices are making out of it.
-    void unlist(tile_slot& s);
+    /// Peer tiles: takes the slot out of the directory before it changes; its next loads (and its
+    /// kernels, `kernels`: when they write it without a load) wait for the copies other devices
+    /// are making out of it.
+    void unlist(tile_slot& s, bool kernels);
 
     device& dev_;
     stream &h2d_, &compute_, &d2h_;
