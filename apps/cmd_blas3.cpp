@@ -265,10 +265,7 @@ int run(const args& a, blas3_routine r, dtype type, run_files& out_files) {
     call.tile_free = a.integer("tile-free", 0, 1, big);
     call.tile_k = a.integer("tile-k", 0, 1, big);
     call.order = parse_blas3_order(a.get_or("order", "auto"));
-    const std::string peers = a.get_or("peer-tiles", "auto");
-    if (peers != "auto" && peers != "on" && peers != "off")
-        throw invalid_argument("--peer-tiles expects auto, on or off, got '" + peers + "'");
-    call.run.peer_tiles = peers == "on" ? peer_tile_mode::on : peers == "off" ? peer_tile_mode::off : peer_tile_mode::automatic;
+    call.run.peer_tiles = parse_peer_tile_mode(a.get_or("peer-tiles", "auto"));
     const bool explain = a.flag("explain");
     // Measured rates for the explanation of one device in place (which probes nothing itself);
     // never with several: declared call rates leave out the balance's rate per device.

@@ -491,9 +491,7 @@ int run_gemm(const ts::cli::args& a, ts::dtype type, ts::cli::run_files& files) 
     if (transfer != "2d" && transfer != "pack") throw ts::invalid_argument("--transfer expects 2d or pack, got '" + transfer + "'");
     call.transfer = transfer == "2d" ? ts::transfer_mode::copy_2d : ts::transfer_mode::pack;
     if (a.has("engine")) call.engine = ts::parse_gemm_engine(a.get_or("engine", "tasks"));
-    const std::string peers = a.get_or("peer-tiles", "auto");
-    if (peers != "auto" && peers != "on" && peers != "off")
-        throw ts::invalid_argument("--peer-tiles expects auto, on or off, got '" + peers + "'");
+    const ts::peer_tile_mode peers = ts::parse_peer_tile_mode(a.get_or("peer-tiles", "auto"));
 
     // C: in memory, or, for file inputs written to a file --out, the output file itself (mapped),
     // so that operands larger than memory pass through the devices' budgets without a copy in RAM.
@@ -575,7 +573,7 @@ int run_gemm(const ts::cli::args& a, ts::dtype type, ts::cli::run_files& files) 
     ts::trace_recorder recorder;
     ts::gemm_run_options& run = call.run;
     if (files.has("--trace") || files.has("--timeline")) run.trace = &recorder;
-    run.peer_tiles = peers == "on" ? ts::peer_tile_mode::on : peers == "off" ? ts::peer_tile_mode::off : ts::peer_tile_mode::automatic;
+    run.peer_tiles = peers;
     // Progress by kernel steps: in place a run is one unit of steps bounded in time.
     progress_line progress(plan.steps * std::size_t(repeat), plan.problem.flops() / double(plan.steps ? plan.steps : 1),
                            shows_progress);

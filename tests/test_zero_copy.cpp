@@ -343,6 +343,10 @@ TEST(tile_cache, AutomaticOnlyWhereTheCostModelPredictsAGain) {
     EXPECT_LT(copy_bound.predicted_seconds, 0.97 * uncached.predicted_seconds);
     EXPECT_EQ(parse_cache_mode("auto"), cache_mode::automatic);
     EXPECT_THROW(parse_cache_mode("sometimes"), invalid_argument);
+    EXPECT_EQ(parse_peer_tile_mode("auto"), peer_tile_mode::automatic);
+    EXPECT_EQ(parse_peer_tile_mode("on"), peer_tile_mode::on);
+    EXPECT_EQ(parse_peer_tile_mode("off"), peer_tile_mode::off);
+    EXPECT_THROW(parse_peer_tile_mode("sometimes"), invalid_argument);
 }
 
 TEST(cli, DefaultCpuGemmIsZeroCopyAndBudgetedIsNot) {

@@ -15,6 +15,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace tilestream {
@@ -72,6 +73,8 @@ struct gemm_report {
 /// `automatic`: between devices that are not host-addressable (GPUs with peer access), where such a
 /// copy saves host-link bandwidth; CPU devices share one memory, so it would save nothing there.
 enum class peer_tile_mode { automatic, on, off };
+/// "auto", "on" or "off" (the CLI's --peer-tiles); invalid_argument naming the value otherwise.
+peer_tile_mode parse_peer_tile_mode(std::string_view s);
 
 struct gemm_run_options {
     trace_sink* trace = nullptr;                   ///< receives a span per copy and kernel

@@ -58,6 +58,13 @@ cache_mode parse_cache_mode(std::string_view s) {
     throw invalid_argument("--cache expects auto, on or off, got '" + std::string(s) + "'");
 }
 
+peer_tile_mode parse_peer_tile_mode(std::string_view s) {
+    if (s == "auto") return peer_tile_mode::automatic;
+    if (s == "on") return peer_tile_mode::on;
+    if (s == "off") return peer_tile_mode::off;
+    throw invalid_argument("--peer-tiles expects auto, on or off, got '" + std::string(s) + "'");
+}
+
 std::string_view to_string(gemm_engine e) noexcept { return e == gemm_engine::tasks ? "tasks" : "pipeline"; }
 
 gemm_engine parse_gemm_engine(std::string_view s) {
