@@ -1,8 +1,10 @@
 // The CPU tiled kernel's workers sharing packed B panels (gemm_tiled.cpp, shared_panel): several
 // workers, k over several KC blocks (each panel buffer used again), fewer B micro-panels than
-// workers, every precision. A worker's rows must be bitwise those of the kernel on one thread (the
-// same operations per element whatever the split) and match a float64 reference. Small enough to
-// run under TSan (.ci/run's TSan stage), where a missing barrier shows as a race.
+// workers, blocks from tiny caches (many panels per call), every precision. A worker's rows must be
+// bitwise those of the kernel on one thread (the same operations per element whatever the split)
+// and match a float64 reference. Small enough to run under TSan (.ci/run's TSan stage), where a
+// missing wait shows as a race.
+#include "backends/cpu/cpu_isa.hpp"
 #include "backends/cpu/cpu_kernels.hpp"
 #include "backends/cpu/thread_pool.hpp"
 
@@ -38,8 +40,10 @@ struct shape {
     layout lay;
 };
 
+// caches: blocks from these cache sizes instead of the host's (one thread against `threads`, both
+// with them).
 template <class T>
-void check_shape(const shape& s, int threads) {
+void check_shape(const shape& s, int threads, const cpu::cache_sizes* caches = nullptr) {
     using W = std::conditional_t<is_complex_v<T>, std::complex<double>, double>;
     std::mt19937_64 rng(std::uint64_t(s.m * 131 + s.n * 7 + s.k));
     // op(A) m x k, op(B) k x n; stored as op says, in s.lay.
@@ -78,12 +82,20 @@ void check_shape(const shape& s, int threads) {
     const T poison = T(std::numeric_limits<real_type_t<T>>::quiet_NaN());
     std::vector<T> one(std::size_t(s.m * s.n), poison), many(one);
     call.c = one.data();
-    cpu::gemm_tiled_serial(call);
     cpu::thread_pool pool(threads);
-    call.c = many.data();
-    cpu::gemm_tiled(call, pool);
+    if (caches) {
+        cpu::thread_pool single(1);
+        cpu::gemm_tiled_with(cpu::selected_isa(), *caches, call, single);
+        call.c = many.data();
+        cpu::gemm_tiled_with(cpu::selected_isa(), *caches, call, pool);
+    } else {
+        cpu::gemm_tiled_serial(call);
+        call.c = many.data();
+        cpu::gemm_tiled(call, pool);
+    }
     const std::string what = std::string(to_string(dtype_of<T>())) + " " + std::to_string(s.m) + "x" +
-                             std::to_string(s.n) + "x" + std::to_string(s.k) + " " + std::to_string(threads) + " threads";
+                             std::to_string(s.n) + "x" + std::to_string(s.k) + " " + std::to_string(threads) + " threads" +
+                             (caches ? " (tiny cache blocks)" : "");
     EXPECT_EQ(std::memcmp(one.data(), many.data(), one.size() * sizeof(T)), 0) << what << ": not bitwise the one-thread result";
 
     // Against float64 on a sample of rows and columns (the first and last of each, every 7th).
@@ -126,6 +138,11 @@ void every_shape() {
     };
     for (const shape& s : shapes)
         for (int threads : {2, 3}) check_shape<T>(s, threads);
+    // Blocks from tiny caches (KC 16-32, NC a few micro-panels): dozens of k-blocks and several
+    // blocks of n, so every one of the three rotating panels is packed many times, and workers that
+    // run ahead wait for the others' shares and for the last reader of the panel they refill.
+    const cpu::cache_sizes tiny{4 << 10, 16 << 10, 64 << 10, false};
+    for (int threads : {2, 3}) check_shape<T>({150, 203, 700, op::n, op::t, layout::row_major}, threads, &tiny);
 }
 
 TEST(TiledThreads, AFailedPackingAllocationLeavesTheWorkersUsable) {
@@ -134,7 +151,7 @@ TEST(TiledThreads, AFailedPackingAllocationLeavesTheWorkersUsable) {
     // one-thread result (a slot left null with its old capacity was written through).
     using T = double;
     // Blocked (packed) path, split by rows so that the workers share B panels (the calling
-    // thread's buffers) as the larger call below does; every buffer well under 512 KiB.
+    // thread's buffers) as the larger call below does.
     const index_t m0 = 240, n0 = 100, k0 = 200;
     std::mt19937_64 rng(7);
     std::vector<T> a(std::size_t(m0 * k0)), b(std::size_t(k0 * n0));
@@ -160,7 +177,9 @@ TEST(TiledThreads, AFailedPackingAllocationLeavesTheWorkersUsable) {
     cpu::gemm_tiled(call, pool);  // every worker's buffers at this call's sizes
     EXPECT_EQ(std::memcmp(one.data(), before.data(), one.size() * sizeof(T)), 0);
 
-    // A larger call: its buffers (a 2100-deep panel, over 512 KiB) cannot be had.
+    // A larger call: its buffers (deeper and wider panels than the call above left, on every
+    // instruction set) cannot be had. (A size threshold such as 512 KiB refused nothing on a Zen 3
+    // with the AVX2 blocks, KC 234 and MC 252 here.)
     const index_t m = 301, nn = 203, k = 2100;
     std::vector<T> a2(std::size_t(m * k), T(1)), b2(std::size_t(k * nn), T(1)), c2(std::size_t(m * nn));
     gemm_call big = call;
@@ -174,8 +193,7 @@ TEST(TiledThreads, AFailedPackingAllocationLeavesTheWorkersUsable) {
     big.c = c2.data();
     big.ldc = nn;
     int refused = 0;
-    cpu::detail::packing_allocation_hook = [&refused](std::size_t bytes) {
-        if (bytes <= (std::size_t(512) << 10)) return true;
+    cpu::detail::packing_allocation_hook = [&refused](std::size_t) {
         ++refused;
         return false;
     };
