@@ -107,6 +107,36 @@ inline std::string cpu_isa_flags() {
     return out;
 }
 
+/// The CPU's identity beyond its name (a VM's "AMD EPYC" is Zen 3 or Zen 4): vendor, family, model
+/// and stepping from /proc/cpuinfo, then the cache sizes of cpu0 from sysfs.
+inline std::string cpu_identity() {
+    std::ifstream in("/proc/cpuinfo");
+    std::string line, out;
+    for (const char* key : {"vendor_id", "cpu family", "model", "stepping"}) {
+        in.clear();
+        in.seekg(0);
+        while (std::getline(in, line)) {
+            const auto colon = line.find(':');
+            if (colon == std::string::npos) continue;
+            std::string name = line.substr(0, colon);
+            name.erase(name.find_last_not_of(" \t") + 1);
+            if (name != key) continue;
+            const auto value = line.find_first_not_of(" \t", colon + 1);
+            out += (out.empty() ? "" : ", ") + name + " " + (value == std::string::npos ? "" : line.substr(value));
+            break;
+        }
+    }
+    for (int i = 0; i < 8; ++i) {
+        const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
+        std::ifstream level(dir + "level"), type(dir + "type"), size(dir + "size");
+        std::string l, t, z;
+        if (!(level >> l) || !(type >> t) || !(size >> z)) break;
+        if (t == "Instruction") continue;
+        out += ", L" + l + (t == "Data" ? "d " : " ") + z;
+    }
+    return out;
+}
+
 /// The environment variables that change which kernels OpenBLAS or tilestream run, and how many threads.
 inline std::string kernel_environment() {
     std::string out;
@@ -139,7 +169,7 @@ inline json_builder result_header(const std::string& benchmark, const std::strin
                                  const std::string& device) {
     json_builder o;
     o.add("benchmark", benchmark).add("git_hash", git_hash).add("machine", machine_name());
-    o.add("cpu_model", inventory().cpu_name).add("cpu_cores", inventory().cpu_cores);
+    o.add("cpu_model", inventory().cpu_name).add("cpu_id", cpu_identity()).add("cpu_cores", inventory().cpu_cores);
     o.add("cpu_isa_flags", cpu_isa_flags()).add("kernel_environment", kernel_environment());
     if (auto devs = open_devices("cpu"); !devs.empty())
         o.add("cpu_kernel_isa", devs.front()->info().isa.empty() ? std::string("(not reported)") : devs.front()->info().isa);
