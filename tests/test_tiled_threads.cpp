@@ -1,5 +1,5 @@
 // The CPU tiled kernel's workers sharing packed B panels (gemm_tiled.cpp, shared_panel): several
-// workers, k over several KC blocks (each panel buffer used again), fewer B micro-panels than
+// workers, k over at least four KC blocks (a panel buffer used again), fewer B micro-panels than
 // workers, blocks from tiny caches (many panels per call), every precision. A worker's rows must be
 // bitwise those of the kernel on one thread (the same operations per element whatever the split)
 // and match a float64 reference. Small enough to run under TSan (.ci/run's TSan stage), where a
@@ -12,12 +12,15 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <complex>
 #include <cstring>
 #include <limits>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace tilestream {
@@ -129,20 +132,21 @@ void check_shape(const shape& s, int threads, const cpu::cache_sizes* caches = n
 
 template <class T>
 void every_shape() {
-    // k = 2100: at least three KC blocks on every instruction set (KC <= 1024), so each shared
-    // panel buffer is packed again; n = 30: one or two B micro-panels for three workers.
+    // k = 3300: at least four KC blocks on every instruction set (KC <= 1024), so one of the three
+    // rotating panel buffers is packed again; n = 30: one or two B micro-panels for three workers.
     const std::vector<shape> shapes = {
-        {301, 203, 2100, op::n, op::n, layout::row_major},
-        {157, 30, 2100, op::t, op::n, layout::row_major},
+        {301, 203, 3300, op::n, op::n, layout::row_major},
+        {157, 30, 3300, op::t, op::n, layout::row_major},
         {211, 97, 1100, op::n, op::c, layout::col_major},
     };
     for (const shape& s : shapes)
         for (int threads : {2, 3}) check_shape<T>(s, threads);
-    // Blocks from tiny caches (KC 16-32, NC a few micro-panels): dozens of k-blocks and several
-    // blocks of n, so every one of the three rotating panels is packed many times, and workers that
-    // run ahead wait for the others' shares and for the last reader of the panel they refill.
+    // Blocks from tiny caches (KC 16-96, NC a few micro-panels) on a C taller than wide (split by
+    // rows, so the workers share B): dozens of k-blocks and several blocks of n, so every one of
+    // the three rotating panels is packed many times, and workers that run ahead wait for the
+    // others' shares and for the last reader of the panel they refill.
     const cpu::cache_sizes tiny{4 << 10, 16 << 10, 64 << 10, false};
-    for (int threads : {2, 3}) check_shape<T>({150, 203, 700, op::n, op::t, layout::row_major}, threads, &tiny);
+    for (int threads : {2, 3}) check_shape<T>({400, 203, 700, op::n, op::t, layout::row_major}, threads, &tiny);
 }
 
 TEST(TiledThreads, AFailedPackingAllocationLeavesTheWorkersUsable) {
@@ -192,18 +196,28 @@ TEST(TiledThreads, AFailedPackingAllocationLeavesTheWorkersUsable) {
     big.ldb = nn;
     big.c = c2.data();
     big.ldc = nn;
-    int refused = 0;
-    cpu::detail::packing_allocation_hook = [&refused](std::size_t) {
-        ++refused;
-        return false;
-    };
-    EXPECT_THROW(cpu::gemm_tiled(big, pool), std::bad_alloc);
-    cpu::detail::packing_allocation_hook = nullptr;
-    EXPECT_GT(refused, 0);
+    // Refused first on the workers only (the calling thread gets the shared panels, a worker fails
+    // getting its own A block: every worker leaves after the first meeting), then everywhere (the
+    // calling thread's shared panel fails before any worker starts). After each, the smaller call
+    // is again bitwise the one-thread result.
+    const std::thread::id caller = std::this_thread::get_id();
+    for (bool workers_only : {true, false}) {
+        std::atomic<int> refused{0};
+        cpu::detail::packing_allocation_hook = [&](std::size_t) {
+            if (workers_only && std::this_thread::get_id() == caller) return true;
+            ++refused;
+            return false;
+        };
+        EXPECT_THROW(cpu::gemm_tiled(big, pool), std::bad_alloc) << (workers_only ? "workers" : "everywhere");
+        cpu::detail::packing_allocation_hook = nullptr;
+        EXPECT_GT(refused.load(), 0) << (workers_only ? "workers" : "everywhere");
 
-    call.c = after.data();
-    cpu::gemm_tiled(call, pool);
-    EXPECT_EQ(std::memcmp(one.data(), after.data(), one.size() * sizeof(T)), 0) << "after a failed allocation";
+        std::fill(after.begin(), after.end(), T(std::nan("")));
+        call.c = after.data();
+        cpu::gemm_tiled(call, pool);
+        EXPECT_EQ(std::memcmp(one.data(), after.data(), one.size() * sizeof(T)), 0)
+            << "after a failed allocation " << (workers_only ? "on the workers" : "everywhere");
+    }
 }
 
 TEST(TiledThreads, WorkersSharingBPanelsMatchOneThreadBitwise) {

@@ -29,7 +29,7 @@ public:
 
     /// Runs body(part) for part in [0, parts) on the workers and waits for all of them.
     /// The first exception a part throws is rethrown here after every part has finished.
-    /// Parts may wait for each other (the tiled GEMM's shared B panels meet at a barrier): with
+    /// Parts may wait for each other (the tiled GEMM's workers wait for each other's shares of B): with
     /// parts <= size(), every part runs on its own worker at once, because a call's parts are
     /// queued together (all or none), first come first served, and only a lone part runs on the
     /// caller. So body must not call run() on the same pool, and parts beyond size() must not
