@@ -870,7 +870,7 @@ TEST(Blas3Balance, AFarSlowerDeviceTakesNoTask) {
 // product is cut in two or more units; with the slow one, in the units of the fast one alone.
 TEST(GemmBalance, AFarSlowerDeviceIsNotPlannedFor) {
     TILESTREAM_SKIP_WITHOUT_GPU("opencl:0");
-    const index_t n = 1024;
+    const index_t n = 512;  // 1024 at 64 MiB until 2026-11-29: the same plans, the check took 6 s
     host_matrix<double> a(n, n, layout::col_major), b(n, n, layout::col_major), c(n, n, layout::col_major),
         c0(n, n, layout::col_major);
     fill_random(a.view(), 21);
@@ -880,7 +880,7 @@ TEST(GemmBalance, AFarSlowerDeviceIsNotPlannedFor) {
     std::size_t units[3] = {};  // opencl:0 30x slower, both equal, the CPU alone
     for (int mode : {0, 1, 2}) {
         const detail::scripted_kernel_probes probes = cpu_and_other_rates(30e12, mode == 1 ? 30e12 : 1e12);
-        context ctx(mode == 2 ? "cpu@64MiB" : "cpu@64MiB,opencl:0@64MiB");
+        context ctx(mode == 2 ? "cpu@16MiB" : "cpu@16MiB,opencl:0@16MiB");
         gemm_call_options call;
         call.rates = std::nullopt;
         const gemm_plan p = ctx.plan(q, call);
@@ -899,19 +899,31 @@ TEST(GemmBalance, AFarSlowerDeviceIsNotPlannedFor) {
     EXPECT_EQ(units[0], units[2]);
     EXPECT_LT(units[0], units[1]);
     // Row panels asked for are dealt to the slow device too: they stay on the pipeline (the task
-    // engine would pin them there while its model counts the devices as identical).
+    // engine would pin them there while its model counts the devices as identical). A smaller
+    // product at a smaller budget, still cut in panels: the slow device (PoCL in CI) computes its
+    // share of it (1024^3 on PoCL and its check took 17 of this test's 20 s, 60 s under ASan).
+    const index_t m2 = 301, n2 = 203, k2 = 257;
+    host_matrix<double> a2(m2, k2, layout::col_major), b2(k2, n2, layout::col_major), c2(m2, n2, layout::col_major),
+        c20(m2, n2, layout::col_major);
+    fill_random(a2.view(), 24);
+    fill_random(b2.view(), 25);
+    fill_random(c20.view(), 26);
+    const gemm_problem q2 = describe_gemm<double>(op::n, op::n, 1.0, a2.view(), b2.view(), 0.0, c2.view());
     const detail::scripted_kernel_probes probes = cpu_and_other_rates(30e12, 1e12);
-    context ctx("cpu@64MiB,opencl:0@64MiB");
+    context ctx("cpu@256KiB,opencl:0@256KiB");
     gemm_call_options call;
     call.rates = std::nullopt;
     call.strategy = gemm_strategy::row_panels;
-    const gemm_plan p = ctx.plan(q, call);
+    const gemm_plan p = ctx.plan(q2, call);
     EXPECT_TRUE(p.static_assignment) << ctx.explain(p);
     EXPECT_EQ(p.engine, gemm_engine::pipeline) << ctx.explain(p);
-    std::fill(c.data(), c.data() + c.size(), std::nan(""));
-    ctx.execute<double>(p, 1.0, a.view(), b.view(), 0.0, c.view());
-    EXPECT_LE(gemm_relative_error<double>(op::n, op::n, 1.0, a.view(), b.view(), 0.0, c0.view(), c.view()),
-              gemm_tolerance(dtype::f64, n));
+    EXPECT_GE(p.units, 2u) << ctx.explain(p);
+    std::fill(c2.data(), c2.data() + c2.size(), std::nan(""));
+    const gemm_report rep = ctx.execute<double>(p, 1.0, a2.view(), b2.view(), 0.0, c2.view());
+    ASSERT_EQ(rep.devices.size(), 2u);
+    EXPECT_GE(rep.devices[1].units, 1u) << "dealt to the slow device too\n" << ctx.explain(p);
+    EXPECT_LE(gemm_relative_error<double>(op::n, op::n, 1.0, a2.view(), b2.view(), 0.0, c20.view(), c2.view()),
+              gemm_tolerance(dtype::f64, k2));
 }
 
 // A call small enough for the host's direct path, on devices of which one is far slower, runs:

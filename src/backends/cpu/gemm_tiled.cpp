@@ -12,6 +12,8 @@
 #include <barrier>
 #include <complex>
 #include <cstddef>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <new>
@@ -192,6 +194,13 @@ void panel_iterations(const shared_panel<R>* shared, R* own, index_t n0, index_t
                       index_t kc_step, index_t unit, index_t unit_k, Pack&& pack, Body&& body) {
     const index_t k_steps = (k + kc_step - 1) / kc_step;
     const index_t iterations = (n1 - n0 + nc_step - 1) / nc_step * k_steps;
+    if (shared && iterations != shared->iterations) {
+        // The counters were sized by gemm_tiled_typed for every worker's iterations: a mismatch
+        // would index past them or wait for a count that never comes.
+        std::fprintf(stderr, "tilestream: internal error: %lld panel iterations for %lld counters\n",
+                     static_cast<long long>(iterations), static_cast<long long>(shared->iterations));
+        std::abort();
+    }
     struct step {
         index_t jc, nc, pc, kc;
     };
@@ -213,14 +222,18 @@ void panel_iterations(const shared_panel<R>* shared, R* own, index_t n0, index_t
             body(st.jc, st.nc, st.pc, st.kc, static_cast<const R*>(own));
             continue;
         }
-        if (it == 0) pack_share(0);
-        if (it + 1 < iterations) {
-            if (it >= 2) wait_for(shared->done[it - 2], shared->parts);
-            pack_share(it + 1);
-        }
-        wait_for(shared->packed[it], shared->parts);
-        body(st.jc, st.nc, st.pc, st.kc, static_cast<const R*>(shared->panels[it % 3]));
-        count_up(shared->done[it]);
+        // Past the first meeting nothing may leave early: the other workers would wait for its
+        // counts. The packers and kernels do not throw; if one ever did, terminate, not hang.
+        [&]() noexcept {
+            if (it == 0) pack_share(0);
+            if (it + 1 < iterations) {
+                if (it >= 2) wait_for(shared->done[it - 2], shared->parts);
+                pack_share(it + 1);
+            }
+            wait_for(shared->packed[it], shared->parts);
+            body(st.jc, st.nc, st.pc, st.kc, static_cast<const R*>(shared->panels[it % 3]));
+            count_up(shared->done[it]);
+        }();
     }
 }
 
