@@ -139,9 +139,9 @@ void every_shape() {
     // the tiny-cache shapes below pack every panel many times): TSan's instrumented kernels took
     // 58 s for this test at k = 3300, the Release build 1.6 s.
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-    const index_t deep = 1100;
+    const index_t deep = 1100, tiny_k = 260;
 #else
-    const index_t deep = 3300;
+    const index_t deep = 3300, tiny_k = 700;
 #endif
     const std::vector<shape> shapes = {
         {301, 203, deep, op::n, op::n, layout::row_major},
@@ -151,11 +151,12 @@ void every_shape() {
     for (const shape& s : shapes)
         for (int threads : {2, 3}) check_shape<T>(s, threads);
     // Blocks from tiny caches (KC 16-96, NC a few micro-panels) on a C taller than wide (split by
-    // rows, so the workers share B): dozens of k-blocks and several blocks of n, so every one of
+    // rows, so the workers share B): dozens of k-blocks (at least three under the sanitizers, whose
+    // k is 260) and several blocks of n, so every one of
     // the three rotating panels is packed many times, and workers that run ahead wait for the
     // others' shares and for the last reader of the panel they refill.
     const cpu::cache_sizes tiny{4 << 10, 16 << 10, 64 << 10, false};
-    for (int threads : {2, 3}) check_shape<T>({400, 203, 700, op::n, op::t, layout::row_major}, threads, &tiny);
+    for (int threads : {2, 3}) check_shape<T>({400, 203, tiny_k, op::n, op::t, layout::row_major}, threads, &tiny);
 }
 
 TEST(TiledThreads, AFailedPackingAllocationLeavesTheWorkersUsable) {
