@@ -135,9 +135,10 @@ template <class T>
 void every_shape() {
     // k = 3300: at least four KC blocks on every instruction set (KC <= 1024), so one of the three
     // rotating panel buffers is packed again; n = 30: one or two B micro-panels for three workers.
-    // Under the sanitizers k = 1100 (still five KC blocks with the AVX2 blocks, two with AVX-512's;
-    // the tiny-cache shapes below pack every panel many times): TSan's instrumented kernels took
-    // 58 s for this test at k = 3300, the Release build 1.6 s.
+    // Under the sanitizers k = 1100, two to five KC blocks by type and instruction set, so the
+    // rotating buffers may not be reused there; the tiny-cache shape below (ten or more panel
+    // iterations in every type) is what reuses them under TSan and ASan. TSan's instrumented
+    // kernels took 58 s for this test at k = 3300, the Release build 1.6 s.
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
     const index_t deep = 1100, tiny_k = 260;
 #else
@@ -183,7 +184,7 @@ TEST(TiledThreads, AFailedPackingAllocationLeavesTheWorkersUsable) {
     call.lda = k0;
     call.b = b.data();
     call.ldb = call.ldc = n0;
-    std::vector<T> one(std::size_t(m0 * n0)), before(one.size(), T(std::nan(""))), after(before);
+    std::vector<T> one(std::size_t(m0 * n0)), before(one.size(), T(std::nan("")));
     call.c = one.data();
     cpu::gemm_tiled_serial(call);
     cpu::thread_pool pool(2);
@@ -206,31 +207,50 @@ TEST(TiledThreads, AFailedPackingAllocationLeavesTheWorkersUsable) {
     big.ldb = nn;
     big.c = c2.data();
     big.ldc = nn;
-    // Refused on one worker only (its first allocation: that worker fails getting its own A
-    // block, the other gets its buffers and must leave at the first meeting instead of waiting for
-    // shares that never come), then on every worker (the calling thread gets the shared panels),
-    // then everywhere (the calling thread's shared panel fails before any worker starts). After
-    // each, the smaller call is again bitwise the one-thread result.
-    const std::thread::id caller = std::this_thread::get_id();
-    for (const char* where : {"one worker", "the workers", "everywhere"}) {
+    // Refused everywhere (the calling thread's shared panels fail before any worker starts), on
+    // every worker (the calling thread gets its shared panels; both workers fail getting their own
+    // A blocks), and on one worker only (its first allocation: the other worker gets its buffers
+    // and must leave at the first meeting instead of waiting for shares that never come). Each
+    // round calls from a new thread into a new pool: a thread keeps the buffers it got, so every
+    // thread of a round allocates at these sizes whatever ran before in this process. After each,
+    // the smaller call on the same pool is again bitwise the one-thread result.
+    for (const char* where : {"everywhere", "the workers", "one worker"}) {
         const std::string_view w = where;
-        std::atomic<int> refused{0};
-        cpu::detail::packing_allocation_hook = [&](std::size_t) {
-            if (w != "everywhere" && std::this_thread::get_id() == caller) return true;
-            int none = 0;
-            if (w == "one worker") return !refused.compare_exchange_strong(none, 1);  // the first refused
-            ++refused;
-            return false;
-        };
-        EXPECT_THROW(cpu::gemm_tiled(big, pool), std::bad_alloc) << where;
-        cpu::detail::packing_allocation_hook = nullptr;
-        EXPECT_GT(refused.load(), 0) << where;
-        if (w == "one worker") EXPECT_EQ(refused.load(), 1);
-
-        std::fill(after.begin(), after.end(), T(std::nan("")));
-        call.c = after.data();
-        cpu::gemm_tiled(call, pool);
-        EXPECT_EQ(std::memcmp(one.data(), after.data(), one.size() * sizeof(T)), 0) << "after a failed allocation on " << where;
+        cpu::thread_pool round_pool(2);
+        std::thread([&] {
+            const std::thread::id caller = std::this_thread::get_id();
+            std::atomic<int> calls{0}, refused{0};
+            std::atomic<bool> caller_refused{false};
+            cpu::detail::packing_allocation_hook = [&](std::size_t) {
+                ++calls;
+                if (std::this_thread::get_id() == caller) {
+                    if (w != "everywhere") return true;
+                    caller_refused = true;
+                } else if (w == "one worker") {
+                    int none = 0;
+                    return !refused.compare_exchange_strong(none, 1);  // the first worker to ask is refused
+                }
+                ++refused;
+                return false;
+            };
+            EXPECT_THROW(cpu::gemm_tiled(big, round_pool), std::bad_alloc) << where;
+            cpu::detail::packing_allocation_hook = nullptr;
+            if (w == "everywhere") {
+                EXPECT_TRUE(caller_refused.load()) << "the shared panels were not refused";
+                EXPECT_EQ(refused.load(), 1) << "a worker asked after the calling thread had failed";
+            } else if (w == "the workers") {
+                EXPECT_EQ(refused.load(), 2) << "both workers fail getting their own buffers";
+            } else {
+                EXPECT_EQ(refused.load(), 1);
+                EXPECT_GE(calls.load(), 2) << "the other worker got its buffers";
+            }
+            std::vector<T> again(one.size(), T(std::nan("")));
+            gemm_call small = call;
+            small.c = again.data();
+            cpu::gemm_tiled(small, round_pool);
+            EXPECT_EQ(std::memcmp(one.data(), again.data(), one.size() * sizeof(T)), 0)
+                << "after a failed allocation on " << where;
+        }).join();
     }
 }
 
