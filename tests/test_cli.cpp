@@ -164,11 +164,7 @@ TEST(cli, ProgressLineOnATerminal) {
     // k = 2000); the sanitized tool's reference kernel (-O2, instrumented) is about twice as slow,
     // so under the sanitizers k = 800 (46 s of ASan's run at k = 2000; at k = 400 one run took
     // 3.0 s on a loaded 2-core machine, too close to the second on a fast idle one).
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-    const std::string k = "800";
-#else
-    const std::string k = "2000";
-#endif
+    const std::string k = testing::sanitized ? "800" : "2000";
     const std::string gemm = "gemm --m 1000 --n 1000 --k " + k + " --dtype f64 --kernel reference --memory-budget 2MiB";
     const std::string run = std::string("script -qec \"") + TILESTREAM_CLI_PATH + " " + gemm;
     auto shown = testing::run_cli_raw(run + "\" /dev/null");

@@ -63,9 +63,7 @@ TEST(cli_robustness, ThreadsAndCpuDevicesAboveTheLimitAreErrors) {
 }
 
 TEST(cli_robustness, ThreadsThatCannotStartUnderAMemoryLimitGiveAnErrorNotAHang) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-    GTEST_SKIP() << "sanitizer runtimes need more address space than the limit this test sets";
-#endif
+    if (testing::sanitized) GTEST_SKIP() << "sanitizer runtimes need more address space than the limit this test sets";
     // 16 devices x 16 threads, each thread reserving its stack, exceed 1 GB of address space.
     const std::string out = testing::run_cli_raw(
         "(ulimit -v 1000000; timeout 120 " + std::string(TILESTREAM_CLI_PATH) +
@@ -219,9 +217,7 @@ TEST(cli_robustness, FailedWriteOfTheOutputExitsThree) {
 }
 
 TEST(robustness, HostMatrixOutOfMemorySaysWhatAndHowMuch) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-    GTEST_SKIP() << "sanitizer allocators abort on a 32 PiB request instead of returning null";
-#endif
+    if (testing::sanitized) GTEST_SKIP() << "sanitizer allocators abort on a 32 PiB request instead of returning null";
     try {
         host_matrix<double> huge(index_t{1} << 26, index_t{1} << 26);  // 32 PiB
         ADD_FAILURE() << "allocated 32 PiB?";

@@ -18,6 +18,14 @@
 
 namespace tilestream::testing {
 
+/// The test program is built with ASan or TSan (and so are the library and the tool it runs): a
+/// test sizes its work or skips what the sanitizers' runtimes cannot do.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+inline constexpr bool sanitized = true;
+#else
+inline constexpr bool sanitized = false;
+#endif
+
 /// True when the spec names a CUDA device and none is present, or an OpenCL device in a build
 /// without the OpenCL backend; sets `reason`. Where
 /// OpenCL is compiled, a missing OpenCL device fails the test (CI runs them on PoCL).

@@ -7,6 +7,7 @@
 #include "backends/cpu/cpu_isa.hpp"
 #include "backends/cpu/cpu_kernels.hpp"
 #include "backends/cpu/thread_pool.hpp"
+#include "test_support.hpp"
 
 #include <tilestream/dtype_traits.hpp>
 
@@ -139,11 +140,7 @@ void every_shape() {
     // rotating buffers may not be reused there; the tiny-cache shape below (ten or more panel
     // iterations in every type) is what reuses them under TSan and ASan. TSan's instrumented
     // kernels took 58 s for this test at k = 3300, the Release build 1.6 s.
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-    const index_t deep = 1100, tiny_k = 260;
-#else
-    const index_t deep = 3300, tiny_k = 700;
-#endif
+    const index_t deep = testing::sanitized ? 1100 : 3300, tiny_k = testing::sanitized ? 260 : 700;
     const std::vector<shape> shapes = {
         {301, 203, deep, op::n, op::n, layout::row_major},
         {157, 30, deep, op::t, op::n, layout::row_major},
@@ -153,16 +150,16 @@ void every_shape() {
         for (int threads : {2, 3}) check_shape<T>(s, threads);
     // Blocks from tiny caches (KC 16-96, NC a few micro-panels) on a C taller than wide (split by
     // rows, so the workers share B): dozens of k-blocks (at least three under the sanitizers, whose
-    // k is 260) and several blocks of n, so every one of
-    // the three rotating panels is packed many times, and workers that run ahead wait for the
-    // others' shares and for the last reader of the panel they refill.
+    // k is 260) and several blocks of n, so every one of the three rotating panels is packed many
+    // times, and workers that run ahead wait for the others' shares and for the last reader of the
+    // panel they refill.
     const cpu::cache_sizes tiny{4 << 10, 16 << 10, 64 << 10, false};
     for (int threads : {2, 3}) check_shape<T>({400, 203, tiny_k, op::n, op::t, layout::row_major}, threads, &tiny);
 }
 
 TEST(TiledThreads, AFailedPackingAllocationLeavesTheWorkersUsable) {
-    // A GEMM whose packing buffers cannot grow fails (std::bad_alloc); the threads' buffers stay
-    // usable: the same smaller GEMM as before, on the same workers, is again bitwise the
+    // A GEMM whose packing buffers cannot be had fails (std::bad_alloc) and leaves no worker
+    // waiting; the threads stay usable: a smaller GEMM on the same workers is again bitwise the
     // one-thread result (a slot left null with its old capacity was written through).
     using T = double;
     // Blocked (packed) path, split by rows so that the workers share B panels (the calling
@@ -189,12 +186,11 @@ TEST(TiledThreads, AFailedPackingAllocationLeavesTheWorkersUsable) {
     cpu::gemm_tiled_serial(call);
     cpu::thread_pool pool(2);
     call.c = before.data();
-    cpu::gemm_tiled(call, pool);  // every worker's buffers at this call's sizes
+    cpu::gemm_tiled(call, pool);  // the baseline: workers without any failure
     EXPECT_EQ(std::memcmp(one.data(), before.data(), one.size() * sizeof(T)), 0);
 
-    // A larger call: its buffers (deeper and wider panels than the call above left, on every
-    // instruction set) cannot be had. (A size threshold such as 512 KiB refused nothing on a Zen 3
-    // with the AVX2 blocks, KC 234 and MC 252 here.)
+    // A larger call whose buffers are refused by thread (the hook), not by size: a threshold such
+    // as 512 KiB refused nothing on a Zen 3 with the AVX2 blocks (KC 234, MC 252 here).
     const index_t m = 301, nn = 203, k = 2100;
     std::vector<T> a2(std::size_t(m * k), T(1)), b2(std::size_t(k * nn), T(1)), c2(std::size_t(m * nn));
     gemm_call big = call;
