@@ -402,13 +402,17 @@ TEST(CpuIsaBlocking, BlockSizesRespectTheCacheSizesGiven) {
                 }
     }
 #if defined(__x86_64__)
-    // The AVX2 blocking of this machine class: BLIS's Haswell/Zen register tiles, KC 512 for f32 (the
-    // B micro-panel the size of L1) and 256 for f64 (half of it), as measured on Zen 4.
+    // The AVX2 blocking of this machine class: BLIS's Haswell/Zen register tile for f32 with KC 512
+    // (the B micro-panel the size of L1, as measured on Zen 4), and 4x12 for f64 with KC 256 (three
+    // quarters of L1, as measured on Zen 3).
     const cpu::block_sizes avx2_f32 = cpu::derive_block_sizes(cpu::config_for(isa::avx2), dtype::f32, zen3_caches);
     EXPECT_EQ(avx2_f32.mr, 6);
     EXPECT_EQ(avx2_f32.nr, 16);
     EXPECT_EQ(avx2_f32.kc, 512);
-    EXPECT_EQ(cpu::derive_block_sizes(cpu::config_for(isa::avx2), dtype::f64, zen3_caches).kc, 256);
+    const cpu::block_sizes avx2_f64 = cpu::derive_block_sizes(cpu::config_for(isa::avx2), dtype::f64, zen3_caches);
+    EXPECT_EQ(avx2_f64.mr, 4);
+    EXPECT_EQ(avx2_f64.nr, 12);
+    EXPECT_EQ(avx2_f64.kc, 256);
     // AVX-512 on Sapphire/Emerald Rapids caches: the Zen 4 shares (KC 1024 capped / 768) unless the
     // CPU is Intel's, whose shares (1.5 L1s, half of L2) were measured there: KC 576 / 384, MC 444 / 336.
     // The AVX2 entry has no Intel shares: the same blocks either way.

@@ -1,4 +1,4 @@
-// The AVX2+FMA GEMM micro-kernels (16 ymm registers): f32 6x16 and f64 6x8, 12 accumulators each.
+// The AVX2+FMA GEMM micro-kernels (16 ymm registers): f32 6x16 and f64 4x12, 12 accumulators each.
 #include "cpu_isa.hpp"
 
 #if defined(__x86_64__)
@@ -62,17 +62,24 @@ struct avx2_f64 {
 
 namespace tilestream::cpu {
 namespace {
-// BLIS's Haswell/Zen register tiles. An A block filling L2 (MC 510/252 at 512 KiB) measured 3-5%
-// faster on Zen 3 than half of it (BLIS's rule), and again on Zen 4. The B micro-panel: all of L1
-// for f32 (KC 512: f32 1.01x, c32 0.97x of OpenBLAS's Haswell kernels against 0.98x, 0.94x at KC
-// 256, Zen 4, one thread), half of it for f64 (KC 256; 512 measured 2-5% slower for f64 and no faster for c64).
-constexpr int mr_f32 = 6, nv_f32 = 2, mr_f64 = 6, nv_f64 = 2;
+// f32: BLIS's Haswell/Zen register tile, 6x16. f64: 4x12 (also c64's, by the 1m method), not BLIS's
+// 6x8: the same 12 accumulators fed by 7 loads a step instead of 8 (3 vectors of B, 4 broadcasts of
+// A). On Zen 3 (2026-11-29, bench/results/tiled-avx2-4x12-ab-zen3-2026-11-29.json, ratios to OpenBLAS
+// alternated, two workers, medians of 5 rounds; with the even MC and the row-wise packing of B) it
+// took c64 2048^3 from 0.92 to 1.00, f64 from 0.96 to 0.97 (2048^3) and 0.99 to 1.02 (4096^3);
+// one worker, f64 1536^3 1.00 -> 0.985 and c64 1200^3 0.91 -> 0.95.
+// An A block filling L2 (MC 510/252 at 512 KiB) measured 3-5% faster on Zen 3 than half of it
+// (BLIS's rule), and again on Zen 4. The B micro-panel: all of L1 for f32 (KC 512: f32 1.01x, c32
+// 0.97x of OpenBLAS's Haswell kernels against 0.98x, 0.94x at KC 256, Zen 4, one thread), three
+// quarters of it for f64 (KC 256 with the 12-wide panel; half of L1, KC 168, was slower in 5 of the
+// 6 rows, up to 8% for c64 2048^3).
+constexpr int mr_f32 = 6, nv_f32 = 2, mr_f64 = 4, nv_f64 = 3;
 }  // namespace
 
 constinit const isa_config avx2_config{isa::avx2,
                              &micro::kernel<avx2_f32, mr_f32, nv_f32>, mr_f32, nv_f32 * avx2_f32::width,
                              &micro::kernel<avx2_f64, mr_f64, nv_f64>, mr_f64, nv_f64 * avx2_f64::width,
-                             /*l1_share_f32=*/1.0, /*l1_share_f64=*/0.5, /*l2_share=*/1.0, /*l3_share=*/0.5,
+                             /*l1_share_f32=*/1.0, /*l1_share_f64=*/0.75, /*l2_share=*/1.0, /*l3_share=*/0.5,
     4 * avx2_f32::width, 4 * avx2_f64::width,
     &micro::stack_kernel<avx2_f32>, &micro::stack_kernel<avx2_f64>};
 

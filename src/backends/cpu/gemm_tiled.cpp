@@ -95,25 +95,30 @@ void pack_a(index_t mc, index_t kc, const T* a, index_t rs, index_t cs, T* __res
 }
 
 // Packs the kc x nc block of op(B) at b into micro-panels of NR columns: panel r holds element
-// (p, r*NR + j) at [p*NR + j]. Columns past nc are zero.
+// (p, r*NR + j) at [p*NR + j]. Columns past nc are zero. Rows of B (cs == 1) are read whole, one
+// after another, and dealt out to the micro-panels: read a micro-panel at a time, each row gave a
+// line or two, too little for the hardware's prefetch to follow, and the copy waited on memory.
 template <class T>
 void pack_b(index_t kc, index_t nc, const T* b, index_t rs, index_t cs, T* __restrict dst, const index_t NR) {
+    if (cs == 1) {
+        for (index_t p = 0; p < kc; ++p) {
+            const T* s = b + p * rs;
+            T* d = dst + p * NR;
+            for (index_t jr = 0; jr < nc; jr += NR, d += kc * NR) {
+                const index_t cols = std::min<index_t>(NR, nc - jr);
+                for (index_t j = 0; j < cols; ++j) d[j] = s[jr + j];
+                for (index_t j = cols; j < NR; ++j) d[j] = T(0);
+            }
+        }
+        return;
+    }
     for (index_t jr = 0; jr < nc; jr += NR, dst += kc * NR) {
         const index_t cols = std::min<index_t>(NR, nc - jr);
         const T* src = b + jr * cs;
-        if (cs == 1) {
-            for (index_t p = 0; p < kc; ++p) {
-                T* d = dst + p * NR;
-                const T* s = src + p * rs;
-                for (index_t j = 0; j < cols; ++j) d[j] = s[j];
-                for (index_t j = cols; j < NR; ++j) d[j] = T(0);
-            }
-        } else {
-            for (index_t j = 0; j < cols; ++j)
-                for (index_t p = 0; p < kc; ++p) dst[p * NR + j] = src[j * cs + p * rs];
-            for (index_t p = 0; p < kc; ++p)
-                for (index_t j = cols; j < NR; ++j) dst[p * NR + j] = T(0);
-        }
+        for (index_t j = 0; j < cols; ++j)
+            for (index_t p = 0; p < kc; ++p) dst[p * NR + j] = src[j * cs + p * rs];
+        for (index_t p = 0; p < kc; ++p)
+            for (index_t j = cols; j < NR; ++j) dst[p * NR + j] = T(0);
     }
 }
 
@@ -248,6 +253,7 @@ void gemm_block(const strided_problem<T>& pr, const block_sizes& bl, micro_kerne
     // micro-tiles) so no thin leftover block repacks a whole operand for a sliver of work.
     const index_t nc_step = even_block(n1 - n0, bl.nc, NR);
     const index_t kc_step = even_block(pr.k, bl.kc, 1);
+    const index_t mc_step = even_block(m1 - m0, bl.mc, MR);
     T* own_bp = nullptr;
     T* ap = nullptr;
     const auto own = [&] {
@@ -264,8 +270,8 @@ void gemm_block(const strided_problem<T>& pr, const block_sizes& bl, micro_kerne
                      [&](index_t jc, index_t nc, index_t pc, index_t kc, const T* bp) {
         // beta applies once, on the first KC block; later blocks accumulate into C.
         const T beta = pc == 0 ? pr.beta : T(1);
-        for (index_t ic = m0; ic < m1; ic += bl.mc) {
-            const index_t mc = std::min<index_t>(bl.mc, m1 - ic);
+        for (index_t ic = m0; ic < m1; ic += mc_step) {
+            const index_t mc = std::min<index_t>(mc_step, m1 - ic);
             pack_a<T>(mc, kc, pr.a + ic * pr.rs_a + pc * pr.cs_a, pr.rs_a, pr.cs_a, ap, MR);
             for (index_t jr = 0; jr < nc; jr += NR) {
                 const int nr = static_cast<int>(std::min<index_t>(NR, nc - jr));
@@ -407,17 +413,18 @@ void pack_b_1e(index_t kc, index_t nc, const std::complex<R>* b, index_t rs, ind
         d[(2 * p + 1) * NR + 2 * j] = -v.imag();
         d[(2 * p + 1) * NR + 2 * j + 1] = v.real();
     };
-    for (index_t jr = 0; jr < nc; jr += NRc, dst += 2 * kc * NR) {
-        const index_t cols = std::min<index_t>(NRc, nc - jr);
-        const std::complex<R>* src = b + jr * cs;
-        if (cs == 1 && !scaled) {
-            // The common case as plain loops over the parts (no complex arithmetic), which the
-            // compiler vectorizes: row 2p is the row of B (imaginary parts negated when conj), row
-            // 2p + 1 its pairs swapped with the new real parts negated; the values of `put`.
-            const auto rows = [&]<bool Conj>() {
-                for (index_t p = 0; p < kc; ++p) {
-                    const R* s = reinterpret_cast<const R*>(src + p * rs);
-                    R* __restrict d0 = dst + 2 * p * NR;
+    if (cs == 1) {
+        // Rows of B read whole and dealt out to the micro-panels (as pack_b). The common case as
+        // plain loops over the parts (no complex arithmetic), which the compiler vectorizes: row 2p
+        // is the row of B (imaginary parts negated when conj), row 2p + 1 its pairs swapped with
+        // the new real parts negated; the values of `put`.
+        const auto rows = [&]<bool Conj>() {
+            for (index_t p = 0; p < kc; ++p) {
+                const R* s = reinterpret_cast<const R*>(b + p * rs);
+                R* d = dst + 2 * p * NR;
+                for (index_t jr = 0; jr < nc; jr += NRc, d += 2 * kc * NR, s += 2 * NRc) {
+                    const index_t cols = std::min<index_t>(NRc, nc - jr);
+                    R* __restrict d0 = d;
                     R* __restrict d1 = d0 + NR;
                     for (index_t j = 0; j < 2 * cols; j += 2) {
                         const R re = s[j], im = Conj ? -s[j + 1] : s[j + 1];
@@ -426,19 +433,31 @@ void pack_b_1e(index_t kc, index_t nc, const std::complex<R>* b, index_t rs, ind
                         d1[j] = -im;
                         d1[j + 1] = re;
                     }
+                    for (index_t j = 2 * cols; j < NR; ++j) d0[j] = d1[j] = R(0);
                 }
-            };
-            if (conj)
-                rows.template operator()<true>();
-            else
-                rows.template operator()<false>();
-        } else if (cs == 1) {
-            for (index_t p = 0; p < kc; ++p)
-                for (index_t j = 0; j < cols; ++j) put(dst, p, j, element(src[p * rs + j]));
+            }
+        };
+        if (scaled) {
+            for (index_t p = 0; p < kc; ++p) {
+                R* d = dst;
+                for (index_t jr = 0; jr < nc; jr += NRc, d += 2 * kc * NR) {
+                    const index_t cols = std::min<index_t>(NRc, nc - jr);
+                    for (index_t j = 0; j < cols; ++j) put(d, p, j, element(b[p * rs + jr + j]));
+                    for (index_t j = 2 * cols; j < NR; ++j) d[2 * p * NR + j] = d[(2 * p + 1) * NR + j] = R(0);
+                }
+            }
+        } else if (conj) {
+            rows.template operator()<true>();
         } else {
-            for (index_t j = 0; j < cols; ++j)
-                for (index_t p = 0; p < kc; ++p) put(dst, p, j, element(src[j * cs + p * rs]));
+            rows.template operator()<false>();
         }
+        return;
+    }
+    for (index_t jr = 0; jr < nc; jr += NRc, dst += 2 * kc * NR) {
+        const index_t cols = std::min<index_t>(NRc, nc - jr);
+        const std::complex<R>* src = b + jr * cs;
+        for (index_t j = 0; j < cols; ++j)
+            for (index_t p = 0; p < kc; ++p) put(dst, p, j, element(src[j * cs + p * rs]));
         for (index_t p = 0; p < 2 * kc; ++p)
             for (index_t j = 2 * cols; j < NR; ++j) dst[p * NR + j] = R(0);
     }
@@ -456,6 +475,7 @@ void gemm_block_1m(const strided_problem<std::complex<R>>& pr, const block_sizes
     const index_t MR = bl.mr, NRc = bl.nr;
     const index_t nc_step = even_block(n1 - n0, bl.nc, NRc);
     const index_t kc_step = even_block(pr.k, bl.kc, 1);
+    const index_t mc_step = even_block(m1 - m0, bl.mc, MR);
     R* own_bp = nullptr;
     R* ap = nullptr;
     R* ct = nullptr;
@@ -483,8 +503,8 @@ void gemm_block_1m(const strided_problem<std::complex<R>>& pr, const block_sizes
                 for (index_t j = 0; j < nc; ++j) row[j * pr.cs_c] = tilestream::detail::mul(row[j * pr.cs_c], pr.beta);
             }
         const R beta = pc == 0 && real_beta ? pr.beta.real() : R(1);
-        for (index_t ic = m0; ic < m1; ic += bl.mc) {
-            const index_t mc = std::min<index_t>(bl.mc, m1 - ic);
+        for (index_t ic = m0; ic < m1; ic += mc_step) {
+            const index_t mc = std::min<index_t>(mc_step, m1 - ic);
             pack_a_1r<R>(mc, kc, pr.a + ic * pr.rs_a + pc * pr.cs_a, pr.rs_a, pr.cs_a, pr.conj_a, ap, MR);
             for (index_t jr = 0; jr < nc; jr += NRc) {
                 const int nr = static_cast<int>(2 * std::min<index_t>(NRc, nc - jr));
