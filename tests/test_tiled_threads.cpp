@@ -135,7 +135,8 @@ void check_shape(const shape& s, int threads, const cpu::cache_sizes* caches = n
 template <class T>
 void every_shape() {
     // k = 3300: at least four KC blocks on every instruction set (KC <= 1024), so one of the three
-    // rotating panel buffers is packed again; n = 30: one or two B micro-panels for three workers.
+    // rotating panel buffers is packed again; n = 30: one to fifteen B micro-panels (by type and
+    // instruction set) for three workers, fewer than the workers for f32 on AVX2 and AVX-512.
     // Under the sanitizers k = 1100, two to five KC blocks by type and instruction set, so the
     // rotating buffers may not be reused there; the tiny-cache shape below (ten or more panel
     // iterations in every type) is what reuses them under TSan and ASan. TSan's instrumented
@@ -190,7 +191,7 @@ TEST(TiledThreads, AFailedPackingAllocationLeavesTheWorkersUsable) {
     EXPECT_EQ(std::memcmp(one.data(), before.data(), one.size() * sizeof(T)), 0);
 
     // A larger call whose buffers are refused by thread (the hook), not by size: a threshold such
-    // as 512 KiB refused nothing on a Zen 3 with the AVX2 blocks (KC 234, MC 252 here).
+    // as 512 KiB refused nothing on a Zen 3 with the AVX2 blocks (KC 234, MC 252 for f64 then).
     const index_t m = 301, nn = 203, k = 2100;
     std::vector<T> a2(std::size_t(m * k), T(1)), b2(std::size_t(k * nn), T(1)), c2(std::size_t(m * nn));
     gemm_call big = call;

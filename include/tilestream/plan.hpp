@@ -157,8 +157,9 @@ struct plan_options {
     /// kernel give bitwise identical results whatever the strategy, tiles, budget and device
     /// count. A --tile-k that is not a multiple is rounded up to one (explain says so). The vendor
     /// kernel is replaced by the tiled one (vendor BLAS pick their blocking by the call's shape).
-    /// Off by default: the tiled kernel runs at 0.92-0.96x OpenBLAS on an AVX2 machine, more than
-    /// the 3% a default may cost (goals_bench measures it).
+    /// Off by default: the tiled kernel runs at 0.81-0.98x OpenBLAS on the AVX-512 machines
+    /// measured (0.95-1.05x on an AVX2 one), more than the 3% a default may cost (goals_bench
+    /// measures it).
     bool reproducible = false;
     /// The longest a kernel step should take (seconds, at the rates given); 0: no bound. In place,
     /// a unit whose one call would take longer is cut into steps along k (whole k-blocks, which

@@ -103,9 +103,9 @@ void pack_b(index_t kc, index_t nc, const T* b, index_t rs, index_t cs, T* __res
     if (cs == 1) {
         for (index_t p = 0; p < kc; ++p) {
             const T* s = b + p * rs;
-            T* d = dst + p * NR;
-            for (index_t jr = 0; jr < nc; jr += NR, d += kc * NR) {
+            for (index_t jr = 0; jr < nc; jr += NR) {
                 const index_t cols = std::min<index_t>(NR, nc - jr);
+                T* d = dst + jr * kc + p * NR;  // row p of micro-panel jr / NR
                 for (index_t j = 0; j < cols; ++j) d[j] = s[jr + j];
                 for (index_t j = cols; j < NR; ++j) d[j] = T(0);
             }
@@ -420,11 +420,10 @@ void pack_b_1e(index_t kc, index_t nc, const std::complex<R>* b, index_t rs, ind
         // the new real parts negated; the values of `put`.
         const auto rows = [&]<bool Conj>() {
             for (index_t p = 0; p < kc; ++p) {
-                const R* s = reinterpret_cast<const R*>(b + p * rs);
-                R* d = dst + 2 * p * NR;
-                for (index_t jr = 0; jr < nc; jr += NRc, d += 2 * kc * NR, s += 2 * NRc) {
+                for (index_t jr = 0; jr < nc; jr += NRc) {
                     const index_t cols = std::min<index_t>(NRc, nc - jr);
-                    R* __restrict d0 = d;
+                    const R* s = reinterpret_cast<const R*>(b + p * rs + jr);
+                    R* __restrict d0 = dst + 4 * jr * kc + 2 * p * NR;  // rows 2p, 2p + 1 of micro-panel jr / NRc
                     R* __restrict d1 = d0 + NR;
                     for (index_t j = 0; j < 2 * cols; j += 2) {
                         const R re = s[j], im = Conj ? -s[j + 1] : s[j + 1];
@@ -439,9 +438,9 @@ void pack_b_1e(index_t kc, index_t nc, const std::complex<R>* b, index_t rs, ind
         };
         if (scaled) {
             for (index_t p = 0; p < kc; ++p) {
-                R* d = dst;
-                for (index_t jr = 0; jr < nc; jr += NRc, d += 2 * kc * NR) {
+                for (index_t jr = 0; jr < nc; jr += NRc) {
                     const index_t cols = std::min<index_t>(NRc, nc - jr);
+                    R* d = dst + 4 * jr * kc;  // micro-panel jr / NRc
                     for (index_t j = 0; j < cols; ++j) put(d, p, j, element(b[p * rs + jr + j]));
                     for (index_t j = 2 * cols; j < NR; ++j) d[2 * p * NR + j] = d[(2 * p + 1) * NR + j] = R(0);
                 }
@@ -672,14 +671,17 @@ void gemm_tiled_typed(const isa_config& cfg, const block_sizes& bl, const gemm_c
     bool swapped = false;
     const strided_problem<T> pr = problem_of<T>(call, swapped);
 
-    // Each worker runs the blocked algorithm on its own slab of C, split along the longer side in
-    // whole micro-tiles. Split by rows, the workers share the packed B panels (shared_panel);
-    // split by columns (a wide C), each packs the rows of A it needs (an m x k copy per slab, no
-    // waits).
+    // Each worker runs the blocked algorithm on its own slab of C, split along the longer side (a
+    // square C by rows) in whole micro-tiles. Split by rows, the workers share the packed B panels
+    // (shared_panel); split by columns (a wide C), each packs the rows of A it needs (an m x k copy
+    // per slab, no waits). The sides are compared as they are, not rounded up to whole tiles: with
+    // the 4x12 tile that rounding sent a square f64/c64 C whose n is not a multiple of 12 to
+    // columns, 2-3% slower than rows for f64 at 2048^3 and 4096^3 on Zen 3; c64 was inconclusive
+    // (bench/results/tiled-split-ab-zen3-2026-11-29.json).
     using R = real_type_t<T>;
     const index_t MR = bl.mr, NR = bl.nr;
     const index_t row_tiles = (pr.m + MR - 1) / MR, col_tiles = (pr.n + NR - 1) / NR;
-    const bool split_rows = row_tiles * MR >= col_tiles * NR;
+    const bool split_rows = pr.m >= pr.n;
     const index_t tiles = split_rows ? row_tiles : col_tiles;
     const int parts = pool ? static_cast<int>(std::min<index_t>(tiles, pool->size())) : 1;
     struct bounds {
