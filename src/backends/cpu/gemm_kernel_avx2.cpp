@@ -69,11 +69,11 @@ namespace {
 // took c64 2048^3 from 0.92 to 1.00, f64 from 0.96 to 0.97 (2048^3) and 0.99 to 1.02 (4096^3);
 // one worker, f64 1536^3 1.00 -> 0.985 and c64 1200^3 0.91 -> 0.95. (Those two-worker runs split a
 // square C by columns, an accident of the 12-wide tile since undone: see gemm_tiled_typed.)
-// An A block filling L2 (MC 510/252 at 512 KiB for f32/f64 with 6x8 then; 256 with 4x12) measured 3-5% faster on Zen 3 than half of it
-// (BLIS's rule), and again on Zen 4. The B micro-panel: all of L1 for f32 (KC 512: f32 1.01x, c32
-// 0.97x of OpenBLAS's Haswell kernels against 0.98x, 0.94x at KC 256, Zen 4, one thread), three
-// quarters of it for f64 (KC 256 with the 12-wide panel; half of L1, KC 168, was slower in 5 of the
-// 6 rows, up to 8% for c64 2048^3).
+// An A block filling L2 (MC 510/252 at 512 KiB for f32/f64 with 6x8 then; 256 with 4x12) measured
+// 3-5% faster on Zen 3 than half of it (BLIS's rule), and again on Zen 4. The B micro-panel: all of
+// L1 for f32 (KC 512: f32 1.01x, c32 0.97x of OpenBLAS's Haswell kernels against 0.98x, 0.94x at KC
+// 256, Zen 4, one thread), three quarters of it for f64 (KC 256 with the 12-wide panel; half of L1,
+// KC 168, was slower in 5 of the 6 rows, up to 8% for c64 2048^3).
 constexpr int mr_f32 = 6, nv_f32 = 2, mr_f64 = 4, nv_f64 = 3;
 }  // namespace
 
