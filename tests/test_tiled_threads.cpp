@@ -251,6 +251,54 @@ TEST(TiledThreads, AFailedPackingAllocationLeavesTheWorkersUsable) {
     }
 }
 
+// Whether a call's workers shared packed B panels: the calling thread allocates them (a new thread,
+// so that it holds no buffer yet), the workers only their own.
+bool shares_b_panels(const gemm_call& call) {
+    bool caller_allocated = false;
+    cpu::thread_pool pool(2);
+    std::thread([&] {
+        const std::thread::id caller = std::this_thread::get_id();
+        cpu::detail::packing_allocation_hook = [&](std::size_t) {
+            if (std::this_thread::get_id() == caller) caller_allocated = true;
+            return true;
+        };
+        cpu::gemm_tiled(call, pool);
+        cpu::detail::packing_allocation_hook = nullptr;
+    }).join();
+    return caller_allocated;
+}
+
+TEST(TiledThreads, ASquareCIsSplitByRowsWhateverItsTileRounding) {
+    // The workers split C along its longer side, a square C by rows (sharing B). The sides are
+    // compared as they are: rounded up to whole micro-tiles, a square C with n just past a multiple
+    // of NR (NR > MR: AVX2's 4x12, AVX-512's 8x24 for f64) counted as wider than tall and was split
+    // by columns, each worker packing all of A.
+    using T = double;
+    const cpu::block_sizes bl =
+        cpu::derive_block_sizes(cpu::config_for(cpu::selected_isa()), dtype::f64, cpu::host_cache_sizes());
+    const index_t n = 10 * bl.nr + 1, k = 64;
+    std::mt19937_64 rng(11);
+    std::vector<T> a(std::size_t(n * k)), b(std::size_t(k * (n + 1))), c(std::size_t(n * (n + 1)));
+    for (T& x : a) x = random_value<T>(rng);
+    for (T& x : b) x = random_value<T>(rng);
+    gemm_call call;
+    call.type = dtype::f64;
+    call.kernel = gemm_kernel::tiled;
+    call.m = call.n = n;
+    call.k = k;
+    call.alpha = 1.0;
+    call.beta = 0.0;
+    call.a = a.data();
+    call.lda = k;
+    call.b = b.data();
+    call.ldb = call.ldc = n;
+    call.c = c.data();
+    EXPECT_TRUE(shares_b_panels(call)) << n << " x " << n << ", tile " << bl.mr << "x" << bl.nr;
+    // The observation tells the splits apart: a C one column wider is split by columns.
+    call.n = call.ldb = call.ldc = n + 1;
+    EXPECT_FALSE(shares_b_panels(call)) << n << " x " << n + 1;
+}
+
 TEST(TiledThreads, WorkersSharingBPanelsMatchOneThreadBitwise) {
     every_shape<float>();
     every_shape<double>();
