@@ -165,6 +165,48 @@ TEST(cpu_stream, StartsItsThreadWithItsFirstTaskOnly) {
     EXPECT_EQ(process_threads(), before) << "a destroyed stream left its thread running";
 }
 
+// stream_priority::calling_thread on a CPU device: each operation runs on the enqueuing thread
+// before the enqueue returns, no thread is started, and the queue's rules hold (an operation after
+// a failed one is skipped, an event record still runs, synchronize() reports the error once).
+TEST(cpu_stream, OnTheCallingThreadRunsEachOperationBeforeEnqueueReturns) {
+    auto devs = open_devices("cpu");
+    device& dev = *devs[0];
+    const std::size_t before = process_threads();
+    auto s = dev.create_stream(stream_priority::calling_thread);
+    std::thread::id ran_on;
+    int ran = 0;
+    dev.enqueue_host(*s, [&] { ran_on = std::this_thread::get_id(), ++ran; }, "first");
+    EXPECT_EQ(ran, 1) << "the operation had not run when enqueue_host returned";
+    EXPECT_EQ(ran_on, std::this_thread::get_id());
+    std::vector<double> host(64, 3.0), back(64, 0.0);
+    auto buf = dev.allocate(64 * sizeof(double));
+    dev.copy_to_device(*s, buf.get(), host.data(), 64 * sizeof(double));
+    dev.copy_to_host(*s, back.data(), buf.get(), 64 * sizeof(double));
+    EXPECT_EQ(back, host) << "a copy had not completed when it returned";
+    EXPECT_EQ(process_threads(), before) << "a calling-thread stream started a thread";
+
+    dev.enqueue_host(*s, [] { throw device_error("boom on the calling thread"); }, "failing");
+    dev.enqueue_host(*s, [&] { ++ran; }, "after the failure");
+    EXPECT_EQ(ran, 1) << "an operation after a failed one ran";
+    auto e = dev.create_event();
+    e->record(*s);
+    EXPECT_TRUE(e->ready()) << "an event record after a failure did not run";
+    try {
+        s->synchronize();
+        FAIL() << "no error";
+    } catch (const device_error& x) {
+        EXPECT_STREQ(x.what(), "boom on the calling thread");
+    }
+    s->synchronize();  // reported once, then the stream is usable again
+    dev.enqueue_host(*s, [&] { ++ran; }, "after synchronize");
+    EXPECT_EQ(ran, 2);
+    // A normal stream of the same device still runs on its own thread.
+    auto queued = dev.create_stream(stream_priority::high);
+    dev.enqueue_host(*queued, [&] { ran_on = std::this_thread::get_id(); }, "queued");
+    queued->synchronize();
+    EXPECT_NE(ran_on, std::this_thread::get_id());
+}
+
 TEST(device_spec, ParsesEveryForm) {
     auto r = parse_device_spec("all, cpu,cpu:3@256MiB, cuda:1, cuda:0x4@1GiB");
     ASSERT_EQ(r.size(), 5u);

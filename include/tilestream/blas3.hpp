@@ -171,7 +171,8 @@ std::string explain(const blas3_plan& plan);
 
 struct blas3_run_options {
     trace_sink* trace = nullptr;  ///< a span per copy and kernel
-    /// Called from device threads as tasks finish: (tasks done, tasks in all).
+    /// Called as tasks finish, from device threads (in place on one CPU device: the calling
+    /// thread, which runs the steps itself): (tasks done, tasks in all).
     std::function<void(std::size_t, std::size_t)> on_task_done;
     bool register_host = true;    ///< pin host operands (before the clock) for devices that benefit
     int max_tasks_in_flight = 2;  ///< per device (1 in place)

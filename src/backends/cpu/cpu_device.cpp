@@ -28,7 +28,7 @@ namespace {
 class cpu_device;
 
 /// One in-order queue served by a dedicated thread (the "copy engine" or "launcher"), started by
-/// the first task: a pipeline creates four streams, and in place only the compute stream runs
+/// the first task, or run by the pushing thread itself (stream_priority::calling_thread): a pipeline creates four streams, and in place only the compute stream runs
 /// anything. Threads that never start cost nothing, and the ones that do are not crowding the
 /// cores while the kernel's threads are placed (three short-lived threads starting beside
 /// OpenBLAS's measured 4-7% on a 2048^3 call on 2 cores: the kernel thread shared a core for ~10 ms).
@@ -43,7 +43,8 @@ public:
         double flops = 0;
     };
 
-    cpu_stream(device& owner, int id) : stream(owner, id) {}
+    /// on_calling_thread: push() runs each task itself, on the pushing thread (stream_priority::calling_thread).
+    cpu_stream(device& owner, int id, bool on_calling_thread) : stream(owner, id), on_calling_thread_(on_calling_thread) {}
     ~cpu_stream() override;
 
     /// Stops and joins this process's thread (a parent's, in a forked child, is left alone).
@@ -53,6 +54,17 @@ public:
 
     void push(task t) {
         lane& l = live();
+        if (on_calling_thread_) {
+            // As the queue's thread would run it, now: skipped after an earlier task failed
+            // (unless it must always run), its error kept for synchronize().
+            bool skip = false;
+            {
+                std::lock_guard lock(l.mutex);
+                skip = l.error != nullptr && !t.always_run;
+            }
+            if (!skip) run(l, t);
+            return;
+        }
         {
             std::lock_guard lock(l.mutex);
             // The first task starts the thread (it waits for this lock, so it sees the task).
@@ -139,6 +151,7 @@ private:
     }
 
     detail::process_local<lane> lane_;
+    const bool on_calling_thread_;
 };
 
 /// Completion counter: record() bumps `recorded`, the stream bumps `reached` when it gets there.
@@ -207,9 +220,9 @@ public:
     void register_host(void*, std::size_t) override {}
     void unregister_host(void*) override {}
 
-    std::unique_ptr<stream> create_stream(stream_priority) override {
+    std::unique_ptr<stream> create_stream(stream_priority p) override {
         std::lock_guard lock(mutex_);
-        auto s = std::make_unique<cpu_stream>(*this, next_stream_id_++);
+        auto s = std::make_unique<cpu_stream>(*this, next_stream_id_++, p == stream_priority::calling_thread);
         streams_.push_back(s.get());
         return s;
     }

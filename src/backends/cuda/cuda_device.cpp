@@ -211,7 +211,7 @@ cuda_stream::cuda_stream(cuda_device& dev, int id, stream_priority priority)
     int least = 0, greatest = 0;
     TS_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest), dev.id());
     // CUDA's greatest priority is its numerically lowest value.
-    const int value = priority == stream_priority::high ? greatest : least;
+    const int value = priority != stream_priority::normal ? greatest : least;
     // Non-blocking: never implicitly ordered after the legacy default stream of other code.
     TS_CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, value), dev.id());
     dev_.add_stream(this);

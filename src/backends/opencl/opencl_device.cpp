@@ -317,7 +317,7 @@ public:
             cl_queue_properties props[5] = {CL_QUEUE_PROPERTIES, CL_QUEUE_PROFILING_ENABLE, 0, 0, 0};
             if (root_.has_extension("cl_khr_priority_hints")) {
                 props[2] = CL_QUEUE_PRIORITY_KHR;
-                props[3] = p == stream_priority::high ? CL_QUEUE_PRIORITY_HIGH_KHR : CL_QUEUE_PRIORITY_MED_KHR;
+                props[3] = p != stream_priority::normal ? CL_QUEUE_PRIORITY_HIGH_KHR : CL_QUEUE_PRIORITY_MED_KHR;
             }
             q = clCreateCommandQueueWithProperties(context_, root_.device, props, &e);
         }
