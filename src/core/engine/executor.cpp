@@ -103,11 +103,15 @@ public:
             peer_ = std::move(kit->peer);
         }
         if (!h2d_) h2d_ = dev.create_stream();
-        // In place the compute stream is the only one with work, and this thread waits for each
-        // task before it takes the next: on a device computing with the host's cores its steps run
-        // here, without a hand-off to a queue's thread and back for every step (a small LAPACK call
-        // through the BLAS drop-in spent most of its 100-170 us in those wake-ups).
-        if (!compute_) compute_ = dev.create_stream(rq.in_place ? stream_priority::calling_thread : stream_priority::high);
+        // In place on one device the compute stream is the only one with work, and this thread
+        // (the caller's) waits for each task before it takes the next: on a device computing with
+        // the host's cores its steps run here, without a hand-off to a queue's thread and back for
+        // every step (a small LAPACK call through the BLAS drop-in spent most of its 100-170 us in
+        // those wake-ups). Several devices keep their queues' threads: a worker computing its task
+        // itself takes the next ready one before an idle worker wakes, and took every GEMM task of
+        // a 28-task trsm on cpu:2 (Blas3Kernels.LuAndSeveralDevicesTakeTheMeasuredGemmKernel).
+        const bool here = rq.in_place && !st.recoverable;
+        if (!compute_) compute_ = dev.create_stream(here ? stream_priority::calling_thread : stream_priority::high);
         if (!d2h_) d2h_ = dev.create_stream();
         loaded_ = dev.create_event();
         if (rq.run.trace != nullptr) {
