@@ -13,6 +13,8 @@
 
 #include <atomic>
 #include <cstring>
+#include <thread>
+#include <vector>
 
 namespace tilestream {
 namespace {
@@ -601,6 +603,46 @@ TEST(GemmOnTasks, AnInPlaceCallLeavesTheKeptSlotsAndTheirReservation) {
 
 // Through a context: progress once per step (as the pipeline reports it), a cancel named as GEMM's,
 // and a second call on the same shape reusing the slots the first one left (the same peak).
+// A context keeps each device's streams between calls (tiles_kit). In place on one CPU device the
+// compute stream runs on the calling thread; a copying run on the same context (a-panel asked for
+// on an unbudgeted CPU) must get a stream served by its own thread, so copies and kernels overlap,
+// and an in-place call after it the calling-thread one again. The first a-panel run had taken the
+// calling-thread stream an earlier in-place run of the context had left: every step on the caller.
+TEST(GemmOnTasks, CopyingAndInPlaceRunsOfOneContextEachGetTheirComputeStream) {
+    context ctx("cpu");
+    const std::thread::id caller = std::this_thread::get_id();
+    host_matrix<double> a(150, 110), b(110, 170), c(150, 170), t(90, 90, layout::col_major), x(90, 7, layout::col_major);
+    fill_random(a.view(), 31);
+    fill_random(b.view(), 32);
+    fill_random(t.view(), 33);
+    for (index_t i = 0; i < 90; ++i) t.view()(i, i) = 90.0;
+    for (int round = 0; round < 2; ++round) {
+        std::vector<std::thread::id> steps;
+        gemm_call_options call;
+        call.strategy = gemm_strategy::a_panel;
+        call.tile_m = call.tile_n = 40;
+        call.run.on_step_done = [&](std::size_t) { steps.push_back(std::this_thread::get_id()); };
+        fill_nan(c.view());
+        const gemm_report r = ctx.gemm<double>(op::n, op::n, 1.0, a.view(), b.view(), 0.0, c.view(), call);
+        ASSERT_EQ(r.plan.engine, gemm_engine::tasks);
+        EXPECT_GT(r.bytes_h2d, 0u) << "not a copying run";
+        ASSERT_EQ(steps.size(), r.plan.steps);
+        for (const std::thread::id& s : steps) EXPECT_NE(s, caller) << "round " << round << ": a copying run's step on the caller";
+        host_matrix<double> c0(150, 170);
+        fill_random(c0.view(), 34);
+        EXPECT_LT(gemm_relative_error<double>(op::n, op::n, 1.0, a.view(), b.view(), 0.0, c0.view(), c.view()), 1e-13);
+
+        std::vector<std::thread::id> tasks;
+        blas3_call_options in_place;
+        in_place.tile = 32;
+        in_place.run.on_task_done = [&](std::size_t, std::size_t) { tasks.push_back(std::this_thread::get_id()); };
+        fill_random(x.view(), 35);
+        const blas3_report s = ctx.trsm<double>(side::left, uplo::lower, op::n, diag::non_unit, 1.0, t.view(), x.view(), in_place);
+        ASSERT_EQ(tasks.size(), s.plan.tasks);
+        for (const std::thread::id& id : tasks) EXPECT_EQ(id, caller) << "round " << round << ": an in-place task off the caller";
+    }
+}
+
 TEST(GemmOnTasks, AContextCallReportsStepsCancelsAndReusesItsSlots) {
     context_options o;
     o.memory_budget = 128 * 1024;

@@ -172,9 +172,11 @@ private:
 
 /// normal and high: a queue the device serves on its own (high first where it can choose).
 /// calling_thread: a high-priority queue whose operations a device computing with the host's cores
-/// runs on the thread that enqueues them, before the enqueue returns, with the same in-order and
-/// error rules (an operation after a failed one is skipped, synchronize() rethrows); other devices
-/// give a high-priority stream. For runs on host memory in place, where handing each operation to
+/// runs on the thread that enqueues them, before the enqueue returns, with the same error rules (an
+/// operation after a failed one is skipped, synchronize() rethrows); in order for one enqueuing
+/// thread (operations enqueued by two threads at once run at once, each on its own thread);
+/// synchronize() from another thread waits for a running one. Other devices give a high-priority
+/// stream. For runs on host memory in place, where handing each operation to
 /// a queue's thread and waiting for it cost more than a small operation (a 4 x 4 LU: about 100 us
 /// of thread wake-ups on a 2-core VM).
 enum class stream_priority { normal, high, calling_thread };

@@ -78,8 +78,10 @@ peer_tile_mode parse_peer_tile_mode(std::string_view s);
 
 struct gemm_run_options {
     trace_sink* trace = nullptr;                   ///< receives a span per copy and kernel
-    std::function<void(std::size_t)> on_unit_done; ///< called (from a device stream) per finished unit
-    /// Called (from a device stream) after each kernel step with the steps done so far in the run
+    /// Called per finished unit, from a device stream (the calling thread on the task engine in
+    /// place on one CPU device).
+    std::function<void(std::size_t)> on_unit_done;
+    /// Called (from where on_unit_done is) after each kernel step with the steps done so far in the run
     /// (a unit has plan.steps / plan.units of them, steps of at most step_seconds in place): the
     /// progress of runs with few units.
     std::function<void(std::size_t)> on_step_done;

@@ -56,13 +56,20 @@ public:
         lane& l = live();
         if (on_calling_thread_) {
             // As the queue's thread would run it, now: skipped after an earlier task failed
-            // (unless it must always run), its error kept for synchronize().
+            // (unless it must always run), its error kept for synchronize(), and counted pending
+            // while it runs (a synchronize() from another thread waits for it).
             bool skip = false;
             {
                 std::lock_guard lock(l.mutex);
                 skip = l.error != nullptr && !t.always_run;
+                ++l.pending;
             }
             if (!skip) run(l, t);
+            {
+                std::lock_guard lock(l.mutex);
+                --l.pending;
+            }
+            l.idle_cv.notify_all();
             return;
         }
         {

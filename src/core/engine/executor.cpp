@@ -96,13 +96,6 @@ public:
                   std::vector<std::string>& warnings, tiles_kit* kit)
         : dev_(dev), index_(index), rq_(rq), st_(st), g_(*rq.graph) {
         slowdown_ = fault_injection::slowdown_seconds(dev);
-        if (kit != nullptr) {  // an earlier call's streams
-            h2d_ = std::move(kit->h2d);
-            compute_ = std::move(kit->compute);
-            d2h_ = std::move(kit->d2h);
-            peer_ = std::move(kit->peer);
-        }
-        if (!h2d_) h2d_ = dev.create_stream();
         // In place on one device the compute stream is the only one with work, and this thread
         // (the caller's) waits for each task before it takes the next: on a device computing with
         // the host's cores its steps run here, without a hand-off to a queue's thread and back for
@@ -110,8 +103,16 @@ public:
         // those wake-ups). Several devices keep their queues' threads: a worker computing its task
         // itself takes the next ready one before an idle worker wakes, and took every GEMM task of
         // a 28-task trsm on cpu:2 (Blas3Kernels.LuAndSeveralDevicesTakeTheMeasuredGemmKernel).
-        const bool here = rq.in_place && !st.recoverable;
-        if (!compute_) compute_ = dev.create_stream(here ? stream_priority::calling_thread : stream_priority::high);
+        // Copying runs keep a queue's thread, so copies and kernels overlap.
+        compute_priority_ = rq.in_place && !st.recoverable ? stream_priority::calling_thread : stream_priority::high;
+        if (kit != nullptr) {  // an earlier call's streams; its compute stream only if of the same kind
+            h2d_ = std::move(kit->h2d);
+            if (kit->compute_priority == compute_priority_) compute_ = std::move(kit->compute);
+            d2h_ = std::move(kit->d2h);
+            peer_ = std::move(kit->peer);
+        }
+        if (!h2d_) h2d_ = dev.create_stream();
+        if (!compute_) compute_ = dev.create_stream(compute_priority_);
         if (!d2h_) d2h_ = dev.create_stream();
         loaded_ = dev.create_event();
         if (rq.run.trace != nullptr) {
@@ -202,6 +203,7 @@ public:
         if (store_) kit.slots = store_->take_slots();
         kit.h2d = std::move(h2d_);
         kit.compute = std::move(compute_);
+        kit.compute_priority = compute_priority_;
         kit.d2h = std::move(d2h_);
         kit.peer = std::move(peer_);
     }
@@ -754,6 +756,7 @@ private:
     std::atomic<bool> broken_{false};
     // Last, so they are destroyed (and drained) first.
     std::unique_ptr<stream> h2d_, compute_, d2h_;
+    stream_priority compute_priority_ = stream_priority::high;
     std::unique_ptr<stream> peer_;  ///< copies out of this device's slots to others (peer tiles)
 };
 

@@ -72,6 +72,9 @@ struct tiles_kit {
     std::unique_ptr<budget_reservation> reservation;  // first: destroyed after its buffers
     std::vector<tile_slot> slots;
     std::unique_ptr<stream> h2d, compute, d2h, peer;
+    /// What `compute` was created with: a run wanting the other kind makes its own (in place on
+    /// one device a calling_thread stream, else a queue's thread: executor.cpp).
+    stream_priority compute_priority = stream_priority::high;
     ~tiles_kit();
 };
 
