@@ -28,10 +28,11 @@ namespace {
 class cpu_device;
 
 /// One in-order queue served by a dedicated thread (the "copy engine" or "launcher"), started by
-/// the first task, or run by the pushing thread itself (stream_priority::calling_thread): a pipeline creates four streams, and in place only the compute stream runs
-/// anything. Threads that never start cost nothing, and the ones that do are not crowding the
-/// cores while the kernel's threads are placed (three short-lived threads starting beside
-/// OpenBLAS's measured 4-7% on a 2048^3 call on 2 cores: the kernel thread shared a core for ~10 ms).
+/// the first task, or run by the pushing thread itself (stream_priority::calling_thread): a
+/// pipeline creates four streams, and in place only the compute stream runs anything. Threads
+/// that never start cost nothing, and the ones that do are not crowding the cores while the
+/// kernel's threads are placed (three short-lived threads starting beside OpenBLAS's measured 4-7%
+/// on a 2048^3 call on 2 cores: the kernel thread shared a core for ~10 ms).
 class cpu_stream final : public stream {
 public:
     struct task {
@@ -43,8 +44,10 @@ public:
         double flops = 0;
     };
 
-    /// on_calling_thread: push() runs each task itself, on the pushing thread (stream_priority::calling_thread).
-    cpu_stream(device& owner, int id, bool on_calling_thread) : stream(owner, id), on_calling_thread_(on_calling_thread) {}
+    /// on_calling_thread: push() runs each task itself, on the pushing thread
+    /// (stream_priority::calling_thread).
+    cpu_stream(device& owner, int id, bool on_calling_thread)
+        : stream(owner, id), on_calling_thread_(on_calling_thread) {}
     ~cpu_stream() override;
 
     /// Stops and joins this process's thread (a parent's, in a forked child, is left alone).
