@@ -45,6 +45,23 @@ struct shape {
     layout lay;
 };
 
+/// C (m x n) = A (m x k) B (k x n) on the tiled kernel, f64, row-major and packed; C set by the caller.
+gemm_call tiled_f64_call(const double* a, const double* b, index_t m, index_t n, index_t k) {
+    gemm_call call;
+    call.type = dtype::f64;
+    call.kernel = gemm_kernel::tiled;
+    call.m = m;
+    call.n = n;
+    call.k = k;
+    call.alpha = 1.0;
+    call.beta = 0.0;
+    call.a = a;
+    call.lda = k;
+    call.b = b;
+    call.ldb = call.ldc = n;
+    return call;
+}
+
 // caches: blocks from these cache sizes instead of the host's (one thread against `threads`, both
 // with them).
 template <class T>
@@ -170,18 +187,7 @@ TEST(TiledThreads, AFailedPackingAllocationLeavesTheWorkersUsable) {
     std::vector<T> a(std::size_t(m0 * k0)), b(std::size_t(k0 * n0));
     for (T& x : a) x = random_value<T>(rng);
     for (T& x : b) x = random_value<T>(rng);
-    gemm_call call;
-    call.type = dtype::f64;
-    call.kernel = gemm_kernel::tiled;
-    call.m = m0;
-    call.n = n0;
-    call.k = k0;
-    call.alpha = 1.0;
-    call.beta = 0.0;
-    call.a = a.data();
-    call.lda = k0;
-    call.b = b.data();
-    call.ldb = call.ldc = n0;
+    gemm_call call = tiled_f64_call(a.data(), b.data(), m0, n0, k0);
     std::vector<T> one(std::size_t(m0 * n0)), before(one.size(), T(std::nan("")));
     call.c = one.data();
     cpu::gemm_tiled_serial(call);
@@ -281,17 +287,7 @@ TEST(TiledThreads, ASquareCIsSplitByRowsWhateverItsTileRounding) {
     std::vector<T> a(std::size_t(n * k)), b(std::size_t(k * (n + 1))), c(std::size_t(n * (n + 1)));
     for (T& x : a) x = random_value<T>(rng);
     for (T& x : b) x = random_value<T>(rng);
-    gemm_call call;
-    call.type = dtype::f64;
-    call.kernel = gemm_kernel::tiled;
-    call.m = call.n = n;
-    call.k = k;
-    call.alpha = 1.0;
-    call.beta = 0.0;
-    call.a = a.data();
-    call.lda = k;
-    call.b = b.data();
-    call.ldb = call.ldc = n;
+    gemm_call call = tiled_f64_call(a.data(), b.data(), n, n, k);
     call.c = c.data();
     EXPECT_TRUE(shares_b_panels(call)) << n << " x " << n << ", tile " << bl.mr << "x" << bl.nr;
     // The observation tells the splits apart: a C one column wider is split by columns.
